@@ -1,0 +1,158 @@
+"""One exception hierarchy for catalog-upgrade (DESIGN.md section 3).
+
+Every error carries the data that explains it (path, field, version, generation) and maps onto
+one documented exit code, so the CLI catches only :class:`CatalogError` and translates it:
+
+    0 success, 2 bad input or configuration (nothing written), 3 fenced by a newer generation
+    or epoch, 4 migration refused, 1 anything unexpected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_BAD_INPUT = 2
+EXIT_FENCED = 3
+EXIT_REFUSED = 4
+
+
+class CatalogError(Exception):
+    """Root of every error this project raises on purpose."""
+
+    exit_code: int = EXIT_UNEXPECTED
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description: the error class, its message and its data."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "exit_code": self.exit_code,
+            **{k: _jsonable(v) for k, v in self.details.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+# --- exit code 2: bad input or configuration -------------------------------------------------
+
+
+class BadInputError(CatalogError):
+    """The user gave something invalid (a file, an argument, a URI); nothing was written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ReleaseError(BadInputError):
+    """A release manifest is invalid or cannot be loaded."""
+
+
+class ConfigurationError(BadInputError):
+    """The environment or the machine is not set up as required (Java missing, blob URI differs)."""
+
+
+# --- exit code 3: fenced ---------------------------------------------------------------------
+
+
+class FencedError(CatalogError):
+    """A newer deploy generation or epoch took over; never retry."""
+
+    exit_code = EXIT_FENCED
+
+
+# --- exit code 4: migration refused ----------------------------------------------------------
+
+
+class MigrationRefusedError(CatalogError):
+    """The upgrade may not proceed: missing instruction, incompatible evolution, newer catalog."""
+
+    exit_code = EXIT_REFUSED
+
+
+class SchemaIncompatibleError(MigrationRefusedError):
+    """A schema change breaks a rule of DESIGN.md section 6.
+
+    ``rule`` is a stable id (e.g. ``type-changed``), ``path`` the dotted field path (``s.items.x``),
+    ``old``/``new`` the types involved and ``suggestion`` a fix an engineer can apply.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rule: str,
+        path: str,
+        old: Any = None,
+        new: Any = None,
+        suggestion: str | None = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(
+            message, rule=rule, path=path, old=old, new=new, suggestion=suggestion, **details
+        )
+        self.rule = rule
+        self.path = path
+        self.old = old
+        self.new = new
+        self.suggestion = suggestion
+
+
+class ReaderFencedError(SchemaIncompatibleError):
+    """A reader schema is not a valid migration target of the shard's schemas."""
+
+
+class PlanError(MigrationRefusedError):
+    """A migration plan cannot be built (missing instruction, retain_data replaced, downgrade)."""
+
+
+# --- exit code 1: storage and coordination ---------------------------------------------------
+
+
+class ConsensusError(CatalogError):
+    """A ZooKeeper-backed operation failed."""
+
+
+class VersionMismatchError(ConsensusError):
+    """A compare-and-set lost a race: re-read and retry. Carries the current value and version."""
+
+    def __init__(
+        self, message: str, *, key: str, current: Any = None, version: int | None = None, **d: Any
+    ) -> None:
+        super().__init__(message, key=key, version=version, **d)
+        self.key = key
+        self.current = current
+        self.version = version
+
+
+class ConnectionLostError(ConsensusError):
+    """ZooKeeper did not answer; the outcome of the last write is unknown."""
+
+
+class BlobError(CatalogError):
+    """Blob storage failed."""
+
+
+class CorruptBlobError(BlobError):
+    """A stored batch is missing, partial or not valid Parquet."""
+
+
+class ShardError(CatalogError):
+    """A shard operation was invalid (finalized, rows outside the frontier, unknown schema)."""
+
+
+class ShardFinalizedError(ShardError):
+    """The shard is sealed or finalized: no more writes."""

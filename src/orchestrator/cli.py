@@ -1,0 +1,166 @@
+"""The ``catalog-upgrade`` command line: thin commands over testable modules.
+
+Every command parses its arguments, calls one function of a module and renders the result.
+``CatalogError`` (and only it) is translated to its documented exit code with a clear message;
+anything else is a bug and exits 1 with the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from catalog.errors import CatalogError
+from orchestrator.logs import configure_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(func: F) -> F:
+    """Translate CatalogError into its exit code and a one-line (or JSON) message on stderr."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except CatalogError as exc:
+            ctx = click.get_current_context(silent=True)
+            as_json = bool(ctx and ctx.params.get("as_json"))
+            if as_json:
+                click.echo(json.dumps(exc.to_json(), indent=2), err=True)
+            else:
+                click.secho(f"error: {exc.message}", fg="red", err=True)
+                suggestion = exc.details.get("suggestion")
+                if suggestion:
+                    click.echo(f"  fix: {suggestion}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL")
+@click.option("--log-json/--no-log-json", default=None, help="JSON logs (default: when not a TTY).")
+def main(log_level: str, log_json: bool | None) -> None:
+    """Safe schema upgrades of builtin catalog collections during blue-green deployments."""
+    configure_logging(log_level, json=log_json)
+
+
+def zk_options(func: F) -> F:
+    """The --zk and --env options every ZooKeeper-facing command takes."""
+    func = click.option(
+        "--env",
+        "env",
+        envvar="CATALOG_UPGRADE_ENV",
+        default="default",
+        show_default=True,
+        help="Environment name (ZooKeeper root /catalog-upgrade/NAME).",
+    )(func)
+    func = click.option(
+        "--zk",
+        "zk",
+        envvar="CATALOG_UPGRADE_ZK",
+        default="127.0.0.1:2181",
+        show_default=True,
+        help="ZooKeeper connection string.",
+    )(func)
+    return func
+
+
+@main.command()
+@click.option("--port", type=int, default=2181, show_default=True)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("var/zookeeper"),
+    show_default=True,
+)
+@handle_errors
+def zookeeper(port: int, data_dir: Path) -> None:
+    """Run a real ZooKeeper server in the foreground (from the jars pyspark ships)."""
+    from orchestrator.zkserver import EmbeddedZooKeeper
+
+    server = EmbeddedZooKeeper(data_dir=data_dir, port=port)
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        # stop() would wait on the child inside the main thread's own wait(): deadlock.
+        server.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.start()
+    click.echo(f"ZooKeeper serving on {server.hosts} (data in {server.data_dir}); Ctrl-C stops it")
+    code = server.wait()
+    if not stopping and code != 0:
+        raise click.ClickException(f"ZooKeeper exited with code {code}:\n{server.tail_log()}")
+    click.echo("ZooKeeper stopped")
+
+
+# --- commands added by other modules follow -------------------------------------------------
+
+
+@main.command("plan")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory of release files (*.py defining RELEASE).",
+)
+@click.option("--from", "from_version", required=True, help="Version the catalog is at.")
+@click.option("--to", "to_version", required=True, help="Version to upgrade to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@handle_errors
+def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json: bool) -> None:
+    """Show the merged migration plan FROM -> TO, without touching ZooKeeper."""
+    from rich.console import Console
+
+    from catalog.release import load_release_dir, plan_path
+    from orchestrator.planview import plan_json, render_plan
+
+    result = plan_path(load_release_dir(releases_dir), from_version, to_version)
+    if as_json:
+        click.echo(plan_json(result))
+    else:
+        render_plan(result, Console())
+
+
+@main.command("validate")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory of release files (*.py defining RELEASE).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def validate_command(releases_dir: Path, as_json: bool) -> None:
+    """Check every upgrade path between the releases in DIR; exit 4 if any fails."""
+    from rich.console import Console
+
+    from catalog.errors import EXIT_REFUSED
+    from catalog.release import load_release_dir, validate
+    from orchestrator.planview import render_report, report_json
+
+    report = validate(load_release_dir(releases_dir))
+    if as_json:
+        click.echo(report_json(report))
+    else:
+        render_report(report, Console())
+    if not report.ok:
+        sys.exit(EXIT_REFUSED)
+
+
+if __name__ == "__main__":
+    main()

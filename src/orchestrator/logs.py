@@ -1,0 +1,45 @@
+"""Structured logging, configured once per process.
+
+Events are short snake_case names with key-value fields; context (env, process id, version,
+deploy generation, epoch) is bound by the caller. Output is JSON when stderr is not a terminal
+(sidecars, CI, scenario runs) and coloured key-value lines on a terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+
+
+def configure_logging(
+    level: str = "INFO", *, json: bool | None = None, stream: TextIO | None = None
+) -> None:
+    """Configure structlog and the stdlib root logger (kazoo logs through it)."""
+    stream = stream or sys.stderr
+    if json is None:
+        json = not stream.isatty()
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        numeric = logging.INFO
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+        shared.append(structlog.processors.format_exc_info)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
+    structlog.configure(
+        processors=[*shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+    # kazoo is chatty at INFO about every reconnect; its warnings still matter.
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=stream, force=True)

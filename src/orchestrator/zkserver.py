@@ -1,0 +1,250 @@
+"""A real ZooKeeper server for development and tests, run from the jars that pyspark ships.
+
+``pip install pyspark`` brings ``zookeeper-3.9.x.jar``, ``zookeeper-jute``, log4j and slf4j in
+``pyspark/jars``: with Java 17 that is a complete standalone server, so a developer needs no extra
+install. The server runs ``org.apache.zookeeper.server.ZooKeeperServerMain`` with a generated
+config file: loopback only, admin server off, every four-letter word whitelisted (kazoo's
+``server_version()`` needs ``envi``; readiness uses ``srvr``), and a short ``tickTime`` so that
+sessions as short as 1 s are allowed (failover benchmarks use 2 s sessions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import attrs
+import structlog
+
+from catalog.errors import ConfigurationError
+
+log = structlog.get_logger(__name__)
+
+_JAR_PREFIXES = ("zookeeper-", "log4j-", "slf4j-", "metrics-core-", "commons-io-", "snappy-java-")
+_LOG4J2_CONFIG = """\
+status = error
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %-5p [%t] %c{{1}} - %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+def pyspark_jars_dir() -> Path:
+    """The directory of jars shipped by the installed pyspark."""
+    try:
+        import pyspark
+    except ImportError as exc:  # pragma: no cover - pyspark is a hard dependency
+        raise ConfigurationError(
+            "pyspark is not installed; run `make demo` or `pip install -e .`"
+        ) from exc
+    jars = Path(pyspark.__file__).parent / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise ConfigurationError(
+            f"no ZooKeeper jar in {jars}; reinstall pyspark (>= 4.0 ships ZooKeeper)",
+            path=str(jars),
+        )
+    return jars
+
+
+def zookeeper_classpath() -> str:
+    """Only the jars ZooKeeper needs (a full Spark classpath slows the JVM start)."""
+    jars = sorted(
+        str(p) for p in pyspark_jars_dir().glob("*.jar") if p.name.startswith(_JAR_PREFIXES)
+    )
+    return os.pathsep.join(jars)
+
+
+def find_java() -> str:
+    """Path of the java executable: ``$JAVA_HOME/bin/java`` or ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise ConfigurationError(
+            "Java was not found: the embedded ZooKeeper needs Java 17+ "
+            "(install a JDK/JRE, or set JAVA_HOME, or point CATALOG_UPGRADE_ZK at a running server)"
+        )
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter word and return the answer ('' when nothing answers)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(word.encode())
+            chunks = []
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@attrs.define
+class EmbeddedZooKeeper:
+    """A ZooKeeper server child process; a context manager.
+
+    ``restart()`` keeps the port and data directory, so clients reconnect to the same state:
+    scenario tests use it to rehearse a ZooKeeper restart.
+    """
+
+    data_dir: Path
+    port: int = 0
+    host: str = "127.0.0.1"
+    tick_time_ms: int = 500
+    log_level: str = "WARN"
+    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        if self.port == 0:
+            self.port = free_port(self.host)
+
+    @property
+    def hosts(self) -> str:
+        """The connection string kazoo takes."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "zookeeper.log"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_time_ms}",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",
+                    f"minSessionTimeout={2 * self.tick_time_ms}",
+                    "maxSessionTimeout=120000",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=*",
+                    "autopurge.purgeInterval=1",
+                    "",
+                ]
+            )
+        )
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2_CONFIG.format(log_file=self.log_file, level=self.log_level))
+        return cfg
+
+    def start(self, timeout: float = 60.0) -> EmbeddedZooKeeper:
+        """Start the server and return once it answers ``srvr``."""
+        if self.running:
+            return self
+        cfg = self._write_config()
+        command = [
+            find_java(),
+            "-Xms64m",
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.4lw.commands.whitelist=*",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp",
+            zookeeper_classpath(),
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(cfg),
+        ]
+        stdout = (self.data_dir / "zookeeper.out").open("ab")
+        self._process = subprocess.Popen(
+            command, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        stdout.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ConfigurationError(
+                    f"ZooKeeper exited with code {self._process.returncode} while starting on "
+                    f"{self.hosts}: {self.tail_log()}",
+                    hosts=self.hosts,
+                )
+            # `ruok` answers imok before the server can serve; `srvr` reports a Mode only then.
+            if "Mode:" in four_letter_word(self.host, self.port, "srvr", timeout=0.5):
+                log.info("zookeeper_started", hosts=self.hosts, data_dir=str(self.data_dir))
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise ConfigurationError(f"ZooKeeper did not answer on {self.hosts} within {timeout:.0f}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.info("zookeeper_stopped", hosts=self.hosts)
+
+    def terminate(self) -> None:
+        """Ask the server to stop without waiting (safe inside a signal handler, unlike stop())."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def wait(self) -> int:
+        """Block until the server process exits; its exit code."""
+        if self._process is None:
+            return 0
+        return self._process.wait()
+
+    def tail_log(self, lines: int = 40) -> str:
+        """The last lines of the server's log and console output, for error reports."""
+        out: list[str] = []
+        for path in (self.data_dir / "zookeeper.out", self.log_file):
+            if path.exists():
+                out.extend(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(out[-lines:])
+
+    def __enter__(self) -> EmbeddedZooKeeper:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
