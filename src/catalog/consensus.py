@@ -1,0 +1,360 @@
+"""A versioned compare-and-set store on ZooKeeper, with fencing.
+
+Layout: every key is a znode below the environment root ``/catalog-upgrade/<env>``; a value is
+the znode's data (compact JSON) and its *version* is the znode's data version. The rules of
+DESIGN.md section 4 are enforced here:
+
+* every change is a compare-and-set on a znode version (``cas``) or a multi-op transaction of
+  several (``commit``): nothing is read-modify-written without a version check;
+* a :class:`Fence` (the epoch znode at the version the writer took over at) can be added to any
+  write; ZooKeeper checks it in the same transaction, so a superseded, paused or partitioned
+  leader can never write after a newer one took over.
+
+Errors say what happened and whether retrying makes sense:
+
+* :class:`~catalog.errors.VersionMismatchError` -- a race was lost; re-read and retry
+  (``CasRetry`` does that);
+* :class:`~catalog.errors.FencedError` -- the epoch moved; never retry;
+* :class:`~catalog.errors.ConnectionLostError` -- the outcome is unknown; retry only an attempt
+  that re-reads first, so that a write that did land is recognised.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from catalog.errors import ConnectionLostError, ConsensusError, FencedError, VersionMismatchError
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+ROOT = "/catalog-upgrade"
+# Keep values far below ZooKeeper's 1 MB jute.maxbuffer; callers split or roll up above this.
+MAX_VALUE_BYTES = 512 * 1024
+# A multi-op request is bounded by jute.maxbuffer as well; callers chunk above this many ops.
+MAX_OPS_PER_TRANSACTION = 200
+
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLoss,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+)
+
+
+def env_root(env: str) -> str:
+    """The ZooKeeper root of an environment."""
+    if not env or "/" in env or env in {".", ".."}:
+        from catalog.errors import BadInputError
+
+        raise BadInputError(f"invalid environment name {env!r}: use a non-empty name without '/'")
+    return f"{ROOT}/{env}"
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact, deterministic JSON bytes (sorted keys, no spaces)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_json(data: bytes) -> Any:
+    return json.loads(data.decode()) if data else None
+
+
+@attrs.frozen
+class Versioned:
+    """A value read from the store together with the version a CAS must name."""
+
+    value: bytes
+    version: int
+
+    def json(self) -> Any:
+        return decode_json(self.value)
+
+
+@attrs.frozen
+class Fence:
+    """The epoch znode at the version its holder took over at; added to writes as a check."""
+
+    key: str
+    version: int
+
+
+# --- operations of a transaction ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Create:
+    key: str
+    value: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@attrs.frozen
+class SetData:
+    key: str
+    value: bytes
+    version: int  # -1 means "any version": only for keys nobody else writes
+
+
+@attrs.frozen
+class Delete:
+    key: str
+    version: int = -1
+
+
+@attrs.frozen
+class Check:
+    key: str
+    version: int
+
+
+Op = Create | SetData | Delete | Check
+
+
+@attrs.define
+class Consensus:
+    """The store of one environment. Keys are paths relative to the environment root."""
+
+    client: KazooClient
+    root: str
+    observer: Callable[[str, float], None] | None = None
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def path(self, key: str) -> str:
+        key = key.strip("/")
+        return f"{self.root}/{key}" if key else self.root
+
+    def key_of(self, path: str) -> str:
+        return path[len(self.root) :].strip("/")
+
+    def _observe(self, kind: str, started: float) -> None:
+        if self.observer is not None:
+            self.observer(kind, time.perf_counter() - started)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Versioned | None:
+        """The value and version of ``key``, or None when it does not exist."""
+        started = time.perf_counter()
+        try:
+            data, stat = self.client.get(self.path(key))
+        except NoNodeError:
+            return None
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(f"ZooKeeper did not answer reading {key}", key=key) from exc
+        finally:
+            self._observe("get", started)
+        return Versioned(value=data, version=stat.version)
+
+    def get_json(self, key: str) -> tuple[Any, int] | None:
+        found = self.get(key)
+        return None if found is None else (found.json(), found.version)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Versioned | None]:
+        """Read many keys with pipelined async calls (one round trip, not one per key)."""
+        started = time.perf_counter()
+        asyncs = [(key, self.client.get_async(self.path(key))) for key in keys]
+        out: dict[str, Versioned | None] = {}
+        try:
+            for key, result in asyncs:
+                try:
+                    data, stat = result.get()
+                except NoNodeError:
+                    out[key] = None
+                else:
+                    out[key] = Versioned(value=data, version=stat.version)
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError("ZooKeeper did not answer a batched read") from exc
+        finally:
+            self._observe("get_many", started)
+        return out
+
+    def children(self, key: str) -> list[str]:
+        """Child names of ``key`` (empty when it does not exist), sorted."""
+        try:
+            return sorted(self.client.get_children(self.path(key)))
+        except NoNodeError:
+            return []
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(f"ZooKeeper did not answer listing {key}", key=key) from exc
+
+    def exists(self, key: str) -> bool:
+        try:
+            return self.client.exists(self.path(key)) is not None
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(f"ZooKeeper did not answer for {key}", key=key) from exc
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def ensure(self, *keys: str) -> None:
+        """Create empty container znodes (idempotent; no data, so no CAS is needed)."""
+        try:
+            for key in ("", *keys):
+                self.client.ensure_path(self.path(key))
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError("ZooKeeper did not answer creating paths") from exc
+
+    def cas(
+        self, key: str, value: bytes, expected_version: int, *, fence: Fence | None = None
+    ) -> int:
+        """Write ``value`` if ``key`` is at ``expected_version`` (-1: must not exist yet).
+
+        Returns the new version. Raises VersionMismatchError carrying the current value.
+        """
+        if expected_version < 0:
+            self.commit([Create(key, value)], fence=fence)
+            return 0
+        (stat,) = self.commit([SetData(key, value, expected_version)], fence=fence)
+        return int(stat.version)
+
+    def commit(self, ops: Sequence[Op], *, fence: Fence | None = None) -> list[Any]:
+        """Apply ``ops`` atomically (one ZooKeeper multi), fenced if a fence is given.
+
+        Returns kazoo's per-op results (created paths for creates).
+        """
+        if not ops:
+            return []
+        all_ops: list[Op] = [Check(fence.key, fence.version)] if fence is not None else []
+        all_ops.extend(ops)
+        for op in all_ops:
+            if isinstance(op, (Create, SetData)) and len(op.value) > MAX_VALUE_BYTES:
+                raise ConsensusError(
+                    f"value for {op.key} is {len(op.value)} bytes, above the {MAX_VALUE_BYTES} "
+                    "limit: split it or roll it up into blob storage",
+                    key=op.key,
+                    size=len(op.value),
+                )
+        started = time.perf_counter()
+        txn = self.client.transaction()
+        for op in all_ops:
+            path = self.path(op.key)
+            if isinstance(op, Create):
+                txn.create(path, op.value, ephemeral=op.ephemeral, sequence=op.sequence)
+            elif isinstance(op, SetData):
+                txn.set_data(path, op.value, version=op.version)
+            elif isinstance(op, Delete):
+                txn.delete(path, version=op.version)
+            else:
+                txn.check(path, op.version)
+        try:
+            results = txn.commit()
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(
+                "ZooKeeper did not answer a transaction; its outcome is unknown",
+                keys=[op.key for op in ops],
+            ) from exc
+        finally:
+            self._observe("commit", started)
+        failed = [
+            (op, res)
+            for op, res in zip(all_ops, results, strict=True)
+            if isinstance(res, KazooException) and not isinstance(res, RolledBackError)
+        ]
+        if not failed:
+            return list(results[1:] if fence is not None else results)
+        op, error = failed[0]
+        if fence is not None and op is all_ops[0]:
+            raise FencedError(
+                f"fenced: epoch moved past version {fence.version} of {fence.key}",
+                key=fence.key,
+                expected_epoch_version=fence.version,
+            )
+        current = self.get(op.key) if not isinstance(error, NoNodeError) else None
+        if isinstance(error, (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)):
+            raise VersionMismatchError(
+                f"{type(op).__name__.lower()} of {op.key} lost a race ({type(error).__name__})",
+                key=op.key,
+                current=current,
+                version=None if current is None else current.version,
+            )
+        raise ConsensusError(
+            f"transaction failed on {op.key}: {type(error).__name__}", key=op.key
+        ) from error
+
+    def commit_chunked(
+        self, ops: Sequence[Op], *, fence: Fence | None = None, size: int = MAX_OPS_PER_TRANSACTION
+    ) -> None:
+        """Apply many ops as consecutive fenced transactions of at most ``size`` ops.
+
+        Only for ops that are individually idempotent-by-check: each chunk is atomic, the whole
+        is not, so a crash between chunks must leave a state the caller's re-run completes.
+        """
+        for start in range(0, len(ops), size):
+            self.commit(ops[start : start + size], fence=fence)
+
+    def delete_tree(self, key: str) -> None:
+        """Remove ``key`` and everything below it (test and cleanup helper)."""
+        try:
+            self.client.delete(self.path(key), recursive=True)
+        except NoNodeError:
+            return
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(f"ZooKeeper did not answer deleting {key}", key=key) from exc
+
+
+# --- retries -------------------------------------------------------------------------------------
+
+
+@attrs.define
+class CasRetry:
+    """Runs a read-then-CAS attempt until it succeeds, separating the three kinds of failure.
+
+    * ``VersionMismatchError`` (a race was lost): back off a little and run the attempt again; the
+      attempt re-reads, so it sees the winner's write;
+    * ``ConnectionLostError`` (outcome unknown): wait for the connection and run the attempt again,
+      which must recognise its own earlier write (idempotence by reading first);
+    * ``FencedError`` and everything else: raised at once, never retried.
+
+    Like kazoo's ``KazooRetry``, the retryable errors are data and sleep is injectable.
+    """
+
+    RETRYABLE: tuple[type[Exception], ...] = (VersionMismatchError, ConnectionLostError)
+
+    max_attempts: int = 50
+    deadline: float = 60.0
+    base_delay: float = 0.005
+    max_delay: float = 0.5
+    sleep: Callable[[float], None] = time.sleep
+    on_retry: Callable[[Exception], None] | None = None
+    retries: int = 0
+
+    def __call__(self, attempt: Callable[[], T]) -> T:
+        started = time.monotonic()
+        delay = self.base_delay
+        for number in range(1, self.max_attempts + 1):
+            try:
+                return attempt()
+            except self.RETRYABLE as exc:
+                self.retries += 1
+                if self.on_retry is not None:
+                    self.on_retry(exc)
+                if number == self.max_attempts or time.monotonic() - started > self.deadline:
+                    raise
+                log.debug("cas_retry", attempt=number, error=type(exc).__name__)
+                self.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self.max_delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
