@@ -681,12 +681,11 @@ class SchemaDiff:
     def between(cls, old: pa.Schema, new: pa.Schema) -> SchemaDiff:
         """The diff of :func:`catalog.schema.schema_diff` as a value."""
         diff = schema_diff(old, new)
-        return cls(
-            tuple(diff.get("added", ())),
-            tuple(diff.get("dropped", ())),
-            tuple(diff.get("relaxed", ())),
-            tuple(diff.get("changed", ())),
-        )
+
+        def paths(key: str) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(diff.get(key, ())))
+
+        return cls(paths("added"), paths("dropped"), paths("relaxed"), paths("changed"))
 
     @property
     def is_empty(self) -> bool:

@@ -1,0 +1,133 @@
+"""Rendering of migration plans and validation reports (``plan`` and ``validate`` commands).
+
+The models live in :mod:`catalog.release`; this module only turns them into rich tables for a
+terminal or into the JSON documents the commands print with ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+from typing import Any, Final
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from catalog.release import Mechanism, PathFailure, Plan, SchemaDiff, ValidationReport
+
+__all__ = ["plan_json", "render_plan", "render_report", "report_json"]
+
+_MECHANISM_STYLE: Final = MappingProxyType(
+    {Mechanism.EVOLUTION: "green", Mechanism.REPLACEMENT: "yellow", Mechanism.REWRITE: "magenta"}
+)
+
+
+def plan_json(plan: Plan) -> str:
+    """The ``plan --json`` document."""
+    return _dumps(plan.to_json())
+
+
+def report_json(report: ValidationReport) -> str:
+    """The ``validate --json`` document."""
+    return _dumps(report.to_json())
+
+
+def _dumps(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=False)
+
+
+def render_plan(plan: Plan, console: Console) -> None:
+    """Print ``plan``: one row per migrated collection, then new and removed builtins."""
+    console.print(Text(f"Migration plan {plan.from_version} -> {plan.to_version}", style="bold"))
+    if plan.is_empty:
+        console.print("nothing to migrate")
+        return
+    if plan.migrations:
+        table = Table()
+        table.add_column("collection", overflow="fold", ratio=3)
+        table.add_column("mechanism", no_wrap=True)
+        table.add_column("instructions", no_wrap=True)
+        table.add_column("schema diff", overflow="fold", ratio=2)
+        for migration in plan.migrations:
+            table.add_row(
+                f"{migration.name} ({migration.global_id})",
+                Text(migration.mechanism.value, style=_MECHANISM_STYLE[migration.mechanism]),
+                "\n".join(f"{m.version} {m.mechanism.value}" for m in migration.instructions),
+                _diff_text(migration.diff),
+            )
+        console.print(table)
+        console.print(
+            "schema diff: +added -dropped relaxed? (now nullable) ~changed (type or nullability)",
+            style="dim",
+        )
+    if plan.new_builtins:
+        console.print(Text("New builtins (created by the leader):", style="bold"))
+        for builtin in plan.new_builtins:
+            console.print(f"  + {builtin.name} ({builtin.kind}, {builtin.global_id})")
+    if plan.removed_builtins:
+        console.print(Text("Removed builtins (shards finalized by the leader):", style="bold"))
+        for collection in plan.removed_builtins:
+            console.print(f"  - {collection.name} ({collection.global_id})")
+
+
+def _diff_text(diff: SchemaDiff) -> Text:
+    """``+added -dropped relaxed? ~changed``: one token per dotted field path."""
+    text = Text()
+    tokens = [
+        *((f"+{p}", "green") for p in diff.added),
+        *((f"-{p}", "red") for p in diff.dropped),
+        *((f"{p}?", "cyan") for p in diff.relaxed),
+        *((f"~{p}", "yellow") for p in diff.changed),
+    ]
+    for token, style in tokens:
+        if text:
+            text.append("\n")
+        text.append(token, style=style)
+    return text
+
+
+def render_report(report: ValidationReport, console: Console) -> None:
+    """Print ``report``: a summary line, then each distinct failure with the paths it breaks.
+
+    Failures are grouped by reason, culprit collection and rule, since one mistake in release Y
+    typically breaks every path into Y; the message and fix are those of the first such path.
+    """
+    releases = len(report.releases)
+    if report.ok:
+        console.print(
+            f"all {report.paths_checked} upgrade paths between {releases} releases work",
+            style="green",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"{len(report.failing_paths())} of {report.paths_checked} upgrade paths between "
+        f"{releases} releases fail",
+        style="bold red",
+        highlight=False,
+    )
+    groups: dict[tuple[str, str, str, str], list[PathFailure]] = {}
+    for failure in report.failures:
+        key = (
+            failure.reason,
+            failure.collection or "",
+            failure.rule or "",
+            str(failure.error.details.get("instruction", "")),
+        )
+        groups.setdefault(key, []).append(failure)
+    for (reason, collection, rule, _), failures in groups.items():
+        first = failures[0]
+        console.print()
+        title = Text()
+        title.append(reason, style="bold red")
+        if rule:
+            title.append(f" ({rule})", style="red")
+        title.append(f"  {collection}", style="bold")
+        console.print(title)
+        paths = ", ".join(f"{f.from_version} -> {f.to_version}" for f in failures)
+        console.print(Text(f"  paths: {paths}"))
+        console.print(Text(f"  {first.message}"))
+        suggestion = first.error.details.get("suggestion")
+        if suggestion and suggestion not in first.message:
+            console.print(Text(f"  fix: {suggestion}", style="dim"))

@@ -1,0 +1,182 @@
+"""CLI tests of ``catalog-upgrade plan`` and ``validate``: exit codes, JSON shape, rendering."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from catalog.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
+from orchestrator.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "scenarios" / "releases"
+BROKEN = ROOT / "tests" / "fixtures" / "broken_releases"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """The CLI configures logging onto the runner's streams; later tests must not inherit it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def run(*args: str) -> Result:
+    # A wide terminal, so rich tables keep collection names on one line.
+    return CliRunner(env={"COLUMNS": "200"}).invoke(main, ["--log-level", "WARNING", *args])
+
+
+def test_plan_json_shape() -> None:
+    """plan --json prints the merged plan: per collection mechanism, instructions and diff."""
+    result = run("plan", "--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "0.12.0", "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(result.stdout)
+    assert (document["from"], document["to"]) == ("0.10.0", "0.12.0")
+    by_name = {m["name"]: m for m in document["migrations"]}
+    tables = by_name["mz_catalog.mz_tables"]
+    assert tables["mechanism"] == "evolution"
+    assert tables["global_id"] == "s3"
+    assert tables["instructions"] == [
+        {"version": "0.11.0", "mechanism": "evolution", "kind": "table"}
+    ]
+    assert set(tables["diff"]) >= {"added", "dropped", "relaxed"}
+    assert tables["diff"]["added"] == ["source_id"]
+    assert by_name["mz_catalog.mz_roles"]["mechanism"] == "rewrite"
+    assert by_name["mz_introspection.mz_arrangement_sizes"]["mechanism"] == "replacement"
+    assert [b["name"] for b in document["new_builtins"]] == [
+        "mz_internal.mz_cluster_replica_history"
+    ]
+    assert document["removed_builtins"] == []
+
+
+def test_plan_table_output() -> None:
+    """plan without --json renders a table naming each collection and mechanism."""
+    result = run("plan", "--releases", str(EXAMPLE), "--from", "0.13.0", "--to", "0.14.0")
+    assert result.exit_code == EXIT_OK, result.output
+    assert "mz_internal.mz_session_history" in result.stdout
+    assert "rewrite" in result.stdout
+    assert "mz_introspection.mz_scheduling_elapsed" in result.stdout
+
+
+def test_plan_same_version_is_empty() -> None:
+    """Planning a release onto itself succeeds with nothing to do."""
+    result = run("plan", "--releases", str(EXAMPLE), "--from", "0.12.0", "--to", "0.12.0", "--json")
+    assert result.exit_code == EXIT_OK
+    assert json.loads(result.stdout)["migrations"] == []
+
+
+def test_plan_downgrade_is_refused() -> None:
+    """plan --from newer --to older exits 4 with the refusal as JSON on stderr."""
+    result = run("plan", "--releases", str(EXAMPLE), "--from", "0.12.0", "--to", "0.11.0", "--json")
+    assert result.exit_code == EXIT_REFUSED
+    error = json.loads(result.stderr)
+    assert error["error"] == "PlanError"
+    assert error["reason"] == "downgrade"
+
+
+def test_plan_broken_path_is_refused_naming_the_collection() -> None:
+    """A path with a missing instruction exits 4 naming the builtin."""
+    args = ["plan", "--releases", str(BROKEN / "missing_instruction")]
+    result = run(*args, "--from", "0.1.0", "--to", "0.2.0", "--json")
+    assert result.exit_code == EXIT_REFUSED
+    assert json.loads(result.stderr)["collections"] == ["mz_catalog.mz_tables"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "9.9.9"],
+        ["--releases", str(EXAMPLE), "--from", "ten", "--to", "0.11.0"],
+        ["--releases", "/nonexistent/releases", "--from", "0.10.0", "--to", "0.11.0"],
+    ],
+    ids=["unknown-version", "not-a-version", "missing-dir"],
+)
+def test_plan_bad_input_exits_2(args: list[str]) -> None:
+    """An unknown or malformed version, or a missing directory, is bad input (exit 2)."""
+    result = run("plan", *args)
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+
+
+def test_validate_example_exits_0() -> None:
+    """validate on the example history reports every path working."""
+    result = run("validate", "--releases", str(EXAMPLE), "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(result.stdout)
+    assert document["ok"] is True
+    assert document["failures"] == []
+    assert (
+        document["paths_checked"]
+        == len(document["releases"]) * (len(document["releases"]) - 1) // 2
+    )
+
+
+def test_validate_example_text() -> None:
+    """Without --json, a clean history prints one summary line."""
+    result = run("validate", "--releases", str(EXAMPLE))
+    assert result.exit_code == EXIT_OK
+    assert "upgrade paths" in result.stdout
+
+
+BROKEN_CASES = [
+    ("missing_instruction", "missing-instruction", "mz_catalog.mz_tables"),
+    ("incompatible_evolution", "incompatible-evolution", "mz_catalog.mz_tables"),
+    ("readded_field", "incompatible-evolution", "mz_catalog.mz_sources"),
+    ("removed_instruction", "instruction-removed", "mz_catalog.mz_tables"),
+    ("backport_not_carried_forward", "backport", "mz_catalog.mz_tables"),
+    ("retain_data_replaced", "retain-data-replaced", "mz_internal.mz_session_history"),
+    ("unknown_builtin", "unknown-builtin", "mz_catalog.mz_tabels"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "collection"), BROKEN_CASES, ids=[c[0] for c in BROKEN_CASES]
+)
+def test_validate_broken_history_exits_4_naming_the_culprit(
+    case: str, reason: str, collection: str
+) -> None:
+    """Each broken history exits 4 and its JSON names the reason and the culprit collection."""
+    result = run("validate", "--releases", str(BROKEN / case), "--json")
+    assert result.exit_code == EXIT_REFUSED, result.output
+    document = json.loads(result.stdout)
+    assert document["ok"] is False
+    assert (reason, collection) in {(f["reason"], f["collection"]) for f in document["failures"]}
+    for failure in document["failures"]:
+        assert {"from", "to", "reason", "collection", "message"} <= set(failure)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "collection"), BROKEN_CASES, ids=[c[0] for c in BROKEN_CASES]
+)
+def test_validate_broken_history_text_names_the_culprit(
+    case: str, reason: str, collection: str
+) -> None:
+    """The human output names the failing path's reason and culprit too."""
+    result = run("validate", "--releases", str(BROKEN / case))
+    assert result.exit_code == EXIT_REFUSED
+    assert reason in result.stdout
+    assert collection in result.stdout
+
+
+def test_validate_unloadable_history_exits_2() -> None:
+    """A duplicated GlobalId is a load error: exit 2, the error names the id."""
+    result = run("validate", "--releases", str(BROKEN / "duplicate_global_id"), "--json")
+    assert result.exit_code == EXIT_BAD_INPUT
+    error = json.loads(result.stderr)
+    assert error["error"] == "ReleaseError"
+    assert error["field"] == "global_id"
+    assert error["value"] == "s1"
+
+
+def test_validate_missing_directory_exits_2(tmp_path: Path) -> None:
+    """A directory that does not exist is bad input."""
+    result = run("validate", "--releases", str(tmp_path / "nope"))
+    assert result.exit_code == EXIT_BAD_INPUT
