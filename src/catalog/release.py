@@ -104,6 +104,11 @@ class Version:
     minor: int
     patch: int
     prerelease: tuple[str, ...] = ()
+    # The semver precedence key, computed once: plans and validation compare versions a lot.
+    _order: tuple[Any, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_order", self._key())
 
     @classmethod
     def parse(cls, value: str | Version) -> Version:
@@ -154,7 +159,7 @@ class Version:
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Version):
             return NotImplemented
-        return self._key() < other._key()
+        return bool(self._order < other._order)
 
 
 def _to_version(value: str | Version) -> Version:
@@ -263,11 +268,11 @@ class Builtin:
     global_id: str = attrs.field(validator=_check_global_id)
     schema: pa.Schema = attrs.field(validator=_check_schema)
     retain_data: bool = attrs.field(default=False, validator=_check_bool)
+    #: ``schema_name.object_name``: how collections are named everywhere.
+    name: str = attrs.field(init=False, eq=False, repr=False)
 
-    @property
-    def name(self) -> str:
-        """``schema_name.object_name``: how collections are named everywhere."""
-        return f"{self.schema_name}.{self.object_name}"
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.schema_name}.{self.object_name}")
 
     @property
     def fingerprint(self) -> str:
@@ -783,7 +788,7 @@ class _InstructionIndex:
     """A release's instructions grouped by collection and sorted by version, for range queries."""
 
     version: Version
-    by_name: Mapping[str, tuple[tuple[Version, ...], tuple[Migration, ...]]]
+    by_name: Mapping[str, tuple[tuple[tuple[Any, ...], ...], tuple[Migration, ...]]]
     own: tuple[Migration, ...]
     keys: frozenset[tuple[Version, str, str, Mechanism]]
 
@@ -795,7 +800,10 @@ class _InstructionIndex:
         return cls(
             release.version,
             MappingProxyType(
-                {name: (tuple(m.version for m in ms), tuple(ms)) for name, ms in grouped.items()}
+                {
+                    name: (tuple(m.version._order for m in ms), tuple(ms))
+                    for name, ms in grouped.items()
+                }
             ),
             tuple(m for m in release.migrations if m.version == release.version),
             frozenset(m.key for m in release.migrations),
@@ -806,8 +814,10 @@ class _InstructionIndex:
         entry = self.by_name.get(name)
         if entry is None:
             return ()
-        versions, migrations = entry
-        return migrations[bisect.bisect_right(versions, low) : bisect.bisect_right(versions, high)]
+        # Bisect on the precedence keys: plain tuple comparisons, no Python-level __lt__.
+        orders, migrations = entry
+        start = bisect.bisect_right(orders, low._order)
+        return migrations[start : bisect.bisect_right(orders, high._order)]
 
 
 @attrs.frozen
@@ -820,7 +830,11 @@ class _Problem:
 
 
 def _merge(instructions: Sequence[Migration]) -> Mechanism:
-    return max((m.mechanism for m in instructions), key=lambda mechanism: mechanism.rank)
+    winner = instructions[0].mechanism
+    for migration in instructions[1:]:
+        if _MECHANISM_RANK[migration.mechanism.value] > _MECHANISM_RANK[winner.value]:
+            winner = migration.mechanism
+    return winner
 
 
 def _build_plan(

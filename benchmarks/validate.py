@@ -1,0 +1,180 @@
+"""Benchmark: exhaustive validation of a 50-release x 200-builtin history (issue 4: under 5 s).
+
+Generates a synthetic, valid release history in memory (seeded, so every run validates the same
+history): every release changes a dozen builtins by evolution (add or delete a column, nested
+additions included), replacement or rewrite, patch releases interleave with minor releases and
+are carried forward, and builtins are added and removed now and then. Then times
+``catalog.release.validate`` over all ``n * (n - 1) / 2`` upgrade paths.
+
+Prints one JSON object and writes it to ``benchmarks/results/validate.json``::
+
+    {"releases": 50, "builtins": 200, "paths": 1225, "seconds": ..., ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import attrs
+import pyarrow as pa
+
+from catalog.release import Builtin, Mechanism, Migration, Release, validate
+
+RESULTS = Path(__file__).resolve().parent / "results" / "validate.json"
+SCHEMAS = ("mz_catalog", "mz_internal", "mz_introspection")
+KINDS = ("table", "source", "log")
+CHANGES_PER_RELEASE = 12
+
+
+def _keep(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
+
+
+def _base_schema(index: int) -> pa.Schema:
+    """Eight columns, two of them nested, shaped a little differently per builtin."""
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("oid", pa.uint32(), nullable=False),
+            pa.field("name", pa.string(), nullable=False),
+            pa.field("owner_id", pa.string()),
+            pa.field("size", pa.int64() if index % 2 else pa.int32()),
+            pa.field("created_at", pa.timestamp("ms", tz="UTC")),
+            pa.field("config", pa.struct([pa.field("workers", pa.int32())])),
+            pa.field("tags", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+
+
+def _versions(count: int) -> list[str]:
+    """Minor releases with a patch release after every third one."""
+    versions: list[str] = []
+    minor = 1
+    while len(versions) < count:
+        versions.append(f"0.{minor}.0")
+        if minor % 3 == 0 and len(versions) < count:
+            versions.append(f"0.{minor}.1")
+        minor += 1
+    return versions
+
+
+def _evolved(schema: pa.Schema, rng: random.Random, version: str) -> pa.Schema:
+    tag = version.replace(".", "_")
+    choice = rng.random()
+    deletable = [f.name for f in schema if f.nullable and f.name not in ("config", "tags")]
+    if choice < 0.15 and deletable:
+        doomed = rng.choice(deletable)
+        return pa.schema([f for f in schema if f.name != doomed])
+    if choice < 0.35 and "config" in schema.names:
+        config = schema.field("config")
+        nested = pa.struct([*config.type, pa.field(f"opt_{tag}", pa.string())])
+        return schema.set(schema.get_field_index("config"), pa.field("config", nested))
+    return schema.append(pa.field(f"c_{tag}", pa.string()))
+
+
+def _changed_type(version: str) -> pa.Schema:
+    """An incompatible change: replace the whole shape (only a new shard takes it)."""
+    tag = version.replace(".", "_")
+    return pa.schema(
+        [pa.field("id", pa.string(), nullable=False), pa.field(f"v_{tag}", pa.float64())]
+    )
+
+
+def generate(releases: int, builtins: int, seed: int) -> list[Release]:
+    """A valid history of ``releases`` releases of about ``builtins`` builtins each."""
+    rng = random.Random(seed)
+    current: list[Builtin] = [
+        Builtin(
+            SCHEMAS[i % 3],
+            f"builtin_{i}",
+            KINDS[i % 3],
+            f"s{i}",
+            _base_schema(i),
+            retain_data=i % 17 == 0,
+        )
+        for i in range(builtins)
+    ]
+    next_id = builtins
+    migrations: list[Migration] = []
+    history: list[Release] = []
+    for number, version in enumerate(_versions(releases)):
+        if number:
+            for builtin in rng.sample(current, CHANGES_PER_RELEASE):
+                roll = rng.random()
+                if roll < 0.7:
+                    mechanism, schema = Mechanism.EVOLUTION, _evolved(builtin.schema, rng, version)
+                elif roll < 0.85 and not builtin.retain_data:
+                    mechanism, schema = Mechanism.REPLACEMENT, _changed_type(version)
+                else:
+                    mechanism, schema = Mechanism.REWRITE, _changed_type(version)
+                migrations.append(
+                    Migration(
+                        version,
+                        builtin.schema_name,
+                        builtin.object_name,
+                        builtin.kind,
+                        mechanism,
+                        transform=_keep if mechanism is Mechanism.REWRITE else None,
+                    )
+                )
+                position = current.index(builtin)
+                current[position] = attrs.evolve(builtin, schema=schema)
+            if number % 10 == 0:
+                current.pop(rng.randrange(len(current)))
+                current.append(
+                    Builtin(
+                        "mz_internal",
+                        f"builtin_{next_id}",
+                        "source",
+                        f"s{next_id}",
+                        _base_schema(next_id),
+                    )
+                )
+                next_id += 1
+        history.append(Release(version, list(current), list(migrations)))
+    return history
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--releases", type=int, default=50)
+    parser.add_argument("--builtins", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    history = generate(args.releases, args.builtins, args.seed)
+    generated = time.perf_counter() - started
+
+    started = time.perf_counter()
+    report = validate(history)
+    seconds = time.perf_counter() - started
+
+    result = {
+        "benchmark": "validate",
+        "releases": len(history),
+        "builtins": args.builtins,
+        "instructions": len(history[-1].migrations),
+        "paths": report.paths_checked,
+        "failures": len(report.failures),
+        "seconds": round(seconds, 3),
+        "generate_seconds": round(generated, 3),
+        "target_seconds": 5.0,
+        "python": platform.python_version(),
+        "seed": args.seed,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
