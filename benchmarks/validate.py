@@ -25,6 +25,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.release import Builtin, Mechanism, Migration, Release, validate
+from orchestrator.logs import configure_logging
 
 RESULTS = Path(__file__).resolve().parent / "results" / "validate.json"
 SCHEMAS = ("mz_catalog", "mz_internal", "mz_introspection")
@@ -148,6 +149,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
+    configure_logging("WARNING")  # stdout carries only the JSON result
 
     started = time.perf_counter()
     history = generate(args.releases, args.builtins, args.seed)
