@@ -1,0 +1,158 @@
+"""catalog.consensus against a real ZooKeeper: CAS, transactions, fencing, retries."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.consensus import (
+    MAX_VALUE_BYTES,
+    CasRetry,
+    Check,
+    Consensus,
+    Create,
+    Fence,
+    SetData,
+    decode_json,
+    encode_json,
+    env_root,
+)
+from catalog.errors import (
+    BadInputError,
+    ConsensusError,
+    FencedError,
+    VersionMismatchError,
+)
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(zk_client: KazooClient, zk_env: ZkEnv) -> Iterator[Consensus]:
+    consensus = Consensus(zk_client, zk_env.root)
+    consensus.ensure()
+    yield consensus
+
+
+def test_cas_create_then_set_with_version(store: Consensus) -> None:
+    """A CAS names the version it read; the new version is returned."""
+    assert store.cas("k", b"a", -1) == 0
+    assert store.cas("k", b"b", 0) == 1
+    found = store.get("k")
+    assert found is not None and found.value == b"b" and found.version == 1
+
+
+def test_cas_mismatch_carries_current_value(store: Consensus) -> None:
+    """Losing a race raises VersionMismatchError with the winner's value and version."""
+    store.cas("k", b"a", -1)
+    store.cas("k", b"winner", 0)
+    with pytest.raises(VersionMismatchError) as info:
+        store.cas("k", b"loser", 0)
+    assert info.value.key == "k"
+    assert info.value.version == 1
+    assert info.value.current is not None and info.value.current.value == b"winner"
+
+
+def test_create_of_existing_key_is_a_mismatch(store: Consensus) -> None:
+    """Two bootstraps racing: the second create loses as a version mismatch, not a crash."""
+    store.cas("k", b"first", -1)
+    with pytest.raises(VersionMismatchError):
+        store.cas("k", b"second", -1)
+
+
+def test_transaction_is_all_or_nothing(store: Consensus) -> None:
+    """One failing op rolls the whole multi-op back."""
+    store.cas("a", b"1", -1)
+    with pytest.raises(VersionMismatchError) as info:
+        store.commit([SetData("a", b"2", 0), Create("b", b"x"), Check("a", 7)])
+    assert info.value.key == "a"
+    assert store.get("a").value == b"1"  # type: ignore[union-attr]
+    assert store.get("b") is None
+
+
+def test_fenced_write_is_rejected_and_not_retryable(store: Consensus) -> None:
+    """A writer holding an old epoch version is fenced, even if its own CAS would match."""
+    store.cas("epoch", encode_json({"epoch": 1}), -1)
+    old = Fence("epoch", 0)
+    store.cas("data", b"v0", -1, fence=old)
+    store.cas("epoch", encode_json({"epoch": 2}), 0)  # a new leader took over
+    with pytest.raises(FencedError):
+        store.cas("data", b"zombie", 0, fence=old)
+    assert store.get("data").value == b"v0"  # type: ignore[union-attr]
+    attempts = []
+
+    def attempt() -> None:
+        attempts.append(1)
+        store.cas("data", b"zombie", 0, fence=old)
+
+    with pytest.raises(FencedError):
+        CasRetry()(attempt)
+    assert len(attempts) == 1
+
+
+def test_oversized_value_is_refused_before_writing(store: Consensus) -> None:
+    """Values above the limit never reach ZooKeeper."""
+    with pytest.raises(ConsensusError) as info:
+        store.cas("big", b"x" * (MAX_VALUE_BYTES + 1), -1)
+    assert info.value.details["key"] == "big"
+    assert store.get("big") is None
+
+
+def test_get_many_pipelines_reads(store: Consensus) -> None:
+    """A batched read returns every key, None for missing ones."""
+    store.commit([Create(f"k{i}", str(i).encode()) for i in range(50)])
+    found = store.get_many([f"k{i}" for i in range(52)])
+    assert found["k7"] is not None and found["k7"].value == b"7"
+    assert found["k51"] is None
+
+
+def test_threads_racing_cas_lose_no_increment(zk_env: ZkEnv, store: Consensus) -> None:
+    """8 threads incrementing one counter through CasRetry: no lost or duplicated update."""
+    store.cas("counter", encode_json(0), -1)
+    per_thread = 25
+
+    def worker() -> None:
+        client = KazooClient(hosts=zk_env.hosts)
+        client.start(timeout=15)
+        mine = Consensus(client, zk_env.root)
+        retry = CasRetry(max_attempts=500)
+
+        def increment() -> None:
+            found = mine.get("counter")
+            assert found is not None
+            mine.cas("counter", encode_json(decode_json(found.value) + 1), found.version)
+
+        for _ in range(per_thread):
+            retry(increment)
+        client.stop()
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    found = store.get("counter")
+    assert found is not None and decode_json(found.value) == 8 * per_thread
+
+
+def test_cas_retry_gives_up_after_max_attempts() -> None:
+    """A conflict that never resolves surfaces after max_attempts, counted in retries."""
+    retry = CasRetry(max_attempts=3, sleep=lambda _s: None)
+
+    def always_conflict() -> None:
+        raise VersionMismatchError("lost", key="k")
+
+    with pytest.raises(VersionMismatchError):
+        retry(always_conflict)
+    assert retry.retries == 3
+
+
+def test_env_root_rejects_bad_names() -> None:
+    """An environment name with a slash would escape its root."""
+    assert env_root("prod") == "/catalog-upgrade/prod"
+    with pytest.raises(BadInputError):
+        env_root("a/b")
