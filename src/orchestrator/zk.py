@@ -1,0 +1,82 @@
+"""Connecting to ZooKeeper for commands and sidecars, with errors that name the hosts.
+
+``connect`` starts a kazoo client or raises :class:`~catalog.errors.ConnectionLostError` naming the
+hosts it tried (never a bare kazoo timeout); ``consensus_for`` builds the environment's
+:class:`~catalog.consensus.Consensus` without creating anything, so read-only commands (``status``)
+leave an empty environment empty; ``open_consensus`` is the context manager the CLI uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from catalog.consensus import Consensus, env_root
+from catalog.errors import BadInputError, ConnectionLostError
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_SESSION_TIMEOUT = 10.0
+
+
+def connect(
+    zk: str,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    *,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+) -> KazooClient:
+    """A started KazooClient for ``zk`` (``host:port[,host:port...]``).
+
+    Raises ConnectionLostError (exit 1) naming the hosts when no server answers within
+    ``timeout`` seconds, and BadInputError (exit 2) for a malformed connection string. The caller
+    owns the client: ``close(client)`` when done.
+    """
+    if not zk or not zk.strip():
+        raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
+    try:
+        client = KazooClient(hosts=zk, timeout=session_timeout)
+    except ValueError as exc:
+        raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
+    try:
+        client.start(timeout=timeout)
+    except (KazooTimeoutError, OSError) as exc:
+        close(client)
+        raise ConnectionLostError(
+            f"ZooKeeper at {zk} did not answer within {timeout:g} s "
+            "(is it running? start one with `catalog-upgrade zookeeper`)",
+            zk=zk,
+            timeout=timeout,
+        ) from exc
+    return client
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close ``client``; ephemeral nodes of its session go at once, not at expiry."""
+    with contextlib.suppress(Exception):  # closing is best effort: the session expires anyway
+        client.stop()
+    with contextlib.suppress(Exception):
+        client.close()
+
+
+def consensus_for(client: KazooClient, env: str) -> Consensus:
+    """The store of environment ``env`` (validates the name; creates nothing)."""
+    return Consensus(client=client, root=env_root(env))
+
+
+@contextlib.contextmanager
+def open_consensus(
+    zk: str,
+    env: str,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    *,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+) -> Iterator[Consensus]:
+    """Connect, yield the environment's Consensus, and close the client afterwards."""
+    root = env_root(env)  # a bad --env is refused before any connection attempt
+    client = connect(zk, timeout, session_timeout=session_timeout)
+    try:
+        yield Consensus(client=client, root=root)
+    finally:
+        close(client)
