@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import types
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -91,29 +92,27 @@ RULE_READER_NEEDS_NON_NULL = "reader-needs-non-null"
 RULE_READER_UNKNOWN_FIELD = "reader-unknown-field"
 RULE_READER_TYPE_MISMATCH = "reader-type-mismatch"
 
-_OTHER_MECHANISM = "use Mechanism.REPLACEMENT or REWRITE"
-_SUGGESTIONS = {
-    RULE_TYPE_CHANGED: "keep the old type and add the new one as a nullable field at the end "
-    f"under a new name, or {_OTHER_MECHANISM}",
-    RULE_NULLABILITY_TIGHTENED: f"keep the field nullable, or {_OTHER_MECHANISM}",
-    RULE_FIELD_REORDERED: "keep the existing order (new fields go at the end), "
-    f"or {_OTHER_MECHANISM}",
-    RULE_FIELD_ADDED_NOT_NULLABLE: f"add it as a nullable field, or {_OTHER_MECHANISM}",
-    RULE_FIELD_ADDED_NOT_AT_END: "add it as a nullable field at the end, after every existing "
-    f"field, or {_OTHER_MECHANISM}",
-    RULE_FIELD_READDED: "deleted names stay reserved: add it as a nullable field at the end under "
-    f"a new name, or {_OTHER_MECHANISM}",
-    RULE_MAP_KEY_CHANGED: "keep the map key type; add a new map as a nullable field at the end "
-    f"under a new name, or {_OTHER_MECHANISM}",
-    RULE_FIELD_NAME_DUPLICATED: "give every field of a struct a distinct name",
-    RULE_DATA_MISMATCH: "pass the schema the data was written with",
-    RULE_READER_NEEDS_DELETED_FIELD: "drop the field from the reader schema or upgrade the "
-    "reader to the shard's current schema",
-    RULE_READER_NEEDS_NON_NULL: "declare the reader field nullable or upgrade the reader",
-    RULE_READER_UNKNOWN_FIELD: "drop the field from the reader schema or register the schema "
-    "that adds it first",
-    RULE_READER_TYPE_MISMATCH: "read with the shard's current type for this field",
-}
+_OTHER = "or use Mechanism.REPLACEMENT or REWRITE"
+_AT_END = "add it as a nullable field at the end under a new name"
+_SUGGESTIONS = types.MappingProxyType(
+    {
+        RULE_TYPE_CHANGED: f"keep the old type; for the new one {_AT_END}, {_OTHER}",
+        RULE_NULLABILITY_TIGHTENED: f"keep the field nullable, {_OTHER}",
+        RULE_FIELD_REORDERED: f"keep the existing order (new fields go at the end), {_OTHER}",
+        RULE_FIELD_ADDED_NOT_NULLABLE: f"add it as a nullable field, {_OTHER}",
+        RULE_FIELD_ADDED_NOT_AT_END: f"add it after every existing field, {_OTHER}",
+        RULE_FIELD_READDED: f"deleted names stay reserved: {_AT_END}, {_OTHER}",
+        RULE_MAP_KEY_CHANGED: f"keep the map key; for a new map {_AT_END}, {_OTHER}",
+        RULE_FIELD_NAME_DUPLICATED: "give every field of a struct a distinct name",
+        RULE_DATA_MISMATCH: "pass the schema the data was written with",
+        RULE_READER_NEEDS_DELETED_FIELD: "drop the field from the reader schema, or upgrade the "
+        "reader to the shard's current schema",
+        RULE_READER_NEEDS_NON_NULL: "declare the reader field nullable, or upgrade the reader",
+        RULE_READER_UNKNOWN_FIELD: "drop the field from the reader schema, or register the "
+        "schema that adds it first",
+        RULE_READER_TYPE_MISMATCH: "read with the shard's current type for this field",
+    }
+)
 
 _ITEMS = "items"
 _KEY = "key"
@@ -349,7 +348,8 @@ def _refuse(
     error: type[SchemaIncompatibleError] = SchemaIncompatibleError,
 ) -> SchemaIncompatibleError:
     suggestion = _SUGGESTIONS[rule]
-    change = f" ({old} -> {new})" if old is not None or new is not None else ""
+    shown = [x for x in (old, new) if x is not None]
+    change = f" ({' -> '.join(shown)})" if shown else ""
     message = f"{path or '<root>'}: {what}{change}; rule {rule}; fix: {suggestion}"
     return error(message, rule=rule, path=path, old=old, new=new, suggestion=suggestion)
 
@@ -864,7 +864,7 @@ def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> d
         "added": diff.added_paths,
         "dropped": diff.dropped,
         "relaxed": diff.relaxed,
-        "changed": diff.changed,
+        "changed": list(dict.fromkeys(diff.changed)),  # a path may both tighten and retype
     }
 
 
@@ -910,8 +910,9 @@ def _list_offsets(values: pa.Array) -> pa.Array:
         return pa.array([0], offset_type)
     offsets = values.offsets
     start = offsets[0].as_py()
-    if start == 0:
+    if start == 0 and offsets.offset == 0:
         return offsets
+    # A fresh array: from_arrays refuses a validity mask over sliced offsets.
     return pc.subtract(offsets, pa.scalar(start, offset_type))
 
 
@@ -1078,7 +1079,10 @@ def _migrate_columns(
         fields.append(data.schema.field(index))
     schema = pa.schema(fields, metadata=target.metadata)
     if not columns:
-        # from_arrays cannot know the row count of zero columns; select keeps it.
+        # from_arrays cannot know the row count of zero columns; select keeps it, and
+        # Table.replace_schema_metadata would lose it (pyarrow 26), so tables go by batches.
+        if isinstance(data, pa.Table):
+            return pa.Table.from_batches([b.select([]) for b in data.to_batches()], schema=schema)
         return data.select([]).replace_schema_metadata(target.metadata)
     if isinstance(data, pa.Table):
         return pa.Table.from_arrays(columns, schema=schema)
