@@ -98,7 +98,13 @@ def zookeeper(port: int, data_dir: Path) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    server.start()
+    try:
+        server.start()
+    except CatalogError:
+        if stopping:  # a signal arrived while the server was still starting
+            click.echo("ZooKeeper stopped")
+            return
+        raise
     click.echo(f"ZooKeeper serving on {server.hosts} (data in {server.data_dir}); Ctrl-C stops it")
     code = server.wait()
     if not stopping and code != 0:
