@@ -1,0 +1,172 @@
+"""The sidecar's HTTP layer and metrics, served over a real socket from a scripted API."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from http import HTTPStatus
+from typing import Any
+
+import attrs
+import pytest
+
+from catalog.errors import BadInputError, FencedError
+from orchestrator.sidecar_http import (
+    HttpError,
+    Readiness,
+    ReadinessCheck,
+    SidecarHttpServer,
+    parse_address,
+)
+from orchestrator.sidecar_metrics import SidecarMetrics
+
+
+@attrs.define
+class ScriptedApi:
+    """A SidecarApi whose answers the test sets; it records what the server passed in."""
+
+    ready: bool = False
+    metrics_: SidecarMetrics = attrs.field(factory=SidecarMetrics)
+    promoted: list[int | None] = attrs.field(factory=list)
+    appended: list[tuple[str, bytes]] = attrs.field(factory=list)
+    append_error: Exception | None = None
+
+    def readiness(self) -> Readiness:
+        return Readiness(
+            (
+                ReadinessCheck("zookeeper", True),
+                ReadinessCheck("state", self.ready, "state is checking"),
+            )
+        )
+
+    def status_json(self) -> Mapping[str, Any]:
+        return {"catalog": None, "processes": []}
+
+    def metrics(self) -> bytes:
+        return self.metrics_.render()
+
+    def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
+        self.promoted.append(deploy_generation)
+        if deploy_generation == 0:
+            raise FencedError("stale", deploy_generation=0, catalog_generation=1)
+        return {"deploy_generation": deploy_generation}
+
+    def append(self, collection: str, body: bytes) -> Mapping[str, Any]:
+        if self.append_error is not None:
+            raise self.append_error
+        self.appended.append((collection, body))
+        return {"rows": body.count(b"\n"), "upper": 3}
+
+    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+        return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[ScriptedApi, str]]:
+    api = ScriptedApi()
+    server = SidecarHttpServer(api).start()
+    yield api, f"http://{server.address}"
+    server.stop()
+
+
+def call(url: str, data: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_readyz_follows_state_and_verbose_lists_checks(served: tuple[ScriptedApi, str]) -> None:
+    """/readyz is 503 until ready, 200 after; ?verbose names each check and its outcome."""
+    api, base = served
+    assert call(f"{base}/healthz")[0] == 200
+    status, body = call(f"{base}/readyz?verbose")
+    assert status == 503
+    assert b"[+]zookeeper ok" in body and b"[-]state failed" in body
+    api.ready = True
+    assert call(f"{base}/readyz")[0] == 200
+
+
+def test_promote_takes_query_or_body_and_maps_errors(served: tuple[ScriptedApi, str]) -> None:
+    """POST /promote reads deploy_generation from the query or JSON body; fenced answers 409."""
+    api, base = served
+    assert call(f"{base}/promote?deploy_generation=3", b"")[0] == 200
+    assert call(f"{base}/promote", json.dumps({"deploy_generation": 4}).encode())[0] == 200
+    assert call(f"{base}/promote", b"")[0] == 200
+    status, body = call(f"{base}/promote?deploy_generation=0", b"")
+    assert status == 409
+    assert json.loads(body)["error"] == "FencedError"
+    assert call(f"{base}/promote?deploy_generation=x", b"")[0] == 400
+    assert api.promoted == [3, 4, None, 0]
+
+
+def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
+    """/append passes the collection and body through; /read answers JSON lines."""
+    api, base = served
+    status, body = call(f"{base}/append?collection=s.t", b'{"id": 1}\n{"id": 2}\n')
+    assert status == 200 and json.loads(body)["rows"] == 2
+    assert api.appended == [("s.t", b'{"id": 1}\n{"id": 2}\n')]
+    status, body = call(f"{base}/read?collection=s.t&as_of=7")
+    assert status == 200
+    assert [json.loads(line)["as_of"] for line in body.splitlines()] == [7, 7]
+    assert call(f"{base}/append", b"{}")[0] == 400
+    api.append_error = HttpError(HTTPStatus.CONFLICT, "read-only", "not the leader")
+    assert call(f"{base}/append?collection=s.t", b"{}")[0] == 409
+    api.append_error = BadInputError("bad row", line=1)
+    status, body = call(f"{base}/append?collection=s.t", b"{}")
+    assert status == 400 and json.loads(body)["line"] == 1
+
+
+def test_unknown_paths_and_wrong_methods(served: tuple[ScriptedApi, str]) -> None:
+    """Unknown paths answer 404 and known paths with the wrong verb 405."""
+    _, base = served
+    assert call(f"{base}/nope")[0] == 404
+    assert call(f"{base}/append?collection=s.t")[0] == 405
+    assert call(f"{base}/status", b"")[0] == 405
+
+
+def test_metrics_exposition(served: tuple[ScriptedApi, str]) -> None:
+    """/metrics serves the process registry: state, ZooKeeper latency and CAS retries."""
+    api, base = served
+    api.metrics_.set_state("ready")
+    api.metrics_.observe_zookeeper("get", 0.002)
+    api.metrics_.count_cas_retry(ValueError("lost"))
+    status, body = call(f"{base}/metrics")
+    text = body.decode()
+    assert status == 200
+    assert 'catalog_upgrade_state{state="ready"} 1.0' in text
+    assert 'catalog_upgrade_state{state="checking"} 0.0' in text
+    assert 'catalog_upgrade_zookeeper_request_seconds_count{kind="get"} 1.0' in text
+    assert 'catalog_upgrade_cas_retries_total{error="ValueError"} 1.0' in text
+
+
+def test_metrics_registries_are_per_process() -> None:
+    """Two SidecarMetrics never share a registry (no global Prometheus state)."""
+    first, second = SidecarMetrics(), SidecarMetrics()
+    first.set_epoch(5)
+    assert b"catalog_upgrade_epoch 5.0" in first.render()
+    assert b"catalog_upgrade_epoch 0.0" in second.render()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("localhost:8080", ("localhost", 8080)),
+        ("[::1]:9000", ("::1", 9000)),
+    ],
+)
+def test_parse_address(text: str, expected: tuple[str, int]) -> None:
+    """--http HOST:PORT parses, including bracketed IPv6 hosts."""
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8080", "host:", ":80", "host:99999", "host:x"])
+def test_parse_address_refuses_malformed(text: str) -> None:
+    """A malformed --http address is bad input (exit 2)."""
+    with pytest.raises(BadInputError):
+        parse_address(text)
