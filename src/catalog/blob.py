@@ -1,0 +1,273 @@
+"""Blob storage for shard batches and rollups, over ``pyarrow.fs``.
+
+A :class:`BlobStore` is rooted at a URI: a plain path is a local directory (created if missing),
+anything else goes to :func:`pyarrow.fs.FileSystem.from_uri` (``s3://``, ``gs://``, ``hdfs://``,
+``file://``). Keys are ``/``-separated paths below the root, e.g.
+``shards/<shard_id>/<uuid>.parquet``.
+
+Writes are atomic, so a reader never sees half a blob:
+
+* on file systems with a rename (local, HDFS) the data is written to a temporary name in the same
+  directory (``.<name>.tmp-<uuid>``) and renamed into place;
+* object stores (S3, GCS, ...) publish an object only when its upload completes, so the data is
+  written to the final key directly.
+
+A blob that is missing, truncated or not valid Parquet is reported on read as
+:class:`~catalog.errors.CorruptBlobError` naming the key. Parquet files are written with page
+checksums, which are verified on read, so flipped bytes are caught too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import structlog
+
+from catalog.errors import BadInputError, BlobError, CorruptBlobError
+
+__all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore"]
+
+log = structlog.get_logger(__name__)
+
+# Temporary files of in-flight local writes carry this marker; ``list`` hides them.
+TEMP_MARKER = ".tmp-"
+# File systems whose writes become visible before they complete: write, then rename.
+_RENAMING_FILE_SYSTEMS = frozenset({"local", "hdfs", "mock"})
+
+
+@attrs.frozen
+class BlobInfo:
+    """One stored blob: its key, size in bytes and modification time (seconds since epoch)."""
+
+    key: str
+    size: int
+    mtime: float
+
+
+def _clean_key(key: str) -> str:
+    parts = key.strip("/").split("/")
+    if not key.strip("/") or any(p in {"", ".", ".."} for p in parts):
+        raise BadInputError(f"invalid blob key {key!r}", key=key)
+    return "/".join(parts)
+
+
+@attrs.define
+class BlobStore:
+    """Batches (Parquet) and small immutable blobs (bytes) below one root of a file system."""
+
+    filesystem: pafs.FileSystem
+    root: str
+    uri: str
+
+    @classmethod
+    def from_uri(cls, uri: str) -> BlobStore:
+        """A store at ``uri``: a local directory path (created if missing) or a pyarrow URI."""
+        if not uri:
+            raise BadInputError("empty blob URI", uri=uri)
+        if "://" not in uri:
+            path = Path(uri).expanduser().resolve()
+            path.mkdir(parents=True, exist_ok=True)
+            return cls(filesystem=pafs.LocalFileSystem(), root=str(path), uri=str(path))
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise BadInputError(f"blob URI {uri!r} is not usable: {exc}", uri=uri) from exc
+        root = root.rstrip("/")
+        if filesystem.type_name == "local":
+            Path(root).mkdir(parents=True, exist_ok=True)
+        return cls(filesystem=filesystem, root=root, uri=uri)
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def path(self, key: str) -> str:
+        """The file system path of ``key`` (what ``self.filesystem`` and Spark open)."""
+        return f"{self.root}/{_clean_key(key)}"
+
+    def _key_of(self, path: str) -> str:
+        return path[len(self.root) :].strip("/")
+
+    @property
+    def _renames(self) -> bool:
+        return self.filesystem.type_name in _RENAMING_FILE_SYSTEMS
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _publish(self, key: str, write: Callable[[str], None]) -> None:
+        """Run ``write(path)`` so that ``key`` appears complete or not at all."""
+        final = self.path(key)
+        directory, _, name = final.rpartition("/")
+        try:
+            self.filesystem.create_dir(directory, recursive=True)
+            if not self._renames:
+                write(final)
+                return
+            temp = f"{directory}/.{name}{TEMP_MARKER}{uuid.uuid4().hex}"
+            try:
+                write(temp)
+                self.filesystem.move(temp, final)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self.filesystem.delete_file(temp)
+                raise
+        except OSError as exc:
+            raise BlobError(f"writing blob {key} failed: {exc}", key=key, uri=self.uri) from exc
+
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
+        """Write ``table`` as one Parquet file at ``key`` atomically; returns its size in bytes."""
+        data = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
+
+        def write(path: str) -> None:
+            with self.filesystem.open_output_stream(path) as sink:
+                pq.write_table(data, sink, write_page_checksum=True, compression="snappy")
+
+        self._publish(key, write)
+        return self._size(key)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write a small immutable blob (a rollup of batch entries) at ``key`` atomically."""
+
+        def write(path: str) -> None:
+            with self.filesystem.open_output_stream(path) as sink:
+                sink.write(data)
+
+        self._publish(key, write)
+
+    def _size(self, key: str) -> int:
+        info = self.filesystem.get_file_info(self.path(key))
+        return int(info.size or 0)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_batch(
+        self, key: str, *, columns: Sequence[str] | None = None, expected_rows: int | None = None
+    ) -> pa.Table:
+        """The Parquet file at ``key``; :class:`CorruptBlobError` when missing, partial or corrupt.
+
+        ``expected_rows`` (the row count the shard state recorded) also catches a file that is
+        valid Parquet but not the one that was written.
+        """
+        path = self.path(key)
+        try:
+            table = pq.read_table(
+                path,
+                columns=list(columns) if columns is not None else None,
+                filesystem=self.filesystem,
+                page_checksum_verification=True,
+                pre_buffer=True,
+            )
+        except FileNotFoundError as exc:
+            raise CorruptBlobError(
+                f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+            ) from exc
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            if not self.exists(key):
+                raise CorruptBlobError(
+                    f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+                ) from exc
+            raise CorruptBlobError(
+                f"blob {key} is partial or not valid Parquet: {exc}",
+                key=key,
+                uri=self.uri,
+                reason="corrupt",
+            ) from exc
+        if expected_rows is not None and table.num_rows != expected_rows:
+            raise CorruptBlobError(
+                f"blob {key} holds {table.num_rows} rows, the shard state recorded {expected_rows}",
+                key=key,
+                uri=self.uri,
+                reason="row-count",
+                rows=table.num_rows,
+                expected_rows=expected_rows,
+            )
+        return table
+
+    def get_bytes(self, key: str) -> bytes:
+        """The blob at ``key``; :class:`CorruptBlobError` when it is missing."""
+        try:
+            with self.filesystem.open_input_stream(self.path(key)) as source:
+                return bytes(source.read())
+        except FileNotFoundError as exc:
+            raise CorruptBlobError(
+                f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+            ) from exc
+        except OSError as exc:
+            raise BlobError(f"reading blob {key} failed: {exc}", key=key, uri=self.uri) from exc
+
+    def exists(self, key: str) -> bool:
+        return bool(self.filesystem.get_file_info(self.path(key)).type == pafs.FileType.File)
+
+    def list_info(self, prefix: str) -> list[BlobInfo]:
+        """Every complete blob below the directory ``prefix``, sorted by key.
+
+        Temporary files of in-flight writes are left out; see :meth:`list_temp`.
+        """
+        return [info for info in self._walk(prefix) if TEMP_MARKER not in info.key]
+
+    def list(self, prefix: str) -> list[str]:
+        """Keys of every complete blob below the directory ``prefix``, sorted."""
+        return [info.key for info in self.list_info(prefix)]
+
+    def list_temp(self, prefix: str) -> builtins.list[BlobInfo]:
+        """Temporary files below ``prefix``: in-flight writes, or leftovers of crashed ones."""
+        return [info for info in self._walk(prefix) if TEMP_MARKER in info.key]
+
+    def _walk(self, prefix: str) -> builtins.list[BlobInfo]:
+        base = self.path(prefix) if prefix.strip("/") else self.root
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        try:
+            infos = self.filesystem.get_file_info(selector)
+        except OSError as exc:
+            raise BlobError(f"listing {prefix} failed: {exc}", prefix=prefix) from exc
+        out = [
+            BlobInfo(
+                key=self._key_of(info.path),
+                size=int(info.size or 0),
+                mtime=info.mtime.timestamp() if info.mtime is not None else 0.0,
+            )
+            for info in infos
+            if info.type == pafs.FileType.File
+        ]
+        return sorted(out, key=lambda info: info.key)
+
+    # -- deletes ----------------------------------------------------------------------------
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; removing a missing blob is not an error (deletes are retried)."""
+        try:
+            self.filesystem.delete_file(self.path(key))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if not self.exists(key):
+                return
+            raise BlobError(f"deleting blob {key} failed: {exc}", key=key) from exc
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.delete(key)
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove everything below the directory ``prefix`` (a finalized shard's blobs)."""
+        base = self.path(prefix)
+        try:
+            self.filesystem.delete_dir(base)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if self.filesystem.get_file_info(base).type == pafs.FileType.NotFound:
+                return
+            raise BlobError(f"deleting {prefix} failed: {exc}", prefix=prefix) from exc
+
+
+def local_uri(path: str | os.PathLike[str]) -> str:
+    """The blob URI of a local directory (what ``--blob DIR`` records)."""
+    return str(Path(path).expanduser().resolve())
