@@ -88,7 +88,7 @@ class SidecarApi(Protocol):
 
     def status_json(self) -> Mapping[str, Any]: ...
 
-    def metrics(self) -> bytes: ...
+    def metrics_text(self) -> bytes: ...
 
     def promote(self, deploy_generation: int | None) -> Mapping[str, Any]: ...
 
@@ -198,7 +198,7 @@ def _make_handler(api: SidecarApi) -> type[BaseHTTPRequestHandler]:
             self._json(HTTPStatus.OK, api.status_json())
 
         def metrics(self, _query: Mapping[str, list[str]]) -> None:
-            self._send(HTTPStatus.OK, api.metrics(), METRICS_CONTENT_TYPE)
+            self._send(HTTPStatus.OK, api.metrics_text(), METRICS_CONTENT_TYPE)
 
         def promote(self, query: Mapping[str, list[str]]) -> None:
             body = self._body()

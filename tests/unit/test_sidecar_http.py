@@ -44,7 +44,7 @@ class ScriptedApi:
     def status_json(self) -> Mapping[str, Any]:
         return {"catalog": None, "processes": []}
 
-    def metrics(self) -> bytes:
+    def metrics_text(self) -> bytes:
         return self.metrics_.render()
 
     def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
