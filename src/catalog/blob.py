@@ -190,6 +190,44 @@ class BlobStore:
             )
         return table
 
+    def get_batches(
+        self, keys: Sequence[str], *, expected_rows: Sequence[int] | None = None
+    ) -> pa.Table:
+        """Many Parquet files of one schema as one table, read in parallel in one call.
+
+        When the combined read fails or its row count differs from ``sum(expected_rows)``, the
+        files are read one by one to name the culprit in a :class:`CorruptBlobError`.
+        """
+        if expected_rows is not None and len(expected_rows) != len(keys):
+            raise ValueError("expected_rows must have one count per key")
+        if len(keys) == 1:
+            return self.get_batch(
+                keys[0], expected_rows=None if expected_rows is None else expected_rows[0]
+            )
+        if not keys:
+            raise ValueError("get_batches needs at least one key")
+        try:
+            table = pq.read_table(
+                [self.path(k) for k in keys],
+                filesystem=self.filesystem,
+                page_checksum_verification=True,
+                pre_buffer=True,
+            )
+        except (pa.ArrowException, OSError, ValueError):
+            table = None
+        if table is not None and (expected_rows is None or table.num_rows == sum(expected_rows)):
+            return table
+        for index, key in enumerate(keys):
+            self.get_batch(
+                key, expected_rows=None if expected_rows is None else expected_rows[index]
+            )
+        raise CorruptBlobError(
+            f"blobs {keys[0]} ... ({len(keys)} files) could not be read together",
+            key=keys[0],
+            uri=self.uri,
+            reason="corrupt",
+        )
+
     def get_bytes(self, key: str) -> bytes:
         """The blob at ``key``; :class:`CorruptBlobError` when it is missing."""
         try:

@@ -20,17 +20,22 @@ from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 import pyarrow as pa
+import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Fence
-from catalog.shard import Shard, ShardState
+from catalog.consensus import CasRetry, Consensus, Fence
+from catalog.errors import ShardError, VersionMismatchError
+from catalog.shard import DIFF, TS, Shard, ShardState, new_shard_id, update_schema
 from catalog.state import MIGRATION_SHARD_ID
 
 __all__ = [
     "MIGRATION_SCHEMA",
+    "CreateShard",
     "MigrationEntry",
     "MigrationShard",
 ]
+
+log = structlog.get_logger(__name__)
 
 MIGRATION_SCHEMA = pa.schema(
     [
@@ -45,7 +50,7 @@ MIGRATION_SCHEMA = pa.schema(
 CreateShard = Callable[[str, pa.Schema], str]
 
 
-@attrs.frozen
+@attrs.frozen(order=True)
 class MigrationEntry:
     """One replacement: collection ``global_id`` at ``(version, deploy_generation)`` lives in
     ``shard_id``."""
@@ -59,12 +64,28 @@ class MigrationEntry:
         return attrs.asdict(self)
 
 
+def _updates(entries: Iterable[MigrationEntry], ts: int, diff: int) -> pa.Table:
+    rows = sorted(set(entries))
+    return pa.Table.from_pydict(
+        {
+            "global_id": [e.global_id for e in rows],
+            "version": [e.version for e in rows],
+            "deploy_generation": [e.deploy_generation for e in rows],
+            "shard_id": [e.shard_id for e in rows],
+            TS: [ts] * len(rows),
+            DIFF: [diff] * len(rows),
+        },
+        schema=update_schema(MIGRATION_SCHEMA),
+    )
+
+
 @attrs.define
 class MigrationShard:
     """The migration shard of one environment."""
 
     consensus: Consensus
     blob: BlobStore
+    retry: Callable[[], CasRetry] = CasRetry
     shard: Shard = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -72,28 +93,101 @@ class MigrationShard:
 
     def ensure(self, *, fence: Fence | None = None) -> ShardState:
         """Create the migration shard if it does not exist yet; its state either way."""
-        raise NotImplementedError
+        try:
+            return self.shard.state()
+        except ShardError as exc:
+            if exc.details.get("reason") != "not-found":
+                raise
+        return self.shard.create(MIGRATION_SCHEMA, fence=fence, exist_ok=True)
+
+    def _read(self, as_of: int | None = None) -> tuple[list[MigrationEntry], ShardState | None]:
+        """The live entries as of ``as_of`` (default: the upper) and the state they come from."""
+        try:
+            state = self.shard.state()
+        except ShardError as exc:
+            if exc.details.get("reason") != "not-found":
+                raise
+            return [], None
+        table = self.shard.snapshot_of(state, as_of)
+        out: list[MigrationEntry] = []
+        for row in table.to_pylist():
+            if row[DIFF] < 0:
+                log.warning("migration_entry_over_retracted", **{k: row[k] for k in row})
+                continue
+            entry = MigrationEntry(
+                row["global_id"], row["version"], row["deploy_generation"], row["shard_id"]
+            )
+            out.append(entry)  # one per distinct entry, whatever its multiplicity
+        return sorted(out), state
 
     def entries(self, as_of: int | None = None) -> list[MigrationEntry]:
-        """Every live entry as of ``as_of`` (default: the latest complete time), sorted."""
-        raise NotImplementedError
+        """Every live entry as of ``as_of`` (default: the latest complete time), sorted.
+
+        A migration shard that does not exist yet has no entries.
+        """
+        return self._read(as_of)[0]
 
     def entries_for(self, version: str, generation: int) -> dict[str, MigrationEntry]:
-        """Entries at exactly ``(version, generation)``, by global id."""
-        raise NotImplementedError
+        """Entries at exactly ``(version, generation)``, by global id (everyone else's ignored)."""
+        return _exactly(self.entries(), version, generation)
+
+    def _append(
+        self,
+        build: Callable[[list[MigrationEntry]], tuple[list[MigrationEntry], int]],
+        fence: Fence | None,
+    ) -> int:
+        """Read, let ``build`` pick the rows and their diff, compare-and-append; retried."""
+        self.ensure(fence=fence)
+
+        def attempt() -> int:
+            live, state = self._read()
+            assert state is not None
+            rows, diff = build(live)
+            if not rows:
+                return state.upper
+            result = self.shard.compare_and_append(
+                _updates(rows, state.upper, diff), state.upper, state.upper + 1, fence=fence
+            )
+            if not result.ok:
+                raise VersionMismatchError(
+                    f"migration shard upper moved from {state.upper} to {result.upper}",
+                    key=self.shard.key,
+                    current=result.upper,
+                )
+            return result.upper
+
+        return self.retry()(attempt)
 
     def append_entries(
         self, entries: Iterable[MigrationEntry], *, fence: Fence | None = None
     ) -> int:
-        """Append ``entries`` (compare-and-append, re-reading on a lost race); the new upper."""
-        raise NotImplementedError
+        """Append ``entries`` (compare-and-append, re-reading on a lost race); the new upper.
+
+        Entries already live are skipped, so a retry after a lost answer never duplicates.
+        """
+        wanted = sorted(set(entries))
+
+        def build(live: list[MigrationEntry]) -> tuple[list[MigrationEntry], int]:
+            present = set(live)
+            return [e for e in wanted if e not in present], 1
+
+        upper = self._append(build, fence)
+        log.info("migration_entries_appended", count=len(wanted), upper=upper)
+        return upper
 
     def retract(self, entries: Iterable[MigrationEntry], *, fence: Fence | None) -> int:
         """Retract those of ``entries`` that are live (``-1`` diffs); the new upper.
 
         Entries that are not live are skipped, so retracting twice is harmless.
         """
-        raise NotImplementedError
+        wanted = set(entries)
+
+        def build(live: list[MigrationEntry]) -> tuple[list[MigrationEntry], int]:
+            return [e for e in live if e in wanted], -1
+
+        upper = self._append(build, fence)
+        log.info("migration_entries_retracted", count=len(wanted), upper=upper)
+        return upper
 
     def ensure_replacement_shards(
         self,
@@ -113,4 +207,69 @@ class MigrationShard:
         so every racer returns the same shard id per collection. Shards this call created that
         end up unused are discarded (default creator) or left for cleanup (custom creator).
         """
-        raise NotImplementedError
+        if not wanted:
+            return {}
+        self.ensure(fence=fence)
+        creator = create_shard or self._create_shard(fence)
+        created: dict[str, str] = {}
+
+        def attempt() -> dict[str, str]:
+            live, state = self._read()
+            assert state is not None
+            found = {
+                gid: e.shard_id
+                for gid, e in _exactly(live, version, generation).items()
+                if gid in wanted
+            }
+            missing = sorted(gid for gid in wanted if gid not in found)
+            if not missing:
+                return found
+            for gid in missing:
+                if gid not in created:  # a shard made in a lost attempt is reused
+                    created[gid] = creator(gid, wanted[gid])
+            rows = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
+            result = self.shard.compare_and_append(
+                _updates(rows, state.upper, 1), state.upper, state.upper + 1, fence=fence
+            )
+            if not result.ok:
+                raise VersionMismatchError(
+                    f"migration shard upper moved from {state.upper} to {result.upper}",
+                    key=self.shard.key,
+                    current=result.upper,
+                )
+            return {**found, **{gid: created[gid] for gid in missing}}
+
+        mapping = self.retry()(attempt)
+        orphans = sorted(sid for gid, sid in created.items() if mapping.get(gid) != sid)
+        if orphans and create_shard is None:
+            for shard_id in orphans:
+                Shard(self.consensus, self.blob, shard_id).discard(fence=fence)
+        log.info(
+            "replacement_shards_ensured",
+            version=version,
+            deploy_generation=generation,
+            collections=len(mapping),
+            created=len(created) - len(orphans),
+            orphans=len(orphans),
+        )
+        return mapping
+
+    def _create_shard(self, fence: Fence | None) -> CreateShard:
+        def create(global_id: str, schema: pa.Schema) -> str:
+            shard_id = new_shard_id()
+            Shard(self.consensus, self.blob, shard_id).create(schema, fence=fence)
+            return shard_id
+
+        return create
+
+
+def _exactly(
+    entries: Iterable[MigrationEntry], version: str, generation: int
+) -> dict[str, MigrationEntry]:
+    """The entries of exactly ``(version, generation)`` by global id; the smallest shard id wins
+    should a global id ever have two (the append protocol never writes that)."""
+    out: dict[str, MigrationEntry] = {}
+    for entry in sorted(entries):
+        if entry.version == version and entry.deploy_generation == generation:
+            out.setdefault(entry.global_id, entry)
+    return out

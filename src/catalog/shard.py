@@ -39,17 +39,57 @@ from the input by index. See :func:`consolidate`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
-from collections.abc import Iterator, Sequence
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import attrs
 import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+from kazoo.exceptions import NoNodeError
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Fence, Op
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+    CasRetry,
+    Consensus,
+    Create,
+    Delete,
+    Fence,
+    Op,
+    SetData,
+    decode_json,
+    encode_json,
+)
+from catalog.errors import (
+    ConnectionLostError,
+    CorruptBlobError,
+    ShardError,
+    ShardFinalizedError,
+    VersionMismatchError,
+)
+from catalog.schema import (
+    check_reader,
+    evolve,
+    live_schema,
+    migrate_batch,
+    migration_preserves_order,
+    migration_type,
+    schema_from_bytes,
+    schema_to_bytes,
+)
+from catalog.state import SHARDS_KEY
 
 __all__ = [
     "DIFF",
+    "GC_GRACE_SECONDS",
+    "LEASE_PREFIX",
+    "MAX_ROLLUPS",
     "ROLLUP_THRESHOLD",
     "TS",
     "AppendResult",
@@ -61,6 +101,7 @@ __all__ = [
     "Shard",
     "ShardState",
     "advance_times",
+    "blob_prefix",
     "consolidate",
     "create_op",
     "evolve_op",
@@ -70,8 +111,11 @@ __all__ = [
     "update_schema",
 ]
 
+log = structlog.get_logger(__name__)
+
 TS = "_ts"
 DIFF = "_diff"
+LEASE_PREFIX = "l-"
 # Inline batch entries above this many are rolled up into a blob (an entry is ~80 bytes).
 ROLLUP_THRESHOLD = 500
 # Rollup references above this many are merged into one rollup.
@@ -79,21 +123,40 @@ MAX_ROLLUPS = 64
 # Unreferenced blobs younger than this are left alone by gc_orphans: a writer may be between
 # its blob write and its CAS.
 GC_GRACE_SECONDS = 300.0
+# A snapshot whose blobs vanished under it (compaction or rollup merge) re-reads this often.
+_READ_ATTEMPTS = 5
+_STATE_FORMAT = 1
 
 
 def shard_key(shard_id: str) -> str:
     """The consensus key of a shard's state."""
-    raise NotImplementedError
+    return f"{SHARDS_KEY}/{shard_id}"
+
+
+def blob_prefix(shard_id: str) -> str:
+    """The blob directory holding every batch and rollup of a shard."""
+    return f"shards/{shard_id}"
 
 
 def new_shard_id() -> str:
-    """A fresh, unique shard id."""
-    raise NotImplementedError
+    """A fresh, unique shard id (32 hex digits)."""
+    return uuid.uuid4().hex
 
 
 def update_schema(schema: pa.Schema) -> pa.Schema:
     """The schema of a shard batch with collection schema ``schema``: its fields, _ts, _diff."""
-    raise NotImplementedError
+    return pa.schema(
+        [
+            *schema,
+            pa.field(TS, pa.uint64(), nullable=False),
+            pa.field(DIFF, pa.int64(), nullable=False),
+        ],
+        metadata=schema.metadata,
+    )
+
+
+def _shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
+    return ShardError(message, shard_id=shard_id, reason=reason, **details)
 
 
 @attrs.frozen
@@ -101,7 +164,8 @@ class BatchRef:
     """One batch: blob ``name`` (``shards/<id>/<name>.parquet``), schema id, rows, time bounds.
 
     Every row has ``lower <= _ts < upper``. ``ordered``: the rows are sorted by all their columns
-    in the batch's own schema (compaction output whose columns are all sortable).
+    in the batch's own schema (compaction output whose columns are all sortable); whether the
+    order survives a migration is :meth:`ShardState.is_ordered_in`.
     """
 
     name: str
@@ -112,7 +176,15 @@ class BatchRef:
     ordered: bool = False
 
     def key(self, shard_id: str) -> str:
-        raise NotImplementedError
+        return f"{blob_prefix(shard_id)}/{self.name}.parquet"
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.schema_id, self.rows, self.lower, self.upper, int(self.ordered)]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> BatchRef:
+        name, schema_id, rows, lower, upper, ordered = data
+        return cls(name, int(schema_id), int(rows), int(lower), int(upper), bool(ordered))
 
 
 @attrs.frozen
@@ -126,10 +198,24 @@ class RollupRef:
     upper: int
 
     def key(self, shard_id: str) -> str:
-        raise NotImplementedError
+        return f"{blob_prefix(shard_id)}/rollup-{self.name}.json"
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.batches, self.rows, self.lower, self.upper]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> RollupRef:
+        name, batches, rows, lower, upper = data
+        return cls(name, int(batches), int(rows), int(lower), int(upper))
 
 
-@attrs.frozen
+def _schemas_equal(a: tuple[pa.Schema, ...], b: tuple[pa.Schema, ...]) -> bool:
+    return len(a) == len(b) and all(
+        x.equals(y, check_metadata=True) for x, y in zip(a, b, strict=True)
+    )
+
+
+@attrs.frozen(hash=False)
 class ShardState:
     """A shard's durable state. ``version`` is the znode version it was read at (not encoded).
 
@@ -140,7 +226,7 @@ class ShardState:
     """
 
     shard_id: str
-    schemas: tuple[pa.Schema, ...]
+    schemas: tuple[pa.Schema, ...] = attrs.field(eq=attrs.cmp_using(eq=_schemas_equal))
     batches: tuple[BatchRef, ...] = ()
     rollups: tuple[RollupRef, ...] = ()
     upper: int = 0
@@ -150,40 +236,88 @@ class ShardState:
     version: int = attrs.field(default=-1, eq=False)
 
     @property
+    def key(self) -> str:
+        return shard_key(self.shard_id)
+
+    @property
     def schema_id(self) -> int:
         """The latest schema id."""
-        raise NotImplementedError
+        return len(self.schemas) - 1
 
     @property
     def schema(self) -> pa.Schema:
         """The latest migration type (tombstones included)."""
-        raise NotImplementedError
+        return self.schemas[-1]
 
     @property
     def live_schema(self) -> pa.Schema:
         """The latest live schema (what writers write and readers read by default)."""
-        raise NotImplementedError
+        return live_schema(self.schemas[-1])
 
     def live(self, schema_id: int) -> pa.Schema:
         """The live schema registered as ``schema_id``; ShardError when unknown."""
-        raise NotImplementedError
+        if not 0 <= schema_id < len(self.schemas):
+            raise _shard_error(
+                f"shard {self.shard_id} has no schema id {schema_id} (latest is {self.schema_id})",
+                self.shard_id,
+                "unknown-schema",
+                schema_id=schema_id,
+                latest_schema_id=self.schema_id,
+            )
+        return live_schema(self.schemas[schema_id])
+
+    def is_ordered_in(self, batch: BatchRef, schema_id: int | None = None) -> bool:
+        """Whether ``batch`` is still sorted once migrated to ``schema_id`` (default: latest)."""
+        target = self.schema_id if schema_id is None else schema_id
+        return batch.ordered and migration_preserves_order(
+            self.live(batch.schema_id), self.live(target)
+        )
 
     @property
     def batch_count(self) -> int:
         """Inline plus rolled-up batches."""
-        raise NotImplementedError
+        return len(self.batches) + sum(r.batches for r in self.rollups)
+
+    @property
+    def row_count(self) -> int:
+        """Stored update rows (before consolidation), inline plus rolled up."""
+        return sum(b.rows for b in self.batches) + sum(r.rows for r in self.rollups)
 
     @property
     def is_tombstone(self) -> bool:
-        raise NotImplementedError
+        return self.finalized and not self.batches and not self.rollups
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _STATE_FORMAT,
+            "shard_id": self.shard_id,
+            "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
+            "batches": [b.to_json() for b in self.batches],
+            "rollups": [r.to_json() for r in self.rollups],
+            "upper": self.upper,
+            "since": self.since,
+            "sealed": self.sealed,
+            "finalized": self.finalized,
+        }
 
     def encode(self) -> bytes:
         """Compact JSON (schemas as base64 Arrow IPC)."""
-        raise NotImplementedError
+        return encode_json(self.to_json())
 
     @classmethod
     def decode(cls, data: bytes, version: int = -1) -> ShardState:
-        raise NotImplementedError
+        raw = decode_json(data)
+        return cls(
+            shard_id=raw["shard_id"],
+            schemas=tuple(schema_from_bytes(base64.b64decode(s)) for s in raw["schemas"]),
+            batches=tuple(BatchRef.from_json(b) for b in raw["batches"]),
+            rollups=tuple(RollupRef.from_json(r) for r in raw["rollups"]),
+            upper=int(raw["upper"]),
+            since=int(raw["since"]),
+            sealed=bool(raw["sealed"]),
+            finalized=bool(raw["finalized"]),
+            version=version,
+        )
 
 
 @attrs.frozen
@@ -211,7 +345,7 @@ class EvolveResult:
 
     ok: bool
     schema_id: int
-    schema: pa.Schema
+    schema: pa.Schema = attrs.field(eq=attrs.cmp_using(eq=lambda a, b: a.equals(b)))
     state: ShardState
 
 
@@ -235,12 +369,17 @@ class Lease:
     holder: str
 
 
+# --- ops for a caller's own transaction ------------------------------------------------------
+
+
 def create_op(shard_id: str, schema: pa.Schema) -> tuple[Op, ShardState]:
     """The op creating shard ``shard_id`` with first schema ``schema`` (for a caller's multi-op).
 
     The ``shards`` container must exist. Raises SchemaIncompatibleError for an invalid schema.
+    The returned state carries version 0, the version the create gives the znode.
     """
-    raise NotImplementedError
+    state = ShardState(shard_id=shard_id, schemas=(migration_type(schema),), version=0)
+    return Create(shard_key(shard_id), state.encode()), state
 
 
 def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardState]:
@@ -250,19 +389,163 @@ def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardSta
     Raises SchemaIncompatibleError (checked against the whole history, tombstones included)
     and ShardFinalizedError for a finalized shard. The op is a ``SetData`` on the shard key at
     ``state.version``: put many into one fenced ``Consensus.commit`` to evolve many shards in
-    one transaction; a VersionMismatchError names the shard that moved.
+    one transaction; a VersionMismatchError names the shard that moved. The returned state
+    carries the version the op gives the znode.
     """
-    raise NotImplementedError
+    if state.finalized:
+        raise _finalized(state)
+    mtype = evolve(state.schema, schema)
+    if mtype.equals(state.schema, check_metadata=True):
+        return None, state
+    new = attrs.evolve(state, schemas=(*state.schemas, mtype), version=state.version + 1)
+    return SetData(state.key, new.encode(), state.version), new
 
 
 def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, ShardState | None]:
     """The states of many shards in one pipelined read (None for a shard that does not exist)."""
-    raise NotImplementedError
+    found = consensus.get_many([shard_key(s) for s in shard_ids])
+    out: dict[str, ShardState | None] = {}
+    for shard_id in shard_ids:
+        value = found[shard_key(shard_id)]
+        out[shard_id] = None if value is None else ShardState.decode(value.value, value.version)
+    return out
+
+
+def _finalized(state: ShardState) -> ShardFinalizedError:
+    what = "finalized" if state.finalized else "sealed"
+    return ShardFinalizedError(
+        f"shard {state.shard_id} is {what}: no more writes",
+        shard_id=state.shard_id,
+        reason=what,
+    )
+
+
+# --- consolidation ----------------------------------------------------------------------------
 
 
 def advance_times(table: pa.Table, since: int) -> pa.Table:
     """``table`` with every ``_ts`` below ``since`` advanced to ``since``."""
-    raise NotImplementedError
+    index = table.schema.get_field_index(TS)
+    if since <= 0 or table.num_rows == 0:
+        return table
+    advanced = pc.max_element_wise(table.column(index), pa.scalar(since, pa.uint64()))
+    return table.set_column(index, table.schema.field(index), advanced)
+
+
+def _is_nested(dtype: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_nested(dtype)
+        or pa.types.is_dictionary(dtype)
+        or isinstance(dtype, pa.ExtensionType)
+    )
+
+
+def _dense_ids(values: pa.Array) -> pa.Array:
+    """Dense int64 ids of the distinct values of a non-nested array (null is a value)."""
+    encoded = pc.dictionary_encode(values, null_encoding="encode")
+    return encoded.indices.cast(pa.int64())
+
+
+def _pair_ids(left: pa.Array, right: pa.Array) -> pa.Array:
+    """Dense ids of the pairs ``(left, right)``; both are dense, so the product cannot overflow."""
+    width = (pc.max(right).as_py() or 0) + 1
+    return _dense_ids(pc.add(pc.multiply(left, width), right))
+
+
+def _value_ids(values: pa.Array) -> pa.Array:
+    """Dense int64 ids with ``id[i] == id[j]`` exactly when ``values[i] == values[j]``.
+
+    Built bottom-up and vectorized: leaves are dictionary-encoded, a struct pairs its validity
+    with each child's ids, a list becomes the binary string of its elements' ids.
+    """
+    dtype = values.type
+    if isinstance(dtype, pa.ExtensionType):
+        return _value_ids(values.storage)
+    if pa.types.is_dictionary(dtype):
+        return _value_ids(values.dictionary_decode())
+    if pa.types.is_struct(dtype):
+        ids = pc.cast(values.is_null(), pa.int64())
+        for child in values.flatten():  # parent nulls merged in, slice offset applied
+            ids = _pair_ids(ids, _value_ids(child))
+        return _dense_ids(ids)
+    if pa.types.is_fixed_size_list(dtype):
+        size = dtype.list_size
+        children = values.values.slice(values.offset * size, len(values) * size)
+        starts = pc.multiply(pc.subtract(pc.cumulative_sum(pa.repeat(1, len(values) + 1)), 1), size)
+        return _sequence_ids(values, starts, children)
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
+        return _sequence_ids(values, values.offsets, values.values)
+    if pa.types.is_union(dtype) or pa.types.is_nested(dtype):
+        raise ShardError(
+            f"cannot consolidate rows of type {dtype}", reason="unsupported-type", type=str(dtype)
+        )
+    return _dense_ids(values)
+
+
+def _sequence_ids(values: pa.Array, offsets: pa.Array, children: pa.Array) -> pa.Array:
+    child_ids = _value_ids(children) if len(children) else pa.array([], pa.int64())
+    if child_ids.offset:
+        child_ids = pa.concat_arrays([child_ids])
+    data = child_ids.buffers()[1] or pa.py_buffer(b"")
+    byte_offsets = pc.multiply(offsets.cast(pa.int64()), 8)
+    if byte_offsets.offset:
+        byte_offsets = pa.concat_arrays([byte_offsets])
+    strings = pa.Array.from_buffers(
+        pa.large_binary(), len(values), [None, byte_offsets.buffers()[1], data]
+    )
+    # A null list's offsets may span garbage: every null must get the same id.
+    if values.null_count:
+        strings = pc.if_else(values.is_valid(), strings, pa.scalar(None, pa.large_binary()))
+    return _dense_ids(strings)
+
+
+def _row_numbers(count: int) -> pa.Array:
+    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), 1)
+
+
+def _consolidate(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Sum ``_diff`` over identical ``keys`` and drop zero sums; keeps ``table``'s schema."""
+    if table.num_rows == 0:
+        return table
+    if not keys:
+        total = pc.sum(table.column(DIFF)).as_py() or 0
+        out = table.slice(0, 1 if total else 0)
+        return out.set_column(
+            out.schema.get_field_index(DIFF),
+            out.schema.field(DIFF),
+            pa.array([total] * out.num_rows, pa.int64()),
+        )
+    nested = [k for k in keys if _is_nested(table.schema.field(k).type)]
+    # Positional names: a collection column may be called anything, "_row" included.
+    names = [f"k{i}" for i in range(len(keys))]
+    if not nested:
+        grouped = (
+            pa.Table.from_arrays(
+                [table.column(k) for k in keys] + [table.column(DIFF)], names=[*names, "diff"]
+            )
+            .group_by(names, use_threads=True)
+            .aggregate([("diff", "sum")])
+        )
+        grouped = grouped.filter(pc.not_equal(grouped.column("diff_sum"), 0))
+        by_name = {k: grouped.column(n) for k, n in zip(keys, names, strict=True)}
+        by_name[DIFF] = grouped.column("diff_sum")
+        return pa.Table.from_arrays([by_name[f.name] for f in table.schema], schema=table.schema)
+    columns: list[pa.Array | pa.ChunkedArray] = []
+    for key in keys:
+        column = table.column(key)
+        columns.append(_value_ids(column.combine_chunks()) if key in nested else column)
+    grouped = (
+        pa.Table.from_arrays(
+            [*columns, table.column(DIFF), _row_numbers(table.num_rows)],
+            names=[*names, "diff", "row"],
+        )
+        .group_by(names, use_threads=True)
+        .aggregate([("diff", "sum"), ("row", "min")])
+    )
+    grouped = grouped.filter(pc.not_equal(grouped.column("diff_sum"), 0))
+    out = table.take(grouped.column("row_min"))
+    index = out.schema.get_field_index(DIFF)
+    return out.set_column(index, out.schema.field(index), grouped.column("diff_sum"))
 
 
 def consolidate(table: pa.Table) -> pa.Table:
@@ -271,21 +554,132 @@ def consolidate(table: pa.Table) -> pa.Table:
     Works for any column types, nested included (see the module docstring); the output keeps
     the input's schema, with one row per distinct ``(row, _ts)``, in no particular order.
     """
-    raise NotImplementedError
+    return _consolidate(table, [n for n in table.column_names if n != DIFF])
+
+
+def _sort(table: pa.Table) -> tuple[pa.Table, bool]:
+    """``table`` sorted by every column, or unchanged (False) when a column is not sortable."""
+    if any(_is_nested(f.type) for f in table.schema):
+        return table, False
+    try:
+        return table.sort_by([(n, "ascending") for n in table.column_names]), True
+    except pa.ArrowNotImplementedError:
+        return table, False
+
+
+def _time_bounds(table: pa.Table) -> tuple[int, int]:
+    bounds = pc.min_max(table.column(TS))
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py()) + 1
+
+
+def _prepare_append(
+    batch: pa.Table | pa.RecordBatch,
+    live: pa.Schema,
+    expected_upper: int,
+    new_upper: int,
+    shard_id: str,
+) -> pa.Table:
+    """Validate an appended batch against its schema and frontier; the batch as stored."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    names = table.column_names
+    for column in (TS, DIFF):
+        if column not in names:
+            raise _shard_error(
+                f"batch for shard {shard_id} has no {column} column",
+                shard_id,
+                "missing-column",
+                column=column,
+            )
+    data_names = [n for n in names if n not in (TS, DIFF)]
+    if data_names != live.names:
+        raise _shard_error(
+            f"batch columns {data_names} do not match the schema's {live.names}",
+            shard_id,
+            "columns-mismatch",
+            expected=live.names,
+            actual=data_names,
+        )
+    columns: list[pa.ChunkedArray] = []
+    for field in live:
+        column = table.column(field.name)
+        if not column.type.equals(field.type):
+            raise _shard_error(
+                f"column {field.name} is {column.type}, the schema says {field.type}",
+                shard_id,
+                "type-mismatch",
+                column=field.name,
+                expected=str(field.type),
+                actual=str(column.type),
+            )
+        if not field.nullable and column.null_count:
+            raise _shard_error(
+                f"column {field.name} is not nullable but has {column.null_count} nulls",
+                shard_id,
+                "null-in-non-null",
+                column=field.name,
+            )
+        # Equal types may still differ in list element names; take the registered ones.
+        columns.append(column.cast(field.type) if str(column.type) != str(field.type) else column)
+    times, diffs = table.column(TS), table.column(DIFF)
+    for column, name in ((times, TS), (diffs, DIFF)):
+        if not pa.types.is_integer(column.type) or column.null_count:
+            raise _shard_error(
+                f"{name} must be a non-null integer column (got {column.type})",
+                shard_id,
+                "bad-update-column",
+                column=name,
+            )
+    try:
+        times = times.cast(pa.uint64())
+        diffs = diffs.cast(pa.int64())
+    except pa.ArrowInvalid as exc:
+        raise _shard_error(
+            f"{TS}/{DIFF} out of range: {exc}", shard_id, "bad-update-column", column=TS
+        ) from exc
+    stored = pa.Table.from_arrays([*columns, times, diffs], schema=update_schema(live))
+    if stored.num_rows:
+        lower, upper = _time_bounds(stored)
+        if lower < expected_upper or upper > new_upper:
+            raise _shard_error(
+                f"rows at times [{lower}, {upper - 1}] fall outside "
+                f"[{expected_upper}, {new_upper})",
+                shard_id,
+                "ts-out-of-range",
+                expected_upper=expected_upper,
+                new_upper=new_upper,
+                min_ts=lower,
+                max_ts=upper - 1,
+            )
+    return stored
+
+
+# --- the shard handle ------------------------------------------------------------------------
 
 
 @attrs.define
 class Shard:
-    """A handle on one shard: its state in ``consensus`` and its batches in ``blob``."""
+    """A handle on one shard: its state in ``consensus`` and its batches in ``blob``.
+
+    Handles are cheap and hold no durable state (only a cache of immutable rollups); create one
+    per thread or share one. ``rollup_threshold`` and ``max_rollups`` exist for tests; every
+    writer of a shard should use the same values (any values are correct, only sizes differ).
+    """
 
     consensus: Consensus
     blob: BlobStore
     shard_id: str
-    _rollup_cache: dict[str, tuple[BatchRef, ...]] = attrs.field(factory=dict, init=False)
+    retry: Callable[[], CasRetry] = CasRetry
+    rollup_threshold: int = ROLLUP_THRESHOLD
+    max_rollups: int = MAX_ROLLUPS
+    _rollups: dict[str, tuple[BatchRef, ...]] = attrs.field(factory=dict, init=False)
 
     @property
     def key(self) -> str:
         return shard_key(self.shard_id)
+
+    @property
+    def _log(self) -> Any:
+        return log.bind(shard=self.shard_id)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -297,18 +691,81 @@ class Shard:
         With ``exist_ok`` an existing shard is returned as is; otherwise ShardError (reason
         ``exists``).
         """
-        raise NotImplementedError
+        op, state = create_op(self.shard_id, schema)
+        self.consensus.ensure(SHARDS_KEY)
+        try:
+            self.consensus.commit([op], fence=fence)
+        except VersionMismatchError as exc:
+            if exist_ok:
+                return self.state()
+            raise _shard_error(
+                f"shard {self.shard_id} already exists", self.shard_id, "exists"
+            ) from exc
+        self._log.info("shard_created", schema_fields=schema.names)
+        return state
 
     def state(self) -> ShardState:
         """The current state; ShardError (reason ``not-found``) when the shard does not exist."""
-        raise NotImplementedError
+        found = self.consensus.get(self.key)
+        if found is None:
+            raise _shard_error(f"shard {self.shard_id} does not exist", self.shard_id, "not-found")
+        return ShardState.decode(found.value, found.version)
 
     def exists(self) -> bool:
-        raise NotImplementedError
+        return self.consensus.exists(self.key)
 
     def batches(self, state: ShardState | None = None) -> list[BatchRef]:
         """Every batch of ``state`` (default: current), rolled-up ones first, in append order."""
-        raise NotImplementedError
+        state = self.state() if state is None else state
+        out: list[BatchRef] = []
+        for rollup in state.rollups:
+            out.extend(self._rollup_entries(rollup))
+        out.extend(state.batches)
+        return out
+
+    def _rollup_entries(self, rollup: RollupRef) -> tuple[BatchRef, ...]:
+        cached = self._rollups.get(rollup.name)
+        if cached is None:
+            raw = decode_json(self.blob.get_bytes(rollup.key(self.shard_id)))
+            cached = tuple(BatchRef.from_json(b) for b in raw["batches"])
+            if len(cached) != rollup.batches:
+                raise CorruptBlobError(
+                    f"rollup {rollup.key(self.shard_id)} lists {len(cached)} batches, "
+                    f"the state recorded {rollup.batches}",
+                    key=rollup.key(self.shard_id),
+                    reason="row-count",
+                )
+            self._rollups[rollup.name] = cached
+        return cached
+
+    def _write_rollup(self, entries: Sequence[BatchRef]) -> RollupRef:
+        rollup = RollupRef(
+            name=uuid.uuid4().hex,
+            batches=len(entries),
+            rows=sum(b.rows for b in entries),
+            lower=min(b.lower for b in entries),
+            upper=max(b.upper for b in entries),
+        )
+        body = encode_json({"shard_id": self.shard_id, "batches": [b.to_json() for b in entries]})
+        self.blob.put_bytes(rollup.key(self.shard_id), body)
+        self._rollups[rollup.name] = tuple(entries)
+        return rollup
+
+    def _cas(self, old: ShardState, new: ShardState, fence: Fence | None) -> ShardState:
+        (stat,) = self.consensus.commit([SetData(self.key, new.encode(), old.version)], fence=fence)
+        return attrs.evolve(new, version=stat.version)
+
+    def _update(
+        self, change: Callable[[ShardState], ShardState | None], fence: Fence | None
+    ) -> ShardState:
+        """Read, apply ``change`` (None: nothing to do), CAS; retried on lost races."""
+
+        def attempt() -> ShardState:
+            current = self.state()
+            new = change(current)
+            return current if new is None else self._cas(current, new, fence)
+
+        return self.retry()(attempt)
 
     # -- schemas ----------------------------------------------------------------------------
 
@@ -321,7 +778,18 @@ class Shard:
         id and schema. Incompatible with the history: SchemaIncompatibleError. Races with other
         writers that leave the latest id unchanged are retried internally.
         """
-        raise NotImplementedError
+
+        def attempt() -> EvolveResult:
+            current = self.state()
+            if current.schema_id != expected_id:
+                return EvolveResult(False, current.schema_id, current.live_schema, current)
+            op, new = evolve_op(current, schema)
+            if op is not None:
+                self.consensus.commit([op], fence=fence)
+                self._log.info("schema_evolved", schema_id=new.schema_id)
+            return EvolveResult(True, new.schema_id, new.live_schema, new)
+
+        return self.retry()(attempt)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -342,19 +810,135 @@ class Shard:
         rule) before anything is written; a sealed or finalized shard raises
         ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
         upper), not an exception, like persist. The Parquet blob is written before the CAS;
-        empty batches write no blob.
+        empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
+        a compaction) are retried internally.
         """
-        raise NotImplementedError
+        if new_upper < expected_upper:
+            raise _shard_error(
+                f"new upper {new_upper} is below the expected upper {expected_upper}",
+                self.shard_id,
+                "upper-regression",
+                expected_upper=expected_upper,
+                new_upper=new_upper,
+            )
+        initial = self.state()
+        if initial.sealed or initial.finalized:
+            raise _finalized(initial)
+        if initial.upper != expected_upper:
+            return AppendResult(False, initial.upper, initial)
+        schema_id = initial.schema_id if schema_id is None else schema_id
+        stored = _prepare_append(
+            batch, initial.live(schema_id), expected_upper, new_upper, self.shard_id
+        )
+        ref: BatchRef | None = None
+        if stored.num_rows:
+            lower, upper = _time_bounds(stored)
+            ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+            self.blob.put_batch(ref.key(self.shard_id), stored)
+        uncertain = False
+        pending = [initial]
+        replaced: list[str] = []
+
+        def attempt() -> AppendResult:
+            nonlocal uncertain
+            current = pending.pop() if pending else self.state()
+            if uncertain and ref is not None and ref in current.batches:
+                return AppendResult(True, current.upper, current)  # our lost answer did land
+            if current.sealed or current.finalized:
+                raise _finalized(current)
+            if current.upper != expected_upper:
+                return AppendResult(False, current.upper, current)
+            new, written, old_rollups = self._appended(current, ref, new_upper)
+            try:
+                result = self._cas(current, new, fence)
+            except VersionMismatchError:
+                self.blob.delete_many(written)
+                raise
+            except ConnectionLostError:
+                uncertain = True
+                raise
+            replaced[:] = old_rollups
+            return AppendResult(True, new_upper, result)
+
+        try:
+            result = self.retry()(attempt)
+        except BaseException:
+            if ref is not None and not uncertain:
+                self.blob.delete(ref.key(self.shard_id))
+            raise
+        if not result.ok and ref is not None and not uncertain:
+            self.blob.delete(ref.key(self.shard_id))
+        if result.ok:
+            self.blob.delete_many(replaced)
+            self._log.debug("appended", upper=result.upper, rows=stored.num_rows)
+        return result
+
+    def _appended(
+        self, state: ShardState, ref: BatchRef | None, new_upper: int
+    ) -> tuple[ShardState, list[str], list[str]]:
+        """``state`` with ``ref`` appended (rolling entries up as needed).
+
+        Returns the new state, the blobs written for it, and the blobs it no longer references.
+        """
+        inline = state.batches if ref is None else (*state.batches, ref)
+        rollups = state.rollups
+        written: list[str] = []
+        replaced: list[str] = []
+        if len(inline) > self.rollup_threshold:
+            rollup = self._write_rollup(state.batches)
+            written.append(rollup.key(self.shard_id))
+            rollups = (*rollups, rollup)
+            inline = () if ref is None else (ref,)
+            if len(rollups) > self.max_rollups:
+                merged = self._write_rollup([b for r in rollups for b in self._rollup_entries(r)])
+                written.append(merged.key(self.shard_id))
+                replaced = [r.key(self.shard_id) for r in rollups]
+                rollups = (merged,)
+        new = attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
+        return new, written, replaced
+
+    def _packed(
+        self, state: ShardState, batches: Sequence[BatchRef]
+    ) -> tuple[ShardState, list[str]]:
+        """``state`` listing exactly ``batches``, the older ones rolled up if there are many."""
+        if len(batches) <= self.rollup_threshold:
+            return attrs.evolve(state, batches=tuple(batches), rollups=()), []
+        cut = ((len(batches) - 1) // self.rollup_threshold) * self.rollup_threshold
+        rollup = self._write_rollup(batches[:cut])
+        new = attrs.evolve(state, batches=tuple(batches[cut:]), rollups=(rollup,))
+        return new, [rollup.key(self.shard_id)]
 
     def advance_since(self, since: int, *, fence: Fence | None = None) -> ShardState:
         """Move ``since`` forward to ``since`` (never back; at most the upper)."""
-        raise NotImplementedError
+
+        def change(state: ShardState) -> ShardState | None:
+            if state.finalized:
+                raise _finalized(state)
+            if since <= state.since:
+                return None
+            if since > state.upper:
+                raise _shard_error(
+                    f"since {since} would pass the upper {state.upper}",
+                    self.shard_id,
+                    "since-beyond-upper",
+                    since=since,
+                    upper=state.upper,
+                )
+            return attrs.evolve(state, since=since)
+
+        return self._update(change, fence)
 
     downgrade_since = advance_since
 
     def seal(self, *, fence: Fence | None = None) -> ShardState:
         """Refuse every further append (idempotent). Readers may still read."""
-        raise NotImplementedError
+
+        def change(state: ShardState) -> ShardState | None:
+            return None if state.sealed else attrs.evolve(state, sealed=True)
+
+        state = self._update(change, fence)
+        self._log.info("shard_sealed", upper=state.upper)
+        return state
 
     def finalize(self, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:
         """Seal, refuse new leases, wait for existing leases to end, delete blobs, tombstone.
@@ -363,11 +947,98 @@ class Shard:
         (reason ``leased``, with the holders) is raised on timeout, leaving the shard mid-way:
         calling finalize again completes it. Finalizing a tombstone is a no-op.
         """
-        raise NotImplementedError
+        state = self.state()
+        if state.is_tombstone:
+            return state
+        if not state.finalized:
+
+            def mark(current: ShardState) -> ShardState | None:
+                if current.finalized:
+                    return None
+                return attrs.evolve(current, sealed=True, finalized=True)
+
+            self._update(mark, fence)
+        self._wait_for_no_leases(wait)
+        self.blob.delete_prefix(blob_prefix(self.shard_id))
+
+        def tombstone(current: ShardState) -> ShardState | None:
+            if current.is_tombstone:
+                return None
+            return attrs.evolve(current, batches=(), rollups=())
+
+        state = self._update(tombstone, fence)
+        self._log.info("shard_finalized", upper=state.upper)
+        return state
 
     def discard(self, *, fence: Fence | None = None) -> None:
         """Delete a shard that never received a batch (an orphan of a lost race) entirely."""
-        raise NotImplementedError
+        try:
+            state = self.state()
+        except ShardError:
+            return
+        if state.batch_count:
+            raise _shard_error(
+                f"shard {self.shard_id} holds {state.batch_count} batches: finalize it instead",
+                self.shard_id,
+                "not-empty",
+            )
+        self.consensus.commit([Delete(self.key, state.version)], fence=fence)
+        self.blob.delete_prefix(blob_prefix(self.shard_id))
+        self._log.info("shard_discarded")
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def _wait_for_no_leases(self, wait: float | None) -> None:
+        changed = threading.Event()
+        deadline = None if wait is None else time.monotonic() + wait
+        path = self.consensus.path(self.key)
+        while True:
+            changed.clear()  # before reading, so a change after the read is never missed
+            try:
+                children = self.consensus.client.get_children(
+                    path, watch=lambda _event: changed.set()
+                )
+            except NoNodeError:
+                return
+            except CONNECTION_ERRORS as exc:
+                raise ConnectionLostError(
+                    f"ZooKeeper did not answer listing leases of {self.shard_id}"
+                ) from exc
+            leases = sorted(c for c in children if c.startswith(LEASE_PREFIX))
+            if not leases:
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise _shard_error(
+                    f"shard {self.shard_id} is still leased by {len(leases)} readers",
+                    self.shard_id,
+                    "leased",
+                    leases=leases,
+                )
+            self._log.info("finalize_waiting_for_leases", leases=len(leases))
+            changed.wait(remaining)
+
+    def _wait_for_upper(self, as_of: int, timeout: float) -> ShardState:
+        changed = threading.Event()
+        deadline = time.monotonic() + timeout
+        path = self.consensus.path(self.key)
+        while True:
+            changed.clear()
+            try:
+                data, stat = self.consensus.client.get(path, watch=lambda _event: changed.set())
+            except NoNodeError as exc:
+                raise _shard_error(
+                    f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
+                ) from exc
+            except CONNECTION_ERRORS as exc:
+                raise ConnectionLostError(f"ZooKeeper did not answer for {self.shard_id}") from exc
+            state = ShardState.decode(data, stat.version)
+            if state.upper > as_of or state.finalized:
+                return state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return state
+            changed.wait(remaining)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -386,22 +1057,141 @@ class Shard:
         schema that is not a projection of the shard's latest schema raises ReaderFencedError.
         ``as_of >= upper`` raises ShardError (reason ``not-complete``) at once, or after waiting
         up to ``timeout`` seconds (a data watch, not polling); ``as_of < since`` raises
-        ShardError (reason ``compacted``).
+        ShardError (reason ``compacted``). A finalized shard raises ShardFinalizedError.
+        Batches replaced under the read (compaction) make it re-read the state; hold a
+        :meth:`lease` to keep finalization away during long reads.
         """
-        raise NotImplementedError
+        state = self.state()
+        for _ in range(_READ_ATTEMPTS):
+            if as_of is not None and as_of >= state.upper and timeout:
+                state = self._wait_for_upper(as_of, timeout)
+            try:
+                return self._snapshot(state, as_of, reader_schema)
+            except CorruptBlobError as exc:
+                if exc.details.get("reason") != "missing":
+                    raise
+                current = self.state()
+                if current.finalized:
+                    raise _finalized(current) from exc
+                if current.version == state.version:
+                    raise
+                self._log.info("snapshot_state_moved", version=current.version)
+                state = current
+        return self._snapshot(state, as_of, reader_schema)
+
+    def snapshot_of(
+        self,
+        state: ShardState,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+    ) -> pa.Table:
+        """:meth:`snapshot` of a state already read (no re-read, no wait, no retry).
+
+        For read-then-CAS loops: the result is exactly the contents as of ``as_of`` (default
+        ``state.upper - 1``) that a compare-and-append expecting ``state.upper`` builds on.
+        """
+        return self._snapshot(state, as_of, reader_schema)
+
+    def _snapshot(
+        self, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
+    ) -> pa.Table:
+        if state.finalized:
+            raise _finalized(state)
+        if reader_schema is None:
+            reader = state.live_schema
+        else:
+            check_reader(state.schema, reader_schema)
+            reader = reader_schema
+        result_schema = update_schema(reader)
+        if as_of is None:
+            if state.upper == 0:
+                return result_schema.empty_table()
+            as_of = state.upper - 1
+        if as_of >= state.upper:
+            raise _shard_error(
+                f"as_of {as_of} not yet complete: upper is {state.upper}",
+                self.shard_id,
+                "not-complete",
+                as_of=as_of,
+                upper=state.upper,
+            )
+        if as_of < state.since:
+            raise _shard_error(
+                f"as_of {as_of} is below since {state.since}: those times were compacted",
+                self.shard_id,
+                "compacted",
+                as_of=as_of,
+                since=state.since,
+            )
+        refs = [b for b in self.batches(state) if b.lower <= as_of]
+        tables = self._load(state, refs, reader, as_of=as_of)
+        if not tables:
+            return result_schema.empty_table()
+        merged = pa.concat_tables(tables).drop_columns([TS])
+        keys = [n for n in merged.column_names if n != DIFF]
+        consolidated = _consolidate(merged, keys)
+        times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
+        columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
+        return pa.Table.from_arrays(columns, schema=result_schema)
+
+    def _load(
+        self,
+        state: ShardState,
+        refs: Sequence[BatchRef],
+        target: pa.Schema,
+        *,
+        as_of: int | None = None,
+    ) -> list[pa.Table]:
+        """The batches ``refs``, read one schema id at a time and migrated to ``target``."""
+        by_schema: dict[int, list[BatchRef]] = {}
+        for ref in refs:
+            by_schema.setdefault(ref.schema_id, []).append(ref)
+        out: list[pa.Table] = []
+        for schema_id, group in sorted(by_schema.items()):
+            table = self.blob.get_batches(
+                [r.key(self.shard_id) for r in group], expected_rows=[r.rows for r in group]
+            )
+            if as_of is not None and any(r.upper - 1 > as_of for r in group):
+                table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
+            migrated = migrate_batch(table, state.live(schema_id), target, projection=True)
+            assert isinstance(migrated, pa.Table)
+            out.append(migrated)
+        return out
 
     @contextlib.contextmanager
     def lease(self, holder: str = "") -> Iterator[Lease]:
         """Hold a reader lease while the block runs: finalization waits until it is released.
 
-        Raises ShardFinalizedError when the shard is finalized (or being finalized).
+        Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
+        is an ephemeral znode, so a reader that dies releases it with its session.
         """
-        raise NotImplementedError
-        yield  # pragma: no cover
+        state = self.state()
+        if state.finalized:
+            raise _finalized(state)
+        body = encode_json({"holder": holder, "created": time.time()})
+        (path,) = self.consensus.commit(
+            [Create(f"{self.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
+        )
+        key = self.consensus.key_of(path)
+        try:
+            # A finalizer that marked the shard before our create may have listed the leases
+            # already: re-read (after a sync) and back off, so it never deletes under us.
+            self.consensus.client.sync(self.consensus.path(self.key))
+            current = self.state()
+            if current.finalized:
+                raise _finalized(current)
+            yield Lease(shard_id=self.shard_id, key=key, holder=holder)
+        finally:
+            with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
+                self.consensus.client.delete(self.consensus.path(key))
 
     def leases(self) -> list[str]:
         """Keys of the current reader leases."""
-        raise NotImplementedError
+        return [
+            f"{self.key}/{child}"
+            for child in self.consensus.children(self.key)
+            if child.startswith(LEASE_PREFIX)
+        ]
 
     # -- maintenance ------------------------------------------------------------------------
 
@@ -413,18 +1203,89 @@ class Shard:
         appends that landed meanwhile are kept. When the inputs were replaced by another
         compaction first, the output is deleted and ``applied`` is False.
         """
-        raise NotImplementedError
+        state = self.state()
+        if state.finalized:
+            raise _finalized(state)
+        inputs = self.batches(state)
+        if not inputs:
+            return CompactionResult(True, 0, None, state)
+        target = state.live_schema
+        tables = self._load(state, inputs, target)
+        merged = advance_times(pa.concat_tables(tables), state.since)
+        merged, ordered = _sort(consolidate(merged))
+        output: BatchRef | None = None
+        if merged.num_rows:
+            lower, upper = _time_bounds(merged)
+            output = BatchRef(
+                uuid.uuid4().hex, state.schema_id, merged.num_rows, lower, upper, ordered
+            )
+            self.blob.put_batch(output.key(self.shard_id), merged)
+        input_names = {b.name for b in inputs}
+        pending = [state]
+        written: list[str] = []
+
+        def attempt() -> ShardState | None:
+            current = pending.pop() if pending else self.state()
+            if current.finalized:
+                raise _finalized(current)
+            batches = self.batches(current)
+            names = {b.name for b in batches}
+            if output is not None and output.name in names:
+                return current  # an earlier attempt landed although its answer was lost
+            if not input_names <= names:
+                return None
+            kept = [b for b in batches if b.name not in input_names]
+            new, rollup_keys = self._packed(current, ([output] if output else []) + kept)
+            try:
+                result = self._cas(current, new, fence)
+            except VersionMismatchError:
+                self.blob.delete_many(rollup_keys)
+                raise
+            written[:] = [r.key(self.shard_id) for r in current.rollups]
+            return result
+
+        try:
+            result = self.retry()(attempt)
+        except ConnectionLostError:
+            raise  # the outcome is unknown: the output may be referenced, gc_orphans decides
+        except BaseException:
+            if output is not None:
+                self.blob.delete(output.key(self.shard_id))
+            raise
+        if result is None:
+            if output is not None:
+                self.blob.delete(output.key(self.shard_id))
+            self._log.info("compaction_lost_race", inputs=len(inputs))
+            return CompactionResult(False, len(inputs), None, self.state())
+        self.blob.delete_many([b.key(self.shard_id) for b in inputs] + written)
+        self._log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
+        return CompactionResult(True, len(inputs), output, result)
+
+    def referenced_keys(self, state: ShardState | None = None) -> set[str]:
+        """Every blob key ``state`` references: batches, rollups."""
+        state = self.state() if state is None else state
+        keys = {b.key(self.shard_id) for b in self.batches(state)}
+        keys.update(r.key(self.shard_id) for r in state.rollups)
+        return keys
 
     def gc_orphans(self, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
         """Delete blobs below the shard's prefix that its state does not reference.
 
-        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS).
-        Returns the deleted keys.
+        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
+        temporary files of crashed writes included. Returns the deleted keys.
         """
-        raise NotImplementedError
-
-    def referenced_keys(self, state: ShardState | None = None) -> set[str]:
-        """Every blob key ``state`` references: batches, rollups."""
-        raise NotImplementedError
-
-
+        prefix = blob_prefix(self.shard_id)
+        # List before reading the state: a blob committed after the read is younger than the
+        # listing, so the grace period protects it.
+        found = self.blob.list_info(prefix) + self.blob.list_temp(prefix)
+        try:
+            state: ShardState | None = self.state()
+        except ShardError:
+            state = None
+        referenced = set() if state is None or state.finalized else self.referenced_keys(state)
+        cutoff = time.time() - grace_seconds
+        orphans = [i.key for i in found if i.key not in referenced and i.mtime <= cutoff]
+        self.blob.delete_many(orphans)
+        if orphans:
+            self._log.info("orphans_deleted", count=len(orphans))
+        return orphans
