@@ -168,6 +168,56 @@ def validate_command(releases_dir: Path, as_json: bool) -> None:
         sys.exit(EXIT_REFUSED)
 
 
+@main.command("sidecar")
+@click.option("--release", "release_ref", required=True, help="FILE.py[:ATTR] or module:ATTR.")
+@click.option("--deploy-generation", type=click.IntRange(min=1), required=True)
+@click.option(
+    "--blob", default=None, help="Blob URI (default: the recorded one, or ./var/blob/ENV)."
+)
+@click.option(
+    "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
+)
+@click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
+@click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
+@click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
+@zk_options
+@handle_errors
+def sidecar_command(
+    release_ref: str,
+    deploy_generation: int,
+    blob: str | None,
+    http: str,
+    auto_promote: bool,
+    process_id: str | None,
+    session_timeout: float,
+    zk: str,
+    env: str,
+) -> None:
+    """Run the upgrade sidecar of one release at one deploy generation (exit 3 when fenced)."""
+    from catalog.consensus import env_root
+    from catalog.release import load_release
+    from orchestrator.sidecar import SidecarConfig, run_sidecar
+    from orchestrator.sidecar_http import parse_address
+
+    env_root(env)
+    host, port = parse_address(http)
+    release = load_release(release_ref)
+    extra = {"process_id": process_id} if process_id else {}
+    config = SidecarConfig(
+        zk=zk,
+        env=env,
+        release_ref=release_ref,
+        deploy_generation=deploy_generation,
+        blob=blob,
+        http_host=host,
+        http_port=port,
+        auto_promote=auto_promote,
+        session_timeout=session_timeout,
+        **extra,
+    )
+    sys.exit(run_sidecar(config, release))
+
+
 @main.command("promote")
 @click.option(
     "--deploy-generation",

@@ -1,0 +1,382 @@
+"""``make demo``: a blue-green upgrade of the example release history, with everything real.
+
+A real ZooKeeper (the embedded one, in a temporary directory), real sidecar processes, real
+Parquet shards. The story:
+
+1. bootstrap an empty environment with the history's first release (deploy generation 1);
+2. write rows through the leader's ``POST /append``;
+3. start the next release (generation 2) next to it, read-only, and show ``status``;
+4. ``promote --deploy-generation 2 --wait 30``: the old leader exits fenced (code 3);
+5. read the rows back through the new leader, in the new schema, and show the final status;
+6. stop everything cleanly (SIGTERM, ZooKeeper stopped, temporary directory removed).
+
+Run ``python -m orchestrator.demo [--releases DIR] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+from kazoo.client import KazooClient
+from kazoo.recipe.watchers import DataWatch
+from rich.console import Console
+from rich.rule import Rule
+
+from catalog.consensus import env_root
+from catalog.release import Release, load_release_dir
+from orchestrator.logs import configure_logging
+from orchestrator.zk import close, connect
+from orchestrator.zkserver import EmbeddedZooKeeper
+
+ENV = "demo"
+DEFAULT_RELEASES = Path(__file__).resolve().parents[2] / "scenarios" / "releases"
+TABLES = "mz_catalog.mz_tables"
+ROLES = "mz_catalog.mz_roles"
+TABLE_ROWS: Sequence[Mapping[str, Any]] = (
+    {
+        "id": "u1",
+        "oid": 20001,
+        "schema_id": "u3",
+        "name": "orders",
+        "owner_id": "u1",
+        "create_sql": "CREATE TABLE orders (id int, total numeric)",
+    },
+    {
+        "id": "u2",
+        "oid": 20002,
+        "schema_id": "u3",
+        "name": "customers",
+        "owner_id": "u1",
+        "create_sql": "CREATE TABLE customers (id int, name text)",
+    },
+    {"id": "u3", "oid": 20003, "schema_id": "u3", "name": "invoices", "owner_id": "u2"},
+)
+ROLE_ROWS: Sequence[Mapping[str, Any]] = (
+    {"id": 7, "oid": 30007, "name": "analyst", "inherit": True},
+    {"id": 8, "oid": 30008, "name": "loader", "inherit": False, "vars": {"cluster": "ingest"}},
+)
+
+
+class DemoError(Exception):
+    """A step of the story did not happen as expected."""
+
+
+@attrs.define
+class Sidecar:
+    """A sidecar child process of the demo."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_file: Path
+    http: str = ""
+
+    def url(self, path: str) -> str:
+        return f"http://{self.http}{path}"
+
+    def log_tail(self, lines: int = 15) -> str:
+        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@attrs.define
+class Demo:
+    """The demo's resources; ``close()`` releases every one of them."""
+
+    console: Console
+    workdir: Path
+    releases: tuple[Path, Path]
+    zookeeper: EmbeddedZooKeeper | None = None
+    client: KazooClient | None = None
+    sidecars: list[Sidecar] = attrs.field(factory=list)
+
+    @property
+    def hosts(self) -> str:
+        assert self.zookeeper is not None
+        return self.zookeeper.hosts
+
+    # -- narration --------------------------------------------------------------------------
+
+    def section(self, title: str) -> None:
+        self.console.print()
+        self.console.print(Rule(f"[bold]{title}", align="left", style="cyan"))
+
+    def say(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def command(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        """Run ``catalog-upgrade ARGS`` for the reader to see (its output goes to the terminal)."""
+        shown = " ".join(args)
+        self.say(f"[dim]$[/dim] [bold]catalog-upgrade {shown}[/bold]")
+        sys.stdout.flush()
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "--log-level",
+                "WARNING",
+                *args,
+                "--zk",
+                self.hosts,
+                "--env",
+                ENV,
+            ],
+            env={**os.environ, "COLUMNS": str(self.console.width)},
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise DemoError(f"`catalog-upgrade {shown}` exited with {result.returncode}")
+        return result
+
+    # -- processes --------------------------------------------------------------------------
+
+    def start_zookeeper(self) -> None:
+        self.zookeeper = EmbeddedZooKeeper(data_dir=self.workdir / "zookeeper").start()
+        self.client = connect(self.hosts)
+
+    def start_sidecar(self, name: str, release: Path, generation: int, *flags: str) -> Sidecar:
+        log_file = self.workdir / f"{name}.log"
+        args = [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "--log-json",
+            "sidecar",
+            "--zk",
+            self.hosts,
+            "--env",
+            ENV,
+            "--release",
+            str(release),
+            "--deploy-generation",
+            str(generation),
+            "--blob",
+            str(self.workdir / "blob"),
+            "--http",
+            "127.0.0.1:0",
+            "--process-id",
+            name,
+            "--session-timeout",
+            "4",
+            *flags,
+        ]
+        self.say(
+            f"[dim]$[/dim] [bold]catalog-upgrade sidecar --release {release.name} "
+            f"--deploy-generation {generation} {' '.join(flags)}[/bold]  [dim](as {name})[/dim]"
+        )
+        with log_file.open("wb") as log:
+            process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        sidecar = Sidecar(name=name, process=process, log_file=log_file)
+        self.sidecars.append(sidecar)
+        return sidecar
+
+    def wait_state(self, sidecar: Sidecar, *states: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Block on a ZooKeeper watch of the process node until its state is one of ``states``."""
+        assert self.client is not None
+        matched = threading.Event()
+        seen: dict[str, Any] = {}
+
+        def watch(data: bytes | None, _stat: object) -> bool:
+            if data:
+                seen.clear()
+                seen.update(json.loads(data))
+                if seen.get("state") in states:
+                    matched.set()
+                    return False
+            return not matched.is_set()
+
+        DataWatch(self.client, f"{env_root(ENV)}/processes/{sidecar.name}", watch)
+        deadline = time.monotonic() + timeout
+        while not matched.wait(0.2):
+            if sidecar.process.poll() is not None:
+                raise DemoError(
+                    f"{sidecar.name} exited with code {sidecar.process.returncode}:\n"
+                    f"{sidecar.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise DemoError(f"{sidecar.name} not {'/'.join(states)} after {timeout:g} s")
+        sidecar.http = str(seen.get("http", ""))
+        return dict(seen)
+
+    def http(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
+        request = urllib.request.Request(url, data=body, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def close(self) -> None:
+        for sidecar in self.sidecars:
+            if sidecar.process.poll() is None:
+                sidecar.process.send_signal(signal.SIGTERM)
+        for sidecar in self.sidecars:
+            try:
+                sidecar.process.wait(10)
+            except subprocess.TimeoutExpired:
+                sidecar.process.kill()
+                sidecar.process.wait()
+        if self.client is not None:
+            close(self.client)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+
+
+def _lines(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    return "".join(json.dumps(dict(row)) + "\n" for row in rows).encode()
+
+
+def first_two_releases(directory: Path) -> tuple[Path, Path]:
+    """The files of the two oldest releases in ``directory`` (by version, not by file name)."""
+    releases: list[Release] = load_release_dir(directory)
+    if len(releases) < 2:
+        raise DemoError(f"{directory} holds fewer than two releases")
+    files = [directory / f"v{str(r.version).replace('.', '_')}.py" for r in releases[:2]]
+    for release, path in zip(releases, files, strict=False):
+        if not path.exists():
+            raise DemoError(f"no file {path.name} for release {release.version} in {directory}")
+    return files[0], files[1]
+
+
+def run_story(demo: Demo) -> None:
+    old, new = demo.releases
+    timer = time.monotonic()
+
+    demo.section("1. A real ZooKeeper")
+    demo.start_zookeeper()
+    demo.say(
+        f"Embedded ZooKeeper (from pyspark's jars) serving on {demo.hosts}; "
+        f"environment [bold]{ENV}[/bold], work directory {demo.workdir}"
+    )
+
+    demo.section(f"2. Bootstrap: release {old.stem}, deploy generation 1, --auto-promote")
+    blue = demo.start_sidecar("blue-1", old, 1, "--auto-promote")
+    node = demo.wait_state(blue, "serving")
+    demo.say(
+        f"blue-1 is the {node['mode']} (epoch {node['epoch']}), state {node['state']}, "
+        f"HTTP on {blue.http}: the empty environment was bootstrapped"
+    )
+
+    demo.section("3. Writes through the leader's POST /append")
+    for collection, rows in ((TABLES, TABLE_ROWS), (ROLES, ROLE_ROWS)):
+        status, body = demo.http("POST", blue.url(f"/append?collection={collection}"), _lines(rows))
+        if status != 200:
+            raise DemoError(f"append to {collection} answered {status}: {body.decode()}")
+        answer = json.loads(body)
+        demo.say(
+            f"POST /append?collection={collection} -> {status}: {answer['rows']} rows "
+            f"at ts {answer['ts']}, upper now {answer['upper']}"
+        )
+
+    demo.section(f"4. Blue-green: release {new.stem}, deploy generation 2, read-only")
+    green = demo.start_sidecar("green-2", new, 2)
+    node = demo.wait_state(green, "ready")
+    plan = node.get("plan") or {}
+    demo.say(
+        f"green-2 is {node['state']} ({node['mode']}); its plan {plan.get('from')} -> "
+        f"{plan.get('to')}: {plan.get('counts')}"
+    )
+    status, body = demo.http(
+        "POST", green.url(f"/append?collection={TABLES}"), _lines(TABLE_ROWS[:1])
+    )
+    demo.say(
+        f"POST /append on the read-only green-2 -> {status} "
+        f"({json.loads(body).get('error')}): only the leader writes"
+    )
+    demo.command("status")
+
+    demo.section("5. Promote generation 2")
+    demo.command("promote", "--deploy-generation", "2", "--wait", "30")
+    try:
+        code = blue.process.wait(30)
+    except subprocess.TimeoutExpired as exc:
+        raise DemoError("blue-1 did not exit after the promotion") from exc
+    if code != 3:
+        raise DemoError(f"blue-1 exited with {code}, not 3 (fenced):\n{blue.log_tail()}")
+    demo.say(f"blue-1 exited with code {code}: fenced by the newer generation")
+    node = demo.wait_state(green, "serving")
+    demo.say(f"green-2 is the {node['mode']} now (epoch {node['epoch']})")
+
+    demo.section("6. The same rows, read through the new leader in the new schema")
+    for collection, note in (
+        (TABLES, "evolution: the added source_id reads as null"),
+        (ROLES, "rewrite: numeric role ids became 'u7', 'u8'"),
+    ):
+        status, body = demo.http("GET", green.url(f"/read?collection={collection}"))
+        if status != 200:
+            raise DemoError(f"read of {collection} answered {status}: {body.decode()}")
+        demo.say(f"GET /read?collection={collection}  [dim]({note})[/dim]")
+        for line in body.decode().splitlines():
+            demo.console.print_json(line)
+
+    demo.section("7. Final status")
+    demo.command("status")
+
+    demo.section("8. Shutdown")
+    green.process.send_signal(signal.SIGTERM)
+    code = green.process.wait(15)
+    demo.say(f"SIGTERM: green-2 stepped down, deregistered and exited with code {code}")
+    demo.say(f"Story told in {time.monotonic() - timer:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--releases",
+        type=Path,
+        default=DEFAULT_RELEASES,
+        help="release history directory (default: scenarios/releases)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (logs, ZooKeeper data, blobs)"
+    )
+    args = parser.parse_args(argv)
+    configure_logging("WARNING")
+    # `make demo` often runs without a terminal: keep tables readable anyway.
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    workdir = Path(tempfile.mkdtemp(prefix="catalog-upgrade-demo-"))
+    demo: Demo | None = None
+    try:
+        demo = Demo(console=console, workdir=workdir, releases=first_two_releases(args.releases))
+        run_story(demo)
+        return 0
+    except Exception as exc:  # the demo reports any failure, then cleans up
+        console.print(f"[bold red]demo failed:[/bold red] {exc}")
+        if demo is not None:
+            for sidecar in demo.sidecars:
+                console.print(f"[dim]--- {sidecar.name} log tail ---[/dim]")
+                console.print(sidecar.log_tail(), markup=False, highlight=False)
+        return 1
+    finally:
+        if demo is not None:
+            demo.close()
+        if args.keep:
+            console.print(f"work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+        console.print("[dim]ZooKeeper stopped, processes ended, temporary files removed[/dim]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

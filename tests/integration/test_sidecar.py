@@ -1,0 +1,268 @@
+"""The sidecar as a real process against a real ZooKeeper: lifecycle, HTTP, upgrade, exit codes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK
+from orchestrator.zkserver import free_port
+from support.sidecars import (
+    SidecarProcess,
+    cli,
+    http_call,
+    json_lines,
+    release_file,
+    sidecars,
+    tree_digest,
+)
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+V1, V2 = "0.10.0", "0.11.0"
+TABLES = "mz_catalog.mz_tables"
+ROLES = "mz_catalog.mz_roles"
+TABLE_ROWS = [
+    {"id": "u1", "oid": 20001, "schema_id": "u3", "name": "orders", "owner_id": "u1"},
+    {"id": "u2", "oid": 20002, "schema_id": "u3", "name": "items", "owner_id": "u1"},
+]
+
+
+def lines(rows: list[dict[str, object]]) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+@pytest.fixture
+def started() -> Iterator[list[SidecarProcess]]:
+    with sidecars() as processes:
+        yield processes
+
+
+@pytest.fixture
+def launch(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]):  # type: ignore[no-untyped-def]
+    """Start a sidecar of the test's environment (blob below tmp_path); killed at the end."""
+
+    def start(version: str, generation: int, process_id: str, **kwargs: object) -> SidecarProcess:
+        kwargs.setdefault("blob", tmp_path / "blob")
+        process = SidecarProcess.start(
+            zk_client,
+            zk_env.hosts,
+            zk_env.name,
+            version,
+            generation,
+            process_id=process_id,
+            log_dir=tmp_path,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        started.append(process)
+        return process
+
+    return start
+
+
+def bootstrap(launch, process_id: str = "blue-1") -> SidecarProcess:  # type: ignore[no-untyped-def]
+    leader: SidecarProcess = launch(V1, 1, process_id, auto_promote=True)
+    leader.wait_state("serving")
+    return leader
+
+
+# --- bootstrap and HTTP ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_bootstrap_and_http_endpoints(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+    """An auto-promote sidecar bootstraps an empty env and serves every HTTP endpoint."""
+    leader = bootstrap(launch)
+    node = leader.wait_state("serving")
+    assert node["mode"] == "leader" and node["epoch"] == 1
+    assert leader.http("GET", "/healthz")[0] == 200
+    status, body = leader.http("GET", "/readyz?verbose")
+    assert status == 200 and b"[+]state ok" in body
+
+    status, body = leader.http("GET", "/status")
+    document = json.loads(body)
+    assert status == 200
+    assert document["catalog"]["version"] == V1
+    assert document["catalog"]["deploy_generation"] == 1
+    assert [p["id"] for p in document["processes"]] == ["blue-1"]
+    assert TABLES in {c["name"] for c in document["collections"]}
+
+    status, body = leader.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+    answer = json.loads(body)
+    assert status == 200, answer
+    assert answer["rows"] == 2 and answer["upper"] == answer["ts"] + 1
+    status, body = leader.http("GET", f"/read?collection={TABLES}")
+    assert status == 200
+    assert sorted(r["name"] for r in json_lines(body)) == ["items", "orders"]
+
+    status, body = leader.http("POST", f"/append?collection={TABLES}", b'{"id": "u9"}\n')
+    assert status == 400 and json.loads(body)["field"] == "oid"
+    status, body = leader.http("POST", f"/append?collection={TABLES}", b'{"nope": 1}\n')
+    assert status == 400 and json.loads(body)["field"] == "nope"
+    assert leader.http("POST", "/append?collection=mz_catalog.nope", b"{}\n")[0] == 404
+
+    status, body = leader.http("GET", "/metrics")
+    text = body.decode()
+    assert status == 200
+    assert 'catalog_upgrade_state{state="serving"} 1.0' in text
+    assert "catalog_upgrade_epoch 1.0" in text
+    assert 'catalog_upgrade_migration_phase_seconds_count{phase="switching collections"}' in text
+    assert "catalog_upgrade_zookeeper_request_seconds_count" in text
+    assert f'catalog_upgrade_rows_appended_total{{collection="{TABLES}"}} 2.0' in text
+
+    leader.signal(signal.SIGTERM)
+    assert leader.wait_exit() == EXIT_OK
+
+
+# --- blue-green upgrade -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_blue_green_upgrade_with_promote(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+    """A read-only next release refuses appends, reads through its schema, and leads after
+    promote --wait; the old leader exits fenced and the data reads in the new schema."""
+    blue = bootstrap(launch)
+    assert blue.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))[0] == 200
+    roles = [{"id": 7, "oid": 30007, "name": "analyst", "inherit": True}]
+    assert blue.http("POST", f"/append?collection={ROLES}", lines(roles))[0] == 200
+
+    green = launch(V2, 2, "green-2")
+    node = green.wait_state("ready")
+    assert node["mode"] == "read-only"
+    assert node["plan"]["from"] == V1 and node["plan"]["to"] == V2
+    status, body = green.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+    assert status == 409 and json.loads(body)["error"] == "read-only"
+    status, body = green.http("GET", f"/read?collection={TABLES}")
+    assert status == 200
+    assert {r["source_id"] for r in json_lines(body)} == {None}
+
+    result = cli(
+        "promote",
+        "--zk",
+        zk_env.hosts,
+        "--env",
+        zk_env.name,
+        "--deploy-generation",
+        "2",
+        "--wait",
+        "30",
+    )
+    assert result.returncode == EXIT_OK, result.stderr
+    assert blue.wait_exit() == EXIT_FENCED
+    node = green.wait_state("serving")
+    assert node["mode"] == "leader" and node["epoch"] == 2
+
+    status, body = green.http("GET", f"/read?collection={TABLES}")
+    rows = json_lines(body)
+    assert status == 200
+    assert sorted(r["name"] for r in rows) == ["items", "orders"]
+    assert {r["source_id"] for r in rows} == {None}
+    status, body = green.http("GET", f"/read?collection={ROLES}")
+    assert status == 200
+    assert [r["id"] for r in json_lines(body)] == ["u7"]
+
+    status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
+    assert status["catalog"]["version"] == V2 and status["catalog"]["deploy_generation"] == 2
+    assert status["leader"]["id"] == "green-2"
+
+
+@pytest.mark.slow
+def test_sigterm_of_leader_hands_over_to_same_generation(launch) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM: the leader steps down and exits 0; a ready peer of its generation leads within
+    about a second."""
+    first = bootstrap(launch, "blue-a")
+    second = launch(V1, 1, "blue-b")
+    second.wait_state("ready")
+    first.signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    node = second.wait_state("serving", timeout=10)
+    took = time.monotonic() - stopped
+    assert first.wait_exit() == EXIT_OK
+    assert node["mode"] == "leader" and node["epoch"] == 2
+    assert took < 2.5, f"takeover took {took:.2f} s"
+
+
+@pytest.mark.slow
+def test_stale_generation_exits_fenced(launch, zk_client: KazooClient, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+    """A process whose generation is below the catalog's exits 3 and records a fenced event."""
+    blue = bootstrap(launch, "blue-3")
+    green = launch(V1, 3, "green-3", auto_promote=True)
+    green.wait_state("serving")
+    assert blue.wait_exit() == EXIT_FENCED
+    stale = launch(V1, 2, "stale-2")
+    assert stale.wait_exit() == EXIT_FENCED
+    status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
+    assert "stale-2" not in {p["id"] for p in status["processes"]}
+
+
+# --- refusals before any write -----------------------------------------------------------------
+
+
+def test_bad_release_exits_2_and_writes_nothing(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """--release naming a missing file exits 2 before touching ZooKeeper."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("RELEASE = 1 / 0\n")
+    before = tree_digest(zk_client, zk_env.root)
+    for ref in (str(tmp_path / "missing.py"), str(broken)):
+        sidecar = launch(V1, 1, "bad", release=ref)
+        assert sidecar.wait_exit() == EXIT_BAD_INPUT
+    assert tree_digest(zk_client, zk_env.root) == before == ""
+
+
+@pytest.mark.slow
+def test_blob_mismatch_exits_2_and_writes_nothing(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch
+) -> None:  # type: ignore[no-untyped-def]
+    """A --blob different from the one recorded at bootstrap is refused (exit 2), nothing
+    written; omitting --blob uses the recorded one."""
+    leader = bootstrap(launch)
+    leader.signal(signal.SIGTERM)
+    assert leader.wait_exit() == EXIT_OK
+    before = tree_digest(zk_client, zk_env.root)
+    other = launch(V1, 1, "other-blob", blob=tmp_path / "elsewhere")
+    assert other.wait_exit() == EXIT_BAD_INPUT
+    assert b"elsewhere" in other.log_file.read_bytes()
+    assert tree_digest(zk_client, zk_env.root) == before
+    assert not (tmp_path / "elsewhere").exists()
+
+    recorded = launch(V1, 1, "recorded-blob", blob=None)
+    node = recorded.wait_state("ready", "serving")
+    assert node["state"] in ("ready", "serving")
+
+
+def test_unreachable_zookeeper_keeps_retrying_and_stops_on_sigterm(launch) -> None:  # type: ignore[no-untyped-def]
+    """With no ZooKeeper answering, /healthz is 200, /readyz 503, and SIGTERM exits 0."""
+    port = free_port()
+    sidecar = launch(
+        V1, 1, "lonely", http=f"127.0.0.1:{port}", extra=["--zk", f"127.0.0.1:{free_port()}"]
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:  # the port answers once the interpreter has started; connection errors until then
+        try:
+            status, _ = http_call("GET", f"{base}/healthz")
+            break
+        except OSError:
+            assert time.monotonic() < deadline, sidecar.log_tail()
+            assert sidecar.process.poll() is None, sidecar.log_tail()
+            time.sleep(0.1)
+    assert status == 200
+    status, body = http_call("GET", f"{base}/readyz?verbose")
+    assert status == 503 and b"[-]zookeeper failed" in body
+    sidecar.signal(signal.SIGTERM)
+    assert sidecar.wait_exit() == EXIT_OK
+    assert b"zookeeper_unreachable" in sidecar.log_file.read_bytes()
+
+
+def test_release_file_helper_names_example_history() -> None:
+    """The example history holds the two releases these tests run."""
+    assert release_file(V1).exists() and release_file(V2).exists()
