@@ -352,12 +352,14 @@ class EvolveResult:
 @attrs.frozen
 class CompactionResult:
     """Outcome of :meth:`Shard.compact`: ``applied`` False when another writer replaced the
-    inputs first (the output blob was deleted again)."""
+    inputs first (the output blob was deleted again). ``outputs`` lists every output batch
+    (:meth:`Shard.commit_compaction` may commit several); ``output`` is the only one, if one."""
 
     applied: bool
     inputs: int
     output: BatchRef | None
     state: ShardState
+    outputs: tuple[BatchRef, ...] = ()
 
 
 @attrs.frozen
@@ -1220,7 +1222,29 @@ class Shard:
                 uuid.uuid4().hex, state.schema_id, merged.num_rows, lower, upper, ordered
             )
             self.blob.put_batch(output.key(self.shard_id), merged)
+        result = self.commit_compaction(state, inputs, [output] if output else [], fence=fence)
+        if result.applied:
+            self._log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
+        return result
+
+    def commit_compaction(
+        self,
+        state: ShardState,
+        inputs: Sequence[BatchRef],
+        outputs: Sequence[BatchRef],
+        *,
+        fence: Fence | None = None,
+    ) -> CompactionResult:
+        """Replace exactly ``inputs`` (batches of ``state``) by ``outputs``, already written.
+
+        The second half of :meth:`compact`, public for compactions computed elsewhere (the
+        Spark engine of ``catalog.pipeline``): ``outputs`` hold the inputs' consolidated
+        contents in the latest schema of ``state``. Appends that landed meanwhile are kept;
+        when the inputs were replaced first, the outputs are deleted and ``applied`` is False.
+        """
         input_names = {b.name for b in inputs}
+        output_names = {b.name for b in outputs}
+        output_keys = [b.key(self.shard_id) for b in outputs]
         pending = [state]
         written: list[str] = []
 
@@ -1230,12 +1254,12 @@ class Shard:
                 raise _finalized(current)
             batches = self.batches(current)
             names = {b.name for b in batches}
-            if output is not None and output.name in names:
+            if output_names and output_names <= names:
                 return current  # an earlier attempt landed although its answer was lost
             if not input_names <= names:
                 return None
             kept = [b for b in batches if b.name not in input_names]
-            new, rollup_keys = self._packed(current, ([output] if output else []) + kept)
+            new, rollup_keys = self._packed(current, [*outputs, *kept])
             try:
                 result = self._cas(current, new, fence)
             except VersionMismatchError:
@@ -1249,17 +1273,15 @@ class Shard:
         except ConnectionLostError:
             raise  # the outcome is unknown: the output may be referenced, gc_orphans decides
         except BaseException:
-            if output is not None:
-                self.blob.delete(output.key(self.shard_id))
+            self.blob.delete_many(output_keys)
             raise
         if result is None:
-            if output is not None:
-                self.blob.delete(output.key(self.shard_id))
+            self.blob.delete_many(output_keys)
             self._log.info("compaction_lost_race", inputs=len(inputs))
             return CompactionResult(False, len(inputs), None, self.state())
         self.blob.delete_many([b.key(self.shard_id) for b in inputs] + written)
-        self._log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
-        return CompactionResult(True, len(inputs), output, result)
+        only = outputs[0] if len(outputs) == 1 else None
+        return CompactionResult(True, len(inputs), only, result, tuple(outputs))
 
     def referenced_keys(self, state: ShardState | None = None) -> set[str]:
         """Every blob key ``state`` references: batches, rollups."""
