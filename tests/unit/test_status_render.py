@@ -1,0 +1,226 @@
+"""orchestrator.status without ZooKeeper: the JSON contract, table rendering, field parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+import orchestrator.status as status_module
+from catalog.consensus import Fence, Versioned, encode_json
+from orchestrator.election import EpochInfo, Leadership
+from orchestrator.status import (
+    CatalogSummary,
+    CollectionStatus,
+    LeaderStatus,
+    MigrationEntry,
+    ProcessStatus,
+    UpgradeEvent,
+    UpgradeStatus,
+    plan_mechanisms,
+    render_table,
+    schema_id_of,
+)
+
+NOW = 1_800_000_000.0
+
+
+def text_of(status: UpgradeStatus, **options: Any) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render_table(status, now=NOW, **options))
+    return console.export_text()
+
+
+def empty_status() -> UpgradeStatus:
+    return UpgradeStatus(
+        environment="prod",
+        catalog=CatalogSummary(
+            version=None, deploy_generation=None, epoch=None, promotion_target=None
+        ),
+        bootstrapped=False,
+        leader=None,
+        processes=(),
+        collections=(),
+        migration_entries=(),
+        pending_finalization=(),
+        events=(),
+        read_at=NOW,
+    )
+
+
+def big_status(count: int = 1000) -> UpgradeStatus:
+    epoch = EpochInfo(
+        epoch=4,
+        leader="p-lead",
+        deploy_generation=3,
+        session="0xabc",
+        version=3,
+        host="h1",
+        pid=42,
+        taken_over_at=NOW - 30,
+    )
+    leader = ProcessStatus(
+        id="p-lead",
+        version="0.12.0",
+        deploy_generation=3,
+        mode="leader",
+        state="migrating",
+        phase="switching collections",
+        phase_since=NOW - 5,
+        host="h1",
+        pid=42,
+        session="0xabc",
+        epoch=4,
+        plan={"migrations": []},
+    )
+    failed = ProcessStatus(
+        id="p-old",
+        version="0.11.0",
+        deploy_generation=2,
+        mode="read-only",
+        state="fenced",
+        error={"error": "FencedError", "message": "catalog at generation 3", "exit_code": 3},
+    )
+    collections = tuple(
+        CollectionStatus(
+            global_id=f"s{i}",
+            name=f"mz_catalog.t{i:04d}",
+            shard_id=f"sh-{i}",
+            schema_id=i % 3,
+            mechanism="evolution" if i % 2 else "replacement",
+        )
+        for i in range(count)
+    )
+    return UpgradeStatus(
+        environment="prod",
+        catalog=CatalogSummary(
+            version="0.11.0",
+            deploy_generation=3,
+            epoch=4,
+            promotion_target=3,
+            blob_uri="file:///blobs",
+            collections=count,
+        ),
+        bootstrapped=True,
+        leader=LeaderStatus(epoch=epoch, process=leader),
+        processes=(failed, leader),
+        collections=collections,
+        migration_entries=(MigrationEntry("s1", "0.12.0", 3, "sh-new-1"),),
+        pending_finalization=("sh-gone",),
+        events=(
+            UpgradeEvent(seq=7, kind="promoted", at=NOW - 60, fields={"deploy_generation": 3}),
+        ),
+        read_at=NOW,
+        plan_source="p-lead",
+    )
+
+
+def test_public_names() -> None:
+    """The module exports the status model, its readers and its renderers."""
+    assert {"read_status", "render_table", "record_event", "UpgradeStatus"} <= set(
+        status_module.__all__
+    )
+
+
+def test_empty_environment_json_has_nulls() -> None:
+    """An unbootstrapped environment is the section 8 object with nulls and empty lists."""
+    document = empty_status().to_json()
+    assert document["catalog"]["version"] is None
+    assert document["catalog"]["deploy_generation"] is None
+    assert document["catalog"]["epoch"] is None
+    assert document["leader"] is None
+    for field in ("processes", "collections", "migration_entries", "pending_finalization"):
+        assert document[field] == []
+    assert document["bootstrapped"] is False
+
+
+def test_empty_environment_renders_one_clear_line() -> None:
+    """The table view of an empty environment says so (and nothing about collections)."""
+    text = text_of(empty_status())
+    assert "environment prod is empty (not bootstrapped)" in text
+    assert "collections" not in text
+
+
+def test_json_contract_fields() -> None:
+    """Every field DESIGN.md section 8 names is present, with the leader as a process."""
+    document = big_status(3).to_json()
+    assert set(document["catalog"]) >= {"version", "deploy_generation", "epoch"}
+    leader = document["leader"]
+    assert (leader["id"], leader["epoch"], leader["session"], leader["host"], leader["pid"]) == (
+        "p-lead",
+        4,
+        "0xabc",
+        "h1",
+        42,
+    )
+    for process in document["processes"]:
+        assert set(process) >= {
+            "id",
+            "version",
+            "deploy_generation",
+            "mode",
+            "state",
+            "plan",
+            "error",
+            "phase",
+            "phase_since",
+        }
+    assert set(document["collections"][0]) >= {"global_id", "name", "shard_id", "schema_id"}
+    assert document["migration_entries"] == [
+        {"global_id": "s1", "version": "0.12.0", "deploy_generation": 3, "shard_id": "sh-new-1"}
+    ]
+    assert document["pending_finalization"] == ["sh-gone"]
+    assert document["events"][0]["kind"] == "promoted"
+
+
+def test_thousand_collections_show_counts_and_first_rows() -> None:
+    """With 1,000 collections the table counts per mechanism and lists only the first 20."""
+    text = text_of(big_status())
+    assert "evolution: 500, replacement: 500" in text
+    assert "0: 334, 1: 333, 2: 333" in text
+    assert "mz_catalog.t0019" in text and "mz_catalog.t0020" not in text
+    assert "980 more" in text
+
+
+def test_all_rows_lists_every_collection() -> None:
+    """--all lists every collection."""
+    text = text_of(big_status(), all_rows=True)
+    assert "mz_catalog.t0999" in text
+
+
+def test_processes_show_state_phase_age_and_error() -> None:
+    """Each process row shows its state, phase with its age, and its error's reason."""
+    text = text_of(big_status(3))
+    assert "switching collections" in text and "5s ago" in text
+    assert "catalog at generation 3" in text
+    assert "p-lead (generation 3, epoch 4, session 0xabc" in text
+
+
+def test_schema_id_from_shard_state() -> None:
+    """The schema id is the number of registered schemas minus one; unknown shapes give None."""
+    assert schema_id_of({"schemas": ["a", "b", "c"]}) == 2
+    assert schema_id_of({"schema_count": 1}) == 0
+    assert schema_id_of({"schemas": []}) is None
+    assert schema_id_of(None) is None
+    assert schema_id_of("garbage") is None
+
+
+def test_plan_mechanisms_shapes() -> None:
+    """Mechanisms are found by global id and by name in the plan shapes status accepts."""
+    listed = {"migrations": [{"global_id": "s1", "name": "a.b", "mechanism": "rewrite"}]}
+    assert plan_mechanisms(listed) == {"s1": "rewrite", "a.b": "rewrite"}
+    mapped = {"collections": {"s2": {"mechanism": "evolution"}, "s3": "replacement"}}
+    assert plan_mechanisms(mapped) == {"s2": "evolution", "s3": "replacement"}
+    assert plan_mechanisms(None) == {} and plan_mechanisms(["x"]) == {}
+
+
+def test_epoch_info_and_leadership_values() -> None:
+    """EpochInfo parses the epoch znode; a hand-built Leadership has no guard and checks freely."""
+    found = Versioned(
+        encode_json({"epoch": 2, "leader": "p", "deploy_generation": 5, "session": "0x1"}), 7
+    )
+    info = EpochInfo.from_versioned(found)
+    assert info is not None and (info.epoch, info.leader, info.version) == (2, "p", 7)
+    leadership = Leadership("p", 5, 2, Fence("epoch", 7))
+    leadership.check()
+    assert leadership == Leadership("p", 5, 2, Fence("epoch", 7), guard=lambda: None)
