@@ -553,18 +553,25 @@ class LeaderElection:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Join the election of our generation and start watching (join once ready to lead)."""
+        """Join the election of our generation and start watching (join once ready to lead).
+
+        Idempotent; after :meth:`step_down` it joins again (at the back). Not after ``stop``.
+        """
         with self._lock:
-            if self._joined:
-                return
-            self._stopped = False
-            self._worker = threading.Thread(
-                target=self._run, name=f"election-{self.process_id}", daemon=True
-            )
-            self._worker.start()
-            self._client.add_listener(self._on_state)
-            self._join()
-            self._joined = True
+            if self._stopped:
+                raise RuntimeError(f"election of {self.process_id} was stopped; make a new one")
+            watching = self._worker is not None
+            if not watching:
+                self._worker = threading.Thread(
+                    target=self._run, name=f"election-{self.process_id}", daemon=True
+                )
+                self._worker.start()
+                self._client.add_listener(self._on_state)
+            if not self._joined:
+                self._join()
+                self._joined = True
+        if watching:
+            return
         gen_path = self.consensus.path(candidate_key(self.deploy_generation))
         DataWatch(self._client, self.consensus.path(PROMOTION_KEY), self._data_watch("promotion"))
         DataWatch(self._client, self.consensus.path(EPOCH_KEY), self._data_watch("epoch"))

@@ -533,3 +533,25 @@ def test_promote_wait_fails_when_every_process_of_the_generation_failed(store: C
     write_process(store, "b", deploy_generation=1, state="serving")
     with pytest.raises(FencedError):
         wait_promoted(store, 2, timeout=5)
+
+
+def test_step_down_then_start_rejoins_at_the_back(
+    store: Consensus, new_candidate: Callable[..., Candidate]
+) -> None:
+    """A process that stepped down may join again; it queues behind the current candidates."""
+    write_catalog(store, generation=1)
+    set_promotion(store, 2)
+    first = new_candidate("first", 2)
+    second = new_candidate("second", 2)
+    first.election.step_down()
+    assert first.election.candidate is None
+    first.election.start()
+    assert first.election.try_take_over(bootstrap=False) is None
+    assert second.election.try_take_over(bootstrap=False) is not None
+
+
+def test_promote_on_an_empty_environment(zk_client: KazooClient, zk_env: ZkEnv) -> None:
+    """Promoting before anything exists creates the environment root and the target."""
+    consensus = Consensus(zk_client, zk_env.root)
+    promote(consensus, 1, requested_by="test")
+    assert read_promotion(consensus) == 1
