@@ -35,7 +35,9 @@ import attrs
 from kazoo.client import KazooClient
 from kazoo.recipe.watchers import DataWatch
 from rich.console import Console
+from rich.markup import escape
 from rich.rule import Rule
+from rich.table import Table
 
 from catalog.consensus import env_root
 from catalog.release import Release, load_release_dir
@@ -243,6 +245,20 @@ def _lines(rows: Sequence[Mapping[str, Any]]) -> bytes:
     return "".join(json.dumps(dict(row)) + "\n" for row in rows).encode()
 
 
+def rows_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """JSON rows as a table; nulls shown dimmed, the update columns (_ts, _diff) last."""
+    columns = [c for c in (rows[0] if rows else {}) if c not in ("_ts", "_diff")]
+    table = Table(*columns, "_ts", "_diff", header_style="bold", show_lines=False)
+    for row in rows:
+        table.add_row(
+            *(
+                "[dim]null[/dim]" if row.get(c) is None else escape(json.dumps(row[c]).strip('"'))
+                for c in (*columns, "_ts", "_diff")
+            )
+        )
+    return table
+
+
 def first_two_releases(directory: Path) -> tuple[Path, Path]:
     """The files of the two oldest releases in ``directory`` (by version, not by file name)."""
     releases: list[Release] = load_release_dir(directory)
@@ -323,8 +339,7 @@ def run_story(demo: Demo) -> None:
         if status != 200:
             raise DemoError(f"read of {collection} answered {status}: {body.decode()}")
         demo.say(f"GET /read?collection={collection}  [dim]({note})[/dim]")
-        for line in body.decode().splitlines():
-            demo.console.print_json(line)
+        demo.console.print(rows_table([json.loads(line) for line in body.decode().splitlines()]))
 
     demo.section("7. Final status")
     demo.command("status")

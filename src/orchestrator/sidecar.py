@@ -38,7 +38,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from http import HTTPStatus
@@ -214,6 +214,9 @@ class Sidecar:
         self._epoch: int | None = None
         self._registered = False
         self._ready_recorded = False
+        self._joined = False
+        self._auto_promoted = False
+        self._pending = False
         self._connected = threading.Event()
         self._writes_paused = threading.Event()
         self._http = SidecarHttpServer(self, config.http_host, config.http_port)
@@ -307,49 +310,44 @@ class Sidecar:
             self.config.deploy_generation,
             on_change=self._inbox.put,
         )
-        self._evaluate(force_check=True)
-        # Join the election only once ready to lead; its watches drive re-evaluation from now.
-        self._election.start()
-        self._evaluate()
+        self._pending = True
         return self._loop()
 
     def _loop(self) -> int:
         next_heartbeat = time.monotonic() + self.config.heartbeat_interval
         next_finalize = time.monotonic() + self.config.finalize_interval
         while True:
+            if self._pending and self._connected.is_set():
+                self._pending = False
+                self._deferring(self._evaluate)
             now = time.monotonic()
             if now >= next_heartbeat:
                 self._write_status()
                 next_heartbeat = now + self.config.heartbeat_interval
             if now >= next_finalize:
-                self._finalize()
+                self._deferring(self._finalize)
                 next_finalize = now + self.config.finalize_interval
             timeout = max(0.0, min(next_heartbeat, next_finalize) - time.monotonic())
             try:
                 message = self._inbox.get(timeout=timeout)
             except queue.Empty:
                 continue
-            self._handle(message)
-            # Coalesce a burst of watch events into one re-evaluation.
-            more = False
+            # Handle everything queued, then evaluate once: a burst of watch events (a takeover
+            # changes epoch, catalog and candidates together) costs one re-read, not three.
             while True:
+                self._handle(message)
                 try:
                     message = self._inbox.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(message, election_mod.ElectionEvent) and message.kind in (
-                    "promotion",
-                    "epoch",
-                    "catalog",
-                    "candidates",
-                    "resumed",
-                    "rejoined",
-                ):
-                    more = True
-                else:
-                    self._handle(message)
-            if more:
-                self._evaluate()
+
+    def _deferring(self, action: Callable[[], None]) -> None:
+        """Run ``action``; when ZooKeeper does not answer, retry it once reconnected."""
+        try:
+            action()
+        except ConnectionLostError as exc:
+            self._pending = True
+            self._log.warning("deferred_until_reconnected", reason=exc.message)
 
     def _handle(self, message: object) -> None:
         if isinstance(message, _Stop):
@@ -373,9 +371,8 @@ class Sidecar:
                 deploy_generation=self.config.deploy_generation,
                 reason=event.reason or event.kind,
             )
-        if event.kind in ("suspended", "stepped_down"):
-            return
-        self._evaluate()
+        if event.kind not in ("suspended", "stepped_down"):
+            self._pending = True
 
     def _shutdown(self) -> None:
         """Step down, deregister and disconnect; a successor can take over at once."""
@@ -514,11 +511,15 @@ class Sidecar:
             self._registered = False
         elif state == KazooState.CONNECTED:
             self._log.info("zookeeper_reconnected", session=self._session())
-            # A new session lost our ephemeral node (the election re-joins on its own).
-            if not self._registered or not self._consensus_exists(self._node_key):
-                self._registered = False
-                self._register()
-            self._write_status()
+            self._deferring(self._reregister)
+            self._pending = True
+
+    def _reregister(self) -> None:
+        """A new session lost our ephemeral node (the election re-joins on its own)."""
+        if not self._registered or not self._consensus_exists(self._node_key):
+            self._registered = False
+            self._register()
+        self._write_status()
 
     def _consensus_exists(self, key: str) -> bool:
         return self._consensus is not None and self._consensus.exists(key)
@@ -642,10 +643,22 @@ class Sidecar:
                     epoch=self._leadership.epoch,
                     current_epoch=None if epoch is None else epoch.epoch,
                 )
+            if self._state is State.MIGRATING:  # interrupted by a lost connection: resume
+                self._complete_migration(self._leadership)
             return
         seen = (found[1] if found else None, self._epoch)
-        if force_check or self._checked_at != seen:
+        if force_check or self._checked_at != seen or self._check is None:
             self._run_check(seen)
+        if self._election.candidate is None and not self._joined:
+            # Join only once ready to lead; the election's watches drive re-evaluation from now.
+            self._election.start()
+            self._joined = True
+        if self.config.auto_promote and not self._auto_promoted:
+            assert self._check is not None
+            if not self._check.bootstrap:  # a bootstrapping takeover promotes itself
+                self._promote(self.config.deploy_generation)
+            self._auto_promoted = True
+            promotion = election_mod.read_promotion(consensus)
         if self._should_take_over(promotion):
             self._take_over()
 
@@ -664,8 +677,6 @@ class Sidecar:
                 deploy_generation=self.config.deploy_generation,
                 bootstrap=self._check.bootstrap,
             )
-            if self.config.auto_promote and not self._check.bootstrap:
-                self._promote(self.config.deploy_generation)
 
     def _should_take_over(self, promotion: int | None) -> bool:
         if self._check is None or self._state is not State.READY:
@@ -689,6 +700,9 @@ class Sidecar:
         structlog.contextvars.bind_contextvars(epoch=leadership.epoch)
         self._log.info("leader", epoch=leadership.epoch)
         self._set_state(State.MIGRATING, phase="migrating")
+        self._complete_migration(leadership)
+
+    def _complete_migration(self, leadership: election_mod.Leadership) -> None:
         result = self._migrate(leadership)
         self._event(
             "bootstrap" if result.bootstrap else "migrated",

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK
+from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from orchestrator.zkserver import free_port
 from support.sidecars import (
+    ROOT,
     SidecarProcess,
     cli,
     http_call,
@@ -200,6 +201,22 @@ def test_stale_generation_exits_fenced(launch, zk_client: KazooClient, zk_env: Z
     assert stale.wait_exit() == EXIT_FENCED
     status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
     assert "stale-2" not in {p["id"] for p in status["processes"]}
+
+
+@pytest.mark.slow
+def test_refused_migration_exits_4_and_status_shows_why(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+    """A release with a missing instruction fails (exit 4); a failed event names the collection."""
+    broken = ROOT / "tests" / "fixtures" / "broken_releases" / "missing_instruction"
+    leader = launch("0.1.0", 1, "base-1", auto_promote=True, release=str(broken / "v0_1_0.py"))
+    leader.wait_state("serving")
+    refused = launch("0.2.0", 2, "refused-2", release=str(broken / "v0_2_0.py"))
+    assert refused.wait_exit() == EXIT_REFUSED
+    status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
+    failed = [e for e in status["events"] if e["kind"] == "failed"]
+    assert [e["process_id"] for e in failed] == ["refused-2"]
+    assert failed[0]["error"]["exit_code"] == EXIT_REFUSED
+    assert "mz_catalog.mz_tables" in json.dumps(failed[0]["error"])
+    assert leader.wait_state("serving")["mode"] == "leader"
 
 
 # --- refusals before any write -----------------------------------------------------------------
