@@ -334,14 +334,15 @@ def _focus_process(
 
 
 def read_migration_entries(
-    consensus: Consensus, blob_uri: str | None
+    consensus: Consensus, blob_uri: str | None, *, shard_exists: bool = True
 ) -> tuple[tuple[MigrationEntry, ...], str | None]:
     """The migration shard's live entries (their batches are Parquet blobs), and a warning.
 
-    Empty when the environment has no migration shard yet. A blob store that cannot be read
-    gives no entries and a warning: status still shows everything ZooKeeper holds.
+    Empty when the environment has no migration shard (``shard_exists`` False skips the
+    look-up). A blob store that cannot be read gives no entries and a warning: status still
+    shows everything ZooKeeper holds.
     """
-    if blob_uri is None or not consensus.exists(f"{SHARDS_KEY}/{MIGRATION_SHARD_ID}"):
+    if blob_uri is None or not shard_exists:
         return (), None
     from catalog.blob import BlobStore
     from catalog.migration import MigrationShard
@@ -382,6 +383,9 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     process_keys = [f"{PROCESSES_KEY}/{name}" for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
     shard_keys = [f"{SHARDS_KEY}/{shard_id}" for shard_id in shard_ids]
+    migration_key = f"{SHARDS_KEY}/{MIGRATION_SHARD_ID}"
+    if catalog is not None:
+        shard_keys.append(migration_key)
     found = consensus.get_many([*process_keys, *shard_keys])
     processes: list[ProcessStatus] = []
     for name, key in zip(children[PROCESSES_KEY], process_keys, strict=True):
@@ -421,7 +425,9 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         collections=len(collections),
     )
     entries, warning = read_migration_entries(
-        consensus, catalog.blob_uri if catalog is not None else None
+        consensus,
+        catalog.blob_uri if catalog is not None else None,
+        shard_exists=found.get(migration_key) is not None,
     )
     return UpgradeStatus(
         environment=_environment_name(consensus),

@@ -6,13 +6,17 @@ import json
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from kazoo.client import KazooClient
 
+from catalog.blob import BlobStore
 from catalog.consensus import Consensus, encode_json
 from catalog.errors import EXIT_OK
+from catalog.migration import MigrationEntry as Entry
+from catalog.migration import MigrationShard
 from catalog.state import (
     CATALOG_KEY,
     EPOCH_KEY,
@@ -243,3 +247,23 @@ def test_events_are_trimmed_to_the_newest(store: Consensus) -> None:
     newest = read_events(store, limit=3)
     assert [e.fields["n"] for e in newest] == [KEEP_EVENTS + 22, KEEP_EVENTS + 23, KEEP_EVENTS + 24]
     assert all(e.at > 0 for e in newest)
+
+
+def test_migration_entries_come_from_the_migration_shard(
+    store: Consensus, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """Live migration-shard entries (read from their Parquet batches) appear in the status."""
+    blob = BlobStore.from_uri(str(tmp_path / "blobs"))
+    store.ensure(SHARDS_KEY)
+    state = CatalogState(version="0.11.0", deploy_generation=3, blob_uri=blob.uri)
+    store.cas(CATALOG_KEY, state.encode(), -1)
+    migration = MigrationShard(store, blob)
+    kept = Entry("s1", "0.12.0", 3, "sh-new-1")
+    retracted = Entry("s2", "0.12.0", 2, "sh-old-2")
+    migration.append_entries([kept, retracted])
+    migration.retract([retracted], fence=None)
+    document = json.loads(run_cli(zk_env, "status", "--json").stdout)
+    assert document["migration_entries"] == [
+        {"global_id": "s1", "version": "0.12.0", "deploy_generation": 3, "shard_id": "sh-new-1"}
+    ]
+    assert document["warnings"] == []
