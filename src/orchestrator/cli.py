@@ -196,13 +196,12 @@ def sidecar_command(
     """Run the upgrade sidecar of one release at one deploy generation (exit 3 when fenced)."""
     from catalog.consensus import env_root
     from catalog.release import load_release
-    from orchestrator.sidecar import SidecarConfig, run_sidecar
+    from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
     from orchestrator.sidecar_http import parse_address
 
     env_root(env)
     host, port = parse_address(http)
     release = load_release(release_ref)
-    extra = {"process_id": process_id} if process_id else {}
     config = SidecarConfig(
         zk=zk,
         env=env,
@@ -213,7 +212,7 @@ def sidecar_command(
         http_port=port,
         auto_promote=auto_promote,
         session_timeout=session_timeout,
-        **extra,
+        process_id=process_id or default_process_id(),
     )
     sys.exit(run_sidecar(config, release))
 
