@@ -1,0 +1,230 @@
+"""Orchestrator benchmark: 1,000 collections, half evolution, half replacement.
+
+Measures, against a real ZooKeeper (embedded unless ``CATALOG_UPGRADE_ZK`` is set):
+
+* ``ready_seconds``: a read-only process of the new release, from connecting to ``ready``
+  (plan, history checks of 500 evolutions, 500 replacement shards created and registered);
+* ``leader_seconds``: the promoted leader's migration (takeover not included);
+* ``failover_seconds``: after SIGKILL of a leader sidecar with a 2 s session timeout, until a
+  second sidecar of the same generation serves (target: session timeout + 1 s).
+
+Targets (issue 5): ready < 1 s, leader migration < 2 s, failover < 3 s. JSON on stdout and in
+``benchmarks/results/orchestrator.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.release import Builtin, Mechanism, Migration, Release
+from orchestrator.election import LeaderElection, promote
+from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
+from orchestrator.zk import close, connect
+from orchestrator.zkserver import EmbeddedZooKeeper, free_port
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+V1_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+EVOLVED = V1_SCHEMA.append(pa.field("note", pa.string()))
+REPLACED = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("name", pa.string())])
+
+
+def releases(collections: int) -> tuple[Release, Release]:
+    builtins = [
+        Builtin(
+            schema_name="bench", object_name=f"c{i}", kind="table", global_id=f"s{i}",
+            schema=V1_SCHEMA,
+        )
+        for i in range(collections)
+    ]
+    v1 = Release(version="1.0.0", builtins=builtins, migrations=[])
+    migrations = []
+    v2_builtins = []
+    for i, b in enumerate(builtins):
+        evolution = i % 2 == 0
+        v2_builtins.append(
+            Builtin(
+                schema_name=b.schema_name, object_name=b.object_name, kind="table",
+                global_id=b.global_id, schema=EVOLVED if evolution else REPLACED,
+            )
+        )
+        migrations.append(
+            Migration(
+                version="1.1.0", schema_name=b.schema_name, object_name=b.object_name,
+                kind="table",
+                mechanism=Mechanism.EVOLUTION if evolution else Mechanism.REPLACEMENT,
+            )
+        )
+    return v1, Release(version="1.1.0", builtins=v2_builtins, migrations=migrations)
+
+
+def lead(consensus: Consensus, ctx: MigrationContext, *, bootstrap: bool) -> Any:
+    election = LeaderElection(
+        consensus, ctx.process_id, ctx.deploy_generation, on_change=lambda _e: None
+    )
+    election.start()
+    if not bootstrap:
+        promote(consensus, ctx.deploy_generation, requested_by="bench")
+    leadership = election.try_take_over(bootstrap=bootstrap)
+    assert leadership is not None
+    return election, leadership
+
+
+def in_process(hosts: str, collections: int, blob_dir: Path) -> dict[str, float]:
+    v1, v2 = releases(collections)
+    env_root = f"/catalog-upgrade/bench-{os.getpid()}-{int(time.time())}"
+    blob = BlobStore.from_uri(str(blob_dir))
+    setup = connect(hosts)
+    consensus = Consensus(setup, env_root)
+    ctx1 = MigrationContext(consensus, blob, v1, 1, "bench-old")
+    election1, leadership1 = lead(consensus, ctx1, bootstrap=True)
+    started = time.perf_counter()
+    migrate_as_leader(ctx1, leadership1)
+    bootstrap_seconds = time.perf_counter() - started
+    election1.stop()
+
+    started = time.perf_counter()
+    client = connect(hosts)
+    new = Consensus(client, env_root)
+    ctx2 = MigrationContext(new, blob, v2, 2, "bench-new")
+    check_read_only(ctx2)
+    ready_seconds = time.perf_counter() - started
+
+    election2, leadership2 = lead(new, ctx2, bootstrap=False)
+    started = time.perf_counter()
+    result = migrate_as_leader(ctx2, leadership2)
+    leader_seconds = time.perf_counter() - started
+    assert len(result.evolved) == collections // 2, result.evolved
+    election2.stop()
+    consensus.delete_tree("")
+    close(client)
+    close(setup)
+    return {
+        "bootstrap_seconds": round(bootstrap_seconds, 3),
+        "ready_seconds": round(ready_seconds, 3),
+        "leader_seconds": round(leader_seconds, 3),
+    }
+
+
+def _wait_ready(url: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=1) as response:
+                if response.status == 200:
+                    return time.monotonic()
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(f"{url} not ready within {timeout}s")
+
+
+def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]:
+    """SIGKILL a serving leader; time until a same-generation standby serves."""
+    release_file = work / "bench_release.py"
+    release_file.write_text(
+        textwrap.dedent(
+            """
+            import pyarrow as pa
+            from catalog.release import Builtin, Release
+            RELEASE = Release(version="1.0.0", migrations=[], builtins=[
+                Builtin(schema_name="bench", object_name=f"c{i}", kind="table",
+                        global_id=f"s{i}",
+                        schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+                for i in range(20)])
+            """
+        )
+    )
+    env = f"failover-{os.getpid()}"
+    procs = []
+    urls = []
+    for name in ("first", "second"):
+        port = free_port()
+        urls.append(f"http://127.0.0.1:{port}")
+        log_file = (work / f"{name}.log").open("w")
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable, "-m", "orchestrator.cli", "sidecar",
+                    "--release", str(release_file), "--deploy-generation", "1",
+                    "--zk", hosts, "--env", env, "--blob", str(work / "blob"),
+                    "--http", f"127.0.0.1:{port}", "--auto-promote",
+                    "--process-id", name, "--session-timeout", str(session_timeout),
+                ],
+                stdout=log_file, stderr=subprocess.STDOUT,
+            )
+        )
+        _wait_ready(urls[-1], 60)
+    try:
+        with urllib.request.urlopen(urls[0] + "/status", timeout=5) as response:
+            status = json.loads(response.read())
+        leader = (status.get("leader") or {}).get("id")
+        victim = 0 if leader == "first" else 1
+        standby = 1 - victim
+        killed = time.monotonic()
+        procs[victim].send_signal(signal.SIGKILL)
+        procs[victim].wait()
+        deadline = killed + 30
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(urls[standby] + "/status", timeout=5) as response:
+                status = json.loads(response.read())
+            leader = status.get("leader") or {}
+            name = ("first", "second")[standby]
+            if leader.get("id") == name and leader.get("state") == "serving":
+                return {"failover_seconds": round(time.monotonic() - killed, 3)}
+            time.sleep(0.02)
+        raise TimeoutError("no failover within 30 s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--collections", type=int, default=1000)
+    parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--skip-failover", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        hosts = os.environ.get("CATALOG_UPGRADE_ZK")
+        server = None
+        if not hosts:
+            server = EmbeddedZooKeeper(data_dir=work / "zk").start()
+            hosts = server.hosts
+        try:
+            result: dict[str, Any] = {
+                "collections": args.collections,
+                "cpu_count": os.cpu_count(),
+                **in_process(hosts, args.collections, work / "blob"),
+            }
+            if not args.skip_failover:
+                result.update(failover(hosts, work, args.session_timeout))
+                result["session_timeout"] = args.session_timeout
+        finally:
+            if server is not None:
+                server.stop()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "orchestrator.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,357 @@
+"""The read-only and leader algorithms against a real ZooKeeper and real Parquet blobs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus, Fence, Op
+from catalog.errors import FencedError, MigrationRefusedError, PlanError
+from catalog.migration import MigrationShard
+from catalog.release import Release, load_release_dir
+from catalog.shard import Shard
+from catalog.state import FINALIZE_KEY, read_catalog
+from orchestrator.election import LeaderElection, Leadership, promote
+from orchestrator.migrate import (
+    MigrationContext,
+    check_read_only,
+    finalize_pending,
+    migrate_as_leader,
+)
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+RELEASES_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "releases"
+
+
+@pytest.fixture(scope="module")
+def releases() -> dict[str, Release]:
+    return {str(r.version): r for r in load_release_dir(RELEASES_DIR)}
+
+
+class SimulatedCrash(BaseException):
+    """Raised instead of a durable write: the process 'dies' right before it."""
+
+
+@attrs.define
+class CrashingConsensus(Consensus):
+    """A real Consensus that dies before its (crash_after+1)-th transaction.
+
+    Every durable write of the orchestrator is one ``commit``, so crashing before commit N
+    covers the crash point "between write N-1 and write N".
+    """
+
+    crash_after: int | None = None
+    commits: int = 0
+
+    def commit(self, ops: Sequence[Op], *, fence: Fence | None = None) -> list[Any]:
+        if self.crash_after is not None and self.commits >= self.crash_after:
+            raise SimulatedCrash(f"crash before write {self.commits + 1}")
+        self.commits += 1
+        return super().commit(ops, fence=fence)
+
+
+@attrs.define
+class Env:
+    """One environment: its ZooKeeper store, its blob store, and started elections."""
+
+    client: KazooClient
+    root: str
+    blob: BlobStore
+    elections: list[LeaderElection] = attrs.field(factory=list)
+    counter: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+
+    def consensus(self, crash_after: int | None = None) -> CrashingConsensus:
+        return CrashingConsensus(self.client, self.root, crash_after=crash_after)
+
+    def ctx(
+        self, release: Release, generation: int, *, crash_after: int | None = None
+    ) -> MigrationContext:
+        return MigrationContext(
+            consensus=self.consensus(crash_after),
+            blob=self.blob,
+            release=release,
+            deploy_generation=generation,
+            process_id=f"p{next(self.counter)}",
+        )
+
+    def lead(self, ctx: MigrationContext) -> Leadership:
+        """Join the election of ctx's generation, promote it, and take over (real election)."""
+        election = LeaderElection(
+            Consensus(self.client, self.root),
+            ctx.process_id,
+            ctx.deploy_generation,
+            on_change=lambda _event: None,
+        )
+        election.start()
+        self.elections.append(election)
+        bootstrap = read_catalog(ctx.consensus) is None
+        if not bootstrap:
+            promote(Consensus(self.client, self.root), ctx.deploy_generation, requested_by="test")
+        leadership = election.try_take_over(bootstrap=bootstrap)
+        assert leadership is not None
+        return leadership
+
+    def close(self) -> None:
+        for election in self.elections:
+            election.stop()
+
+
+@pytest.fixture
+def env(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Iterator[Env]:
+    made = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
+    yield made
+    made.close()
+
+
+def bootstrap(env: Env, release: Release, generation: int = 1) -> MigrationContext:
+    ctx = env.ctx(release, generation)
+    migrate_as_leader(ctx, env.lead(ctx))
+    return ctx
+
+
+def durable_digest(client: KazooClient, root: str, skip: set[str]) -> dict[str, str]:
+    """Path -> sha256 of data for every persistent znode below root, except ``skip`` prefixes."""
+    out: dict[str, str] = {}
+
+    def walk(path: str) -> None:
+        data, stat = client.get(path)
+        relative = path[len(root) :].strip("/")
+        if stat.ephemeralOwner == 0 and not any(relative.startswith(s) for s in skip):
+            out[relative] = hashlib.sha256(data).hexdigest()
+        for child in client.get_children(path):
+            walk(f"{path}/{child}")
+
+    walk(root)
+    return out
+
+
+def append_rows(ctx: MigrationContext, name: str, rows: list[dict[str, Any]]) -> None:
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard = ctx.shard(found[0].by_name()[name].shard_id)
+    state = shard.state()
+    table = pa.Table.from_pylist(rows, schema=state.live_schema)
+    upper = state.upper
+    table = table.append_column("_ts", pa.array([upper] * len(rows), pa.uint64()))
+    table = table.append_column("_diff", pa.array([1] * len(rows), pa.int64()))
+    result = shard.compare_and_append(table, upper, upper + 1)
+    assert result.ok
+
+
+def test_bootstrap_creates_every_shard_and_the_catalog(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """An empty environment's first leader creates the catalog at its version, one shard each."""
+    release = releases["0.10.0"]
+    ctx = bootstrap(env, release)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    catalog, _ = found
+    assert catalog.version == "0.10.0"
+    assert catalog.deploy_generation == 1
+    assert set(catalog.collections) == {b.global_id for b in release.builtins}
+    assert len(catalog.shard_ids()) == len(release.builtins)
+    for ref in catalog.collections.values():
+        assert ctx.shard(ref.shard_id).state().schema_id == 0
+
+
+def test_read_only_check_writes_nothing_outside_its_own_keys(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """A read-only run changes no durable state except its own (version, generation) shards."""
+    bootstrap(env, releases["0.10.0"])
+    before = durable_digest(env.client, env.root, skip=set())
+    ctx = env.ctx(releases["0.11.0"], 2)
+    result = check_read_only(ctx)
+    own = {f"shards/{sid}" for sid in result.replacement_shards.values()}
+    after = durable_digest(env.client, env.root, skip=own | {"shards/migration"})
+    assert after == {k: v for k, v in before.items() if k != "shards/migration"}
+    assert result.replacement_shards  # 0.11.0 replaces and rewrites collections
+    entries = MigrationShard(ctx.consensus, env.blob).entries()
+    new = [e for e in entries if (e.version, e.deploy_generation) == ("0.11.0", 2)]
+    assert {e.shard_id for e in new} == set(result.replacement_shards.values())
+    catalog = read_catalog(ctx.consensus)
+    assert catalog is not None and catalog[0].version == "0.10.0"
+
+
+def test_read_only_checks_of_one_version_agree_on_shards(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """Two processes of the same (version, generation) reuse one replacement shard each."""
+    bootstrap(env, releases["0.10.0"])
+    first = check_read_only(env.ctx(releases["0.11.0"], 2))
+    second = check_read_only(env.ctx(releases["0.11.0"], 2))
+    other_generation = check_read_only(env.ctx(releases["0.11.0"], 3))
+    assert first.replacement_shards == second.replacement_shards
+    assert set(first.replacement_shards.values()).isdisjoint(
+        other_generation.replacement_shards.values()
+    )
+
+
+def test_blue_green_upgrade_switches_and_finalizes(env: Env, releases: dict[str, Release]) -> None:
+    """The promoted leader evolves, replaces, rewrites with data, switches, and finalizes."""
+    old_ctx = bootstrap(env, releases["0.10.0"])
+    append_rows(old_ctx, "mz_catalog.mz_roles", [{"id": 7, "oid": 1, "name": "alice", "inherit": True}])
+    old_catalog = read_catalog(old_ctx.consensus)
+    assert old_catalog is not None
+    ctx = env.ctx(releases["0.11.0"], 2)
+    check_read_only(ctx)
+    append_rows(old_ctx, "mz_catalog.mz_roles", [{"id": 8, "oid": 2, "name": "bob", "inherit": False}])
+    leadership = env.lead(ctx)
+    result = migrate_as_leader(ctx, leadership)
+    catalog = read_catalog(ctx.consensus)
+    assert catalog is not None
+    new = catalog[0]
+    assert (new.version, new.deploy_generation) == ("0.11.0", 2)
+    old = old_catalog[0].by_name()
+    replaced = {"mz_internal.mz_cluster_replica_statuses", "mz_catalog.mz_roles"}
+    for name, ref in new.by_name().items():
+        if name in replaced:
+            assert ref.shard_id != old[name].shard_id
+        elif name in old:
+            assert ref.shard_id == old[name].shard_id
+    assert "mz_catalog.mz_tables" in result.evolved
+    roles = ctx.shard(new.by_name()["mz_catalog.mz_roles"].shard_id).snapshot()
+    assert sorted(roles.column("id").to_pylist()) == ["u7", "u8"]
+    queued = set(ctx.consensus.children(FINALIZE_KEY))
+    assert queued == {old[name].shard_id for name in replaced}
+    finalized = finalize_pending(ctx, leadership.fence, lease_timeout=5)
+    assert set(finalized) == queued
+    assert ctx.consensus.children(FINALIZE_KEY) == []
+    for shard_id in finalized:
+        assert Shard(ctx.consensus, env.blob, shard_id).state().finalized
+
+
+def test_older_release_after_aborted_upgrade(env: Env, releases: dict[str, Release]) -> None:
+    """An aborted read-only upgrade to Y never stops an upgrade to an older X."""
+    bootstrap(env, releases["0.10.0"])
+    aborted = check_read_only(env.ctx(releases["0.12.0"], 2))
+    assert aborted.replacement_shards
+    ctx = env.ctx(releases["0.11.0"], 3)
+    check_read_only(ctx)
+    migrate_as_leader(ctx, env.lead(ctx))
+    catalog = read_catalog(ctx.consensus)
+    assert catalog is not None and catalog[0].version == "0.11.0"
+    later = [
+        e for e in MigrationShard(ctx.consensus, env.blob).entries() if e.version == "0.12.0"
+    ]
+    assert later, "entries of a later version stay"
+
+
+def test_the_old_release_restarts_after_an_aborted_upgrade(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """After an aborted upgrade the old release passes its check and can lead again."""
+    bootstrap(env, releases["0.10.0"])
+    check_read_only(env.ctx(releases["0.11.0"], 2))
+    ctx = env.ctx(releases["0.10.0"], 3)
+    result = check_read_only(ctx)
+    assert result.plan is not None and result.plan.is_empty
+    migrate_as_leader(ctx, env.lead(ctx))
+
+
+def test_fenced_and_refused_starts(env: Env, releases: dict[str, Release]) -> None:
+    """A lower generation is fenced (exit 3); a release below the catalog is refused (exit 4)."""
+    bootstrap(env, releases["0.10.0"], generation=5)
+    with pytest.raises(FencedError) as fenced:
+        check_read_only(env.ctx(releases["0.11.0"], 4))
+    assert fenced.value.details["catalog_generation"] == 5
+    ctx = env.ctx(releases["0.11.0"], 6)
+    migrate_as_leader(ctx, env.lead(ctx))
+    with pytest.raises(MigrationRefusedError) as refused:
+        check_read_only(env.ctx(releases["0.10.0"], 7))
+    assert refused.value.details["catalog_version"] == "0.11.0"
+
+
+def test_missing_instruction_is_refused_naming_the_collection(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """A changed builtin without an instruction refuses the check and names it."""
+    bootstrap(env, releases["0.10.0"])
+    target = releases["0.11.0"]
+    stripped = Release(
+        version=target.version,
+        builtins=target.builtins,
+        migrations=[m for m in target.migrations if m.object_name != "mz_tables"],
+    )
+    with pytest.raises(PlanError) as info:
+        check_read_only(env.ctx(stripped, 2))
+    assert "mz_catalog.mz_tables" in info.value.details["collections"]
+
+
+def _final_state(ctx: MigrationContext) -> dict[str, Any]:
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    catalog = found[0]
+    return {
+        "version": catalog.version,
+        "names": sorted(catalog.by_name()),
+        "schemas": {
+            ref.name: str(ctx.shard(ref.shard_id).state().live_schema)
+            for ref in catalog.collections.values()
+        },
+    }
+
+
+def test_leader_crash_at_every_write_then_restart_completes(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, releases: dict[str, Release]
+) -> None:
+    """Kill the leader before each of its writes: a restart of the same release completes, and
+    so does the start of the older release (the catalog version did not move before the switch).
+    """
+    reference = Env(zk_client, f"{zk_env.root}/reference", BlobStore.from_uri(str(tmp_path / "r")))
+    bootstrap(reference, releases["0.10.0"])
+    ref_ctx = reference.ctx(releases["0.11.0"], 2)
+    migrate_as_leader(ref_ctx, reference.lead(ref_ctx))
+    total = ref_ctx.consensus.commits  # type: ignore[attr-defined]
+    expected = _final_state(ref_ctx)
+    reference.close()
+    assert total >= 4
+
+    for crash_after in range(total):
+        env = Env(
+            zk_client,
+            f"{zk_env.root}/crash{crash_after}",
+            BlobStore.from_uri(str(tmp_path / f"b{crash_after}")),
+        )
+        try:
+            bootstrap(env, releases["0.10.0"])
+            ctx = env.ctx(releases["0.11.0"], 2, crash_after=crash_after)
+            leadership = env.lead(ctx)
+            with pytest.raises(SimulatedCrash):
+                migrate_as_leader(ctx, leadership)
+            env.elections[-1].stop()  # the dead leader's session ends
+
+            switched = read_catalog(ctx.consensus)
+            assert switched is not None
+            if switched[0].version == "0.10.0":
+                older = env.ctx(releases["0.10.0"], 3)
+                check_read_only(older)
+                migrate_as_leader(older, env.lead(older))
+                assert read_catalog(older.consensus)[0].version == "0.10.0"  # type: ignore[index]
+                generation = 4
+            else:
+                generation = 3
+            restart = env.ctx(releases["0.11.0"], generation)
+            check_read_only(restart)
+            leadership = env.lead(restart)
+            migrate_as_leader(restart, leadership)
+            assert _final_state(restart) == expected, f"crash point {crash_after}"
+            finalize_pending(restart, leadership.fence, lease_timeout=5)
+            catalog = read_catalog(restart.consensus)
+            assert catalog is not None
+            for shard_id in catalog[0].shard_ids():
+                assert not restart.shard(shard_id).state().finalized
+        finally:
+            env.close()
