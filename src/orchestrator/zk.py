@@ -3,12 +3,14 @@
 ``connect`` starts a kazoo client or raises :class:`~catalog.errors.ConnectionLostError` naming the
 hosts it tried (never a bare kazoo timeout); ``consensus_for`` builds the environment's
 :class:`~catalog.consensus.Consensus` without creating anything, so read-only commands (``status``)
-leave an empty environment empty; ``open_consensus`` is the context manager the CLI uses.
+leave an empty environment empty; ``open_consensus`` is the context manager the CLI uses (its
+connect timeout comes from ``CATALOG_UPGRADE_CONNECT_TIMEOUT``, default 10 s).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from kazoo.client import KazooClient
@@ -19,6 +21,23 @@ from catalog.errors import BadInputError, ConnectionLostError
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
+CONNECT_TIMEOUT_VAR = "CATALOG_UPGRADE_CONNECT_TIMEOUT"
+
+
+def default_connect_timeout() -> float:
+    """Seconds commands wait for ZooKeeper: ``CATALOG_UPGRADE_CONNECT_TIMEOUT`` or 10."""
+    raw = os.environ.get(CONNECT_TIMEOUT_VAR)
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadInputError(
+            f"{CONNECT_TIMEOUT_VAR}={raw!r} is not a number of seconds", value=raw
+        ) from None
+    if value <= 0:
+        raise BadInputError(f"{CONNECT_TIMEOUT_VAR} must be positive, not {raw}", value=raw)
+    return value
 
 
 def connect(
@@ -69,12 +88,17 @@ def consensus_for(client: KazooClient, env: str) -> Consensus:
 def open_consensus(
     zk: str,
     env: str,
-    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    timeout: float | None = None,
     *,
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
 ) -> Iterator[Consensus]:
-    """Connect, yield the environment's Consensus, and close the client afterwards."""
+    """Connect, yield the environment's Consensus, and close the client afterwards.
+
+    ``timeout`` defaults to :func:`default_connect_timeout`.
+    """
     root = env_root(env)  # a bad --env is refused before any connection attempt
+    if timeout is None:
+        timeout = default_connect_timeout()
     client = connect(zk, timeout, session_timeout=session_timeout)
     try:
         yield Consensus(client=client, root=root)

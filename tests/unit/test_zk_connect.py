@@ -1,0 +1,61 @@
+"""orchestrator.zk: connection errors name the hosts and map onto the documented exit codes."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from catalog.errors import EXIT_BAD_INPUT, EXIT_UNEXPECTED, BadInputError, ConnectionLostError
+from orchestrator.cli import main
+from orchestrator.zk import connect, open_consensus
+
+
+def closed_port() -> str:
+    """A loopback address nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_unreachable_zookeeper_names_the_hosts() -> None:
+    """No server answering: ConnectionLostError carrying the connection string."""
+    hosts = closed_port()
+    with pytest.raises(ConnectionLostError) as info:
+        connect(hosts, timeout=0.5)
+    assert info.value.details["zk"] == hosts
+
+
+def test_malformed_connection_string_is_bad_input() -> None:
+    """A connection string kazoo cannot parse is refused before any attempt (exit 2)."""
+    with pytest.raises(BadInputError):
+        connect("host:port:extra", timeout=0.5)
+    with pytest.raises(BadInputError):
+        connect("", timeout=0.5)
+
+
+def test_bad_environment_name_is_refused_before_connecting() -> None:
+    """An invalid --env fails as bad input without waiting for ZooKeeper."""
+    with pytest.raises(BadInputError), open_consensus(closed_port(), "a/b", timeout=30):
+        pass
+
+
+def test_status_command_without_zookeeper_exits_1() -> None:
+    """status against an unreachable ZooKeeper exits 1 with a message naming the hosts."""
+    hosts = closed_port()
+    result = CliRunner().invoke(
+        main,
+        ["--log-level", "CRITICAL", "status", "--zk", hosts, "--env", "x"],
+        env={"CATALOG_UPGRADE_CONNECT_TIMEOUT": "0.5"},
+    )
+    assert result.exit_code == EXIT_UNEXPECTED
+    assert hosts in result.stderr
+
+
+def test_promote_command_with_bad_env_exits_2() -> None:
+    """promote with an invalid environment name exits 2."""
+    result = CliRunner().invoke(
+        main, ["promote", "--deploy-generation", "1", "--zk", closed_port(), "--env", ".."]
+    )
+    assert result.exit_code == EXIT_BAD_INPUT
