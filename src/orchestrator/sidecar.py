@@ -118,7 +118,7 @@ class SidecarConfig:
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     finalize_interval: float = 5.0
-    connect_attempt_timeout: float = 3.0
+    connect_attempt_timeout: float = 5.0
     max_backoff: float = 5.0
 
     def __attrs_post_init__(self) -> None:
@@ -448,9 +448,10 @@ class Sidecar:
                 raise _Stopping()
             attempt += 1
             try:
+                # Short first attempts keep SIGTERM prompt; later ones allow a slow server.
                 client = connect(
                     self.config.zk,
-                    self.config.connect_attempt_timeout,
+                    min(float(attempt), self.config.connect_attempt_timeout),
                     session_timeout=self.config.session_timeout,
                 )
             except ConnectionLostError:
@@ -1003,6 +1004,7 @@ __all__ = [
     "Sidecar",
     "SidecarConfig",
     "State",
+    "default_process_id",
     "jsonable",
     "normalize_blob_uri",
     "resolve_blob_uri",

@@ -109,6 +109,11 @@ def test_bootstrap_and_http_endpoints(launch, zk_env: ZkEnv) -> None:  # type: i
     assert status == 400 and json.loads(body)["field"] == "nope"
     assert leader.http("POST", "/append?collection=mz_catalog.nope", b"{}\n")[0] == 404
 
+    status, body = leader.http("POST", "/promote", b"")
+    assert status == 200 and json.loads(body)["deploy_generation"] == 1
+    status, body = leader.http("POST", "/promote?deploy_generation=0", b"")
+    assert status == 409 and json.loads(body)["error"] == "FencedError"
+
     status, body = leader.http("GET", "/metrics")
     text = body.decode()
     assert status == 200
