@@ -720,8 +720,17 @@ class LeaderElection:
             return None
         epoch_found = found[EPOCH_KEY]
         previous = EpochInfo.from_versioned(epoch_found) if epoch_found is not None else None
-        number = (previous.epoch if previous is not None else 0) + 1
         assert self._session_id is not None
+        if (
+            previous is not None
+            and previous.leader == self.process_id
+            and previous.session == _session_hex(self._session_id)
+            and previous.deploy_generation == self.deploy_generation
+            and (catalog is None or catalog.deploy_generation == self.deploy_generation)
+        ):
+            # Our own takeover landed but its answer was lost (a retried attempt): adopt it.
+            return self._leadership_at(previous.epoch, previous.version)
+        number = (previous.epoch if previous is not None else 0) + 1
         epoch_value = encode_json(
             {
                 "epoch": number,
@@ -748,10 +757,13 @@ class LeaderElection:
         ops.append(Check(candidate, stat.version))
         results = self.consensus.commit(ops)
         version = 0 if epoch_found is None else int(results[0].version)
+        return self._leadership_at(number, version)
+
+    def _leadership_at(self, epoch: int, version: int) -> Leadership:
         return Leadership(
             process_id=self.process_id,
             deploy_generation=self.deploy_generation,
-            epoch=number,
+            epoch=epoch,
             fence=Fence(EPOCH_KEY, version),
             guard=self.leadership_guard,
         )

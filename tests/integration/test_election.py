@@ -555,3 +555,34 @@ def test_promote_on_an_empty_environment(zk_client: KazooClient, zk_env: ZkEnv) 
     consensus = Consensus(zk_client, zk_env.root)
     promote(consensus, 1, requested_by="test")
     assert read_promotion(consensus) == 1
+
+
+def test_takeover_whose_answer_was_lost_is_adopted_not_repeated(
+    store: Consensus, new_client: ClientFactory, zk_env: ZkEnv
+) -> None:
+    """A takeover that landed but whose answer was lost is recognised: epoch 1, not 2."""
+    write_catalog(store, generation=1)
+    set_promotion(store, 2)
+    lost: list[bool] = []
+
+    @attrs.define
+    class LossyConsensus(Consensus):
+        def commit(self, ops, *, fence=None):  # type: ignore[no-untyped-def]
+            results = super().commit(ops, fence=fence)
+            if not lost and any(getattr(op, "key", "") == EPOCH_KEY for op in ops):
+                lost.append(True)
+                raise ConnectionLostError("answer lost after the commit landed")
+            return results
+
+    election = LeaderElection(
+        LossyConsensus(new_client(), zk_env.root), "p", 2, on_change=lambda _e: None
+    )
+    election.start()
+    try:
+        leadership = election.try_take_over(bootstrap=False)
+    finally:
+        election.stop()
+    epoch = read_epoch(store)
+    assert lost and leadership is not None and epoch is not None
+    assert (leadership.epoch, epoch.epoch) == (1, 1)
+    assert leadership.fence.version == epoch.version
