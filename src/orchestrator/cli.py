@@ -308,5 +308,73 @@ def status_command(
             stop.set()
 
 
+# --- scenario: rehearsed upgrades with real processes (orchestrator.scenario) ----------------
+
+
+@main.group("scenario")
+def scenario_group() -> None:
+    """Rehearse upgrades: scenario files and randomized simulation, with real processes."""
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the run like Ctrl-C: cleanup code (killing every child) still runs."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+
+
+@scenario_group.command("run")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--seed", type=int, default=None, help="Seed of the run (default: random).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@click.option(
+    "--zk",
+    envvar="CATALOG_UPGRADE_ZK",
+    default=None,
+    help="External ZooKeeper (default: an embedded server started for the run).",
+)
+@handle_errors
+def scenario_run_command(
+    files: tuple[Path, ...], seed: int | None, as_json: bool, zk: str | None
+) -> None:
+    """Run scenario FILEs, each in a fresh environment; exit 0 only if every expectation held."""
+    import random
+
+    from rich.console import Console
+
+    from orchestrator.scenario import run_files
+    from orchestrator.scenario_view import (
+        render_failure,
+        render_header,
+        render_step,
+        render_summary,
+    )
+
+    _stop_on_sigterm()
+    seed = seed if seed is not None else random.randrange(1 << 31)
+    console = Console(stderr=as_json)
+    results = run_files(
+        list(files),
+        zk=zk,
+        seed=seed,
+        on_start=lambda scenario: render_header(console, scenario, seed),
+        on_step=lambda step: render_step(console, step),
+        on_done=lambda result: None if result.ok else render_failure(console, result),
+    )
+    render_summary(console, results)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "seed": seed,
+                    "ok": all(r.ok for r in results),
+                    "scenarios": [r.to_json() for r in results],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()
