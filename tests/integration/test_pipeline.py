@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from typing import Any
 
+import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Create, Fence
-from catalog.errors import ShardError
-from catalog.pipeline import copy_transformed
-from catalog.shard import DIFF, TS, Shard, consolidate
+from catalog.errors import ReaderFencedError, ShardError
+from catalog.pipeline import (
+    ArrowEngine,
+    Engine,
+    SparkEngine,
+    SparkSessionProvider,
+    copy_transformed,
+)
+from catalog.shard import DIFF, TS, Shard, consolidate, update_schema
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -256,3 +266,325 @@ def test_copy_into_a_target_ahead_of_its_source_is_refused(
     with pytest.raises(ShardError) as info:
         copy_transformed(source, target, [to_new], NEW, fence=None, engine="arrow")
     assert info.value.details["reason"] == "target-ahead"
+
+
+# --- Spark ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spark_engine(spark: SparkSessionProvider) -> SparkEngine:
+    return SparkEngine(spark)
+
+
+def engine_named(name: str, spark: SparkSessionProvider) -> Engine:
+    return ArrowEngine() if name == "arrow" else SparkEngine(spark)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_snapshot_migrates_nested_fields_lazily(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """v0 batches read as v1 on Spark: deleted struct child gone, added ones typed nulls."""
+    source = source_shard(consensus, blob)
+    snap = spark_engine.snapshot(source)
+    assert snap.schema == update_schema(V1)
+    assert canonical(snap) == canonical(source.snapshot())
+    rows = {r["id"]: r for r in snap.to_pylist()}
+    assert rows[1]["owner"] == {"uid": 7, "team": None}
+    assert rows[1]["tags"] is None
+    assert set(rows) == {1, 3}  # id 2 was retracted
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_snapshot_reads_a_projection_as_of_an_earlier_time(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """A reader projection (reordered, nested subset) as of an older time matches arrow."""
+    source = source_shard(consensus, blob)
+    reader = pa.schema(
+        [
+            pa.field("owner", pa.struct([pa.field("team", pa.string())])),
+            pa.field("id", pa.int64()),
+        ]
+    )
+    for as_of in (0, 1, 2):
+        expected = source.snapshot(as_of, reader)
+        got = spark_engine.snapshot(source, as_of, reader)
+        assert got.schema == expected.schema
+        assert canonical(got) == canonical(expected)
+
+
+@pytest.mark.spark
+def test_spark_reader_fencing_matches_arrow(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """A reader needing a deleted field is fenced on Spark exactly as on arrow, before any job."""
+    source = source_shard(consensus, blob)
+    reader = pa.schema([pa.field("owner", pa.struct([pa.field("role", pa.string())]))])
+    with pytest.raises(ReaderFencedError) as on_arrow:
+        source.snapshot(reader_schema=reader)
+    with pytest.raises(ReaderFencedError) as on_spark:
+        spark_engine.snapshot_frame(source, reader_schema=reader)
+    assert on_spark.value.rule == on_arrow.value.rule == "reader-needs-deleted-field"
+    assert on_spark.value.path == on_arrow.value.path == "owner.role"
+    with pytest.raises(ShardError) as early:
+        spark_engine.snapshot(source, as_of=99)
+    assert early.value.details["reason"] == "not-complete"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_compaction_preserves_snapshots(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """Spark compaction: one schema, times below since advanced, every readable snapshot kept."""
+    source = source_shard(consensus, blob)
+    append(source, updates(V1, [{"id": 9, "name": "z", "owner": None, "tags": None}], ts=3))
+    source.advance_since(2)
+    before = {t: canonical(source.snapshot(t)) for t in (2, 3)}
+    result = spark_engine.compact(source)
+    assert result.applied and result.inputs == 4
+    state = source.state()
+    assert [b.schema_id for b in source.batches(state)] == [1] * len(result.outputs)
+    assert all(b.lower >= 2 for b in result.outputs)
+    assert {t: canonical(source.snapshot(t)) for t in (2, 3)} == before
+    assert canonical(spark_engine.snapshot(source, 3)) == before[3]
+    assert sorted(blob.list(f"shards/{source.shard_id}")) == sorted(
+        b.key(source.shard_id) for b in result.outputs
+    )
+
+
+@pytest.mark.spark
+def test_spark_compaction_of_sortable_columns_marks_output_ordered(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """Flat schemas come out sorted by every column and marked ordered, as Shard.compact does."""
+    flat = pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.string())])
+    shard = Shard(consensus, blob, "flat")
+    shard.create(flat)
+    append(shard, updates(flat, [{"k": 3, "v": "c"}, {"k": 1, "v": "a"}], ts=0))
+    append(shard, updates(flat, [{"k": 2, "v": None}], ts=1))
+    result = spark_engine.compact(shard)
+    for ref in result.outputs:
+        assert ref.ordered
+        stored = blob.get_batch(ref.key(shard.shard_id))
+        assert stored.equals(stored.sort_by([(n, "ascending") for n in stored.column_names]))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["arrow", "spark"])
+def test_rewrite_read_only_copy_then_leader_delta_on_both_engines(
+    consensus: Consensus, blob: BlobStore, fence: Fence, spark: SparkSessionProvider, engine: str
+) -> None:
+    """The REWRITE scenario on each engine: read-only copy, old leader appends, leader delta."""
+    source = source_shard(consensus, blob)
+    target = target_shard(consensus, blob)
+    chosen = engine_named(engine, spark)
+    assert chosen.copy_transformed(source, target, [to_new], NEW, fence=None) == 4
+    append(
+        source,
+        updates(V1, [{"id": 4, "name": "d", "owner": None, "tags": [{"k": "a", "v": 1}]}], ts=3),
+    )
+    append(
+        source, updates(V1, [{"id": 1, "name": "a", "owner": None, "tags": None}], ts=4, diff=-1)
+    )
+    assert chosen.copy_transformed(source, target, [to_new], NEW, fence=fence) == 2
+    assert target.state().upper == source.state().upper
+    assert canonical(target.snapshot()) == expected_copy(source)
+    assert chosen.copy_transformed(source, target, [to_new], NEW, fence=fence) == 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_map_in_arrow_transform_sees_exact_arrow_types_and_reports_failures(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine
+) -> None:
+    """On Spark the transform gets the same Arrow types as on arrow (uint32, large_string, ...)
+    and a failing transform surfaces as ShardError naming it."""
+    odd = pa.schema(
+        [
+            pa.field("n", pa.uint32()),
+            pa.field("s", pa.large_string()),
+            pa.field("xs", pa.large_list(pa.field("item", pa.uint8()))),
+        ]
+    )
+    out = pa.schema([pa.field("n", pa.uint64()), pa.field("s", pa.large_string())])
+
+    def narrow(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.schema != odd:
+            raise TypeError(f"unexpected input schema {batch.schema}")
+        return pa.RecordBatch.from_arrays(
+            [pc.multiply(batch.column("n").cast(pa.uint64()), 2), batch.column("s")], schema=out
+        )
+
+    def explode(batch: pa.RecordBatch) -> pa.RecordBatch:
+        raise ValueError("boom")
+
+    source = Shard(consensus, blob, "odd")
+    source.create(odd)
+    append(source, updates(odd, [{"n": 4_000_000_000, "s": "x", "xs": [255]}, {"n": 1}], ts=0))
+    target = Shard(consensus, blob, "odd-new")
+    target.create(out)
+    assert spark_engine.copy_transformed(source, target, [narrow], out, fence=None) == 2
+    assert sorted(r["n"] for r in target.snapshot().to_pylist()) == [2, 8_000_000_000]
+    other = Shard(consensus, blob, "odd-other")
+    other.create(out)
+    with pytest.raises(ShardError) as info:
+        spark_engine.copy_transformed(source, other, [explode], out, fence=None)
+    assert info.value.details["reason"] == "transform-failed"
+    assert "explode" in info.value.details["transform"]
+    assert other.state().upper == 0
+
+
+# --- engine equality (hypothesis) -----------------------------------------------------------
+
+SMALL_INTS = st.integers(-2, 2)
+WORDS = st.sampled_from(["a", "b", ""])
+LEAF_TYPES = [pa.int64(), pa.string(), pa.float64(), pa.bool_(), pa.int32()]
+INITIAL = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("s", pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])),
+        pa.field(
+            "ls", pa.list_(pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.string())]))
+        ),
+        pa.field("m", pa.map_(pa.string(), pa.int64())),
+    ]
+)
+
+
+def values_of(dtype: pa.DataType) -> st.SearchStrategy[Any]:
+    """Values of ``dtype`` from a small domain, so that rows collide and consolidate."""
+    if pa.types.is_struct(dtype):
+        inner = st.fixed_dictionaries({f.name: values_of(f.type) for f in dtype.fields})
+    elif pa.types.is_list(dtype):
+        inner = st.lists(values_of(dtype.value_type), max_size=2)
+    elif pa.types.is_map(dtype):
+        inner = st.lists(
+            st.tuples(st.sampled_from(["k", "j"]), values_of(dtype.item_type)),
+            max_size=2,
+            unique_by=lambda kv: kv[0],
+        )
+    elif pa.types.is_string(dtype):
+        inner = WORDS
+    elif pa.types.is_floating(dtype):
+        inner = st.sampled_from([0.5, -1.25, 3.0])
+    elif pa.types.is_boolean(dtype):
+        inner = st.booleans()
+    else:
+        inner = SMALL_INTS
+    return st.one_of(st.none(), inner)
+
+
+@attrs.define
+class History:
+    """A random shard history: the schemas it went through and names never to reuse."""
+
+    schema: pa.Schema
+    next_name: int = 0
+
+    def fresh(self) -> str:
+        self.next_name += 1
+        return f"f{self.next_name}"
+
+
+@st.composite
+def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
+    """A backward-compatible next schema: add or delete a field, top level or in a struct."""
+    schema = history.schema
+    structs = [f.name for f in schema if pa.types.is_struct(f.type) and f.type.num_fields > 1]
+    listed = [
+        f.name
+        for f in schema
+        if pa.types.is_list(f.type)
+        and pa.types.is_struct(f.type.value_type)
+        and f.type.value_type.num_fields > 1
+    ]
+    choice = draw(st.sampled_from(["add", "add-nested", "add-in-list", "delete", "delete-nested"]))
+    fields = list(schema)
+    if choice == "add" or (choice == "delete" and len(fields) < 2):
+        leaf = draw(st.sampled_from([*LEAF_TYPES, pa.struct([pa.field("z", pa.int64())])]))
+        fields.append(pa.field(history.fresh(), leaf))
+    elif choice == "delete":
+        fields.pop(draw(st.integers(0, len(fields) - 1)))
+    elif choice in ("add-nested", "delete-nested") and structs:
+        name = draw(st.sampled_from(structs))
+        index = schema.get_field_index(name)
+        children = list(schema.field(index).type.fields)
+        if choice == "add-nested":
+            children.append(pa.field(history.fresh(), draw(st.sampled_from(LEAF_TYPES))))
+        else:
+            children.pop(draw(st.integers(0, len(children) - 1)))
+        fields[index] = pa.field(name, pa.struct(children))
+    elif choice == "add-in-list" and listed:
+        name = draw(st.sampled_from(listed))
+        index = schema.get_field_index(name)
+        element = list(schema.field(index).type.value_type.fields)
+        element.append(pa.field(history.fresh(), draw(st.sampled_from(LEAF_TYPES))))
+        fields[index] = pa.field(name, pa.list_(pa.struct(element)))
+    else:
+        fields.append(pa.field(history.fresh(), pa.string()))
+    return pa.schema(fields)
+
+
+@st.composite
+def update_rows(draw: st.DrawFn, schema: pa.Schema) -> list[dict[str, Any]]:
+    row = st.fixed_dictionaries({f.name: values_of(f.type) for f in schema})
+    return draw(st.lists(row, min_size=1, max_size=3))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@settings(
+    max_examples=8,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_arrow_and_spark_engines_agree_on_random_histories(
+    consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine, data: st.DataObject
+) -> None:
+    """Appends, nested evolutions and compactions (by either engine): same snapshots on both."""
+    history = History(schema=INITIAL)
+    shard = Shard(consensus, blob, f"h-{uuid.uuid4().hex[:8]}")
+    shard.create(history.schema)
+    steps = data.draw(
+        st.lists(
+            st.sampled_from(["append", "append", "evolve", "compact-arrow", "compact-spark"]),
+            min_size=2,
+            max_size=6,
+        )
+    )
+    recent: list[dict[str, Any]] = []  # rows of the current schema, to retract or repeat
+    for step in ["append", *steps]:
+        state = shard.state()
+        if step == "append":
+            pool = data.draw(update_rows(history.schema)) + recent
+            rows = data.draw(st.lists(st.sampled_from(pool), max_size=6)) if pool else []
+            recent = rows
+            span = data.draw(st.integers(1, 3))
+            times = [state.upper + data.draw(st.integers(0, span - 1)) for _ in rows]
+            diffs = [data.draw(st.sampled_from([1, -1, 2])) for _ in rows]
+            table = pa.Table.from_pylist(rows, schema=history.schema)
+            table = table.append_column(TS, pa.array(times, pa.uint64()))
+            table = table.append_column(DIFF, pa.array(diffs, pa.int64()))
+            assert shard.compare_and_append(table, state.upper, state.upper + span).ok
+        elif step == "evolve":
+            history.schema = data.draw(evolutions(history))
+            recent = []
+            assert shard.compare_and_evolve_schema(state.schema_id, history.schema).ok
+        else:
+            if data.draw(st.booleans()) and state.upper > 1:
+                shard.advance_since(data.draw(st.integers(state.since, state.upper - 1)))
+            engine = ArrowEngine() if step == "compact-arrow" else spark_engine
+            assert engine.compact(shard).applied
+    state = shard.state()
+    as_of = data.draw(st.integers(state.since, state.upper - 1))
+    expected = ArrowEngine().snapshot(shard, as_of)
+    got = spark_engine.snapshot(shard, as_of)
+    assert got.schema == expected.schema
+    assert canonical(got) == canonical(expected)
