@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -248,7 +249,12 @@ class ScenarioRun:
     def open(self) -> ScenarioRun:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.blob_dir.mkdir(parents=True, exist_ok=True)
-        client = KazooClient(hosts=self.zookeeper.hosts, timeout=RUNNER_SESSION_TIMEOUT)
+        # The runner's own connection warnings (a restart_zookeeper step) are expected noise.
+        quiet = logging.getLogger("orchestrator.scenario.kazoo")
+        quiet.setLevel(logging.ERROR)
+        client = KazooClient(
+            hosts=self.zookeeper.hosts, timeout=RUNNER_SESSION_TIMEOUT, logger=quiet
+        )
         client.start(timeout=30)
         self.client = client
         self.consensus = Consensus(client=client, root=env_root(self.env))
@@ -468,7 +474,8 @@ class ScenarioRun:
             )
         said = (done.stdout if done.returncode == 0 else done.stderr).decode(errors="replace")
         lines = [line for line in said.splitlines() if line.strip() and not line.startswith("{")]
-        return f"exit {done.returncode}" + (f": {lines[-1].strip()}" if lines else "")
+        shown = lines[0] if done.returncode else (lines[-1] if lines else "")
+        return f"exit {done.returncode}" + (f": {shown.strip()}" if shown else "")
 
     def _do_append(self, step: Step) -> str:
         assert step.collection is not None
@@ -644,7 +651,8 @@ class ScenarioRun:
                 value = resolve_path(document, step.path)
                 problem = _compare(value, step.comparator or "equals", step.expected)
             if problem is None:
-                return f"{step.path} = {json.dumps(value, default=str)[:200]}"
+                shown = "absent" if is_missing(value) else json.dumps(value, default=str)[:200]
+                return f"{step.path} = {shown}"
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise StepFailed(f"status {step.path}: {problem}")

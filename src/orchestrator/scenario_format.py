@@ -799,9 +799,9 @@ _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?((?:\[[^\[\]]*\])*)")
 
 @attrs.frozen
 class PathPart:
-    """``key``, ``[index]`` or ``[field=value]``."""
+    """``key``, ``[index]``, ``[field=value]`` (first match) or ``[*field=value]`` (all)."""
 
-    kind: str  # "key" | "index" | "match"
+    kind: str  # "key" | "index" | "match" | "filter"
     key: str = ""
     index: int = 0
     value: str = ""
@@ -811,8 +811,9 @@ def parse_path(path: str) -> tuple[PathPart, ...]:
     """Parse ``processes[id=old].state``, ``events[-1].kind``, ``catalog.version``.
 
     A segment is a key optionally followed by selectors: ``[n]`` (list index, negative from
-    the end) or ``[field=value]`` (the first list element whose field equals value; the value
-    may contain dots). BadInputError for anything else.
+    the end), ``[field=value]`` (the first list element whose field equals value; the value
+    may contain dots) or ``[*field=value]`` (the list of all such elements, e.g. to check a
+    ``length``). BadInputError for anything else.
     """
     parts: list[PathPart] = []
     segments: list[str] = []
@@ -838,9 +839,10 @@ def parse_path(path: str) -> tuple[PathPart, ...]:
         for selector in re.findall(r"\[([^\[\]]*)\]", match.group(2)):
             if re.fullmatch(r"-?\d+", selector):
                 parts.append(PathPart("index", index=int(selector)))
-            elif "=" in selector and selector.split("=", 1)[0]:
+            elif "=" in selector and selector.lstrip("*").split("=", 1)[0]:
                 field, value = selector.split("=", 1)
-                parts.append(PathPart("match", key=field, value=value))
+                kind = "filter" if field.startswith("*") else "match"
+                parts.append(PathPart(kind, key=field.lstrip("*"), value=value))
             else:
                 raise BadInputError(
                     f"invalid selector [{selector}] in status path {path!r}: use [n] or "
@@ -866,6 +868,14 @@ def resolve_path(document: Any, path: str) -> Any:
             if not isinstance(value, list) or not -len(value) <= part.index < len(value):
                 return _MISSING
             value = value[part.index]
+        elif part.kind == "filter":
+            if not isinstance(value, list):
+                return _MISSING
+            value = [
+                item
+                for item in value
+                if isinstance(item, Mapping) and str(item.get(part.key)) == part.value
+            ]
         else:
             if not isinstance(value, list):
                 return _MISSING
