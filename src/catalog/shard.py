@@ -80,6 +80,7 @@ from catalog.schema import (
     migrate_batch,
     migration_preserves_order,
     migration_type,
+    schema_diff,
     schema_from_bytes,
     schema_to_bytes,
 )
@@ -165,7 +166,9 @@ class BatchRef:
 
     Every row has ``lower <= _ts < upper``. ``ordered``: the rows are sorted by all their columns
     in the batch's own schema (compaction output whose columns are all sortable); whether the
-    order survives a migration is :meth:`ShardState.is_ordered_in`.
+    order survives a migration is :meth:`ShardState.is_ordered_in`. ``consolidated``: no two
+    rows share ``(row, _ts)`` and no diff is zero (compaction output), so a snapshot of this
+    batch alone at a single time needs no consolidation pass.
     """
 
     name: str
@@ -174,17 +177,27 @@ class BatchRef:
     lower: int
     upper: int
     ordered: bool = False
+    consolidated: bool = False
 
     def key(self, shard_id: str) -> str:
         return f"{blob_prefix(shard_id)}/{self.name}.parquet"
 
     def to_json(self) -> list[Any]:
-        return [self.name, self.schema_id, self.rows, self.lower, self.upper, int(self.ordered)]
+        flags = int(self.ordered) | (int(self.consolidated) << 1)
+        return [self.name, self.schema_id, self.rows, self.lower, self.upper, flags]
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> BatchRef:
-        name, schema_id, rows, lower, upper, ordered = data
-        return cls(name, int(schema_id), int(rows), int(lower), int(upper), bool(ordered))
+        name, schema_id, rows, lower, upper, flags = data
+        return cls(
+            name,
+            int(schema_id),
+            int(rows),
+            int(lower),
+            int(upper),
+            ordered=bool(flags & 1),
+            consolidated=bool(flags & 2),
+        )
 
 
 @attrs.frozen
@@ -567,6 +580,19 @@ def _sort(table: pa.Table) -> tuple[pa.Table, bool]:
         return table.sort_by([(n, "ascending") for n in table.column_names]), True
     except pa.ArrowNotImplementedError:
         return table, False
+
+
+def _already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema) -> bool:
+    """Whether ``batch`` read alone as ``reader`` is consolidated as it is stored.
+
+    True for a consolidated batch at a single time whose migration to the reader drops nothing
+    (dropping a column, at any depth, can make distinct rows equal).
+    """
+    return (
+        batch.consolidated
+        and batch.lower == batch.upper - 1
+        and not schema_diff(state.live(batch.schema_id), reader)["dropped"]
+    )
 
 
 def _time_bounds(table: pa.Table) -> tuple[int, int]:
@@ -1130,8 +1156,11 @@ class Shard:
         if not tables:
             return result_schema.empty_table()
         merged = pa.concat_tables(tables).drop_columns([TS])
-        keys = [n for n in merged.column_names if n != DIFF]
-        consolidated = _consolidate(merged, keys)
+        if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
+            consolidated = merged
+        else:
+            keys = [n for n in merged.column_names if n != DIFF]
+            consolidated = _consolidate(merged, keys)
         times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
         columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
         return pa.Table.from_arrays(columns, schema=result_schema)
@@ -1219,7 +1248,13 @@ class Shard:
         if merged.num_rows:
             lower, upper = _time_bounds(merged)
             output = BatchRef(
-                uuid.uuid4().hex, state.schema_id, merged.num_rows, lower, upper, ordered
+                uuid.uuid4().hex,
+                state.schema_id,
+                merged.num_rows,
+                lower,
+                upper,
+                ordered=ordered,
+                consolidated=True,
             )
             self.blob.put_batch(output.key(self.shard_id), merged)
         result = self.commit_compaction(state, inputs, [output] if output else [], fence=fence)

@@ -357,6 +357,22 @@ def test_compaction_keeps_every_snapshot_at_or_after_since(shard: Shard) -> None
     assert batch_keys(shard) == [state.batches[0].key(shard.shard_id)]
 
 
+def test_compacted_single_time_batch_reads_without_regrouping(shard: Shard) -> None:
+    """A compacted batch at one time is flagged consolidated; a reader projecting a column
+    away still gets rows merged (the shortcut is only taken when nothing is dropped)."""
+    append(shard, S0, rows(1, owner="a"))
+    append(shard, S0, rows(1, owner="b"))
+    shard.advance_since(1)
+    output = shard.compact().output
+    assert output is not None and output.consolidated and output.lower == output.upper - 1
+    assert contents(shard.snapshot()) == {(1, "n1", "a"): 1, (1, "n1", "b"): 1}
+    projection = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+    assert contents(shard.snapshot(reader_schema=projection)) == {(1, "n1"): 2}
+    shard.compare_and_evolve_schema(0, S1)
+    shard.compare_and_evolve_schema(1, S2)
+    assert contents(shard.snapshot()) == {(1, "n1", None): 2}
+
+
 def test_compaction_output_ordered_only_when_sortable(
     consensus: Consensus, blob: BlobStore
 ) -> None:
