@@ -43,8 +43,10 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from catalog.blob import BlobStore
 from catalog.consensus import CONNECTION_ERRORS, Consensus, env_root
 from catalog.errors import BadInputError, CatalogError
+from catalog.release import Release
 from catalog.state import (
     CATALOG_KEY,
     EPOCH_KEY,
@@ -53,6 +55,7 @@ from catalog.state import (
     PROMOTION_KEY,
 )
 from orchestrator.fleet import Fleet, HttpAnswer, SidecarProcess
+from orchestrator.invariants import InvariantChecker, Violation, describe
 from orchestrator.scenario_format import (
     ReleaseIndex,
     Scenario,
@@ -79,6 +82,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 FAULT_ACTIONS = frozenset({"kill", "pause", "expire", "restart_zookeeper"})
+# Steps after which durable changes by leaders are expected (the read-only invariant skips them).
+WRITING_ACTIONS = frozenset({"append", "promote"})
 # How long ready/serving may take to show on /readyz once the process node says so.
 READYZ_GRACE = 3.0
 # The runner's own ZooKeeper session outlives a server restart.
@@ -226,6 +231,9 @@ class ScenarioRun:
     default_timeout: float = 30.0
     default_session_timeout: float = 2.0
     rng: random.Random = attrs.field(factory=random.Random)
+    history: Sequence[Release] = ()
+    invariants: bool = False
+    checker: InvariantChecker | None = attrs.field(default=None, init=False)
     fleet: Fleet = attrs.field(init=False)
     client: KazooClient = attrs.field(init=False)
     consensus: Consensus = attrs.field(init=False)
@@ -258,6 +266,10 @@ class ScenarioRun:
         client.start(timeout=30)
         self.client = client
         self.consensus = Consensus(client=client, root=env_root(self.env))
+        if self.invariants:
+            self.checker = InvariantChecker(
+                self.consensus, BlobStore.from_uri(str(self.blob_dir)), list(self.history)
+            )
         return self
 
     def close(self, *, delete_environment: bool = False) -> None:
@@ -318,6 +330,12 @@ class ScenarioRun:
                 for name in names:
                     with contextlib.suppress(NoNodeError):
                         self.client.get(f"{path}/{name}", watch=self._on_change)
+
+    def check_invariants(self, step: Step, *, rows: bool = False) -> list[Violation]:
+        """The invariants after ``step`` (none when the run checks none)."""
+        if self.checker is None:
+            return []
+        return self.checker.check(writes_expected=step.action in WRITING_ACTIONS, rows=rows)
 
     def unexpected_exits(self) -> list[str]:
         """Processes that exited while no step expected it."""
@@ -730,6 +748,8 @@ def run_scenario(
         default_timeout=scenario.defaults.timeout,
         default_session_timeout=scenario.defaults.session_timeout,
         rng=random.Random(seed),
+        history=scenario.history,
+        invariants=scenario.defaults.invariants,
     )
     results: list[StepResult] = []
     started = time.monotonic()
@@ -740,6 +760,9 @@ def run_scenario(
             step_started = time.monotonic()
             try:
                 detail = run.execute(step)
+                violations = run.check_invariants(step)
+                if violations:
+                    raise StepFailed(f"invariant violated: {describe(violations)}")
             except StepFailed as exc:
                 error = f"step {step.number} (line {step.line}) {step.action}: {exc}"
                 result = StepResult(

@@ -125,7 +125,7 @@ ACTIONS: Final[Mapping[str, ActionSpec]] = {
 }
 
 TOP_LEVEL_KEYS: Final = frozenset({"name", "description", "releases", "defaults", "step"})
-DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout"})
+DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants"})
 DEFAULT_SESSION_TIMEOUT: Final = 2.0
 DEFAULT_TIMEOUT: Final = 30.0
 
@@ -158,6 +158,7 @@ class Problem:
 class Defaults:
     session_timeout: float = DEFAULT_SESSION_TIMEOUT
     timeout: float = DEFAULT_TIMEOUT
+    invariants: bool = True  # check orchestrator.invariants after every step
 
 
 @attrs.frozen
@@ -274,6 +275,7 @@ class Scenario:
     defaults: Defaults
     steps: tuple[Step, ...]
     release_files: Mapping[str, Path] = attrs.field(factory=dict)  # step release -> file
+    history: tuple[Release, ...] = ()  # every release of the directory, oldest first
 
     def release_file(self, release: str) -> Path:
         return self.release_files[release]
@@ -333,6 +335,10 @@ class ReleaseIndex:
 
     def sorted_versions(self) -> list[str]:
         return sorted(self.versions(), key=Version.parse)
+
+    def releases(self) -> list[Release]:
+        """Every release of the directory, oldest first."""
+        return [self.load(self.versions()[v]) for v in self.sorted_versions()]
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -567,7 +573,17 @@ def parse_scenario(
         defaults=defaults,
         steps=tuple(steps),
         release_files=release_files,
+        history=tuple(_history(index)),
     )
+
+
+def _history(index: ReleaseIndex | None) -> list[Release]:
+    if index is None:
+        return []
+    try:
+        return index.releases()
+    except CatalogError:  # reported by the release checks of the steps
+        return []
 
 
 def _raise_if_any(problems: Sequence[Problem], file: Path) -> None:
@@ -616,8 +632,16 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
             problem = checker(value[key])
             if problem:
                 found.add(f"[defaults] {key} {problem}", field=key)
+            elif key == "timeout":
+                out = attrs.evolve(out, timeout=float(value[key]))
             else:
-                out = attrs.evolve(out, **{key: float(value[key])})
+                out = attrs.evolve(out, session_timeout=float(value[key]))
+    if "invariants" in value:
+        problem = _boolean(value["invariants"])
+        if problem:
+            found.add(f"[defaults] invariants {problem}", field="invariants")
+        else:
+            out = attrs.evolve(out, invariants=value["invariants"])
     return out
 
 
