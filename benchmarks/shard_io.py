@@ -1,0 +1,239 @@
+"""Benchmark: shard append throughput, and snapshot cost against a plain Parquet read.
+
+Appends ``--batches`` batches of ``--rows`` rows (default 100 x 100,000) to one shard on a real
+ZooKeeper, with real Parquet files in a temporary blob directory, evolving the schema twice on
+the way (after a third of the batches a nullable ``comment`` column is added, after two thirds
+``owner_id`` is deleted). Every batch inserts 90% new rows and retracts 10% of the previous
+batch's rows, so consolidation has real work. Then it times:
+
+* ``Shard.snapshot()``: read every batch, migrate it lazily to the latest schema, consolidate;
+* a plain ``pyarrow.parquet.read_table`` of the same files (one call per schema, as the
+  snapshot reads them), in the same run.
+
+Then it advances ``since`` to the last time, compacts (one consolidated batch remains) and times
+the snapshot against a plain read of the compacted file.
+
+Target: the snapshot costs at most 1.5x the plain read. Each timing is the best of ``--repeat``
+runs (files are in the page cache for both). ZooKeeper: ``CATALOG_UPGRADE_ZK`` if set, else an
+embedded server in a temporary directory.
+
+Prints one JSON object and writes it to ``benchmarks/results/shard_io.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this directory comes first on sys.path, and benchmarks/orchestrator.py
+# would shadow the orchestrator package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from kazoo.client import KazooClient  # noqa: E402
+
+from catalog.blob import BlobStore  # noqa: E402
+from catalog.consensus import Consensus, env_root  # noqa: E402
+from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema  # noqa: E402
+from catalog.state import CONTAINER_KEYS  # noqa: E402
+from orchestrator.logs import configure_logging  # noqa: E402
+from orchestrator.zkserver import EmbeddedZooKeeper  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "shard_io.json"
+RETRACTED = 0.1
+
+S0 = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("oid", pa.uint32(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("owner_id", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("created_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+S1 = pa.schema([*S0, pa.field("comment", pa.string())])
+S2 = pa.schema([f for f in S1 if f.name != "owner_id"])
+
+
+def _columns(schema: pa.Schema, first: int, count: int) -> dict[str, pa.Array]:
+    """Rows ``first .. first+count`` of the synthetic collection; a row is a function of its
+    number, so a later batch can retract an earlier row exactly."""
+    numbers = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), first - 1)
+    text = pc.cast(numbers, pa.string())
+    values = {
+        "id": pc.binary_join_element_wise("u", text, ""),
+        "oid": pc.cast(pc.bit_wise_and(numbers, 0xFFFFFFF), pa.uint32()),
+        "name": pc.binary_join_element_wise("object_", text, ""),
+        "owner_id": pc.binary_join_element_wise(
+            "u", pc.cast(pc.bit_wise_and(numbers, 63), pa.string()), ""
+        ),
+        "size": pc.multiply(numbers, 7),
+        "created_at": pc.cast(pc.add(numbers, 1_700_000_000_000), pa.timestamp("ms", tz="UTC")),
+        "comment": pa.nulls(count, pa.string()),
+    }
+    return {f.name: values[f.name] for f in schema}
+
+
+def batch(schema: pa.Schema, index: int, rows: int) -> pa.Table:
+    """Batch ``index``: new rows, plus retractions of the previous batch's first rows."""
+    retracted = int(rows * RETRACTED) if index else 0
+    inserted = rows - retracted
+    parts = [(index * rows, inserted, 1)]
+    if retracted:
+        parts.append(((index - 1) * rows, retracted, -1))
+    tables = []
+    for first, count, diff in parts:
+        columns = _columns(schema, first, count)
+        columns[TS] = pa.repeat(pa.scalar(index, pa.uint64()), count)
+        columns[DIFF] = pa.repeat(pa.scalar(diff, pa.int64()), count)
+        tables.append(pa.Table.from_pydict(columns, schema=update_schema(schema)))
+    return pa.concat_tables(tables)
+
+
+@contextlib.contextmanager
+def zookeeper(data_dir: Path) -> Iterator[tuple[str, str]]:
+    hosts = os.environ.get("CATALOG_UPGRADE_ZK")
+    if hosts:
+        yield hosts, "env"
+        return
+    with EmbeddedZooKeeper(data_dir=data_dir) as server:
+        yield server.hosts, "embedded"
+
+
+def best_of(repeat: int, run: Any) -> tuple[float, Any]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
+    with zookeeper(work / "zookeeper") as (hosts, zk_kind):
+        client = KazooClient(hosts=hosts, timeout=15)
+        client.start(timeout=30)
+        try:
+            consensus = Consensus(client, env_root(f"bench-shard-io-{os.getpid()}"))
+            consensus.ensure(*CONTAINER_KEYS)
+            blob = BlobStore.from_uri(str(work / "blobs"))
+            shard = Shard(consensus, blob, new_shard_id())
+            shard.create(S0)
+            schemas = {0: S0, batches // 3: S1, (2 * batches) // 3: S2}
+            schema, append_seconds, data_bytes = S0, 0.0, 0
+            for index in range(batches):
+                if index in schemas and index:
+                    schema = schemas[index]
+                    assert shard.compare_and_evolve_schema(shard.state().schema_id, schema).ok
+                data = batch(schema, index, rows)
+                data_bytes += data.nbytes
+                started = time.perf_counter()
+                result = shard.compare_and_append(data, index, index + 1)
+                append_seconds += time.perf_counter() - started
+                assert result.ok
+            state = shard.state()
+            groups: dict[int, list[str]] = {}
+            for ref in shard.batches(state):
+                groups.setdefault(ref.schema_id, []).append(blob.path(ref.key(shard.shard_id)))
+
+            def plain_read() -> int:
+                total = 0
+                for paths in groups.values():
+                    total += pq.read_table(paths, filesystem=blob.filesystem).num_rows
+                return total
+
+            plain_read()  # warm the page cache for both contenders
+            plain_seconds, plain_rows = best_of(repeat, plain_read)
+            snapshot_seconds, snap = best_of(repeat, shard.snapshot)
+            expected_rows = batches * rows - (batches - 1) * 2 * int(rows * RETRACTED)
+            assert snap.num_rows == expected_rows, (snap.num_rows, expected_rows)
+            assert snap.schema.names == [*S2.names, TS, DIFF]
+            merged = pa.concat_tables(
+                [pq.read_table(paths, filesystem=blob.filesystem) for paths in groups.values()],
+                promote_options="permissive",
+            ).drop_columns(["owner_id"])
+            consolidate_seconds, _ = best_of(repeat, lambda: consolidate(merged))
+            stored = sum(i.size for i in blob.list_info(f"shards/{shard.shard_id}"))
+            # Compaction amortizes consolidation: since at the last time, one batch remains.
+            shard.advance_since(state.upper - 1)
+            started = time.perf_counter()
+            compaction = shard.compact()
+            compact_seconds = time.perf_counter() - started
+            assert compaction.output is not None
+            compacted = blob.path(compaction.output.key(shard.shard_id))
+            pq.read_table(compacted, filesystem=blob.filesystem)
+            plain_compacted_seconds, _ = best_of(
+                repeat, lambda: pq.read_table(compacted, filesystem=blob.filesystem)
+            )
+            compacted_seconds, after = best_of(repeat, shard.snapshot)
+            assert after.num_rows == expected_rows
+            consensus.delete_tree("")
+        finally:
+            client.stop()
+            client.close()
+    total_rows = batches * rows
+    return {
+        "benchmark": "shard_io",
+        "batches": batches,
+        "rows_per_batch": rows,
+        "rows": total_rows,
+        "evolutions": 2,
+        "append_seconds": round(append_seconds, 3),
+        "append_rows_per_second": round(total_rows / append_seconds),
+        "append_mb_per_second": round(data_bytes / append_seconds / 1e6, 1),
+        "append_ms_per_batch": round(1000 * append_seconds / batches, 2),
+        "plain_read_seconds": round(plain_seconds, 3),
+        "plain_read_rows": plain_rows,
+        "snapshot_seconds": round(snapshot_seconds, 3),
+        "snapshot_rows": snap.num_rows,
+        "snapshot_to_plain_read_ratio": round(snapshot_seconds / plain_seconds, 2),
+        "target_ratio": 1.5,
+        "consolidate_only_seconds": round(consolidate_seconds, 3),
+        "compact_seconds": round(compact_seconds, 3),
+        "compacted_plain_read_seconds": round(plain_compacted_seconds, 3),
+        "compacted_snapshot_seconds": round(compacted_seconds, 3),
+        "compacted_snapshot_to_plain_read_ratio": round(
+            compacted_seconds / plain_compacted_seconds, 2
+        ),
+        "parquet_bytes": stored,
+        "shard_state_bytes": len(state.encode()),
+        "zookeeper": zk_kind,
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "cpus": os.cpu_count(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.batches < 3 or args.rows < 10:
+        parser.error("need at least 3 batches (two evolutions) of at least 10 rows")
+    configure_logging("WARNING")  # stdout carries only the JSON result
+    with tempfile.TemporaryDirectory(prefix="shard-io-") as work:
+        result = run(args.batches, args.rows, args.repeat, Path(work))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
