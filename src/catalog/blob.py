@@ -34,7 +34,7 @@ import structlog
 
 from catalog.errors import BadInputError, BlobError, CorruptBlobError
 
-__all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore"]
+__all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore", "local_uri"]
 
 log = structlog.get_logger(__name__)
 
