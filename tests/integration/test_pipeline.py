@@ -11,6 +11,7 @@ import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
@@ -26,6 +27,8 @@ from catalog.pipeline import (
     copy_transformed,
 )
 from catalog.shard import DIFF, TS, Shard, consolidate, update_schema
+from catalog.state import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
+from orchestrator.cli import main
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -373,6 +376,25 @@ def test_spark_compaction_of_sortable_columns_marks_output_ordered(
         assert stored.equals(stored.sort_by([(n, "ascending") for n in stored.column_names]))
 
 
+def test_arrow_compaction_of_a_flat_schema_sorts_and_cancels(
+    consensus: Consensus, blob: BlobStore
+) -> None:
+    """Flat schemas compact by sorting: retractions cancel, output ordered and consolidated."""
+    flat = pa.schema([pa.field("k", pa.int64()), pa.field("v", pa.string())])
+    shard = Shard(consensus, blob, "flat")
+    shard.create(flat)
+    append(shard, updates(flat, [{"k": 2, "v": "b"}, {"k": 1, "v": None}], ts=0))
+    append(shard, updates(flat, [{"k": 2, "v": "b"}], ts=1, diff=-1))
+    shard.advance_since(1)
+    before = canonical(shard.snapshot())
+    result = ArrowEngine().compact(shard)
+    assert result.applied and result.inputs == 2
+    assert result.output is not None and result.output.ordered and result.output.consolidated
+    assert result.output.rows == 1 and result.output.lower == 1
+    assert canonical(shard.snapshot()) == before
+    assert blob.list(f"shards/{shard.shard_id}") == [result.output.key(shard.shard_id)]
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["arrow", "spark"])
@@ -452,6 +474,15 @@ INITIAL = pa.schema(
             "ls", pa.list_(pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.string())]))
         ),
         pa.field("m", pa.map_(pa.string(), pa.int64())),
+    ]
+)
+# Flat schemas take the arrow engine's sort-based compaction and Spark's sorted outputs.
+FLAT = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("flag", pa.bool_()),
     ]
 )
 
@@ -549,7 +580,7 @@ def test_arrow_and_spark_engines_agree_on_random_histories(
     consensus: Consensus, blob: BlobStore, spark_engine: SparkEngine, data: st.DataObject
 ) -> None:
     """Appends, nested evolutions and compactions (by either engine): same snapshots on both."""
-    history = History(schema=INITIAL)
+    history = History(schema=data.draw(st.sampled_from([INITIAL, FLAT])))
     shard = Shard(consensus, blob, f"h-{uuid.uuid4().hex[:8]}")
     shard.create(history.schema)
     steps = data.draw(
@@ -588,3 +619,82 @@ def test_arrow_and_spark_engines_agree_on_random_histories(
     got = spark_engine.snapshot(shard, as_of)
     assert got.schema == expected.schema
     assert canonical(got) == canonical(expected)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def bootstrap(consensus: Consensus, blob: BlobStore, shard: Shard) -> None:
+    """A catalog naming ``shard`` as collection mz_catalog.items, blobs in ``blob``."""
+    consensus.ensure(SHARDS_KEY)
+    ref = CollectionRef(
+        global_id="s1", name="mz_catalog.items", shard_id=shard.shard_id, fingerprint="x"
+    )
+    state = CatalogState(
+        version="0.1.0", deploy_generation=1, blob_uri=blob.uri, collections={"s1": ref}
+    )
+    consensus.commit([catalog_write_op(state, -1)])
+
+
+def run_cli(zk_env: ZkEnv, *args: str, spark: SparkSessionProvider | None = None) -> Result:
+    return CliRunner(env={"COLUMNS": "200"}).invoke(
+        main,
+        ["--log-level", "WARNING", *args, "--zk", zk_env.hosts, "--env", zk_env.name],
+        obj={"spark": spark},
+    )
+
+
+def test_cli_read_prints_json_lines_and_a_table(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv
+) -> None:
+    """read --json prints the snapshot's rows; without --json a table naming the collection."""
+    source = source_shard(consensus, blob)
+    bootstrap(consensus, blob, source)
+    result = run_cli(
+        zk_env, "read", "--collection", "mz_catalog.items", "--json", "--engine", "arrow"
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(json.dumps(r, sort_keys=True) for r in rows) == canonical(source.snapshot())
+    result = run_cli(zk_env, "read", "--collection", "mz_catalog.items", "--as-of", "0")
+    assert result.exit_code == 0, result.output
+    assert "mz_catalog.items as of 0" in result.stdout and "owner" in result.stdout
+
+
+def test_cli_read_of_an_unknown_collection_exits_2_naming_it(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv
+) -> None:
+    """An unknown collection or a blob URI other than the recorded one is bad input (exit 2)."""
+    bootstrap(consensus, blob, source_shard(consensus, blob))
+    result = run_cli(zk_env, "read", "--collection", "mz_catalog.nope", "--json")
+    assert result.exit_code == 2
+    error = json.loads(result.stderr)
+    assert error["collection"] == "mz_catalog.nope" and error["reason"] == "unknown-collection"
+    result = run_cli(zk_env, "compact", "--collection", "mz_catalog.items", "--blob", "/elsewhere")
+    assert result.exit_code == 2
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_compact_then_read_on_spark(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv, spark: SparkSessionProvider
+) -> None:
+    """compact on each engine leaves reads unchanged; read --engine spark agrees with arrow."""
+    source = source_shard(consensus, blob)
+    bootstrap(consensus, blob, source)
+    before = canonical(source.snapshot())
+    name = ["--collection", "mz_catalog.items"]
+    result = run_cli(zk_env, "compact", *name, "--engine", "spark", "--json", spark=spark)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["applied"] and summary["inputs"] == 3 and summary["engine"] == "spark"
+    append(source, updates(V1, [{"id": 7, "name": "g", "owner": None, "tags": None}], ts=3))
+    result = run_cli(zk_env, "compact", *name, "--engine", "arrow")
+    assert result.exit_code == 0, result.output
+    assert source.state().batch_count == 1
+    result = run_cli(
+        zk_env, "read", *name, "--as-of", "2", "--json", "--engine", "spark", spark=spark
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(json.dumps(r, sort_keys=True) for r in rows) == before
