@@ -574,5 +574,81 @@ def scenario_run_command(
         sys.exit(1)
 
 
+@scenario_group.command("simulate")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory of release files to walk over.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the walk (default: random).")
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--faults",
+    "fault_probability",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.25,
+    show_default=True,
+    help="Probability that a step injects a fault.",
+)
+@click.option(
+    "--shrink-runs",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="At most this many re-runs of shorter prefixes after a failure.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option(
+    "--zk",
+    envvar="CATALOG_UPGRADE_ZK",
+    default=None,
+    help="External ZooKeeper (default: an embedded server started for the run).",
+)
+@handle_errors
+def scenario_simulate_command(
+    releases_dir: Path,
+    seed: int | None,
+    steps: int,
+    fault_probability: float,
+    shrink_runs: int,
+    as_json: bool,
+    zk: str | None,
+) -> None:
+    """Random walks over a release history with faults; exit 0 only if every invariant held."""
+    import random
+
+    from rich.console import Console
+
+    from orchestrator.scenario_view import render_simulation, render_walk_step
+    from orchestrator.simulate import SimulationConfig, simulate
+
+    _stop_on_sigterm()
+    seed = seed if seed is not None else random.randrange(1 << 31)
+    console = Console(stderr=as_json)
+    console.print(f"[bold]simulate[/] {releases_dir}: seed {seed}, {steps} step(s)")
+    config = SimulationConfig(
+        releases_dir=releases_dir,
+        seed=seed,
+        steps=steps,
+        fault_probability=fault_probability,
+        shrink_runs=shrink_runs,
+    )
+    result = simulate(
+        config,
+        zk=zk,
+        on_step=lambda step: render_walk_step(console, step),
+        on_shrink=lambda n, failed: console.print(
+            f"[dim]shrink: prefix of {n} step(s) {'fails' if failed else 'passes'}[/]"
+        ),
+    )
+    render_simulation(console, result, str(releases_dir))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, default=str))
+    if not result.ok:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()

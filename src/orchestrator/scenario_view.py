@@ -1,18 +1,28 @@
-"""Terminal rendering of scenario runs: a live timeline per step, and diagnostics on failure."""
+"""Terminal rendering of scenario runs and simulations: live timelines, diagnostics, summaries."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.syntax import Syntax
+from rich.table import Table
 
 from orchestrator.scenario import ScenarioResult, StepResult
 from orchestrator.scenario_format import Scenario
+from orchestrator.simulate import SimulationResult, WalkStep
 
-__all__ = ["render_failure", "render_header", "render_step", "render_summary"]
+__all__ = [
+    "render_failure",
+    "render_header",
+    "render_simulation",
+    "render_step",
+    "render_summary",
+    "render_walk_step",
+]
 
 
 def render_header(console: Console, scenario: Scenario, seed: int) -> None:
@@ -63,3 +73,55 @@ def render_summary(console: Console, results: Sequence[ScenarioResult]) -> None:
         f"[bold]{passed}/{len(results)} scenario(s) passed[/], "
         f"{sum(len(r.steps) for r in results)} steps, {sum(r.faults for r in results)} faults"
     )
+
+
+def render_walk_step(console: Console, step: WalkStep) -> None:
+    """One line per walk action (faults marked)."""
+    mark = "[green]ok[/]" if step.ok else "[bold red]FAIL[/]"
+    kind = f"{step.kind:<20}"
+    kind = f"[yellow]{kind}[/]" if step.is_fault else kind
+    console.print(
+        f"  {step.index:>4}  {kind} {step.seconds:>6.2f} s  {mark}  "
+        f"[dim]{escape(step.description if step.ok else '')}[/]",
+        soft_wrap=True,
+    )
+    if not step.ok and step.error:
+        console.print(f"        [red]{escape(step.error)}[/]", soft_wrap=True)
+
+
+def render_simulation(console: Console, result: SimulationResult, releases: str) -> None:
+    """Faults injected, invariants checked (and caught), and on failure how to reproduce."""
+    table = Table(title="invariants", title_justify="left")
+    table.add_column("invariant")
+    table.add_column("checks", justify="right")
+    table.add_column("caught", justify="right")
+    for name, counts in result.invariants.items():
+        caught = counts.get("caught", 0)
+        table.add_row(name, str(counts.get("checks", 0)), f"[red]{caught}[/]" if caught else "0")
+    console.print(table)
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())) or "none"
+    console.print(
+        f"seed {result.seed}: {len(result.walk)} walk step(s), {result.scenario_steps} scenario "
+        f"step(s), faults: {faults}, {result.seconds:.1f} s"
+    )
+    if result.ok:
+        console.print("[green]✔ every invariant held[/]")
+        return
+    console.print(f"[bold red]✘ {escape(result.error or 'failed')}[/]", soft_wrap=True)
+    if result.shrink_runs:
+        tried = ", ".join(f"{n} ({'fails' if f else 'passes'})" for n, f in result.shrink_runs)
+        console.print(f"[dim]shrinking re-ran prefixes of {tried}[/]")
+    prefix = result.shortest_prefix or len(result.walk)
+    console.print(
+        f"shortest failing prefix: {prefix} step(s); reproduce with\n"
+        f"  catalog-upgrade scenario simulate --releases {escape(releases)} "
+        f"--seed {result.seed} --steps {prefix}",
+        soft_wrap=True,
+    )
+    if result.work_dir:
+        path = Path(result.work_dir) / "failing-walk.toml"
+        path.write_text(result.scenario_toml)
+        console.print(
+            f"its scenario steps: {escape(str(path))} (logs in {escape(result.work_dir)}/logs)",
+            soft_wrap=True,
+        )
