@@ -818,8 +818,12 @@ def _restore_column(
         return column
     relaxed = _relaxed(dtype)
     cast = column.cast(relaxed)
+    if relaxed.equals(dtype):
+        return cast
     # Nullability lives in the type only: a view relabels without touching the data.
-    return cast if relaxed.equals(dtype) else cast.view(dtype)
+    if isinstance(cast, pa.ChunkedArray):
+        return pa.chunked_array([chunk.view(dtype) for chunk in cast.chunks], type=dtype)
+    return cast.view(dtype)
 
 
 def restore_table(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:

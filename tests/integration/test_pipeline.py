@@ -469,7 +469,9 @@ LEAF_TYPES = [pa.int64(), pa.string(), pa.float64(), pa.bool_(), pa.int32()]
 INITIAL = pa.schema(
     [
         pa.field("id", pa.int64()),
-        pa.field("s", pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])),
+        pa.field(
+            "s", pa.struct([pa.field("a", pa.int32(), nullable=False), pa.field("b", pa.string())])
+        ),
         pa.field(
             "ls", pa.list_(pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.string())]))
         ),
@@ -487,10 +489,11 @@ FLAT = pa.schema(
 )
 
 
-def values_of(dtype: pa.DataType) -> st.SearchStrategy[Any]:
+def values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[Any]:
     """Values of ``dtype`` from a small domain, so that rows collide and consolidate."""
+    inner: st.SearchStrategy[Any]
     if pa.types.is_struct(dtype):
-        inner = st.fixed_dictionaries({f.name: values_of(f.type) for f in dtype.fields})
+        inner = st.fixed_dictionaries({f.name: values_of(f.type, f.nullable) for f in dtype.fields})
     elif pa.types.is_list(dtype):
         inner = st.lists(values_of(dtype.value_type), max_size=2)
     elif pa.types.is_map(dtype):
@@ -507,7 +510,7 @@ def values_of(dtype: pa.DataType) -> st.SearchStrategy[Any]:
         inner = st.booleans()
     else:
         inner = SMALL_INTS
-    return st.one_of(st.none(), inner)
+    return st.one_of(st.none(), inner) if nullable else inner
 
 
 @attrs.define
