@@ -42,6 +42,7 @@ import attrs
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import KazooState
 
 from catalog.blob import BlobStore
 from catalog.consensus import CONNECTION_ERRORS, Consensus, env_root
@@ -620,7 +621,26 @@ class ScenarioRun:
         if step.down:
             time.sleep(step.down)  # the outage itself is what the step rehearses
         server.start()
-        return f"ZooKeeper back after {time.monotonic() - started:.2f} s"
+        back = time.monotonic() - started
+        self._wait_connected(self._timeout(step))
+        return f"ZooKeeper back after {back:.2f} s"
+
+    def _wait_connected(self, timeout: float) -> None:
+        """Until the runner's own client reconnected (its session outlives the restart)."""
+        connected = threading.Event()
+
+        def listener(state: str) -> None:
+            if state == KazooState.CONNECTED:
+                connected.set()
+
+        self.client.add_listener(listener)
+        try:
+            if not self.client.connected:
+                connected.wait(timeout)
+            if not self.client.connected:
+                raise StepFailed(f"the runner could not reconnect to ZooKeeper in {timeout:g} s")
+        finally:
+            self.client.remove_listener(listener)
 
     def _do_stop(self, step: Step) -> str:
         process = self._process(step)
