@@ -2,8 +2,9 @@
 
 Every job exists on two engines behind one interface, :class:`Engine`:
 
-* :class:`ArrowEngine` runs in process with pyarrow (the shard module's own read and compaction
-  paths), for shards that fit in memory;
+* :class:`ArrowEngine` runs in process with pyarrow (the shard module's read path; compaction
+  of flat schemas consolidates by sorting, :func:`consolidate_sorted`), for shards that fit in
+  memory;
 * :class:`SparkEngine` runs the same jobs as PySpark DataFrames over the same Parquet blobs (the
   blob store's URI; a local directory is read by absolute ``file://`` path), so shards larger
   than one machine's memory can be read, compacted and copied.
@@ -57,7 +58,13 @@ import structlog
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
-from catalog.errors import BadInputError, ConfigurationError, ShardError, ShardFinalizedError
+from catalog.errors import (
+    BadInputError,
+    ConfigurationError,
+    CorruptBlobError,
+    ShardError,
+    ShardFinalizedError,
+)
 from catalog.schema import check_reader, migrate_batch
 from catalog.shard import (
     DIFF,
@@ -348,6 +355,10 @@ def consolidate_sorted(table: pa.Table) -> pa.Table:
     return out.set_column(index, out.schema.field(index), pc.filter(sums, nonzero))
 
 
+class _SourceMoved(Exception):
+    """A Spark read failed and the source state moved meanwhile (its batches were replaced)."""
+
+
 @attrs.frozen
 class _CopyPlan:
     """One attempt of a copy: the frontiers read and whether times are still distinguishable."""
@@ -365,12 +376,13 @@ class _CopyPlan:
 
     @property
     def by_diff(self) -> bool:
-        """True when compaction advanced source times past the target's upper.
+        """True when compaction may have advanced copied source times to the target's upper.
 
-        Rows already copied may then carry a time at or above ``lower``, so the delta cannot be
-        selected by time: it is the transformed source minus what the target holds.
+        Compaction moves times below ``since`` to ``since``: once ``since >= lower``, rows
+        already copied may carry a time at or above ``lower``, so the delta cannot be selected
+        by time: it is the transformed source minus what the target holds.
         """
-        return self.lower > 0 and self.source.since > self.lower
+        return self.lower > 0 and self.source.since >= self.lower
 
 
 def _plan_copy(source: Shard, target: Shard) -> _CopyPlan | None:
@@ -422,7 +434,15 @@ def _copy(
         plan = _plan_copy(source, target)
         if plan is None:
             return 0
-        out = produce(plan)
+        try:
+            out = produce(plan)
+        except (CorruptBlobError, _SourceMoved) as exc:
+            # Compaction replaced the batches under the read: plan again from the new state.
+            vanished = isinstance(exc, _SourceMoved) or exc.details.get("reason") == "missing"
+            if not vanished or source.state().version == plan.source.version:
+                raise
+            log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
+            continue
         result = target.compare_and_append(out, plan.lower, plan.upper, fence=fence)
         log.info(
             "rewrite_append",
@@ -1283,7 +1303,12 @@ class SparkEngine:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
                 mapped = frame.mapInArrow(body, spark_out)
-            return restore_table(self._collect(mapped), out_schema)
+            try:
+                return restore_table(self._collect(mapped), out_schema)
+            except _spark_errors() as exc:
+                if source.state().version != plan.source.version:
+                    raise _SourceMoved() from exc
+                raise
 
         return _copy(source, target, fence, produce, self.name)
 

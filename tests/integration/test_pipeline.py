@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -183,10 +184,12 @@ def test_copy_of_an_empty_delta_still_moves_the_upper(
     assert target.state().upper == 20
 
 
+@pytest.mark.parametrize("since", [3, 5])
 def test_copy_after_compaction_past_the_target_upper_is_exact(
-    consensus: Consensus, blob: BlobStore
+    consensus: Consensus, blob: BlobStore, since: int
 ) -> None:
-    """When compaction advanced copied times past the target's upper, the copy diffs instead."""
+    """When compaction advanced copied times to the target's upper (3) or past it, the copy
+    diffs instead of selecting by time."""
     source = source_shard(consensus, blob)
     target = target_shard(consensus, blob)
     copy_transformed(source, target, [to_new], NEW, fence=None, engine="arrow")
@@ -195,9 +198,35 @@ def test_copy_after_compaction_past_the_target_upper_is_exact(
         updates(V1, [{"id": 5, "name": "e", "owner": None, "tags": None}], ts=3),
         new_upper=6,
     )
-    source.advance_since(5)
+    source.advance_since(since)
     assert source.compact().applied
     copy_transformed(source, target, [to_new], NEW, fence=None, engine="arrow")
+    assert canonical(target.snapshot()) == expected_copy(source)
+
+
+@attrs.define
+class CompactsFirst(BlobStore):
+    """Fault injection: the first batch read runs ``hook`` (a compaction) just before it."""
+
+    hook: Callable[[], object] | None = None
+
+    def get_batches(self, keys: Sequence[str], **kwargs: Any) -> pa.Table:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().get_batches(keys, **kwargs)
+
+
+def test_copy_replans_when_compaction_replaces_batches_under_it(
+    consensus: Consensus, blob: BlobStore
+) -> None:
+    """Batches compacted away between the state read and the blob read: the copy re-plans."""
+    source = source_shard(consensus, blob)
+    target = target_shard(consensus, blob)
+    racing = CompactsFirst(blob.filesystem, blob.root, blob.uri, hook=source.compact)
+    reader = Shard(consensus, racing, source.shard_id)
+    assert copy_transformed(reader, target, [to_new], NEW, fence=None, engine="arrow") > 0
+    assert source.state().batch_count == 1
     assert canonical(target.snapshot()) == expected_copy(source)
 
 
