@@ -573,7 +573,7 @@ class InvariantChecker:
         by_name = catalog.by_name()
         for name, tracked in sorted(self.tracked.items()):
             ref = by_name.get(name)
-            if ref is None or not (tracked.acked or tracked.uncertain):
+            if ref is None:
                 continue
             state = view.states.get(ref.shard_id)
             if state is None or state.finalized:
