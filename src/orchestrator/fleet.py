@@ -25,13 +25,24 @@ import structlog
 from catalog.errors import BadInputError
 from orchestrator.zkserver import free_port
 
-__all__ = ["Fleet", "HttpAnswer", "SidecarProcess"]
+__all__ = ["Fleet", "HttpAnswer", "SidecarProcess", "child_environment"]
 
 log = structlog.get_logger(__name__)
 
 # The directory that holds the `catalog` and `orchestrator` packages, so children import the
 # same code as the runner even when the project is not installed.
 _SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a child ``catalog-upgrade`` process: this one, importing the same
+    source, with no ZooKeeper or environment name inherited (children get them as flags)."""
+    environment = dict(os.environ)
+    paths = [str(_SOURCE_ROOT), *filter(None, [environment.get("PYTHONPATH")])]
+    environment["PYTHONPATH"] = os.pathsep.join(paths)
+    environment.pop("CATALOG_UPGRADE_ZK", None)
+    environment.pop("CATALOG_UPGRADE_ENV", None)
+    return environment
 
 
 @attrs.frozen
@@ -220,11 +231,7 @@ class Fleet:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         http = f"127.0.0.1:{free_port()}"
         log_path = self.log_dir / f"{name}.log"
-        environment = dict(os.environ)
-        paths = [str(_SOURCE_ROOT), *filter(None, [environment.get("PYTHONPATH")])]
-        environment["PYTHONPATH"] = os.pathsep.join(paths)
-        environment.pop("CATALOG_UPGRADE_ZK", None)
-        environment.pop("CATALOG_UPGRADE_ENV", None)
+        environment = child_environment()
         command = self.command(
             name,
             release_file,

@@ -25,7 +25,6 @@ import collections
 import contextlib
 import json
 import logging
-import os
 import random
 import shutil
 import subprocess
@@ -55,7 +54,7 @@ from catalog.state import (
     PROCESSES_KEY,
     PROMOTION_KEY,
 )
-from orchestrator.fleet import Fleet, HttpAnswer, SidecarProcess
+from orchestrator.fleet import Fleet, HttpAnswer, SidecarProcess, child_environment
 from orchestrator.invariants import InvariantChecker, Violation, describe
 from orchestrator.scenario_format import (
     ReleaseIndex,
@@ -75,6 +74,7 @@ __all__ = [
     "StepFailed",
     "StepResult",
     "ZooKeeperTarget",
+    "compare",
     "row_multiset",
     "run_files",
     "run_scenario",
@@ -472,14 +472,12 @@ class ScenarioRun:
         if step.wait is not None:
             command += ["--wait", f"{step.wait:g}"]
         timeout = self._timeout(step, (step.wait or 0.0) + self.default_timeout)
-        environment = dict(os.environ)
-        environment["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
         try:
             done = subprocess.run(
                 command,
                 capture_output=True,
                 timeout=timeout,
-                env=environment,
+                env=child_environment(),
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
@@ -687,7 +685,7 @@ class ScenarioRun:
                 problem = f"status unreadable: {exc.message}"
             else:
                 value = resolve_path(document, step.path)
-                problem = _compare(value, step.comparator or "equals", step.expected)
+                problem = compare(value, step.comparator or "equals", step.expected)
             if problem is None:
                 shown = "absent" if is_missing(value) else json.dumps(value, default=str)[:200]
                 return f"{step.path} = {shown}"
@@ -714,7 +712,7 @@ def _numbers_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _compare(value: Any, comparator: str, expected: Any) -> str | None:
+def compare(value: Any, comparator: str, expected: Any) -> str | None:
     """None when ``value`` satisfies the comparison, else what was seen."""
     shown = "absent" if is_missing(value) else json.dumps(value, default=str)[:300]
     if comparator == "exists":

@@ -6,9 +6,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from catalog.errors import EXIT_BAD_INPUT, BadInputError
-from orchestrator.scenario import _compare, row_multiset
+from orchestrator.cli import main
+from orchestrator.scenario import compare, load_all, row_multiset
 from orchestrator.scenario_format import (
     ACTIONS,
     ReleaseIndex,
@@ -265,12 +267,12 @@ def test_invalid_status_paths_are_refused(path: str) -> None:
 
 def test_comparisons() -> None:
     """Comparators treat 1 and 1.0 alike, and report what they saw otherwise."""
-    assert _compare(3, "equals", 3.0) is None
-    assert _compare(True, "equals", 1) is not None
-    assert _compare([1, 2], "length", 2) is None
-    assert _compare("abc", "contains", "b") is None
-    assert _compare(resolve_path({}, "x"), "exists", False) is None
-    assert _compare(resolve_path({}, "x"), "equals", 1) is not None
+    assert compare(3, "equals", 3.0) is None
+    assert compare(True, "equals", 1) is not None
+    assert compare([1, 2], "length", 2) is None
+    assert compare("abc", "contains", "b") is None
+    assert compare(resolve_path({}, "x"), "exists", False) is None
+    assert compare(resolve_path({}, "x"), "equals", 1) is not None
 
 
 def test_rows_compare_as_multisets_with_diffs() -> None:
@@ -295,3 +297,20 @@ def test_steps_print_back_as_valid_toml(scenario_dir: Path) -> None:
     assert [(s.action, s.rows, s.expected) for s in again.steps] == [
         (s.action, s.rows, s.expected) for s in scenario.steps
     ]
+
+
+def test_restarting_zookeeper_needs_the_embedded_server() -> None:
+    """With an external ZooKeeper, a scenario restarting it is refused before anything runs."""
+    with pytest.raises(BadInputError) as caught:
+        load_all([SCENARIOS / "zookeeper_restart.toml"], restartable=False)
+    assert caught.value.details["step"] == 6
+
+
+def test_cli_run_refuses_an_invalid_file_with_exit_2(scenario_dir: Path) -> None:
+    """`scenario run` validates first: an invalid file exits 2 and nothing starts."""
+    bad = scenario_dir / "bad.toml"
+    bad.write_text(HEADER + '\n[[step]]\naction = "teleport"\n')
+    result = CliRunner().invoke(main, ["scenario", "run", str(bad), "--zk", "127.0.0.1:1"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    external = ["scenario", "run", str(SCENARIOS / "zookeeper_restart.toml"), "--zk", "h:1"]
+    assert CliRunner().invoke(main, external).exit_code == EXIT_BAD_INPUT
