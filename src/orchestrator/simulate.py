@@ -11,11 +11,12 @@ by ``random.Random(f"{seed}:{index}")`` from what the environment looks like:
   refused (4);
 * ``abort`` a pending generation (SIGTERM, exit 0); ``append`` rows through the leader and
   ``read`` them back; start an ``older`` release (exit 4) or a ``stale`` generation (exit 3);
-* faults, with probability ``fault_probability``: SIGKILL of a follower, of the leader, or of a
-  new leader in the middle of its migration; a zombie leader (SIGSTOP until a follower took over,
-  then SIGCONT and a write that must be refused); ZooKeeper session expiry of the leader or of a
-  follower. A lost leader is replaced by a follower of its generation or, if none is left, by a
-  restart of the same release.
+* faults, with probability ``fault_probability``: SIGKILL of a new process while it checks
+  read-only, of a follower, of the leader, or of a new leader in the middle of its migration;
+  a zombie leader (SIGSTOP until a follower took over, then SIGCONT and a write that must be
+  refused); ZooKeeper session expiry of the leader or of a follower. A lost leader is
+  replaced by a follower of its generation or, if none is left, by a restart of the same
+  release.
 
 Every action is expressed as ordinary scenario steps executed by
 :class:`orchestrator.scenario.ScenarioRun`, and :mod:`orchestrator.invariants` are checked after
@@ -62,6 +63,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 FAULT_KINDS = (
+    "kill_checking",
     "kill_follower",
     "kill_leader",
     "kill_mid_migration",
@@ -73,7 +75,16 @@ FAULT_KINDS = (
 # Walk actions that must leave everything but read-only processes' own keys unchanged (the
 # upgrade action is one unless it auto-promotes, which the quiescence check notices).
 READ_ONLY_KINDS = frozenset(
-    {"upgrade", "abort", "read", "start_older", "start_stale", "kill_follower", "expire_follower"}
+    {
+        "upgrade",
+        "abort",
+        "read",
+        "start_older",
+        "start_stale",
+        "kill_checking",
+        "kill_follower",
+        "expire_follower",
+    }
 )
 
 
@@ -367,6 +378,8 @@ class Walker:
         room = self.config.max_processes - len(self.live)
         if rng.random() < self.config.fault_probability:
             faults = ["kill_leader", "zombie", "expire_leader"]
+            if room >= 1:
+                faults.append("kill_checking")
             if self.followers():
                 faults += ["kill_follower", "expire_follower"]
             if self.pending():
@@ -534,6 +547,36 @@ class Walker:
             if name != self.leader:
                 self.wait(name, "ready")
         return f"{how}: {self.leader}"
+
+    def _kill_checking(self, rng: random.Random) -> str:
+        """SIGKILL a new read-only process while it checks (between its shard and entry
+        writes, when the timing is right): what it leaves behind must not block anyone."""
+        assert self.catalog_version is not None
+        current = Version.parse(self.catalog_version)
+        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
+        generation = self.next_generation
+        self.next_generation += 1
+        (name,) = self.start(version, generation, 1)
+        process = self.run.fleet.get(name)
+        started = time.monotonic()
+        delay = rng.uniform(0.0, 0.25)
+        seen = None
+        while time.monotonic() - started < self.config.timeout and process.running:
+            node = self.run.process_node(name)
+            seen = node.get("state") if node else None
+            if seen in ("checking", "ready"):
+                break
+            time.sleep(0.005)  # racing the process on purpose: a watch round trip is too slow
+        time.sleep(delay)
+        node = self.run.process_node(name) or {}
+        self.do(
+            "kill",
+            processes=(name,),
+            note=f"killed {time.monotonic() - started:.3f} s after start, in state "
+            f"{node.get('state')} ({node.get('phase')})",
+        )
+        self.live.pop(name)
+        return f"SIGKILL {name} ({version} g{generation}) in state {node.get('state')}"
 
     def _kill_follower(self, rng: random.Random) -> str:
         name = rng.choice(self.followers())

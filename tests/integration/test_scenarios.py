@@ -7,21 +7,50 @@ test server must not suffer). Each scenario and each walk runs in a fresh enviro
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.scenario import ScenarioResult, ZooKeeperTarget, run_scenario
 from orchestrator.scenario_format import ReleaseIndex, load_scenario, parse_scenario
-from orchestrator.simulate import SimulationConfig, simulate
+from orchestrator.simulate import FAULT_KINDS, SimulationConfig, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SUITE = sorted(SCENARIOS.glob("*.toml"))
-# Fixed walks CI runs (seed, steps); together they inject every fault kind.
-SIMULATION_SEEDS = [(101, 14), (202, 14), (303, 14)]
+# Scenarios that fail because of an orchestrator bug (strict: the fix makes the test fail, so
+# the marker gets removed with it).
+KNOWN_FAILURES = {
+    "rewrite_then_evolution": (
+        "catalog.pipeline.apply_transforms conforms the last REWRITE transform's output to the "
+        "merged plan's new schema, which a later EVOLUTION in the same upgrade (0.15.0 adds "
+        "mz_roles.attributes after 0.11.0's rewrite) extends: the read-only check of 0.10.0 -> "
+        ">= 0.15.0 fails with ShardError transform-output (exit 1) once mz_roles has rows"
+    ),
+}
+
+
+def _suite_params() -> list[Any]:
+    return [
+        pytest.param(
+            path,
+            id=path.stem,
+            marks=[pytest.mark.xfail(reason=KNOWN_FAILURES[path.stem], strict=True)]
+            if path.stem in KNOWN_FAILURES
+            else [],
+        )
+        for path in SUITE
+    ]
+
+
+# Fixed walks CI runs (seed, steps) at fault probability 0.4; together they inject every kind
+# of fault (test_simulation_covers_every_fault checks it).
+SIMULATION_SEEDS = [(202, 12), (606, 12), (707, 12)]
+SIMULATION_FAULTS = 0.4
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +75,7 @@ def explain(result: ScenarioResult) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("path", SUITE, ids=[p.stem for p in SUITE])
+@pytest.mark.parametrize("path", _suite_params())
 def test_scenario(
     path: Path, zookeeper: ZooKeeperTarget, indexes: dict[Path, ReleaseIndex]
 ) -> None:
@@ -62,13 +91,25 @@ def test_suite_covers_the_issue_list() -> None:
     assert len(SUITE) >= 12
 
 
+@pytest.fixture(scope="module")
+def injected() -> dict[int, Counter[str]]:
+    """Faults each simulated seed injected, for the coverage check."""
+    return {}
+
+
 @pytest.mark.parametrize(
     ("seed", "steps"), SIMULATION_SEEDS, ids=[f"seed{s}" for s, _ in SIMULATION_SEEDS]
 )
-def test_simulation_seed(seed: int, steps: int, zookeeper: ZooKeeperTarget) -> None:
-    """A fixed random walk with faults keeps every invariant."""
+def test_simulation_seed(
+    seed: int, steps: int, zookeeper: ZooKeeperTarget, injected: dict[int, Counter[str]]
+) -> None:
+    """A fixed random walk with faults keeps every invariant, and the final cleanup holds."""
     config = SimulationConfig(
-        releases_dir=SCENARIOS / "releases", seed=seed, steps=steps, shrink_runs=0
+        releases_dir=SCENARIOS / "releases",
+        seed=seed,
+        steps=steps,
+        fault_probability=SIMULATION_FAULTS,
+        shrink_runs=0,
     )
     result = simulate(config, zk=zookeeper.hosts)
     assert result.ok, f"{result.error}\n{result.scenario_toml}"
@@ -76,6 +117,14 @@ def test_simulation_seed(seed: int, steps: int, zookeeper: ZooKeeperTarget) -> N
     checks = {name: counts["checks"] for name, counts in result.invariants.items()}
     assert checks["single-leader"] == steps
     assert checks["unreferenced-cleaned"] == 1
+    injected[seed] = result.faults
+
+
+def test_simulation_covers_every_fault(injected: dict[int, Counter[str]]) -> None:
+    """Together, the CI seeds inject every kind of fault the walk knows."""
+    if len(injected) < len(SIMULATION_SEEDS):
+        pytest.skip("not every simulation seed ran")
+    assert set().union(*injected.values()) == set(FAULT_KINDS)
 
 
 def test_failed_scenario_reports_status_and_logs(
