@@ -27,15 +27,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+# Run as a script, this directory is first on sys.path and this file would shadow the
+# `orchestrator` package it measures.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from catalog.blob import BlobStore
-from catalog.consensus import Consensus
-from catalog.release import Builtin, Mechanism, Migration, Release
-from orchestrator.election import LeaderElection, promote
-from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
-from orchestrator.zk import close, connect
-from orchestrator.zkserver import EmbeddedZooKeeper, free_port
+import pyarrow as pa  # noqa: E402
+
+from catalog.blob import BlobStore  # noqa: E402
+from catalog.consensus import Consensus  # noqa: E402
+from catalog.release import Builtin, Mechanism, Migration, Release  # noqa: E402
+from orchestrator.election import LeaderElection, promote  # noqa: E402
+from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader  # noqa: E402
+from orchestrator.zk import close, connect  # noqa: E402
+from orchestrator.zkserver import EmbeddedZooKeeper, free_port  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -202,12 +202,14 @@ def test_read_only_checks_of_one_version_agree_on_shards(
 def test_blue_green_upgrade_switches_and_finalizes(env: Env, releases: dict[str, Release]) -> None:
     """The promoted leader evolves, replaces, rewrites with data, switches, and finalizes."""
     old_ctx = bootstrap(env, releases["0.10.0"])
-    append_rows(old_ctx, "mz_catalog.mz_roles", [{"id": 7, "oid": 1, "name": "alice", "inherit": True}])
+    alice = {"id": 7, "oid": 1, "name": "alice", "inherit": True}
+    append_rows(old_ctx, "mz_catalog.mz_roles", [alice])
     old_catalog = read_catalog(old_ctx.consensus)
     assert old_catalog is not None
     ctx = env.ctx(releases["0.11.0"], 2)
     check_read_only(ctx)
-    append_rows(old_ctx, "mz_catalog.mz_roles", [{"id": 8, "oid": 2, "name": "bob", "inherit": False}])
+    bob = {"id": 8, "oid": 2, "name": "bob", "inherit": False}
+    append_rows(old_ctx, "mz_catalog.mz_roles", [bob])
     leadership = env.lead(ctx)
     result = migrate_as_leader(ctx, leadership)
     catalog = read_catalog(ctx.consensus)
