@@ -25,7 +25,7 @@ import structlog
 from catalog.blob import BlobStore
 from catalog.consensus import CasRetry, Consensus, Fence
 from catalog.errors import ShardError, VersionMismatchError
-from catalog.shard import DIFF, TS, Shard, ShardState, new_shard_id, update_schema
+from catalog.shard import DIFF, TS, Shard, ShardState, create_op, new_shard_id, update_schema
 from catalog.state import MIGRATION_SHARD_ID
 
 __all__ = [
@@ -224,8 +224,13 @@ class MigrationShard:
             missing = sorted(gid for gid in wanted if gid not in found)
             if not missing:
                 return found
+            # A shard made in a lost attempt is reused.
+            if create_shard is None:
+                self._create_shards(
+                    {gid: wanted[gid] for gid in missing if gid not in created}, created, fence
+                )
             for gid in missing:
-                if gid not in created:  # a shard made in a lost attempt is reused
+                if gid not in created:
                     created[gid] = creator(gid, wanted[gid])
             rows = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
             result = self.shard.compare_and_append(
@@ -254,6 +259,18 @@ class MigrationShard:
         )
         return mapping
 
+    def _create_shards(
+        self, schemas: Mapping[str, pa.Schema], created: dict[str, str], fence: Fence | None
+    ) -> None:
+        """Create many empty shards with batched multi-ops (one round trip per chunk, not per
+        shard); fills ``created`` as each chunk lands."""
+        pending = [(gid, new_shard_id(), schema) for gid, schema in sorted(schemas.items())]
+        for start in range(0, len(pending), _CREATE_CHUNK):
+            chunk = pending[start : start + _CREATE_CHUNK]
+            ops = [create_op(sid, schema)[0] for _, sid, schema in chunk]
+            self.consensus.commit(ops, fence=fence)
+            created.update({gid: sid for gid, sid, _ in chunk})
+
     def _create_shard(self, fence: Fence | None) -> CreateShard:
         def create(global_id: str, schema: pa.Schema) -> str:
             shard_id = new_shard_id()
@@ -261,6 +278,10 @@ class MigrationShard:
             return shard_id
 
         return create
+
+
+# Shard states with their schemas are a few KB each: keep a multi-op well below 1 MB.
+_CREATE_CHUNK = 100
 
 
 def _exactly(
