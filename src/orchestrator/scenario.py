@@ -40,12 +40,13 @@ from typing import Any
 import attrs
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from catalog.blob import BlobStore
 from catalog.consensus import CONNECTION_ERRORS, Consensus, env_root
-from catalog.errors import BadInputError, CatalogError
+from catalog.errors import BadInputError, CatalogError, ConnectionLostError
 from catalog.release import Release
 from catalog.state import (
     CATALOG_KEY,
@@ -264,7 +265,15 @@ class ScenarioRun:
         client = KazooClient(
             hosts=self.zookeeper.hosts, timeout=RUNNER_SESSION_TIMEOUT, logger=quiet
         )
-        client.start(timeout=30)
+        try:
+            client.start(timeout=30)
+        except (KazooTimeoutError, OSError) as exc:
+            with contextlib.suppress(Exception):
+                client.close()
+            raise ConnectionLostError(
+                f"ZooKeeper at {self.zookeeper.hosts} did not answer within 30 s",
+                zk=self.zookeeper.hosts,
+            ) from exc
         self.client = client
         self.consensus = Consensus(client=client, root=env_root(self.env))
         if self.invariants:
@@ -793,8 +802,9 @@ def run_scenario(
                     error=str(exc),
                     note=step.note,
                 )
-            except CatalogError as exc:
-                error = f"step {step.number} (line {step.line}) {step.action}: {exc.message}"
+            except (CatalogError, KazooException) as exc:
+                message = exc.message if isinstance(exc, CatalogError) else repr(exc)
+                error = f"step {step.number} (line {step.line}) {step.action}: {message}"
                 result = StepResult(
                     step.number,
                     step.line,
@@ -802,7 +812,7 @@ def run_scenario(
                     step.describe(),
                     False,
                     time.monotonic() - step_started,
-                    error=exc.message,
+                    error=message,
                     note=step.note,
                 )
             else:

@@ -43,6 +43,7 @@ from typing import Any
 import attrs
 import pyarrow as pa
 import structlog
+from kazoo.exceptions import KazooException
 
 from catalog.errors import CatalogError
 from catalog.release import Builtin, Release, Version
@@ -722,8 +723,8 @@ def _run_walk(
                     raise _WalkFailed(f"invariant violated: {describe(found)}", found)
                 if unexpected:
                     raise _WalkFailed("; ".join(unexpected))
-            except (_WalkFailed, StepFailed, CatalogError) as exc:
-                message = exc.message if isinstance(exc, CatalogError) else str(exc)
+            except (_WalkFailed, StepFailed, CatalogError, KazooException) as exc:
+                message = exc.message if isinstance(exc, CatalogError) else str(exc) or repr(exc)
                 if isinstance(exc, _WalkFailed):
                     violations = exc.violations
                 error = f"walk step {i + 1} ({kind}): {message}"
