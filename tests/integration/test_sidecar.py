@@ -288,3 +288,69 @@ def test_unreachable_zookeeper_keeps_retrying_and_stops_on_sigterm(launch) -> No
 def test_release_file_helper_names_example_history() -> None:
     """The example history holds the two releases these tests run."""
     assert release_file(V1).exists() and release_file(V2).exists()
+
+
+@pytest.mark.slow
+def test_four_processes_of_one_version_agree_and_one_leads(  # type: ignore[no-untyped-def]
+    launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """Four processes of one (version, generation) started together all reach ready, agree on
+    every replacement shard, and exactly one becomes leader after promotion."""
+    from catalog.blob import BlobStore
+    from catalog.consensus import Consensus
+    from catalog.migration import MigrationShard
+
+    bootstrap(launch)
+    racers = [launch(V2, 2, f"green-{i}") for i in range(4)]
+    plans = [racer.wait_state("ready", timeout=60)["plan"] for racer in racers]
+    shards = [
+        {m["global_id"]: m["shard_id"] for m in plan["migrations"] if m["shard_id"]}
+        for plan in plans
+    ]
+    assert shards[0] and all(s == shards[0] for s in shards)
+    consensus = Consensus(zk_client, f"/catalog-upgrade/{zk_env.name}")
+    entries = [
+        e
+        for e in MigrationShard(consensus, BlobStore.from_uri(str(tmp_path / "blob"))).entries()
+        if (e.version, e.deploy_generation) == (V2, 2)
+    ]
+    assert {e.global_id: e.shard_id for e in entries} == shards[0]
+    assert len(entries) == len(shards[0]), "no duplicate entries"
+    assert (
+        cli(
+            "promote",
+            "--zk",
+            zk_env.hosts,
+            "--env",
+            zk_env.name,
+            "--deploy-generation",
+            "2",
+            "--wait",
+            "60",
+        ).returncode
+        == 0
+    )
+    states = [json.loads(zk_client.get(r.node_path)[0]) for r in racers]
+    assert sorted(s["mode"] for s in states) == ["leader", "read-only", "read-only", "read-only"]
+
+
+@pytest.mark.slow
+def test_paused_leader_is_fenced_after_a_takeover(  # type: ignore[no-untyped-def]
+    launch, zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
+    """A SIGSTOPped leader whose session expired is replaced; resumed, it writes nothing and
+    exits fenced (3), and the new leader's epoch is the only one accepting appends."""
+    first = launch(V1, 1, "blue-a", auto_promote=True, session_timeout=2.0)
+    first.wait_state("serving")
+    second = launch(V1, 1, "blue-b", session_timeout=2.0)
+    second.wait_state("ready")
+    first.signal(signal.SIGSTOP)
+    node = second.wait_state("serving", timeout=30)
+    assert node["epoch"] == 2
+    first.signal(signal.SIGCONT)
+    code = first.wait_exit(timeout=30)
+    assert code == EXIT_FENCED, first.log_tail()
+    status, _ = second.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+    assert status == 200
+    status, body = second.http("GET", f"/read?collection={TABLES}")
+    assert status == 200 and len(json_lines(body)) == len(TABLE_ROWS)
