@@ -65,7 +65,7 @@ from catalog.errors import (
     ShardError,
     ShardFinalizedError,
 )
-from catalog.schema import check_reader, migrate_batch
+from catalog.schema import check_reader, is_backward_compatible, migrate, migrate_batch
 from catalog.shard import (
     DIFF,
     TS,
@@ -199,6 +199,36 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, what: str) -> pa.Rec
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def _evolve_output(data: pa.RecordBatch, new_schema: pa.Schema, what: str) -> pa.RecordBatch:
+    """Carry a transform's output through the evolutions planned after its REWRITE.
+
+    One upgrade may merge a REWRITE of release X with EVOLUTIONs of later releases (0.10.0 ->
+    0.15.0 rewrites ``mz_roles`` at 0.11.0 and adds ``attributes`` at 0.15.0): the transform
+    produces X's columns, the plan's new schema is the latest. Columns the later releases added
+    become typed nulls, columns they deleted are dropped, nested additions are migrated; anything
+    an evolution cannot explain is left for :func:`conform_batch` to refuse.
+    """
+    arrays = []
+    for field in new_schema:
+        if field.name in data.schema.names:
+            column = data.column(field.name)
+            if not column.type.equals(field.type) and is_backward_compatible(
+                column.type, field.type
+            ):
+                column = migrate(column, column.type, field.type)
+            arrays.append(column)
+        elif field.nullable:
+            arrays.append(pa.nulls(data.num_rows, field.type))
+        else:
+            raise ShardError(
+                f"{what} returned no column {field.name}, which the new schema requires",
+                reason="transform-output",
+                transform=what,
+                column=field.name,
+            )
+    return pa.RecordBatch.from_arrays(arrays, names=new_schema.names)
+
+
 def apply_transforms(
     batch: pa.RecordBatch, transforms: Sequence[Transform], new_schema: pa.Schema
 ) -> pa.RecordBatch:
@@ -240,6 +270,8 @@ def apply_transforms(
             )
         data = out
     last = transform_name(transforms[-1]) if transforms else "the identity transform"
+    if data.schema.names != new_schema.names:
+        data = _evolve_output(data, new_schema, last)
     data = conform_batch(data, new_schema, last)
     return pa.RecordBatch.from_arrays(
         [*data.columns, batch.column(TS), batch.column(DIFF)],

@@ -24,14 +24,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SUITE = sorted(SCENARIOS.glob("*.toml"))
 # Scenarios that fail because of an orchestrator bug (strict: the fix makes the test fail, so
 # the marker gets removed with it).
-KNOWN_FAILURES = {
-    "rewrite_then_evolution": (
-        "catalog.pipeline.apply_transforms conforms the last REWRITE transform's output to the "
-        "merged plan's new schema, which a later EVOLUTION in the same upgrade (0.15.0 adds "
-        "mz_roles.attributes after 0.11.0's rewrite) extends: the read-only check of 0.10.0 -> "
-        ">= 0.15.0 fails with ShardError transform-output (exit 1) once mz_roles has rows"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _suite_params() -> list[Any]:
