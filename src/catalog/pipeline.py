@@ -3,7 +3,7 @@
 Every job exists on two engines behind one interface, :class:`Engine`:
 
 * :class:`ArrowEngine` runs in process with pyarrow (the shard module's read path; compaction
-  of flat schemas consolidates by sorting, :func:`consolidate_sorted`), for shards that fit in
+  of flat schemas consolidates by sorting, ``catalog.consolidate``), for shards that fit in
   memory;
 * :class:`SparkEngine` runs the same jobs as PySpark DataFrames over the same Parquet blobs (the
   blob store's URI; a local directory is read by absolute ``file://`` path), so shards larger
@@ -58,6 +58,7 @@ import structlog
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
+from catalog.consolidate import consolidate_sorted
 from catalog.errors import (
     BadInputError,
     ConfigurationError,
@@ -73,7 +74,6 @@ from catalog.shard import (
     CompactionResult,
     Shard,
     ShardState,
-    advance_times,
     consolidate,
     update_schema,
 )
@@ -337,56 +337,6 @@ def transform_table(
     return pa.Table.from_batches(batches, schema=_update_schema(new_schema))
 
 
-def _differs_from_previous(column: pa.Array) -> pa.Array:
-    """``column[i] != column[i - 1]`` for i >= 1, with nulls equal to nulls and NaN to NaN."""
-    after, before = column.slice(1), column.slice(0, len(column) - 1)
-    differs = pc.not_equal(after, before)
-    if after.null_count or before.null_count:
-        differs = pc.if_else(
-            pc.is_null(differs), pc.xor(after.is_null(), before.is_null()), differs
-        )
-    if pa.types.is_floating(column.type):
-        both_nan = pc.fill_null(pc.and_(pc.is_nan(after), pc.is_nan(before)), False)
-        differs = pc.and_(differs, pc.invert(both_nan))
-    return differs
-
-
-def consolidate_sorted(table: pa.Table) -> pa.Table:
-    """``catalog.shard.consolidate`` for flat columns, by sorting; the output is sorted.
-
-    Sorts by every column but ``_diff``, marks where a row differs from its predecessor, and
-    sums ``_diff`` over each run from a cumulative sum: all vectorized, about 5x faster than
-    hash-grouping many keys (10M rows, 6 keys: 0.8 s against 4 s), and compaction wants the
-    order anyway. Every column must be sortable (no struct, list or map).
-    """
-    if table.num_rows == 0:
-        return table
-    keys = [n for n in table.column_names if n != DIFF]
-    order = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys])
-    count = table.num_rows
-    starts_flags = pa.array([True])
-    if count > 1:
-        differs: pa.Array | None = None
-        for key in keys:
-            column = table.column(key).take(order).combine_chunks()
-            step = _differs_from_previous(column)
-            differs = step if differs is None else pc.or_(differs, step)
-        if differs is not None:
-            starts_flags = pa.concat_arrays([starts_flags, differs])
-        else:  # only _diff: every row is the same (empty) row
-            starts_flags = pa.concat_arrays([starts_flags, pa.repeat(pa.scalar(False), count - 1)])
-    starts = pc.indices_nonzero(starts_flags).cast(pa.int64())
-    running = pc.cumulative_sum(table.column(DIFF).take(order).combine_chunks())
-    ends = pa.concat_arrays([pc.subtract(starts.slice(1), 1), pa.array([count - 1], pa.int64())])
-    previous = pc.take(running, pc.max_element_wise(pc.subtract(starts, 1), 0))
-    before = pc.if_else(pc.equal(starts, 0), pa.scalar(0, pa.int64()), previous)
-    sums = pc.subtract(pc.take(running, ends), before)
-    nonzero = pc.not_equal(sums, 0)
-    out = table.take(pc.take(order, pc.filter(starts, nonzero)))
-    index = out.schema.get_field_index(DIFF)
-    return out.set_column(index, out.schema.field(index), pc.filter(sums, nonzero))
-
-
 class _SourceMoved(Exception):
     """A Spark read failed and the source state moved meanwhile (its batches were replaced)."""
 
@@ -509,36 +459,8 @@ class ArrowEngine:
         return shard.snapshot(as_of, reader_schema)
 
     def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
-        """``Shard.compact``, consolidating flat schemas by sorting (:func:`consolidate_sorted`).
-
-        Nested schemas (not sortable) take ``Shard.compact``'s hash consolidation as is.
-        """
-        state = shard.state()
-        target = state.live_schema
-        inputs = shard.batches(state)
-        if state.finalized or not inputs or not _is_sortable(target):
-            return shard.compact(fence=fence)
-        updates = advance_times(read_updates(shard, state, 0, state.upper), state.since)
-        merged = consolidate_sorted(updates)
-        outputs: list[BatchRef] = []
-        if merged.num_rows:
-            bounds = pc.min_max(merged.column(TS))
-            output = BatchRef(
-                uuid.uuid4().hex,
-                state.schema_id,
-                merged.num_rows,
-                int(bounds["min"].as_py()),
-                int(bounds["max"].as_py()) + 1,
-                ordered=True,
-                consolidated=True,
-            )
-            stored = pa.Table.from_arrays(merged.columns, schema=update_schema(target))
-            shard.blob.put_batch(output.key(shard.shard_id), stored)
-            outputs.append(output)
-        result = shard.commit_compaction(state, inputs, outputs, fence=fence)
-        if result.applied:
-            log.info("compacted", shard=shard.shard_id, inputs=len(inputs), rows=merged.num_rows)
-        return result
+        """``Shard.compact``: flat schemas consolidate by sorting, nested ones by hashing."""
+        return shard.compact(fence=fence)
 
     def copy_transformed(
         self,
