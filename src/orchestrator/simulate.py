@@ -443,17 +443,29 @@ class Walker:
         return f"upgrade to {version} g{generation} x{count} (read-only)"
 
     def _promoted(self, version: str, generation: int) -> None:
-        """After generation ``generation`` took over: who must exit, and how."""
-        self.catalog_version, self.catalog_generation = version, generation
-        target = Version.parse(version)
-        for name, member in sorted(self.live.items()):
-            if member.generation < generation:
-                self.expect_exit(name, 3)
-            elif member.generation > generation and Version.parse(member.version) < target:
-                self.expect_exit(name, 4)  # the catalog is now newer than its release
+        """After generation ``generation`` took over: who must exit, and how; the rest re-plan."""
+        self._expect_exits(version, generation)
         for name in sorted(self.live):
             if name != self.leader:
                 self.wait(name, "ready")
+
+    def _expect_exits(
+        self, version: str, generation: int, *, fenced: bool = True, refused: bool = True
+    ) -> None:
+        """Generation ``generation`` of ``version`` was promoted: lower generations are fenced
+        (3) at once; higher generations of older versions are refused (4) once the catalog is
+        at ``version``."""
+        self.catalog_version, self.catalog_generation = version, generation
+        target = Version.parse(version)
+        for name, member in sorted(self.live.items()):
+            if member.generation < generation and fenced:
+                self.expect_exit(name, 3)
+            elif (
+                refused
+                and member.generation > generation
+                and Version.parse(member.version) < target
+            ):
+                self.expect_exit(name, 4)
 
     def _promote(self, rng: random.Random) -> str:
         (version, generation), members = rng.choice(list(self.pending().items()))
@@ -535,8 +547,9 @@ class Walker:
 
     # -- faults ---------------------------------------------------------------------------------
 
-    def _recover(self, old_epoch: int) -> str:
-        """The leader is gone: a follower of its generation takes over, or a restart does."""
+    def _recover(self, old_epoch: int, *, ready: bool = True) -> str:
+        """The leader is gone: a follower of its generation takes over, or a restart does;
+        with ``ready``, every other process is then waited for until ready again."""
         assert self.catalog_version is not None
         if not self.leader_group():
             (name,) = self.start(self.catalog_version, self.catalog_generation, 1)
@@ -544,7 +557,7 @@ class Walker:
         else:
             how = "a follower took over"
         self.leader = self.wait_takeover(old_epoch, self.catalog_generation)
-        for name in sorted(self.live):
+        for name in sorted(self.live) if ready else ():
             if name != self.leader:
                 self.wait(name, "ready")
         return f"{how}: {self.leader}"
@@ -618,11 +631,10 @@ class Walker:
         node = self.run.process_node(victim) or {}
         self.do("kill", processes=(victim,), note=f"killed in state {node.get('state')}")
         self.live.pop(victim, None)
-        self.catalog_version, self.catalog_generation = version, generation
-        for name, member in sorted(self.live.items()):
-            if member.generation < generation:
-                self.expect_exit(name, 3)
-        recovered = self._recover(int(epoch["epoch"]))
+        # The promotion fences lower generations at once; refusals wait for the catalog switch,
+        # which only the successor (a follower, or a restart) completes.
+        self._expect_exits(version, generation, refused=False)
+        recovered = self._recover(int(epoch["epoch"]), ready=False)
         self._promoted(version, generation)
         return (
             f"promote {version} g{generation}, SIGKILL its leader {victim} "
