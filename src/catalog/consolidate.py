@@ -184,12 +184,12 @@ def consolidate_sorted(
         )
     else:
         starts_flags = pa.array([True])
-    starts = pc.indices_nonzero(starts_flags).cast(pa.int64())
+    # A run's sum is the running total at its end minus the one at the previous run's end.
     running = pc.cumulative_sum(table.column(DIFF).take(order).combine_chunks())
-    ends = pa.concat_arrays([pc.subtract(starts.slice(1), 1), pa.array([count - 1], pa.int64())])
-    previous = pc.take(running, pc.max_element_wise(pc.subtract(starts, 1), 0))
-    before = pc.if_else(pc.equal(starts, 0), pa.scalar(0, pa.int64()), previous)
-    sums = pc.subtract(pc.take(running, ends), before)
+    ends_flags = pa.concat_arrays([starts_flags.slice(1), pa.array([True])])
+    at_ends = pc.take(running, pc.indices_nonzero(ends_flags))
+    sums = pa.concat_arrays([at_ends.slice(0, 1), pc.pairwise_diff(at_ends).slice(1)])
+    starts = pc.indices_nonzero(starts_flags)
     nonzero = pc.not_equal(sums, 0)
     rows = pc.take(order, pc.filter(starts, nonzero)).cast(pa.int64())
     diffs = pc.filter(sums, nonzero)
