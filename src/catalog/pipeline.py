@@ -84,6 +84,7 @@ __all__ = [
     "ENGINES",
     "SPARK_MASTER_ENV",
     "ArrowEngine",
+    "CarryEvolutions",
     "Engine",
     "SparkEngine",
     "SparkSessionProvider",
@@ -199,34 +200,42 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, what: str) -> pa.Rec
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _evolve_output(data: pa.RecordBatch, new_schema: pa.Schema, what: str) -> pa.RecordBatch:
-    """Carry a transform's output through the evolutions planned after its REWRITE.
+@attrs.frozen
+class CarryEvolutions:
+    """A last transform that carries a REWRITE's output through the evolutions planned after it.
 
     One upgrade may merge a REWRITE of release X with EVOLUTIONs of later releases (0.10.0 ->
-    0.15.0 rewrites ``mz_roles`` at 0.11.0 and adds ``attributes`` at 0.15.0): the transform
-    produces X's columns, the plan's new schema is the latest. Columns the later releases added
-    become typed nulls, columns they deleted are dropped, nested additions are migrated; anything
-    an evolution cannot explain is left for :func:`conform_batch` to refuse.
+    0.15.0 rewrites ``mz_roles`` at 0.11.0 and adds ``attributes`` at 0.15.0): the user's
+    transform produces X's columns while the plan's new schema is the latest. The orchestrator
+    appends this transform only in that case, so a transform that merely forgets a column is
+    still refused. Columns added later become typed nulls, deleted ones are dropped, nested
+    additions are migrated; a required column nobody produced is refused.
     """
-    arrays = []
-    for field in new_schema:
-        if field.name in data.schema.names:
-            column = data.column(field.name)
-            if not column.type.equals(field.type) and is_backward_compatible(
-                column.type, field.type
-            ):
-                column = migrate(column, column.type, field.type)
-            arrays.append(column)
-        elif field.nullable:
-            arrays.append(pa.nulls(data.num_rows, field.type))
-        else:
-            raise ShardError(
-                f"{what} returned no column {field.name}, which the new schema requires",
-                reason="transform-output",
-                transform=what,
-                column=field.name,
-            )
-    return pa.RecordBatch.from_arrays(arrays, names=new_schema.names)
+
+    schema: pa.Schema
+
+    def __call__(self, data: pa.RecordBatch) -> pa.RecordBatch:
+        what = "the evolutions planned after the rewrite"
+        arrays = []
+        for field in self.schema:
+            if field.name in data.schema.names:
+                column = data.column(field.name)
+                if not column.type.equals(field.type) and is_backward_compatible(
+                    column.type, field.type
+                ):
+                    column = migrate(column, column.type, field.type)
+                arrays.append(column)
+            elif field.nullable:
+                arrays.append(pa.nulls(data.num_rows, field.type))
+            else:
+                raise ShardError(
+                    f"the rewrite's output has no column {field.name}, which the new schema "
+                    "requires and no later evolution adds",
+                    reason="transform-output",
+                    transform=what,
+                    column=field.name,
+                )
+        return pa.RecordBatch.from_arrays(arrays, names=self.schema.names)
 
 
 def apply_transforms(
@@ -245,6 +254,8 @@ def apply_transforms(
         rows = data.num_rows
         try:
             out = transform(data)
+        except ShardError:  # already names what is wrong (CarryEvolutions)
+            raise
         except Exception as exc:  # the user's code: report which transform failed and why
             raise ShardError(
                 f"transform {what} failed: {type(exc).__name__}: {exc}",
@@ -270,8 +281,6 @@ def apply_transforms(
             )
         data = out
     last = transform_name(transforms[-1]) if transforms else "the identity transform"
-    if data.schema.names != new_schema.names:
-        data = _evolve_output(data, new_schema, last)
     data = conform_batch(data, new_schema, last)
     return pa.RecordBatch.from_arrays(
         [*data.columns, batch.column(TS), batch.column(DIFF)],

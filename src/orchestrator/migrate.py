@@ -312,12 +312,19 @@ def _copy_rewrites(
     if not rewrites:
         return
     ctx.on_phase(PHASE_REWRITE)
-    from catalog.pipeline import copy_transformed
+    from catalog.pipeline import CarryEvolutions, copy_transformed
 
     for m in rewrites:
         source = ctx.shard(catalog.collections[m.global_id].shard_id)
         target = ctx.shard(replacements[m.global_id])
-        copied = copy_transformed(source, target, m.transforms, m.new_schema, fence=fence)
+        transforms = list(m.transforms)
+        last_rewrite = max(i.version for i in m.instructions if i.mechanism is Mechanism.REWRITE)
+        if any(
+            i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite
+            for i in m.instructions
+        ):
+            transforms.append(CarryEvolutions(m.new_schema))
+        copied = copy_transformed(source, target, transforms, m.new_schema, fence=fence)
         log.info("rewrite_copied", collection=m.name, rows=copied)
 
 

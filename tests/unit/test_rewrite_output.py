@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import ShardError
-from catalog.pipeline import apply_transforms
+from catalog.pipeline import CarryEvolutions, apply_transforms
 
 TS_DIFF = [pa.field("_ts", pa.uint64()), pa.field("_diff", pa.int64())]
 
@@ -35,7 +35,7 @@ def test_later_added_columns_read_as_nulls() -> None:
     )
     out = apply_transforms(
         _batch({"id": pa.array([7], pa.int64()), "name": pa.array(["alice"])}),
-        [to_strings],
+        [to_strings, CarryEvolutions(latest)],
         latest,
     )
     assert out.schema == pa.schema([*latest, *TS_DIFF])
@@ -52,8 +52,23 @@ def test_a_missing_required_column_is_refused_naming_it() -> None:
     with pytest.raises(ShardError) as info:
         apply_transforms(
             _batch({"id": pa.array([7], pa.int64()), "name": pa.array(["a"])}),
-            [to_strings],
+            [to_strings, CarryEvolutions(latest)],
             latest,
         )
     assert info.value.details["reason"] == "transform-output"
     assert info.value.details["column"] == "owner"
+
+
+def test_without_later_evolutions_a_forgotten_column_is_refused() -> None:
+    """Only evolutions planned after the rewrite fill columns: a plain rewrite stays strict."""
+    latest = pa.schema(
+        [pa.field("id", pa.string(), nullable=False), pa.field("name", pa.string()),
+         pa.field("note", pa.string())]
+    )
+    with pytest.raises(ShardError) as info:
+        apply_transforms(
+            _batch({"id": pa.array([7], pa.int64()), "name": pa.array(["a"])}),
+            [to_strings],
+            latest,
+        )
+    assert info.value.details["reason"] == "transform-output"
