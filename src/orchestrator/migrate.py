@@ -502,16 +502,22 @@ def _retract_stale_entries(
 ) -> tuple[int, list[str]]:
     """Retract entries of earlier versions and of this version at lower generations.
 
-    Entries of later versions stay (an aborted upgrade to a newer release may be retried). The
-    shards they name are queued for finalization unless the catalog names them: an entry of an
+    Also retracted: our own entries the catalog does not use (the same version was promoted
+    before at a lower generation). Entries of later versions stay (an aborted upgrade to a newer
+    release may be retried). The shards they name are queued for finalization unless the catalog names them: an entry of an
     earlier, promoted upgrade names the collection's *current* shard.
     """
     migration = ctx.migration_shard()
     me = (ctx.version, ctx.deploy_generation)
+    current = catalog.shard_ids()
     stale: list[MigrationEntry] = []
     for entry in migration.entries():
         key = (Version.parse(entry.version), entry.deploy_generation)
-        if key[0] < me[0] or (key[0] == me[0] and key[1] < me[1]):
+        older = key[0] < me[0] or (key[0] == me[0] and key[1] < me[1])
+        # Our own entries the switched catalog does not use: the catalog was already at our
+        # version (promoted at a lower generation), so our read-only shards were never needed.
+        unused_own = key == me and entry.shard_id not in current
+        if older or unused_own:
             stale.append(entry)
     if not stale:
         return 0, []

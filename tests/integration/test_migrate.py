@@ -357,3 +357,31 @@ def test_leader_crash_at_every_write_then_restart_completes(
                 assert not restart.shard(shard_id).state().finalized
         finally:
             env.close()
+
+
+def test_same_version_promoted_twice_cleans_up_the_second_generation(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """Promoting a version already promoted at a lower generation leaves no live entries of
+    the new generation naming unused shards: they are retracted and their shards finalized."""
+    bootstrap(env, releases["0.10.0"])
+    first = env.ctx(releases["0.11.0"], 2)
+    check_read_only(first)
+    second = env.ctx(releases["0.11.0"], 3)
+    unused = check_read_only(second).replacement_shards
+    migrate_as_leader(first, env.lead(first))
+    leadership = env.lead(second)
+    result = migrate_as_leader(second, leadership)
+    assert set(unused.values()) <= set(result.queued_for_finalization)
+    live = [
+        e
+        for e in MigrationShard(second.consensus, env.blob).entries()
+        if (e.version, e.deploy_generation) == ("0.11.0", 3)
+    ]
+    assert live == []
+    finalize_pending(second, leadership.fence, lease_timeout=5)
+    catalog = read_catalog(second.consensus)
+    assert catalog is not None
+    for shard_id in unused.values():
+        assert shard_id not in catalog[0].shard_ids()
+        assert second.shard(shard_id).state().finalized

@@ -24,14 +24,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SUITE = sorted(SCENARIOS.glob("*.toml"))
 # Scenarios that fail because of an orchestrator bug (strict: the fix makes the test fail, so
 # the marker gets removed with it).
-KNOWN_FAILURES: dict[str, str] = {
-    "same_version_promoted_twice": (
-        "a leader whose plan is empty (the catalog already at its version, promoted at a lower "
-        "generation) keeps the catalog's shards but leaves its own (version, generation) "
-        "entries live: they name replacement shards nobody will use, which no cleanup reaches "
-        "until a later version's leader retracts them (replacement-agreement)"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _suite_params() -> list[Any]:
