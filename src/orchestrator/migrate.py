@@ -504,8 +504,9 @@ def _retract_stale_entries(
 
     Also retracted: our own entries the catalog does not use (the same version was promoted
     before at a lower generation). Entries of later versions stay (an aborted upgrade to a newer
-    release may be retried). The shards they name are queued for finalization unless the catalog names them: an entry of an
-    earlier, promoted upgrade names the collection's *current* shard.
+    release may be retried). The shards they name are queued for finalization unless the
+    catalog names them: an entry of an earlier, promoted upgrade names the collection's
+    *current* shard.
     """
     migration = ctx.migration_shard()
     me = (ctx.version, ctx.deploy_generation)
