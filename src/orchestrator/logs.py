@@ -43,3 +43,8 @@ def configure_logging(
     )
     # kazoo is chatty at INFO about every reconnect; its warnings still matter.
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=stream, force=True)
+    # kazoo warns on every failed reconnect attempt; our own events (zookeeper_suspended,
+    # ConnectionLostError naming the hosts) say the same once, so keep its retries for DEBUG.
+    logging.getLogger("kazoo.client").setLevel(
+        logging.DEBUG if numeric <= logging.DEBUG else logging.ERROR
+    )
