@@ -114,11 +114,12 @@ class CheckResult:
     catalog_generation: int | None
     plan: Plan | None
     replacement_shards: Mapping[str, str] = attrs.field(factory=dict)
+    release_version: str | None = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON the status ``plan`` field shows."""
         if self.bootstrap:
-            return {"bootstrap": True, "to": str(self_version_or_none(self.plan))}
+            return {"bootstrap": True, "from": None, "to": self.release_version}
         assert self.plan is not None
         counts: dict[str, int] = {}
         for m in self.plan.migrations:
@@ -140,10 +141,6 @@ class CheckResult:
                 for m in self.plan.migrations
             ],
         }
-
-
-def self_version_or_none(plan_: Plan | None) -> str | None:
-    return None if plan_ is None else str(plan_.to_version)
 
 
 @attrs.frozen(hash=False)
@@ -266,7 +263,13 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
     found = read_catalog(ctx.consensus)
     if found is None:
         log.info("environment_empty", version=str(ctx.version))
-        return CheckResult(bootstrap=True, catalog_version=None, catalog_generation=None, plan=None)
+        return CheckResult(
+            bootstrap=True,
+            catalog_version=None,
+            catalog_generation=None,
+            plan=None,
+            release_version=str(ctx.version),
+        )
     catalog, _ = found
     _refuse_fenced_or_older(ctx, catalog)
     shards = _read_shard_states(ctx, catalog.shard_ids())
@@ -288,6 +291,7 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
         catalog_generation=catalog.deploy_generation,
         plan=plan_,
         replacement_shards=replacements,
+        release_version=str(ctx.version),
     )
 
 
@@ -485,7 +489,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         deploy_generation=leadership.deploy_generation,
         evolved=tuple(evolved),
         replaced=replacements,
-        queued_for_finalization=tuple(unreferenced) + tuple(more_queued),
+        queued_for_finalization=tuple(sorted({*unreferenced, *more_queued})),
         retracted_entries=retracted,
         seconds=time.monotonic() - started,
     )

@@ -154,6 +154,9 @@ def test_bootstrap_creates_every_shard_and_the_catalog(
 ) -> None:
     """An empty environment's first leader creates the catalog at its version, one shard each."""
     release = releases["0.10.0"]
+    empty = check_read_only(env.ctx(release, 1))
+    assert empty.bootstrap
+    assert empty.summary() == {"bootstrap": True, "from": None, "to": "0.10.0"}
     ctx = bootstrap(env, release)
     found = read_catalog(ctx.consensus)
     assert found is not None
