@@ -14,7 +14,7 @@ Then it advances ``since`` to the last time, compacts (one consolidated batch re
 the snapshot against a plain read of the compacted file.
 
 Target: the snapshot costs at most 1.5x the plain read. Each timing is the best of ``--repeat``
-runs (files are in the page cache for both). ZooKeeper: ``CATALOG_UPGRADE_ZK`` if set, else an
+rounds (files are in the page cache for both). ZooKeeper: ``CATALOG_UPGRADE_ZK`` if set, else an
 embedded server in a temporary directory.
 
 Prints one JSON object and writes it to ``benchmarks/results/shard_io.json``.
@@ -113,13 +113,22 @@ def zookeeper(data_dir: Path) -> Iterator[tuple[str, str]]:
         yield server.hosts, "embedded"
 
 
-def best_of(repeat: int, run: Any) -> tuple[float, Any]:
-    best, result = float("inf"), None
+def best_of(repeat: int, *runs: Any) -> list[tuple[float, Any]]:
+    """The best time of each of ``runs`` over ``repeat`` rounds, and its last result.
+
+    The contenders take turns within each round, so drift of the machine (page cache, other
+    load) hits them alike, and a result is dropped before its next run, so no run pays for
+    the memory of the one before.
+    """
+    best = [float("inf")] * len(runs)
+    results: list[Any] = [None] * len(runs)
     for _ in range(repeat):
-        started = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - started)
-    return best, result
+        for index, run in enumerate(runs):
+            results[index] = None
+            started = time.perf_counter()
+            results[index] = run()
+            best[index] = min(best[index], time.perf_counter() - started)
+    return list(zip(best, results, strict=True))
 
 
 def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
@@ -156,16 +165,19 @@ def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
                 return total
 
             plain_read()  # warm the page cache for both contenders
-            plain_seconds, plain_rows = best_of(repeat, plain_read)
-            snapshot_seconds, snap = best_of(repeat, shard.snapshot)
+            (plain_seconds, plain_rows), (snapshot_seconds, snap) = best_of(
+                repeat, plain_read, shard.snapshot
+            )
             expected_rows = batches * rows - (batches - 1) * 2 * int(rows * RETRACTED)
             assert snap.num_rows == expected_rows, (snap.num_rows, expected_rows)
             assert snap.schema.names == [*S2.names, TS, DIFF]
+            snapshot_rows = snap.num_rows
             merged = pa.concat_tables(
                 [pq.read_table(paths, filesystem=blob.filesystem) for paths in groups.values()],
                 promote_options="permissive",
             ).drop_columns(["owner_id"])
-            consolidate_seconds, _ = best_of(repeat, lambda: consolidate(merged))
+            del snap
+            ((consolidate_seconds, _),) = best_of(repeat, lambda: consolidate(merged))
             stored = sum(i.size for i in blob.list_info(f"shards/{shard.shard_id}"))
             # Compaction amortizes consolidation: since at the last time, one batch remains.
             shard.advance_since(state.upper - 1)
@@ -175,10 +187,9 @@ def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
             assert compaction.output is not None
             compacted = blob.path(compaction.output.key(shard.shard_id))
             pq.read_table(compacted, filesystem=blob.filesystem)
-            plain_compacted_seconds, _ = best_of(
-                repeat, lambda: pq.read_table(compacted, filesystem=blob.filesystem)
+            (plain_compacted_seconds, _), (compacted_seconds, after) = best_of(
+                repeat, lambda: pq.read_table(compacted, filesystem=blob.filesystem), shard.snapshot
             )
-            compacted_seconds, after = best_of(repeat, shard.snapshot)
             assert after.num_rows == expected_rows
             consensus.delete_tree("")
         finally:
@@ -198,7 +209,7 @@ def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
         "plain_read_seconds": round(plain_seconds, 3),
         "plain_read_rows": plain_rows,
         "snapshot_seconds": round(snapshot_seconds, 3),
-        "snapshot_rows": snap.num_rows,
+        "snapshot_rows": snapshot_rows,
         "snapshot_to_plain_read_ratio": round(snapshot_seconds / plain_seconds, 2),
         "target_ratio": 1.5,
         "consolidate_only_seconds": round(consolidate_seconds, 3),
@@ -221,7 +232,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.batches < 3 or args.rows < 10:

@@ -191,9 +191,14 @@ class BlobStore:
         return table
 
     def get_batches(
-        self, keys: Sequence[str], *, expected_rows: Sequence[int] | None = None
+        self,
+        keys: Sequence[str],
+        *,
+        columns: Sequence[str] | None = None,
+        expected_rows: Sequence[int] | None = None,
     ) -> pa.Table:
-        """Many Parquet files of one schema as one table, read in parallel in one call.
+        """Many Parquet files of one schema as one table, read in parallel in one call; only
+        ``columns`` when given.
 
         When the combined read fails or its row count differs from ``sum(expected_rows)``, the
         files are read one by one to name the culprit in a :class:`CorruptBlobError`.
@@ -202,13 +207,16 @@ class BlobStore:
             raise ValueError("expected_rows must have one count per key")
         if len(keys) == 1:
             return self.get_batch(
-                keys[0], expected_rows=None if expected_rows is None else expected_rows[0]
+                keys[0],
+                columns=columns,
+                expected_rows=None if expected_rows is None else expected_rows[0],
             )
         if not keys:
             raise ValueError("get_batches needs at least one key")
         try:
             table = pq.read_table(
                 [self.path(k) for k in keys],
+                columns=list(columns) if columns is not None else None,
                 filesystem=self.filesystem,
                 page_checksum_verification=True,
                 pre_buffer=True,

@@ -22,8 +22,11 @@ different rows, a NaN equals a NaN of the same bits).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -33,6 +36,7 @@ __all__ = [
     "DIFF",
     "TS",
     "consolidate",
+    "consolidate_by_runs",
     "consolidate_hashed",
     "consolidate_sorted",
     "is_nested",
@@ -43,6 +47,11 @@ TS = "_ts"
 DIFF = "_diff"
 
 _FLOAT_BITS = {32: pa.int32(), 64: pa.int64()}
+# Below these sizes the simple paths win (and tests exercise every path with small tables by
+# lowering them).
+_RUNS_MIN_ROWS = 4096
+_PARALLEL_MIN_ROWS = 1 << 20
+_SAMPLE_ROWS = 4096
 
 
 def is_nested(dtype: pa.DataType) -> bool:
@@ -82,16 +91,21 @@ def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     """Sum ``_diff`` over identical ``keys`` (default: every column but ``_diff``), drop zeros.
 
     Works for any column types, nested included; the output keeps the input's schema, with one
-    row per distinct key, in no particular order.
+    row per distinct key, in no particular order. Flat keys go by :func:`consolidate_by_runs`
+    when a fixed-width key column separates the rows well, else by :func:`consolidate_sorted`;
+    nested keys by :func:`consolidate_hashed`.
     """
     names = _keys(table, keys)
-    if all(is_sortable(table.schema.field(k).type) for k in names):
-        # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
-        fixed = [k for k in names if _is_fixed_width(table.schema.field(k).type)]
-        return consolidate_sorted(
-            table, fixed + [k for k in names if k not in fixed], ordered=False
-        )
-    return consolidate_hashed(table, names)
+    if not all(is_sortable(table.schema.field(k).type) for k in names):
+        return consolidate_hashed(table, names)
+    # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
+    fixed = [k for k in names if _is_fixed_width(table.schema.field(k).type)]
+    names = fixed + [k for k in names if k not in fixed]
+    if table.num_rows >= _RUNS_MIN_ROWS and table.column(DIFF).null_count == 0:
+        out = consolidate_by_runs(table, names)
+        if out is not None:
+            return out
+    return consolidate_sorted(table, names, ordered=False)
 
 
 def _is_fixed_width(dtype: pa.DataType) -> bool:
@@ -103,7 +117,34 @@ def _is_fixed_width(dtype: pa.DataType) -> bool:
     )
 
 
-# --- by sorting -------------------------------------------------------------------------------
+def _view_type(dtype: pa.DataType) -> pa.DataType | None:
+    """The integer type whose values equal exactly when values of ``dtype`` are equal
+    (floats: their bits; temporal types: their storage); None when there is none."""
+    if pa.types.is_integer(dtype):
+        return dtype
+    if pa.types.is_floating(dtype):
+        return _FLOAT_BITS.get(dtype.bit_width)
+    if (
+        pa.types.is_timestamp(dtype)
+        or pa.types.is_date(dtype)
+        or pa.types.is_time(dtype)
+        or pa.types.is_duration(dtype)
+    ):
+        return pa.int64() if dtype.bit_width == 64 else pa.int32()
+    return None
+
+
+def _numeric_view(column: pa.ChunkedArray) -> np.ndarray:
+    """``column`` (of a type with a :func:`_view_type`) as NumPy integers; nulls become 0, so
+    a null and a zero are equal here: callers compare validity separately."""
+    view = _view_type(column.type)
+    assert view is not None
+    array = column.combine_chunks()
+    if not array.type.equals(view):
+        array = array.view(view)
+    if array.null_count:
+        array = array.fill_null(0)
+    return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
 def _differs(after: pa.Array, before: pa.Array) -> pa.Array:
@@ -122,31 +163,105 @@ def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
 
 
-def _equal_to_previous(compared: Sequence[pa.ChunkedArray], order: pa.Array) -> pa.Array:
+def _same_at(column: pa.ChunkedArray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``column[left[k]] == column[right[k]]`` for every k, nulls equal to nulls, floats bitwise."""
+    if pa.types.is_floating(column.type):
+        column = _bits(column)
+    after = column.take(left)
+    before = column.take(right)
+    if isinstance(after, pa.ChunkedArray):
+        after, before = after.combine_chunks(), before.combine_chunks()
+    return np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
+
+
+def _equal_pairs(
+    columns: Sequence[pa.ChunkedArray], left: np.ndarray, right: np.ndarray
+) -> np.ndarray:
+    """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns``.
+
+    Column by column, each comparing only the pairs still equal, so unequal rows cost one
+    comparison and equal ones a gather per column.
+    """
+    equal = np.ones(len(left), dtype=bool)
+    still = np.arange(len(left))
+    for column in columns:
+        if not len(still):
+            break
+        if column.num_chunks > 1 and len(still) * 16 > len(column):
+            # Two gathers from one chunk beat two from many (chunk lookups per index).
+            column = pa.chunked_array([column.combine_chunks()])
+        same = _same_at(column, left[still], right[still])
+        equal[still[~same]] = False
+        still = still[same]
+    return equal
+
+
+# --- by sorting -------------------------------------------------------------------------------
+
+
+def _equal_to_previous(compared: Sequence[pa.ChunkedArray], order: np.ndarray) -> np.ndarray:
     """For sorted positions ``1..n-1``: whether the row equals the one before (every column).
 
     The first column is compared in full; each later one only at positions still equal, so
     the gather of later columns shrinks to the duplicates.
     """
-    count = len(order)
-    first = compared[0].take(order).combine_chunks()
-    equal = pc.invert(_differs(first.slice(1), first.slice(0, count - 1)))
-    candidates = pc.indices_nonzero(equal)
-    positions = candidates
-    for column in compared[1:]:
-        if not len(positions):
-            break
-        after = column.take(pc.take(order, pc.add(positions, 1))).combine_chunks()
-        before = column.take(pc.take(order, positions)).combine_chunks()
-        positions = pc.filter(positions, pc.invert(_differs(after, before)))
-    if len(positions) == len(candidates):
-        return equal
-    # Spread the survivors back over every position: the k-th candidate position is the one
-    # where the running count of candidates reaches k.
-    still = pc.is_in(candidates, value_set=positions)
-    slot = pc.subtract(pc.cumulative_sum(pc.cast(equal, pa.int64())), 1)
-    survives = pc.take(still, pc.max_element_wise(slot, 0))
-    return pc.and_(equal, survives)
+    equal = _same_at(compared[0], order[1:], order[:-1])
+    positions = np.flatnonzero(equal)
+    rest = _equal_pairs(compared[1:], order[positions + 1], order[positions])
+    equal[positions[~rest]] = False
+    return equal
+
+
+def _sorted_plan(
+    table: pa.Table, names: Sequence[str], diffs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Consolidation by sorting, as row numbers: one representative per distinct row of
+    ``table`` (over ``names``), in sorted order, and the sum of ``diffs`` over its rows
+    (zeros included)."""
+    count = table.num_rows
+    # Floats sort by value, ties by bits, and compare by bits only (NaN is not equal to NaN).
+    columns: list[pa.ChunkedArray] = []
+    compared: list[pa.ChunkedArray] = []
+    for name in names:
+        column = table.column(name)
+        columns.append(column)
+        if pa.types.is_floating(column.type):
+            columns.append(_bits(column))
+        compared.append(column)
+    # Positional names: a collection column may be called anything.
+    keyed = pa.Table.from_arrays(columns, names=[f"k{i}" for i in range(len(columns))])
+    order = np.asarray(
+        pc.sort_indices(keyed, sort_keys=[(n, "ascending") for n in keyed.column_names])
+    ).astype(np.int64)
+    starts_flags = np.ones(count, dtype=bool)
+    if count > 1:
+        starts_flags[1:] = ~_equal_to_previous(compared, order)
+    starts = np.flatnonzero(starts_flags)
+    return order[starts], np.add.reduceat(diffs[order], starts)
+
+
+def _diffs(table: pa.Table) -> np.ndarray:
+    column = table.column(DIFF)
+    if column.null_count:
+        column = column.fill_null(0)
+    return np.asarray(column.combine_chunks().to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _with_diffs(table: pa.Table, diffs: np.ndarray) -> pa.Table:
+    index = table.schema.get_field_index(DIFF)
+    return table.set_column(index, table.schema.field(index), pa.array(diffs, pa.int64()))
+
+
+def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """``table.filter(keep)``; a large table in two halves on two threads (Arrow releases the
+    GIL), which nearly halves the copy."""
+    if table.num_rows < _PARALLEL_MIN_ROWS or (os.cpu_count() or 1) < 2:
+        return table.filter(keep)
+    half = table.num_rows // 2
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(lambda: table.slice(0, half).filter(keep[:half]))
+        second = table.slice(half).filter(keep[half:])
+        return pa.concat_tables([first.result(), second])
 
 
 def consolidate_sorted(
@@ -161,48 +276,133 @@ def consolidate_sorted(
     count = table.num_rows
     if count == 0 or not names:
         return consolidate_hashed(table, names)
+    rows, sums = _sorted_plan(table, names, _diffs(table))
+    nonzero = sums != 0
+    rows, sums = rows[nonzero], sums[nonzero]
     if ordered:
         # Gathering from one chunk is several times faster than from many (10M rows in 200
         # chunks: 0.7 s, against 0.07 s to combine plus 0.16 s to gather).
-        table = table.combine_chunks()
-    # Floats sort by value, ties by bits, and compare by bits only (NaN is not equal to NaN).
-    columns: list[pa.ChunkedArray] = []
-    compared: list[pa.ChunkedArray] = []
+        return _with_diffs(table.combine_chunks().take(rows), sums)
+    # Mark each kept row at its input position and filter: one sequential copy of the kept
+    # rows instead of a combine and a gather.
+    keep = np.zeros(count, dtype=bool)
+    keep[rows] = True
+    placed = np.zeros(count, dtype=np.int64)
+    placed[rows] = sums
+    return _with_diffs(_filter(table, keep), placed[keep])
+
+
+# --- by runs of one key -----------------------------------------------------------------------
+
+
+def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
+    """The numeric key column with the most distinct values in a sample of rows (None when
+    no key has a numeric view, or the best one repeats too often to separate rows)."""
+    count = table.num_rows
+    sample = np.linspace(0, count - 1, min(count, _SAMPLE_ROWS)).astype(np.int64)
+    best, best_distinct = None, 0
     for name in names:
         column = table.column(name)
-        columns.append(column)
-        if pa.types.is_floating(column.type):
-            column = _bits(column)
-            columns.append(column)
-        compared.append(column)
-    # Positional names: a collection column may be called anything.
-    keyed = pa.Table.from_arrays(columns, names=[f"k{i}" for i in range(len(columns))])
-    order = pc.sort_indices(keyed, sort_keys=[(n, "ascending") for n in keyed.column_names])
-    if count > 1:
-        starts_flags = pa.concat_arrays(
-            [pa.array([True]), pc.invert(_equal_to_previous(compared, order))]
-        )
-    else:
-        starts_flags = pa.array([True])
-    # A run's sum is the running total at its end minus the one at the previous run's end.
-    running = pc.cumulative_sum(table.column(DIFF).take(order).combine_chunks())
-    ends_flags = pa.concat_arrays([starts_flags.slice(1), pa.array([True])])
-    at_ends = pc.take(running, pc.indices_nonzero(ends_flags))
-    sums = pa.concat_arrays([at_ends.slice(0, 1), pc.pairwise_diff(at_ends).slice(1)])
-    starts = pc.indices_nonzero(starts_flags)
-    nonzero = pc.not_equal(sums, 0)
-    rows = pc.take(order, pc.filter(starts, nonzero)).cast(pa.int64())
-    diffs = pc.filter(sums, nonzero)
-    if ordered or not hasattr(pc, "scatter"):  # scatter: pyarrow 21 and later
-        out = table.take(rows)
-    else:
-        # Mark each kept row at its input position and filter: one sequential copy of the
-        # kept rows instead of a combine and a gather.
-        placed = pc.scatter(diffs, rows, max_index=count - 1)
-        keep = pc.is_valid(placed)
-        out, diffs = table.filter(keep), pc.filter(placed, keep)
-    index = out.schema.get_field_index(DIFF)
-    return out.set_column(index, out.schema.field(index), diffs)
+        if _view_type(column.type) is None:
+            continue
+        distinct = pc.count_distinct(column.take(sample), mode="all").as_py()
+        if distinct > best_distinct:
+            best, best_distinct = name, distinct
+    return best if best_distinct * 2 >= len(sample) else None
+
+
+def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table | None:
+    """:func:`consolidate` for sortable keys, by runs of one numeric key column; None when no
+    key column separates the rows well (use :func:`consolidate_sorted`).
+
+    Identical rows have the same value in every column, so after an argsort of one numeric
+    key (NumPy's; a timsort when the column is nearly sorted already), rows can only merge
+    within a run of equal values:
+
+    * a run of one row is kept as it is (dropped when its diff is zero);
+    * a run of two compares the pair on the other columns and merges it when equal;
+    * longer runs are consolidated together by :func:`consolidate_sorted`'s algorithm.
+
+    Rows in runs of one are copied out in input order on a second thread while the runs of
+    two or more are consolidated; their surviving rows follow. Retraction pairs, the common
+    case of a shard's history, cost one gather per column and leave nothing to copy.
+    """
+    names = _keys(table, keys)
+    count = table.num_rows
+    if count < 2 or not names or table.column(DIFF).null_count:
+        return None
+    key = _run_key(table, names)
+    if key is None:
+        return None
+    values = _numeric_view(table.column(key))
+    descents = int(np.count_nonzero(values[1:] < values[:-1]))
+    order = np.argsort(values, kind="stable" if descents * 64 < count else "quicksort")
+    ordered_values = values[order]
+    # starts[p]: sorted position p begins a run (p == count is a sentinel). Runs are told
+    # apart with boolean masks only: no per-run arrays for the (usually many) single rows.
+    starts = np.ones(count + 1, dtype=bool)
+    np.not_equal(ordered_values[1:], ordered_values[:-1], out=starts[1:count])
+    del ordered_values
+    single = starts[:-1] & starts[1:]
+    pair = starts[:-2] & ~starts[1:-1] & starts[2:]  # a run of exactly two starts at p
+    in_long = ~single
+    in_long[:-1] &= ~pair
+    in_long[1:] &= ~pair
+    long_count = int(np.count_nonzero(in_long))
+    if long_count * 2 > count:
+        return None  # mostly long runs: one sort of everything is cheaper
+    diffs = _diffs(table)
+    # Rows in runs of one are decided already: copy them out on another thread while this
+    # one compares the pairs and consolidates the long runs.
+    grouped = order[~single]
+    single_keep = diffs != 0
+    single_keep[grouped] = False
+    with ThreadPoolExecutor(1) as pool:
+        singles = pool.submit(table.filter, single_keep)
+        rows, sums = _grouped_plan(table, names, key, order, pair, in_long, diffs)
+        kept = sums != 0
+        rows, sums = rows[kept], sums[kept]
+        if not len(rows):
+            return singles.result()
+        ascending = np.argsort(rows)
+        extra = _with_diffs(table.take(rows[ascending]), sums[ascending])
+        return pa.concat_tables([singles.result(), extra])
+
+
+def _grouped_plan(
+    table: pa.Table,
+    names: Sequence[str],
+    key: str,
+    order: np.ndarray,
+    pair: np.ndarray,
+    in_long: np.ndarray,
+    diffs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`consolidate_by_runs` for the rows in runs of two or more: one representative
+    row number per distinct row, and its diff sum (zeros included)."""
+    rows: list[np.ndarray] = []
+    sums: list[np.ndarray] = []
+    pair_at = np.flatnonzero(pair)
+    if len(pair_at):
+        # Nulls became zeros in the view: compare the key column too when it has nulls.
+        others = [n for n in names if n != key or table.column(key).null_count]
+        left, right = order[pair_at], order[pair_at + 1]
+        equal = _equal_pairs([table.column(n) for n in others], left, right)
+        unequal = ~equal
+        rows += [left[equal], left[unequal], right[unequal]]
+        sums += [
+            diffs[left[equal]] + diffs[right[equal]],
+            diffs[left[unequal]],
+            diffs[right[unequal]],
+        ]
+    if in_long.any():
+        members = np.sort(order[in_long])
+        found, found_sums = _sorted_plan(table.select(names).take(members), names, diffs[members])
+        rows.append(members[found])
+        sums.append(found_sums)
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rows), np.concatenate(sums)
 
 
 # --- by hashing -------------------------------------------------------------------------------

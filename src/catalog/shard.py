@@ -1032,10 +1032,10 @@ class Shard:
                 since=state.since,
             )
         refs = [b for b in self.batches(state) if b.lower <= as_of]
-        tables = self._load(state, refs, reader, as_of=as_of)
+        tables = self._load(state, refs, reader, as_of=as_of, times=False)
         if not tables:
             return result_schema.empty_table()
-        merged = pa.concat_tables(tables).drop_columns([TS])
+        merged = pa.concat_tables(tables)
         if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
             consolidated = merged
         else:
@@ -1051,19 +1051,32 @@ class Shard:
         target: pa.Schema,
         *,
         as_of: int | None = None,
+        times: bool = True,
     ) -> list[pa.Table]:
-        """The batches ``refs``, read one schema id at a time and migrated to ``target``."""
+        """The batches ``refs``, read one schema id at a time and migrated to ``target``.
+
+        Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
+        fields never leave the file); without ``times`` the tables have no ``_ts`` column.
+        """
         by_schema: dict[int, list[BatchRef]] = {}
         for ref in refs:
             by_schema.setdefault(ref.schema_id, []).append(ref)
         out: list[pa.Table] = []
         for schema_id, group in sorted(by_schema.items()):
+            source = state.live(schema_id)
+            cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
+            carried = (TS, DIFF) if times or cut else (DIFF,)
+            columns = [n for n in source.names if target.get_field_index(n) >= 0]
             table = self.blob.get_batches(
-                [r.key(self.shard_id) for r in group], expected_rows=[r.rows for r in group]
+                [r.key(self.shard_id) for r in group],
+                columns=[*columns, *carried],
+                expected_rows=[r.rows for r in group],
             )
-            if as_of is not None and any(r.upper - 1 > as_of for r in group):
+            if cut:
                 table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
-            migrated = migrate_batch(table, state.live(schema_id), target, projection=True)
+                if not times:
+                    table, carried = table.drop_columns([TS]), (DIFF,)
+            migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
             assert isinstance(migrated, pa.Table)
             out.append(migrated)
         return out
