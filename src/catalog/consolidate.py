@@ -23,8 +23,10 @@ different rows, a NaN equals a NaN of the same bits).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -47,11 +49,14 @@ TS = "_ts"
 DIFF = "_diff"
 
 _FLOAT_BITS = {32: pa.int32(), 64: pa.int64()}
+_T = TypeVar("_T")
 # Below these sizes the simple paths win (and tests exercise every path with small tables by
 # lowering them).
 _RUNS_MIN_ROWS = 4096
 _PARALLEL_MIN_ROWS = 1 << 20
 _SAMPLE_ROWS = 4096
+# Kept rows are sliced rather than copied when their ranges average at least this many rows.
+_SLICE_MIN_ROWS = 1024
 
 
 def is_nested(dtype: pa.DataType) -> bool:
@@ -163,14 +168,48 @@ def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
 
 
+def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
+    """``column.take(indices)``, chunk by chunk.
+
+    Arrow's take on a chunked array concatenates every chunk first, so even a few indices
+    cost a copy of the whole column; this takes from each chunk only its own rows.
+    """
+    if column.num_chunks <= 1:
+        single = column.chunk(0) if column.num_chunks else pa.array([], column.type)
+        return single.take(indices)
+    lengths = np.fromiter((len(c) for c in column.chunks), np.int64, column.num_chunks)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    which = np.searchsorted(starts, indices, side="right") - 1
+    in_order = bool(np.all(which[1:] >= which[:-1]))
+    by_chunk = np.arange(len(indices)) if in_order else np.argsort(which, kind="stable")
+    ordered = indices[by_chunk]
+    counts = np.bincount(which, minlength=column.num_chunks)
+    pieces: list[pa.Array] = []
+    position = 0
+    for chunk, count in enumerate(counts):
+        if count:
+            local = ordered[position : position + count] - starts[chunk]
+            pieces.append(column.chunk(chunk).take(local))
+            position += count
+    gathered = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+    if in_order:
+        return gathered
+    inverse = np.empty_like(by_chunk)
+    inverse[by_chunk] = np.arange(len(by_chunk))
+    return gathered.take(inverse)
+
+
+def _gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """``table.take(indices)`` by :func:`_gather`, one column at a time."""
+    return pa.Table.from_arrays([_gather(c, indices) for c in table.columns], schema=table.schema)
+
+
 def _same_at(column: pa.ChunkedArray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``column[left[k]] == column[right[k]]`` for every k, nulls equal to nulls, floats bitwise."""
     if pa.types.is_floating(column.type):
         column = _bits(column)
-    after = column.take(left)
-    before = column.take(right)
-    if isinstance(after, pa.ChunkedArray):
-        after, before = after.combine_chunks(), before.combine_chunks()
+    after = _gather(column, left)
+    before = _gather(column, right)
     return np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
 
 
@@ -187,9 +226,6 @@ def _equal_pairs(
     for column in columns:
         if not len(still):
             break
-        if column.num_chunks > 1 and len(still) * 16 > len(column):
-            # Two gathers from one chunk beat two from many (chunk lookups per index).
-            column = pa.chunked_array([column.combine_chunks()])
         same = _same_at(column, left[still], right[still])
         equal[still[~same]] = False
         still = still[same]
@@ -252,15 +288,33 @@ def _with_diffs(table: pa.Table, diffs: np.ndarray) -> pa.Table:
     return table.set_column(index, table.schema.field(index), pa.array(diffs, pa.int64()))
 
 
-def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
-    """``table.filter(keep)``; a large table in two halves on two threads (Arrow releases the
-    GIL), which nearly halves the copy."""
-    if table.num_rows < _PARALLEL_MIN_ROWS or (os.cpu_count() or 1) < 2:
+def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """``table.filter(keep)``, zero-copy when the kept rows form few ranges.
+
+    A shard's history often drops rows in blocks (a batch retracting what one before it
+    inserted) or none at all; slicing the kept ranges then costs nothing, where a filter
+    copies every kept row.
+    """
+    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
+    if len(edges) * _SLICE_MIN_ROWS > 2 * len(keep):
         return table.filter(keep)
+    if not len(edges):
+        return table.slice(0, 0)
+    starts, stops = edges[0::2], edges[1::2]
+    return pa.concat_tables(
+        [table.slice(start, stop - start) for start, stop in zip(starts, stops, strict=True)]
+    )
+
+
+def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """:func:`_select`; a large table in two halves on two threads (Arrow releases the GIL),
+    which nearly halves a copy."""
+    if table.num_rows < _PARALLEL_MIN_ROWS or (os.cpu_count() or 1) < 2:
+        return _select(table, keep)
     half = table.num_rows // 2
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(lambda: table.slice(0, half).filter(keep[:half]))
-        second = table.slice(half).filter(keep[half:])
+        first = pool.submit(_select, table.slice(0, half), keep[:half])
+        second = _select(table.slice(half), keep[half:])
         return pa.concat_tables([first.result(), second])
 
 
@@ -305,7 +359,7 @@ def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
         column = table.column(name)
         if _view_type(column.type) is None:
             continue
-        distinct = pc.count_distinct(column.take(sample), mode="all").as_py()
+        distinct = pc.count_distinct(_gather(column, sample), mode="all").as_py()
         if distinct > best_distinct:
             best, best_distinct = name, distinct
     return best if best_distinct * 2 >= len(sample) else None
@@ -323,8 +377,8 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     * a run of two compares the pair on the other columns and merges it when equal;
     * longer runs are consolidated together by :func:`consolidate_sorted`'s algorithm.
 
-    Rows in runs of one are copied out in input order on a second thread while the runs of
-    two or more are consolidated; their surviving rows follow. Retraction pairs, the common
+    Rows in runs of one are copied out in input order while the pairs are compared, the work
+    shared by two threads; the surviving rows of longer runs follow. Retraction pairs, the common
     case of a shard's history, cost one gather per column and leave nothing to copy.
     """
     names = _keys(table, keys)
@@ -352,57 +406,67 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     if long_count * 2 > count:
         return None  # mostly long runs: one sort of everything is cheaper
     diffs = _diffs(table)
-    # Rows in runs of one are decided already: copy them out on another thread while this
-    # one compares the pairs and consolidates the long runs.
-    grouped = order[~single]
     single_keep = diffs != 0
-    single_keep[grouped] = False
-    with ThreadPoolExecutor(1) as pool:
-        singles = pool.submit(table.filter, single_keep)
-        rows, sums = _grouped_plan(table, names, key, order, pair, in_long, diffs)
-        kept = sums != 0
-        rows, sums = rows[kept], sums[kept]
-        if not len(rows):
-            return singles.result()
-        ascending = np.argsort(rows)
-        extra = _with_diffs(table.take(rows[ascending]), sums[ascending])
-        return pa.concat_tables([singles.result(), extra])
-
-
-def _grouped_plan(
-    table: pa.Table,
-    names: Sequence[str],
-    key: str,
-    order: np.ndarray,
-    pair: np.ndarray,
-    in_long: np.ndarray,
-    diffs: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`consolidate_by_runs` for the rows in runs of two or more: one representative
-    row number per distinct row, and its diff sum (zeros included)."""
-    rows: list[np.ndarray] = []
-    sums: list[np.ndarray] = []
+    single_keep[order[~single]] = False
     pair_at = np.flatnonzero(pair)
-    if len(pair_at):
-        # Nulls became zeros in the view: compare the key column too when it has nulls.
-        others = [n for n in names if n != key or table.column(key).null_count]
-        left, right = order[pair_at], order[pair_at + 1]
-        equal = _equal_pairs([table.column(n) for n in others], left, right)
-        unequal = ~equal
-        rows += [left[equal], left[unequal], right[unequal]]
-        sums += [
-            diffs[left[equal]] + diffs[right[equal]],
-            diffs[left[unequal]],
-            diffs[right[unequal]],
-        ]
-    if in_long.any():
+    left, right = order[pair_at], order[pair_at + 1]
+    # Nulls became zeros in the view: compare the key column too when it has nulls.
+    compared = [table.column(n) for n in names if n != key or table.column(key).null_count]
+    # Rows in runs of one are decided already: they are copied out while the pairs are
+    # compared, both split in parts that two threads share.
+    half = len(left) // 2
+    ranges = _ranges(count, 4)
+    results = _share_work(
+        [
+            partial(_equal_pairs, compared, left[:half], right[:half]),
+            *(partial(_filter_range, table, single_keep, *r) for r in ranges),
+            partial(_equal_pairs, compared, left[half:], right[half:]),
+        ],
+        parallel=count >= _PARALLEL_MIN_ROWS,
+    )
+    equal = np.concatenate([results[0], results[-1]])
+    singles = pa.concat_tables(results[1:-1])
+    unequal = ~equal
+    rows = [left[equal], left[unequal], right[unequal]]
+    sums = [diffs[left[equal]] + diffs[right[equal]], diffs[left[unequal]], diffs[right[unequal]]]
+    if long_count:
         members = np.sort(order[in_long])
-        found, found_sums = _sorted_plan(table.select(names).take(members), names, diffs[members])
+        subset = _gather_rows(table.select(names), members)
+        found, found_sums = _sorted_plan(subset, names, diffs[members])
         rows.append(members[found])
         sums.append(found_sums)
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(rows), np.concatenate(sums)
+    survivors, survivor_sums = np.concatenate(rows), np.concatenate(sums)
+    kept = survivor_sums != 0
+    survivors, survivor_sums = survivors[kept], survivor_sums[kept]
+    if not len(survivors):
+        return singles
+    ascending = np.argsort(survivors)
+    extra = _with_diffs(_gather_rows(table, survivors[ascending]), survivor_sums[ascending])
+    return pa.concat_tables([singles, extra])
+
+
+def _ranges(count: int, parts: int) -> list[tuple[int, int]]:
+    cuts = [count * i // parts for i in range(parts + 1)]
+    return [(cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i] < cuts[i + 1]]
+
+
+def _filter_range(table: pa.Table, keep: np.ndarray, start: int, stop: int) -> pa.Table:
+    return _select(table.slice(start, stop - start), keep[start:stop])
+
+
+def _share_work(tasks: Sequence[Callable[[], _T]], *, parallel: bool = True) -> list[_T]:
+    """Every task's result, in order; a second thread takes tasks from the front while this
+    one takes them from the back (Arrow and NumPy release the GIL in their kernels)."""
+    if not parallel or (os.cpu_count() or 1) < 2 or len(tasks) < 2:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(1) as pool:
+        futures = [pool.submit(task) for task in tasks]
+        inline: dict[int, _T] = {}
+        for index in reversed(range(len(tasks))):
+            if not futures[index].cancel():
+                break  # the other thread has come this far
+            inline[index] = tasks[index]()
+        return [inline[i] if i in inline else futures[i].result() for i in range(len(tasks))]
 
 
 # --- by hashing -------------------------------------------------------------------------------
