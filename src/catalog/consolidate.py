@@ -172,11 +172,14 @@ def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
     """``column.take(indices)``, chunk by chunk.
 
     Arrow's take on a chunked array concatenates every chunk first, so even a few indices
-    cost a copy of the whole column; this takes from each chunk only its own rows.
+    cost a copy of the whole column; this takes from each chunk only its own rows (and
+    concatenates first only when most rows are wanted anyway).
     """
     if column.num_chunks <= 1:
         single = column.chunk(0) if column.num_chunks else pa.array([], column.type)
         return single.take(indices)
+    if len(indices) * 8 > len(column):
+        return column.combine_chunks().take(indices)  # most rows: one copy is cheapest
     lengths = np.fromiter((len(c) for c in column.chunks), np.int64, column.num_chunks)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     which = np.searchsorted(starts, indices, side="right") - 1

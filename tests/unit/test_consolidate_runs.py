@@ -1,0 +1,210 @@
+"""Consolidation by runs of one numeric key (catalog.consolidate.consolidate_by_runs) and the
+chunk-wise gather and range-slicing filter under it, against the hash reference."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog import consolidate as cons
+from catalog.consolidate import DIFF, TS, consolidate, consolidate_by_runs, consolidate_hashed
+
+
+def as_bits(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Rows with floats as their bit patterns, in a canonical order (the multiset of rows)."""
+    columns = []
+    for column in table.columns:
+        if pa.types.is_floating(column.type):
+            width = pa.int64() if column.type.bit_width == 64 else pa.int32()
+            column = pa.chunked_array([c.view(width) for c in column.chunks], width)
+        columns.append(column.to_pylist())
+    return sorted(zip(*columns, strict=True), key=repr)
+
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("at", pa.timestamp("ms", tz="UTC")),
+        pa.field(TS, pa.uint64()),
+        pa.field(DIFF, pa.int64()),
+    ]
+)
+ROW = st.fixed_dictionaries(
+    {
+        "id": st.one_of(st.none(), st.integers(0, 60)),
+        "name": st.one_of(st.none(), st.sampled_from(["", "a", "b", "ab"])),
+        "score": st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5, math.nan])),
+        "at": st.one_of(st.none(), st.integers(0, 2)),
+        TS: st.integers(0, 2),
+        DIFF: st.sampled_from([1, -1, 2, 0]),
+    }
+)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> pa.Table:
+    """Rows with the shapes a shard's history has: unique rows, a row and its retraction
+    (pairs), updates (a key's old row retracted and a new one inserted: runs of three or
+    more), pairs equal on the key only; in several chunks, some empty."""
+    rows: list[dict[str, Any]] = draw(st.lists(ROW, max_size=40))
+    for index in draw(st.lists(st.integers(0, max(len(rows) - 1, 0)), max_size=15)):
+        if not rows:
+            break
+        twin = dict(rows[index])
+        kind = draw(st.sampled_from(["retract", "again", "update", "key-only"]))
+        if kind == "retract":
+            twin[DIFF] = -twin[DIFF]
+        elif kind == "update":
+            rows.append({**twin, DIFF: -twin[DIFF]})
+            twin["name"] = draw(st.sampled_from(["c", None]))
+        elif kind == "key-only":
+            twin["score"] = 7.0
+        rows.append(twin)
+    order = draw(st.permutations(range(len(rows))))
+    table = pa.Table.from_pylist([rows[i] for i in order], schema=SCHEMA)
+    cuts = sorted(draw(st.lists(st.integers(0, table.num_rows), max_size=4)))
+    bounds = [0, *cuts, table.num_rows]
+    return pa.concat_tables([table.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
+
+
+@settings(max_examples=400, deadline=None)
+@given(table=histories(), threads=st.booleans(), slices=st.booleans())
+def test_runs_consolidation_equals_hash_consolidation(
+    table: pa.Table, threads: bool, slices: bool
+) -> None:
+    """Whatever path each run takes (single, pair, long run), on one or two threads, copied
+    or sliced: the same rows and diffs as hash consolidation, bitwise, and the same schema."""
+    expected = as_bits(consolidate_hashed(table))
+    with (
+        mock.patch.object(cons, "_RUNS_MIN_ROWS", 0),
+        mock.patch.object(cons, "_PARALLEL_MIN_ROWS", 0 if threads else 1 << 40),
+        mock.patch.object(cons, "_SLICE_MIN_ROWS", 1 if slices else 1 << 40),
+    ):
+        by_runs = consolidate_by_runs(table)
+        if by_runs is not None:
+            assert by_runs.schema == table.schema
+            assert as_bits(by_runs) == expected
+        assert as_bits(consolidate(table)) == expected
+
+
+def test_a_null_key_and_a_zero_key_stay_apart() -> None:
+    """The key's NumPy view maps null to 0; the pair is compared on the key itself."""
+    table = pa.Table.from_pylist(
+        [
+            {"id": None, "name": "a", "score": 1.0, "at": 0, TS: 0, DIFF: 1},
+            {"id": 0, "name": "a", "score": 1.0, "at": 0, TS: 0, DIFF: -1},
+            *({"id": i, "name": "x", "score": 0.0, "at": 0, TS: 0, DIFF: 1} for i in range(1, 9)),
+        ],
+        schema=SCHEMA,
+    )
+    out = consolidate_by_runs(table)
+    assert out is not None
+    assert out.num_rows == 10
+    assert as_bits(out) == as_bits(consolidate_hashed(table))
+
+
+def test_float_keys_compare_by_bits() -> None:
+    """0.0 and -0.0 are different rows, a NaN equals a NaN of the same bits."""
+    schema = pa.schema([pa.field("f", pa.float64()), pa.field(DIFF, pa.int64())])
+    values = [0.0, -0.0, math.nan, math.nan, *range(1, 9)]
+    diffs = [1, -1, 1, -1, *[1] * 8]
+    table = pa.table({"f": values, DIFF: diffs}, schema=schema)
+    out = consolidate_by_runs(table)
+    assert out is not None
+    kept = sorted(str(v) for v in out.column("f").to_pylist())
+    assert "nan" not in kept  # the NaN pair cancelled
+    assert kept.count("0.0") == 1 and kept.count("-0.0") == 1
+
+
+def test_a_repetitive_key_falls_back_to_sorting() -> None:
+    """No key column separates the rows (every numeric column is nearly constant): None,
+    and consolidate still gives the hash result."""
+    count = 10_000
+    table = pa.table(
+        {
+            "flag": pa.array(np.arange(count) % 2, pa.int8()),
+            "name": pa.array([f"n{i % 700}" for i in range(count)]),
+            DIFF: pa.array(np.where(np.arange(count) % 3 == 0, -1, 1), pa.int64()),
+        }
+    )
+    assert consolidate_by_runs(table) is None
+    assert as_bits(consolidate(table)) == as_bits(consolidate_hashed(table))
+
+
+def test_large_history_takes_the_runs_path_on_two_threads() -> None:
+    """A history like the benchmark's, big enough for threads and slicing by default."""
+    batches = []
+    rows = 300_000
+    for index in range(6):
+        numbers = np.arange(index * rows, (index + 1) * rows, dtype=np.int64)
+        inserted = {
+            "id": numbers,
+            "name": pa.array([f"object_{n}" for n in numbers]),
+            DIFF: np.ones(rows, dtype=np.int64),
+        }
+        batches.append(pa.table(inserted))
+        if index:
+            back = numbers[: rows // 10] - rows
+            retracted = {
+                "id": back,
+                "name": pa.array([f"object_{n}" for n in back]),
+                DIFF: -np.ones(len(back), dtype=np.int64),
+            }
+            batches.append(pa.table(retracted))
+    table = pa.concat_tables(batches)
+    assert table.num_rows >= cons._PARALLEL_MIN_ROWS
+    out = consolidate_by_runs(table)
+    assert out is not None
+    assert out.num_rows == 6 * rows - 5 * (rows // 10)
+    assert pa.compute.min(out.column(DIFF)).as_py() == 1
+    assert len(set(out.column("id").to_pylist())) == out.num_rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.text(max_size=3)), max_size=30),
+    cuts=st.lists(st.integers(0, 30), max_size=4),
+    data=st.data(),
+)
+def test_gather_equals_take(values: list[str | None], cuts: list[int], data: st.DataObject) -> None:
+    bounds = [0, *sorted(min(c, len(values)) for c in cuts), len(values)]
+    column = pa.chunked_array(
+        [pa.array(values[a:b], pa.string()) for a, b in itertools.pairwise(bounds)],
+        pa.string(),
+    )
+    indices = np.array(
+        data.draw(st.lists(st.integers(0, max(len(values) - 1, 0)), max_size=20)) if values else [],
+        dtype=np.int64,
+    )
+    assert cons._gather(column, indices).to_pylist() == [values[i] for i in indices]
+
+
+@settings(max_examples=200, deadline=None)
+@given(keep=st.lists(st.booleans(), max_size=40), sliced=st.booleans())
+def test_select_equals_filter(keep: list[bool], sliced: bool) -> None:
+    table = pa.table({"n": pa.array(range(len(keep)), pa.int64())})
+    mask = np.array(keep, dtype=bool)
+    with mock.patch.object(cons, "_SLICE_MIN_ROWS", 1 if sliced else 1 << 40):
+        assert cons._select(table, mask).column("n").to_pylist() == [
+            i for i, k in enumerate(keep) if k
+        ]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_tiny_tables(count: int) -> None:
+    table = pa.table(
+        {"id": pa.array(range(count), pa.int64()), DIFF: pa.array([1] * count, pa.int64())}
+    )
+    by_runs = consolidate_by_runs(table)
+    assert by_runs is None if count < 2 else by_runs.equals(table)
+    assert consolidate(table).num_rows == count
