@@ -4,7 +4,10 @@ Appends ``--batches`` batches of ``--rows`` rows (default 100 x 100,000) to one 
 ZooKeeper, with real Parquet files in a temporary blob directory, evolving the schema twice on
 the way (after a third of the batches a nullable ``comment`` column is added, after two thirds
 ``owner_id`` is deleted). Every batch inserts 90% new rows and retracts 10% of the previous
-batch's rows, so consolidation has real work. Then it times:
+batch's rows, so consolidation has real work: by default its first rows (a block, so the rows
+that survive form long ranges that consolidation slices instead of copying), with
+``--scattered`` a random sample of them in random order (every surviving row is copied: the
+harder case). Then it times:
 
 * ``Shard.snapshot()``: read every batch, migrate it lazily to the latest schema, consolidate;
 * a plain ``pyarrow.parquet.read_table`` of the same files (one call per schema, as the
@@ -17,7 +20,8 @@ Target: the snapshot costs at most 1.5x the plain read. Each timing is the best 
 rounds (files are in the page cache for both). ZooKeeper: ``CATALOG_UPGRADE_ZK`` if set, else an
 embedded server in a temporary directory.
 
-Prints one JSON object and writes it to ``benchmarks/results/shard_io.json``.
+Prints one JSON object and writes it to ``benchmarks/results/shard_io.json`` (with
+``--scattered``: ``shard_io_scattered.json``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -52,6 +57,7 @@ from orchestrator.logs import configure_logging  # noqa: E402
 from orchestrator.zkserver import EmbeddedZooKeeper  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_io.json"
+RESULTS_SCATTERED = RESULTS.with_name("shard_io_scattered.json")
 RETRACTED = 0.1
 
 S0 = pa.schema(
@@ -68,10 +74,14 @@ S1 = pa.schema([*S0, pa.field("comment", pa.string())])
 S2 = pa.schema([f for f in S1 if f.name != "owner_id"])
 
 
-def _columns(schema: pa.Schema, first: int, count: int) -> dict[str, pa.Array]:
-    """Rows ``first .. first+count`` of the synthetic collection; a row is a function of its
-    number, so a later batch can retract an earlier row exactly."""
-    numbers = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), first - 1)
+def _numbers(first: int, count: int) -> pa.Array:
+    return pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), first - 1)
+
+
+def _columns(schema: pa.Schema, numbers: pa.Array) -> dict[str, pa.Array]:
+    """The synthetic collection's rows ``numbers``; a row is a function of its number, so a
+    later batch can retract an earlier row exactly."""
+    count = len(numbers)
     text = pc.cast(numbers, pa.string())
     values = {
         "id": pc.binary_join_element_wise("u", text, ""),
@@ -87,18 +97,25 @@ def _columns(schema: pa.Schema, first: int, count: int) -> dict[str, pa.Array]:
     return {f.name: values[f.name] for f in schema}
 
 
-def batch(schema: pa.Schema, index: int, rows: int) -> pa.Table:
-    """Batch ``index``: new rows, plus retractions of the previous batch's first rows."""
+def batch(schema: pa.Schema, index: int, rows: int, scattered: bool = False) -> pa.Table:
+    """Batch ``index``: new rows, plus retractions of rows the previous batch inserted: its
+    first ones (a block), or with ``scattered`` a random sample of them in random order."""
     retracted = int(rows * RETRACTED) if index else 0
     inserted = rows - retracted
-    parts = [(index * rows, inserted, 1)]
+    parts = [(_numbers(index * rows, inserted), 1)]
     if retracted:
-        parts.append(((index - 1) * rows, retracted, -1))
+        first = (index - 1) * rows
+        if scattered:
+            previous = rows - (int(rows * RETRACTED) if index > 1 else 0)
+            chosen = np.random.default_rng(index).choice(previous, retracted, replace=False)
+            parts.append((pa.array(chosen + first, pa.int64()), -1))
+        else:
+            parts.append((_numbers(first, retracted), -1))
     tables = []
-    for first, count, diff in parts:
-        columns = _columns(schema, first, count)
-        columns[TS] = pa.repeat(pa.scalar(index, pa.uint64()), count)
-        columns[DIFF] = pa.repeat(pa.scalar(diff, pa.int64()), count)
+    for numbers, diff in parts:
+        columns = _columns(schema, numbers)
+        columns[TS] = pa.repeat(pa.scalar(index, pa.uint64()), len(numbers))
+        columns[DIFF] = pa.repeat(pa.scalar(diff, pa.int64()), len(numbers))
         tables.append(pa.Table.from_pydict(columns, schema=update_schema(schema)))
     return pa.concat_tables(tables)
 
@@ -131,7 +148,7 @@ def best_of(repeat: int, *runs: Any) -> list[tuple[float, Any]]:
     return list(zip(best, results, strict=True))
 
 
-def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
+def run(batches: int, rows: int, repeat: int, work: Path, scattered: bool) -> dict[str, Any]:
     with zookeeper(work / "zookeeper") as (hosts, zk_kind):
         client = KazooClient(hosts=hosts, timeout=15)
         client.start(timeout=30)
@@ -147,7 +164,7 @@ def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
                 if index in schemas and index:
                     schema = schemas[index]
                     assert shard.compare_and_evolve_schema(shard.state().schema_id, schema).ok
-                data = batch(schema, index, rows)
+                data = batch(schema, index, rows, scattered)
                 data_bytes += data.nbytes
                 started = time.perf_counter()
                 result = shard.compare_and_append(data, index, index + 1)
@@ -202,6 +219,7 @@ def run(batches: int, rows: int, repeat: int, work: Path) -> dict[str, Any]:
         "rows_per_batch": rows,
         "rows": total_rows,
         "evolutions": 2,
+        "retractions": "scattered" if scattered else "block",
         "append_seconds": round(append_seconds, 3),
         "append_rows_per_second": round(total_rows / append_seconds),
         "append_mb_per_second": round(data_bytes / append_seconds / 1e6, 1),
@@ -233,15 +251,21 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--scattered",
+        action="store_true",
+        help="retract a random sample of the previous batch's rows instead of its first ones",
+    )
+    parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     if args.batches < 3 or args.rows < 10:
         parser.error("need at least 3 batches (two evolutions) of at least 10 rows")
     configure_logging("WARNING")  # stdout carries only the JSON result
     with tempfile.TemporaryDirectory(prefix="shard-io-") as work:
-        result = run(args.batches, args.rows, args.repeat, Path(work))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+        result = run(args.batches, args.rows, args.repeat, Path(work), args.scattered)
+    output = args.output or (RESULTS_SCATTERED if args.scattered else RESULTS)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -168,68 +168,88 @@ def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
 
 
-def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
-    """``column.take(indices)``, chunk by chunk.
+class _Gather:
+    """``column.take(indices)`` for chunked columns, chunk by chunk.
 
     Arrow's take on a chunked array concatenates every chunk first, so even a few indices
     cost a copy of the whole column; this takes from each chunk only its own rows (and
-    concatenates first only when most rows are wanted anyway).
+    concatenates first only when most rows are wanted anyway). The split of the indices by
+    chunk is worked out once per chunk layout and reused for every column of that layout.
     """
-    if column.num_chunks <= 1:
-        single = column.chunk(0) if column.num_chunks else pa.array([], column.type)
-        return single.take(indices)
-    if len(indices) * 8 > len(column):
-        return column.combine_chunks().take(indices)  # most rows: one copy is cheapest
-    lengths = np.fromiter((len(c) for c in column.chunks), np.int64, column.num_chunks)
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    which = np.searchsorted(starts, indices, side="right") - 1
-    in_order = bool(np.all(which[1:] >= which[:-1]))
-    by_chunk = np.arange(len(indices)) if in_order else np.argsort(which, kind="stable")
-    ordered = indices[by_chunk]
-    counts = np.bincount(which, minlength=column.num_chunks)
-    pieces: list[pa.Array] = []
-    position = 0
-    for chunk, count in enumerate(counts):
-        if count:
-            local = ordered[position : position + count] - starts[chunk]
-            pieces.append(column.chunk(chunk).take(local))
-            position += count
-    gathered = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
-    if in_order:
-        return gathered
-    inverse = np.empty_like(by_chunk)
-    inverse[by_chunk] = np.arange(len(by_chunk))
-    return gathered.take(inverse)
+
+    def __init__(self, indices: np.ndarray) -> None:
+        self.indices = indices
+        self._plans: dict[tuple[int, ...], tuple[list[tuple[int, np.ndarray]], Any]] = {}
+
+    def _plan(self, lengths: tuple[int, ...]) -> tuple[list[tuple[int, np.ndarray]], Any]:
+        plan = self._plans.get(lengths)
+        if plan is not None:
+            return plan
+        indices = self.indices
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        which = np.searchsorted(starts, indices, side="right") - 1
+        in_order = bool(np.all(which[1:] >= which[:-1]))
+        by_chunk = np.arange(len(indices)) if in_order else np.argsort(which, kind="stable")
+        ordered = indices[by_chunk]
+        counts = np.bincount(which, minlength=len(lengths))
+        parts: list[tuple[int, np.ndarray]] = []
+        position = 0
+        for chunk, count in enumerate(counts.tolist()):
+            if count:
+                parts.append((chunk, ordered[position : position + count] - starts[chunk]))
+                position += count
+        inverse = None
+        if not in_order:
+            inverse = np.empty_like(by_chunk)
+            inverse[by_chunk] = np.arange(len(by_chunk))
+        plan = self._plans[lengths] = (parts, inverse)
+        return plan
+
+    def __call__(self, column: pa.ChunkedArray) -> pa.Array:
+        indices = self.indices
+        if column.num_chunks <= 1:
+            single = column.chunk(0) if column.num_chunks else pa.array([], column.type)
+            return single.take(indices)
+        if len(indices) * 8 > len(column):
+            return column.combine_chunks().take(indices)  # most rows: one copy is cheapest
+        parts, inverse = self._plan(tuple(len(c) for c in column.chunks))
+        pieces = [column.chunk(chunk).take(local) for chunk, local in parts]
+        gathered = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+        return gathered if inverse is None else gathered.take(inverse)
+
+
+def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
+    """``column.take(indices)`` by :class:`_Gather`."""
+    return _Gather(indices)(column)
 
 
 def _gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
-    """``table.take(indices)`` by :func:`_gather`, one column at a time."""
-    return pa.Table.from_arrays([_gather(c, indices) for c in table.columns], schema=table.schema)
-
-
-def _same_at(column: pa.ChunkedArray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """``column[left[k]] == column[right[k]]`` for every k, nulls equal to nulls, floats bitwise."""
-    if pa.types.is_floating(column.type):
-        column = _bits(column)
-    after = _gather(column, left)
-    before = _gather(column, right)
-    return np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
+    """``table.take(indices)`` by :class:`_Gather`, one column at a time."""
+    gather = _Gather(indices)
+    return pa.Table.from_arrays([gather(c) for c in table.columns], schema=table.schema)
 
 
 def _equal_pairs(
     columns: Sequence[pa.ChunkedArray], left: np.ndarray, right: np.ndarray
 ) -> np.ndarray:
-    """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns``.
+    """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns`` (nulls
+    equal to nulls, floats bitwise).
 
     Column by column, each comparing only the pairs still equal, so unequal rows cost one
     comparison and equal ones a gather per column.
     """
     equal = np.ones(len(left), dtype=bool)
     still = np.arange(len(left))
+    gathers = _Gather(left), _Gather(right)
     for column in columns:
         if not len(still):
             break
-        same = _same_at(column, left[still], right[still])
+        if len(still) < len(gathers[0].indices):
+            gathers = _Gather(left[still]), _Gather(right[still])
+        if pa.types.is_floating(column.type):
+            column = _bits(column)
+        after, before = gathers[0](column), gathers[1](column)
+        same = np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
         equal[still[~same]] = False
         still = still[same]
     return equal
@@ -244,7 +264,7 @@ def _equal_to_previous(compared: Sequence[pa.ChunkedArray], order: np.ndarray) -
     The first column is compared in full; each later one only at positions still equal, so
     the gather of later columns shrinks to the duplicates.
     """
-    equal = _same_at(compared[0], order[1:], order[:-1])
+    equal = _equal_pairs(compared[:1], order[1:], order[:-1])
     positions = np.flatnonzero(equal)
     rest = _equal_pairs(compared[1:], order[positions + 1], order[positions])
     equal[positions[~rest]] = False
@@ -298,7 +318,12 @@ def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
     inserted) or none at all; slicing the kept ranges then costs nothing, where a filter
     copies every kept row.
     """
-    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
+    count = len(keep)
+    if not count:
+        return table
+    changes = np.flatnonzero(keep[1:] != keep[:-1]) + 1
+    edges = np.concatenate([[0] if keep[0] else [], changes, [count] if keep[-1] else []])
+    edges = edges.astype(np.int64)
     if len(edges) * _SLICE_MIN_ROWS > 2 * len(keep):
         return table.filter(keep)
     if not len(edges):
@@ -393,7 +418,7 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
         return None
     values = _numeric_view(table.column(key))
     descents = int(np.count_nonzero(values[1:] < values[:-1]))
-    order = np.argsort(values, kind="stable" if descents * 64 < count else "quicksort")
+    order = np.argsort(values, kind="stable" if descents * 8 < count else "quicksort")
     ordered_values = values[order]
     # starts[p]: sorted position p begins a run (p == count is a sentinel). Runs are told
     # apart with boolean masks only: no per-run arrays for the (usually many) single rows.
