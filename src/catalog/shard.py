@@ -30,9 +30,10 @@ Invariants:
 * sealed shards take no appends; finalized shards take nothing and keep a tombstone state.
 
 Consolidation (snapshot and compaction) sums ``_diff`` over identical ``(row, _ts)`` and drops
-zeros (``catalog.consolidate``): by sorting when every column is a sortable flat type (compaction
-output then comes sorted and is marked ``ordered``), by hash grouping with value ids for nested
-columns otherwise. :func:`consolidate` is re-exported here.
+zeros (``catalog.consolidate``). A snapshot goes by runs of one numeric key column when one
+separates the rows (only rows sharing that key's value are compared), else by sorting; compaction
+sorts (its output comes sorted and is marked ``ordered``); nested columns go by hash grouping
+with value ids. :func:`consolidate` is re-exported here.
 """
 
 from __future__ import annotations
