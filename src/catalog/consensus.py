@@ -87,6 +87,7 @@ class Versioned:
 
     value: bytes
     version: int
+    created: float = 0.0  # when the key was created (seconds since the epoch; 0: unknown)
 
     def json(self) -> Any:
         return decode_json(self.value)
@@ -167,7 +168,7 @@ class Consensus:
             raise ConnectionLostError(f"ZooKeeper did not answer reading {key}", key=key) from exc
         finally:
             self._observe("get", started)
-        return Versioned(value=data, version=stat.version)
+        return Versioned(value=data, version=stat.version, created=stat.ctime / 1000)
 
     def get_json(self, key: str) -> tuple[Any, int] | None:
         found = self.get(key)
@@ -185,7 +186,8 @@ class Consensus:
                 except NoNodeError:
                     out[key] = None
                 else:
-                    out[key] = Versioned(value=data, version=stat.version)
+                    created = stat.ctime / 1000
+                    out[key] = Versioned(value=data, version=stat.version, created=created)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError("ZooKeeper did not answer a batched read") from exc
         finally:
@@ -357,4 +359,3 @@ class CasRetry:
                 self.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, self.max_delay)
         raise AssertionError("unreachable")  # pragma: no cover
-

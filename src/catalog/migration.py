@@ -23,9 +23,19 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import CasRetry, Consensus, Fence
+from catalog.consensus import CasRetry, Check, Consensus, Fence
 from catalog.errors import ShardError, VersionMismatchError
-from catalog.shard import DIFF, TS, Shard, ShardState, create_op, new_shard_id, update_schema
+from catalog.shard import (
+    DIFF,
+    TS,
+    Shard,
+    ShardState,
+    create_op,
+    new_shard_id,
+    read_states,
+    shard_key,
+    update_schema,
+)
 from catalog.state import MIGRATION_SHARD_ID
 
 __all__ = [
@@ -119,6 +129,11 @@ class MigrationShard:
             )
             out.append(entry)  # one per distinct entry, whatever its multiplicity
         return sorted(out), state
+
+    def read_live(self) -> tuple[list[MigrationEntry], ShardState | None]:
+        """Every live entry and the shard state they were read from (None: no shard yet), for
+        a transaction that must fail if the entries changed (``Check`` of that version)."""
+        return self._read()
 
     def entries(self, as_of: int | None = None) -> list[MigrationEntry]:
         """Every live entry as of ``as_of`` (default: the latest complete time), sorted.
@@ -224,7 +239,14 @@ class MigrationShard:
             missing = sorted(gid for gid in wanted if gid not in found)
             if not missing:
                 return found
-            # A shard made in a lost attempt is reused.
+            # A shard made in a lost attempt is reused, unless the leader collected it as an
+            # orphan meanwhile (sealed: see orchestrator.migrate.collect_orphan_shards).
+            reused = read_states(self.consensus, [created[g] for g in missing if g in created])
+            for gid in missing:
+                if gid in created:
+                    current = reused[created[gid]]
+                    if current is None or current.sealed or current.finalized:
+                        del created[gid]
             if create_shard is None:
                 self._create_shards(
                     {gid: wanted[gid] for gid in missing if gid not in created}, created, fence
@@ -233,9 +255,33 @@ class MigrationShard:
                 if gid not in created:
                     created[gid] = creator(gid, wanted[gid])
             rows = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
-            result = self.shard.compare_and_append(
-                _updates(rows, state.upper, 1), state.upper, state.upper + 1, fence=fence
-            )
+            # The entries name these shards only if they are as this attempt last saw them: an
+            # orphan collection that sealed one in between makes the append fail (and retry).
+            states = read_states(self.consensus, [created[g] for g in missing])
+            collected = [
+                sid for sid, st in states.items() if st is None or st.sealed or st.finalized
+            ]
+            if collected:
+                raise VersionMismatchError(
+                    f"replacement shards {collected} were collected before their entries landed",
+                    key=self.shard.key,
+                )
+            guards = [Check(shard_key(sid), st.version) for sid, st in states.items() if st]
+            try:
+                result = self.shard.compare_and_append(
+                    _updates(rows, state.upper, 1),
+                    state.upper,
+                    state.upper + 1,
+                    fence=fence,
+                    guards=guards,
+                )
+            except ShardError as exc:
+                if exc.details.get("reason") != "guard-moved":
+                    raise
+                raise VersionMismatchError(
+                    f"replacement shards changed before their entries landed: {exc}",
+                    key=self.shard.key,
+                ) from exc
             if not result.ok:
                 raise VersionMismatchError(
                     f"migration shard upper moved from {state.upper} to {result.upper}",

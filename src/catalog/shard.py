@@ -56,6 +56,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import (
     CONNECTION_ERRORS,
     CasRetry,
+    Check,
     Consensus,
     Create,
     Delete,
@@ -660,9 +661,30 @@ class Shard:
         self._rollups[rollup.name] = tuple(entries)
         return rollup
 
-    def _cas(self, old: ShardState, new: ShardState, fence: Fence | None) -> ShardState:
-        (stat,) = self.consensus.commit([SetData(self.key, new.encode(), old.version)], fence=fence)
+    def _cas(
+        self, old: ShardState, new: ShardState, fence: Fence | None, guards: Sequence[Check] = ()
+    ) -> ShardState:
+        ops: list[Op] = [SetData(self.key, new.encode(), old.version), *guards]
+        stat = self.consensus.commit(ops, fence=fence)[0]
         return attrs.evolve(new, version=stat.version)
+
+    def _check_guards(self, guards: Sequence[Check]) -> None:
+        """Raise ShardError (``guard-moved``) when a guard's key is gone or at another version."""
+        if not guards:
+            return
+        found = self.consensus.get_many([g.key for g in guards])
+        moved = []
+        for guard in guards:
+            current = found[guard.key]
+            if current is None or (guard.version >= 0 and current.version != guard.version):
+                moved.append(guard.key)
+        if moved:
+            raise _shard_error(
+                f"append to shard {self.shard_id} refused: {', '.join(moved)} changed",
+                self.shard_id,
+                "guard-moved",
+                keys=moved,
+            )
 
     def _update(
         self, change: Callable[[ShardState], ShardState | None], fence: Fence | None
@@ -710,6 +732,7 @@ class Shard:
         *,
         schema_id: int | None = None,
         fence: Fence | None = None,
+        guards: Sequence[Check] = (),
     ) -> AppendResult:
         """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
@@ -720,7 +743,9 @@ class Shard:
         ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
         upper), not an exception, like persist. The Parquet blob is written before the CAS;
         empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
-        a compaction) are retried internally.
+        a compaction) are retried internally. ``guards`` are version checks of other keys made
+        in the same transaction: when one of them moved, ShardError (reason ``guard-moved``,
+        with the ``keys``) is raised and nothing is appended.
         """
         if new_upper < expected_upper:
             raise _shard_error(
@@ -759,9 +784,10 @@ class Shard:
                 return AppendResult(False, current.upper, current)
             new, written, old_rollups = self._appended(current, ref, new_upper)
             try:
-                result = self._cas(current, new, fence)
+                result = self._cas(current, new, fence, guards)
             except VersionMismatchError:
                 self.blob.delete_many(written)
+                self._check_guards(guards)
                 raise
             except ConnectionLostError:
                 uncertain = True

@@ -24,6 +24,12 @@ leader (every write carries the epoch check)
 
 Every step is idempotent: a leader killed between any two writes is succeeded by a process that
 re-plans from the durable state and completes the same work.
+
+A read-only process killed between creating replacement shards and appending their entries
+leaves shards nothing names. The serving leader collects them (:func:`collect_orphan_shards`,
+after a grace period and only while no other process is checking): it seals and queues them
+in one transaction conditioned on the catalog and the migration shard, and an entry append
+is conditioned on its shards' versions, so no entry can ever name a collected shard.
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import CasRetry, Consensus, Create, Delete, Fence, Op
+from catalog.consensus import CasRetry, Check, Consensus, Create, Delete, Fence, Op, SetData
 from catalog.errors import (
     FencedError,
     MigrationRefusedError,
     SchemaIncompatibleError,
     ShardError,
+    VersionMismatchError,
 )
 from catalog.migration import MigrationEntry, MigrationShard
 from catalog.release import (
@@ -56,11 +63,14 @@ from catalog.release import (
     plan,
 )
 from catalog.schema import fingerprint
-from catalog.shard import Shard, ShardState, evolve_op, read_states
+from catalog.shard import Shard, ShardState, evolve_op, read_states, shard_key
 from catalog.state import (
+    CATALOG_KEY,
     CONTAINER_KEYS,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
+    PROCESSES_KEY,
+    SHARDS_KEY,
     CatalogState,
     CollectionRef,
     catalog_write_op,
@@ -324,8 +334,7 @@ def _copy_rewrites(
         transforms = list(m.transforms)
         last_rewrite = max(i.version for i in m.instructions if i.mechanism is Mechanism.REWRITE)
         if any(
-            i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite
-            for i in m.instructions
+            i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite for i in m.instructions
         ):
             transforms.append(CarryEvolutions(m.new_schema))
         copied = copy_transformed(source, target, transforms, m.new_schema, fence=fence)
@@ -356,9 +365,7 @@ def _evolve_all(
     done: list[str] = []
 
     def attempt() -> None:
-        states = _read_shard_states(
-            ctx, {catalog.collections[gid].shard_id for gid in pending}
-        )
+        states = _read_shard_states(ctx, {catalog.collections[gid].shard_id for gid in pending})
         ops: list[Op] = []
         batch: list[str] = []
         for gid, m in list(pending.items()):
@@ -577,3 +584,98 @@ def finalize_pending(
         log.info("shards_finalized", shards=finalized)
     return finalized
 
+
+# A shard younger than this is never collected as an orphan: its creator may be about to name it.
+ORPHAN_GRACE_SECONDS = 600.0
+# Process states in which a process may hold shards it created but has not named yet.
+_CREATING_STATES = frozenset({"starting", "checking", "migrating"})
+_ORPHAN_CHUNK = 50
+
+
+def _creation_in_flight(consensus: Consensus, process_id: str) -> str | None:
+    """The id of another live process that may be creating shards right now, if any."""
+    names = [n for n in consensus.children(PROCESSES_KEY) if n != process_id]
+    found = consensus.get_many([f"{PROCESSES_KEY}/{n}" for n in names])
+    for name in names:
+        value = found[f"{PROCESSES_KEY}/{name}"]
+        if value is None:
+            continue
+        try:
+            state = value.json().get("state")
+        except ValueError:
+            state = None
+        if state in _CREATING_STATES or state is None:
+            return name
+    return None
+
+
+def collect_orphan_shards(
+    ctx: MigrationContext,
+    fence: Fence | None,
+    *,
+    grace_seconds: float = ORPHAN_GRACE_SECONDS,
+    known_finalized: set[str] | None = None,
+) -> list[str]:
+    """Queue for finalization the shards nothing references; returns their ids (leader only).
+
+    An orphan is a shard that neither the catalog nor any live migration entry names, that is
+    not the migration shard, not queued already and not finalized, and that was created more
+    than ``grace_seconds`` ago: what a read-only process leaves behind when it dies between
+    creating replacement shards and appending their entries. Nothing is collected while
+    another process is starting, checking or migrating, nor before a catalog exists.
+
+    One transaction per chunk seals the orphans and queues them, on condition that the catalog
+    and the migration shard are unchanged since they were read; a process that then appends
+    entries naming a shard sealed here fails its append (its guards) and creates a new shard,
+    so no entry ever names a collected shard. :func:`finalize_pending` finalizes them.
+    ``known_finalized`` (kept by the caller between calls) spares re-reading tombstones.
+    """
+    consensus = ctx.consensus
+    busy = _creation_in_flight(consensus, ctx.process_id)
+    if busy is not None:
+        log.debug("orphan_collection_deferred", busy_process=busy)
+        return []
+    found = read_catalog(consensus)
+    if found is None:
+        return []
+    catalog, catalog_version = found
+    entries, migration_state = ctx.migration_shard().read_live()
+    referenced = catalog.shard_ids() | {e.shard_id for e in entries} | {MIGRATION_SHARD_ID}
+    skip = referenced | set(pending_finalization(consensus)) | (known_finalized or set())
+    candidates = [s for s in consensus.children(SHARDS_KEY) if s not in skip]
+    if not candidates:
+        return []
+    values = consensus.get_many([shard_key(s) for s in candidates])
+    now = time.time()
+    orphans: list[tuple[str, ShardState]] = []
+    for shard_id in candidates:
+        value = values[shard_key(shard_id)]
+        if value is None:
+            continue
+        state = ShardState.decode(value.value, value.version)
+        if state.finalized:
+            if known_finalized is not None:
+                known_finalized.add(shard_id)
+            continue
+        if now - value.created >= grace_seconds:
+            orphans.append((shard_id, state))
+    guards: list[Op] = [Check(CATALOG_KEY, catalog_version)]
+    if migration_state is not None:
+        guards.append(Check(shard_key(MIGRATION_SHARD_ID), migration_state.version))
+    collected: list[str] = []
+    for start in range(0, len(orphans), _ORPHAN_CHUNK):
+        chunk = orphans[start : start + _ORPHAN_CHUNK]
+        ops = list(guards)
+        for shard_id, state in chunk:
+            sealed = attrs.evolve(state, sealed=True)
+            ops.append(SetData(shard_key(shard_id), sealed.encode(), state.version))
+            ops.append(Create(f"{FINALIZE_KEY}/{shard_id}", b""))
+        try:
+            consensus.commit(ops, fence=fence)
+        except VersionMismatchError as exc:
+            log.info("orphan_collection_raced", key=exc.details.get("key"))
+            break  # something moved: the next call re-reads
+        collected.extend(shard_id for shard_id, _ in chunk)
+    if collected:
+        log.info("orphan_shards_queued", shards=collected)
+    return collected

@@ -4,7 +4,8 @@ State machine (the ``state`` of the process node; it runs on the process's main 
 
     starting --connect, register--> checking --check_read_only--> ready
     ready --promotion of own generation (or bootstrap, or --auto-promote)--> migrating
-    migrating --migrate_as_leader--> serving          (leader; finalizer runs periodically)
+    migrating --migrate_as_leader--> serving          (leader; finalizer and orphan
+                                                       collection run periodically)
     ready/checking --catalog version, generation or epoch changed--> checking (re-plan)
     any --newer generation promoted or in the catalog, epoch moved--> fenced   (exit 3)
     any --migration refused--> failed                                         (exit 4)
@@ -13,7 +14,8 @@ ZooKeeper layout it writes (keys relative to the environment root; see ``catalog
 
     processes/<id>      ephemeral JSON: the live status below, rewritten on every state or phase
                         change and every ``heartbeat_interval`` seconds
-    events/e-<seq>      ready, bootstrap, migrated, finalized, fenced, failed (orchestrator.events)
+    events/e-<seq>      ready, bootstrap, migrated, finalized, orphans_queued, fenced, failed
+                        (orchestrator.events)
 
 Threads: kazoo's state listener, election callbacks, HTTP handlers and signal handlers never
 change the state; they put a message in the inbox (a ``SimpleQueue``, safe from signal handlers)
@@ -69,10 +71,12 @@ from catalog.state import PROCESSES_KEY, read_catalog
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
 from orchestrator.migrate import (
+    ORPHAN_GRACE_SECONDS,
     CheckResult,
     LeaderResult,
     MigrationContext,
     check_read_only,
+    collect_orphan_shards,
     finalize_pending,
     migrate_as_leader,
 )
@@ -118,6 +122,10 @@ class SidecarConfig:
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     finalize_interval: float = 5.0
+    # A leader looks for orphan shards (created, never named) this often, collecting those
+    # older than orphan_grace seconds (orchestrator.migrate.collect_orphan_shards).
+    orphan_interval: float = 60.0
+    orphan_grace: float = ORPHAN_GRACE_SECONDS
     connect_attempt_timeout: float = 5.0
     max_backoff: float = 5.0
 
@@ -215,6 +223,8 @@ class Sidecar:
         self._registered = False
         self._ready_recorded = False
         self._joined = False
+        self._next_orphan_scan = 0.0
+        self._known_finalized: set[str] = set()
         self._auto_promoted = False
         self._pending = False
         self._connected = threading.Event()
@@ -745,6 +755,16 @@ class Sidecar:
         if self._writes_paused.is_set():
             return
         try:
+            if time.monotonic() >= self._next_orphan_scan:
+                self._next_orphan_scan = time.monotonic() + self.config.orphan_interval
+                orphans = collect_orphan_shards(
+                    self._ctx,
+                    leadership.fence,
+                    grace_seconds=self.config.orphan_grace,
+                    known_finalized=self._known_finalized,
+                )
+                if orphans:
+                    self._event("orphans_queued", fence=leadership.fence, shards=orphans)
             finalized = finalize_pending(self._ctx, leadership.fence, lease_timeout=0.0)
         except ConnectionLostError:
             return

@@ -14,16 +14,17 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Fence, Op
+from catalog.consensus import Consensus, Create, Fence, Op, SetData, encode_json
 from catalog.errors import FencedError, MigrationRefusedError, PlanError
 from catalog.migration import MigrationShard
 from catalog.release import Release, load_release_dir
 from catalog.shard import Shard
-from catalog.state import FINALIZE_KEY, read_catalog
+from catalog.state import FINALIZE_KEY, PROCESSES_KEY, read_catalog
 from orchestrator.election import LeaderElection, Leadership, promote
 from orchestrator.migrate import (
     MigrationContext,
     check_read_only,
+    collect_orphan_shards,
     finalize_pending,
     migrate_as_leader,
 )
@@ -248,9 +249,7 @@ def test_older_release_after_aborted_upgrade(env: Env, releases: dict[str, Relea
     migrate_as_leader(ctx, env.lead(ctx))
     catalog = read_catalog(ctx.consensus)
     assert catalog is not None and catalog[0].version == "0.11.0"
-    later = [
-        e for e in MigrationShard(ctx.consensus, env.blob).entries() if e.version == "0.12.0"
-    ]
+    later = [e for e in MigrationShard(ctx.consensus, env.blob).entries() if e.version == "0.12.0"]
     assert later, "entries of a later version stay"
 
 
@@ -388,3 +387,121 @@ def test_same_version_promoted_twice_cleans_up_the_second_generation(
     for shard_id in unused.values():
         assert shard_id not in catalog[0].shard_ids()
         assert second.shard(shard_id).state().finalized
+
+
+# -- orphan shards -------------------------------------------------------------------------------
+
+
+def crashed_read_only_orphans(ctx: MigrationContext, count: int = 3) -> list[str]:
+    """What a read-only process leaves when it dies after creating replacement shards and
+    before appending their entries: shards nothing names."""
+    created: dict[str, str] = {}
+    schema = pa.schema([pa.field("id", pa.string())])
+    schemas = {f"u-orphan-{i}": schema for i in range(count)}
+    ctx.migration_shard()._create_shards(schemas, created, None)
+    return sorted(created.values())
+
+
+def test_orphan_shards_of_a_crashed_read_only_process_are_collected(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """Orphans older than the grace period are sealed and queued, then finalized; named
+    shards are never touched, and the upgrade the crashed process was checking completes."""
+    leader_ctx = env.ctx(releases["0.10.0"], 1)
+    leadership = env.lead(leader_ctx)
+    migrate_as_leader(leader_ctx, leadership)
+    crashed = env.ctx(releases["0.11.0"], 2)
+    orphans = crashed_read_only_orphans(crashed)
+    assert collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=3600) == []
+    known: set[str] = set()
+    collected = collect_orphan_shards(
+        leader_ctx, leadership.fence, grace_seconds=0, known_finalized=known
+    )
+    assert sorted(collected) == orphans
+    assert set(orphans) <= set(leader_ctx.consensus.children(FINALIZE_KEY))
+    assert all(leader_ctx.shard(s).state().sealed for s in orphans)
+    catalog = read_catalog(leader_ctx.consensus)
+    assert catalog is not None
+    for shard_id in catalog[0].shard_ids():
+        assert not leader_ctx.shard(shard_id).state().sealed
+    assert set(finalize_pending(leader_ctx, leadership.fence, lease_timeout=5)) == set(orphans)
+    assert all(leader_ctx.shard(s).state().is_tombstone for s in orphans)
+    assert (
+        collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0, known_finalized=known)
+        == []
+    )
+    assert set(orphans) <= known
+    # The crashed process's release restarts and is promoted as if nothing had happened.
+    restarted = env.ctx(releases["0.11.0"], 2)
+    check = check_read_only(restarted)
+    assert not set(check.replacement_shards.values()) & set(orphans)
+    migrate_as_leader(restarted, env.lead(restarted))
+    catalog = read_catalog(restarted.consensus)
+    assert catalog is not None and catalog[0].version == "0.11.0"
+
+
+@pytest.mark.parametrize("moment", ["after-creation", "inside-the-append"])
+def test_no_entry_names_a_shard_collected_before_its_entry_landed(
+    env: Env, releases: dict[str, Release], monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    """The race the append guards close: the leader collects a read-only process's fresh
+    shards between their creation and the entry append (right after creation, or after the
+    append read their versions). The append then fails, the process creates new shards, and
+    every entry names a live, unsealed shard."""
+    leader_ctx = env.ctx(releases["0.10.0"], 1)
+    leadership = env.lead(leader_ctx)
+    migrate_as_leader(leader_ctx, leadership)
+    collected: list[str] = []
+
+    def collect_once() -> None:
+        if not collected:
+            collected.extend(collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0))
+
+    if moment == "after-creation":
+        create = MigrationShard._create_shards
+
+        def create_then_collect(self: MigrationShard, *args: Any) -> None:
+            create(self, *args)
+            collect_once()
+
+        monkeypatch.setattr(MigrationShard, "_create_shards", create_then_collect)
+    else:
+        append = Shard.compare_and_append
+
+        def collect_then_append(self: Shard, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("guards"):
+                collect_once()
+            return append(self, *args, **kwargs)
+
+        monkeypatch.setattr(Shard, "compare_and_append", collect_then_append)
+    reader = env.ctx(releases["0.11.0"], 2)
+    check = check_read_only(reader)
+    assert collected, "the leader collected the fresh shards before their entries landed"
+    named = set(check.replacement_shards.values())
+    assert named and not named & set(collected)
+    entries = MigrationShard(reader.consensus, env.blob).entries_for("0.11.0", 2)
+    assert {e.shard_id for e in entries.values()} == named
+    for shard_id in named:
+        state = reader.shard(shard_id).state()
+        assert not state.sealed and not state.finalized
+    monkeypatch.undo()
+    migrate_as_leader(reader, env.lead(reader))
+    catalog = read_catalog(reader.consensus)
+    assert catalog is not None and catalog[0].version == "0.11.0"
+
+
+def test_orphan_collection_waits_while_another_process_is_checking(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """A process in a state where it may hold shards it has not named yet defers collection."""
+    leader_ctx = env.ctx(releases["0.10.0"], 1)
+    leadership = env.lead(leader_ctx)
+    migrate_as_leader(leader_ctx, leadership)
+    orphans = crashed_read_only_orphans(env.ctx(releases["0.11.0"], 2), count=1)
+    consensus = leader_ctx.consensus
+    consensus.ensure(PROCESSES_KEY)
+    node = f"{PROCESSES_KEY}/other"
+    consensus.commit([Create(node, encode_json({"state": "checking"}), ephemeral=True)])
+    assert collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0) == []
+    consensus.commit([SetData(node, encode_json({"state": "ready"}), -1)])
+    assert collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0) == orphans
