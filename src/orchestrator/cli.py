@@ -180,6 +180,14 @@ def validate_command(releases_dir: Path, as_json: bool) -> None:
 @click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
 @click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
+@click.option(
+    "--orphan-grace",
+    type=click.FloatRange(min=0.0),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="As leader, collect shards nothing names once they are this old.",
+)
 @zk_options
 @handle_errors
 def sidecar_command(
@@ -190,6 +198,7 @@ def sidecar_command(
     auto_promote: bool,
     process_id: str | None,
     session_timeout: float,
+    orphan_grace: float,
     zk: str,
     env: str,
 ) -> None:
@@ -212,6 +221,8 @@ def sidecar_command(
         http_port=port,
         auto_promote=auto_promote,
         session_timeout=session_timeout,
+        orphan_grace=orphan_grace,
+        orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
         process_id=process_id or default_process_id(),
     )
     sys.exit(run_sidecar(config, release))

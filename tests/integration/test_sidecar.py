@@ -8,10 +8,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
 
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
 from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
+from catalog.migration import MigrationShard
+from catalog.state import read_catalog
 from orchestrator.zkserver import free_port
 from support.sidecars import (
     ROOT,
@@ -296,9 +301,6 @@ def test_four_processes_of_one_version_agree_and_one_leads(  # type: ignore[no-u
 ) -> None:
     """Four processes of one (version, generation) started together all reach ready, agree on
     every replacement shard, and exactly one becomes leader after promotion."""
-    from catalog.blob import BlobStore
-    from catalog.consensus import Consensus
-    from catalog.migration import MigrationShard
 
     bootstrap(launch)
     racers = [launch(V2, 2, f"green-{i}") for i in range(4)]
@@ -354,3 +356,38 @@ def test_paused_leader_is_fenced_after_a_takeover(  # type: ignore[no-untyped-de
     assert status == 200
     status, body = second.http("GET", f"/read?collection={TABLES}")
     assert status == 200 and len(json_lines(body)) == len(TABLE_ROWS)
+
+
+def test_leader_collects_the_orphans_of_a_crashed_read_only_process(  # type: ignore[no-untyped-def]
+    launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """Shards a read-only process created but never named are finalized by the serving leader
+    once older than --orphan-grace; the catalog's shards are untouched."""
+
+    from catalog.blob import BlobStore
+    from catalog.consensus import Consensus
+    from catalog.migration import MigrationShard
+
+    consensus = Consensus(zk_client, f"/catalog-upgrade/{zk_env.name}")
+    leader = launch(V1, 1, "blue-1", auto_promote=True, extra=["--orphan-grace", "1"])
+    leader.wait_state("serving")
+    created: dict[str, str] = {}
+    shard = MigrationShard(consensus, BlobStore.from_uri(str(tmp_path / "blob")))
+    shard._create_shards({"u-orphan": pa.schema([pa.field("id", pa.string())])}, created, None)
+    (orphan,) = created.values()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = consensus.get(f"shards/{orphan}")
+        if found is not None and found.json().get("finalized"):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"orphan {orphan} not finalized\n{leader.log_tail()}")
+    catalog = read_catalog(consensus)
+    assert catalog is not None and orphan not in catalog[0].shard_ids()
+    kinds = [
+        json.loads(line).get("event")
+        for line in leader.log_file.read_text().splitlines()
+        if line.startswith("{")
+    ]
+    assert "orphan_shards_queued" in kinds
