@@ -304,9 +304,18 @@ def status_command(
                 last[:] = [unchanged]
                 click.echo(json.dumps(document))
 
+        def print_table(status: UpgradeStatus) -> None:
+            # Not a terminal (a log, a pipe): a new table whenever the status changed.
+            unchanged = {**status.to_json(), "read_at": None}
+            if not last or last[0] != unchanged:
+                last[:] = [unchanged]
+                console.print(render_table(status, all_rows=all_rows))
+
         try:
             if as_json:
                 watch_status(consensus, print_json, stop, events=events)
+            elif not console.is_terminal:
+                watch_status(consensus, print_table, stop, events=events)
             else:
                 with Live(console=console, auto_refresh=False) as live:
                     watch_status(

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -267,3 +271,45 @@ def test_migration_entries_come_from_the_migration_shard(
         {"global_id": "s1", "version": "0.12.0", "deploy_generation": 3, "shard_id": "sh-new-1"}
     ]
     assert document["warnings"] == []
+
+
+def test_watch_without_a_terminal_prints_a_table_per_change(
+    store: Consensus, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """``status --watch`` into a pipe or a log (no terminal): each change is a new table,
+    not only the last frame at exit."""
+    build_environment(store)
+    output = tmp_path / "watch.txt"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "--log-level",
+                "WARNING",
+                "status",
+                "--watch",
+                "--zk",
+                zk_env.hosts,
+                "--env",
+                zk_env.name,
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "migrating" not in output.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "migrating" in output.read_text(), output.read_text()
+        found = store.get_json(f"{PROCESSES_KEY}/lead")
+        assert found is not None
+        store.cas(f"{PROCESSES_KEY}/lead", encode_json({**found[0], "state": "serving"}), found[1])
+        while "serving" not in output.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "serving" in output.read_text(), output.read_text()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
