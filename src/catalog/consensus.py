@@ -43,6 +43,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from catalog import failpoints
 from catalog.errors import ConnectionLostError, ConsensusError, FencedError, VersionMismatchError
 
 log = structlog.get_logger(__name__)
@@ -249,6 +250,8 @@ class Consensus:
                     key=op.key,
                     size=len(op.value),
                 )
+        if fence is not None:
+            failpoints.before_fenced_write(ops[0].key)
         started = time.perf_counter()
         txn = self.client.transaction()
         for op in all_ops:

@@ -23,6 +23,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
+from catalog.failpoints import CRASH_BEFORE_WRITE_ENV
 from orchestrator.zkserver import free_port
 
 __all__ = ["Fleet", "HttpAnswer", "SidecarProcess", "child_environment"]
@@ -42,6 +43,7 @@ def child_environment() -> dict[str, str]:
     environment["PYTHONPATH"] = os.pathsep.join(paths)
     environment.pop("CATALOG_UPGRADE_ZK", None)
     environment.pop("CATALOG_UPGRADE_ENV", None)
+    environment.pop(CRASH_BEFORE_WRITE_ENV, None)  # only a start step sets it
     return environment
 
 
@@ -224,14 +226,18 @@ class Fleet:
         *,
         auto_promote: bool = False,
         session_timeout: float = 2.0,
+        crash_before_write: int | None = None,
     ) -> SidecarProcess:
-        """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``."""
+        """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``. With
+        ``crash_before_write`` it kills itself before that leader write (catalog.failpoints)."""
         if name in self.processes:
             raise BadInputError(f"process {name} was already started", process=name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         http = f"127.0.0.1:{free_port()}"
         log_path = self.log_dir / f"{name}.log"
         environment = child_environment()
+        if crash_before_write is not None:
+            environment[CRASH_BEFORE_WRITE_ENV] = str(crash_before_write)
         command = self.command(
             name,
             release_file,

@@ -384,6 +384,7 @@ class ScenarioRun:
                 step.generation,
                 auto_promote=step.auto_promote,
                 session_timeout=step.session_timeout or self.default_session_timeout,
+                crash_before_write=step.crash_before_write,
             )
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)

@@ -86,7 +86,7 @@ def _spec(required: str = "", optional: str = "", help: str = "") -> ActionSpec:
 ACTIONS: Final[Mapping[str, ActionSpec]] = {
     "start": _spec(
         "process release generation",
-        "auto_promote session_timeout",
+        "auto_promote session_timeout crash_before_write",
         "start sidecar process(es) of a release at a deploy generation",
     ),
     "wait": _spec("process state", "timeout", "wait until a process reaches a state"),
@@ -173,6 +173,7 @@ class Step:
     generation: int | None = None
     auto_promote: bool = False
     session_timeout: float | None = None
+    crash_before_write: int | None = None
     state: str | None = None
     timeout: float | None = None
     collection: str | None = None
@@ -203,6 +204,8 @@ class Step:
         a = self.action
         if a == "start":
             extra = " auto-promote" if self.auto_promote else ""
+            if self.crash_before_write is not None:
+                extra += f", crashing before leader write {self.crash_before_write}"
             return f"start {who}: {self.release} generation {self.generation}{extra}"
         if a == "wait":
             return f"wait {who} {self.state}"
@@ -232,6 +235,7 @@ class Step:
             "release",
             "generation",
             "session_timeout",
+            "crash_before_write",
             "state",
             "timeout",
             "collection",
@@ -467,6 +471,7 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "generation": _integer(0),
     "auto_promote": _boolean,
     "session_timeout": _number(1.0),
+    "crash_before_write": _integer(1),
     "state": _state,
     "timeout": _number(0.1),
     "collection": _collection,
@@ -475,7 +480,7 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "expect_count": _integer(0),
     "expect_http": _http,
     "refused": _boolean,
-    "code": _integer(0, 255),
+    "code": _integer(-64, 255),  # negative: killed by that signal (-9: SIGKILL)
     "path": _string,
     "equals": _any,
     "not_equals": _any,
@@ -725,6 +730,7 @@ def _build_step(number: int, found: _Collector, action: str, raw: Mapping[str, A
         generation=raw.get("generation"),
         auto_promote=bool(raw.get("auto_promote", False)),
         session_timeout=_opt_float(raw.get("session_timeout")),
+        crash_before_write=raw.get("crash_before_write"),
         state=raw.get("state"),
         timeout=_opt_float(raw.get("timeout")),
         collection=raw.get("collection"),

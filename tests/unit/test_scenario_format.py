@@ -134,6 +134,8 @@ def test_every_problem_is_reported_at_once(scenario_dir: Path) -> None:
         ("session_timeout", "0.5"),
         ("process", '"has space"'),
         ("release", '""'),
+        ("crash_before_write", "0"),
+        ("crash_before_write", '"3"'),
     ],
 )
 def test_wrongly_typed_start_fields_are_refused(scenario_dir: Path, field: str, value: str) -> None:
@@ -314,3 +316,17 @@ def test_cli_run_refuses_an_invalid_file_with_exit_2(scenario_dir: Path) -> None
     assert result.exit_code == EXIT_BAD_INPUT
     external = ["scenario", "run", str(SCENARIOS / "zookeeper_restart.toml"), "--zk", "h:1"]
     assert CliRunner().invoke(main, external).exit_code == EXIT_BAD_INPUT
+
+
+def test_crash_before_write_parses_and_round_trips(scenario_dir: Path) -> None:
+    """A start step's failpoint is kept, shown in the timeline and printed back as TOML."""
+    scenario = parse_scenario(HEADER + START + "crash_before_write = 3\n", scenario_dir / "s.toml")
+    (step,) = scenario.steps
+    assert step.crash_before_write == 3
+    assert "crashing before leader write 3" in step.describe()
+    assert "crash_before_write = 3" in step.to_toml()
+
+
+def test_expect_exit_takes_a_signal_as_a_negative_code(scenario_dir: Path) -> None:
+    text = HEADER + START + '\n[[step]]\naction = "expect_exit"\nprocess = "a"\ncode = -9\n'
+    assert parse_scenario(text, scenario_dir / "s.toml").steps[1].code == -9
