@@ -78,6 +78,7 @@ from orchestrator.migrate import (
     check_read_only,
     collect_orphan_shards,
     finalize_pending,
+    find_schema_id,
     migrate_as_leader,
 )
 from orchestrator.sidecar_http import HttpError, Readiness, ReadinessCheck, SidecarHttpServer
@@ -870,7 +871,12 @@ class Sidecar:
                 pa.array([1] * table.num_rows, pa.int64()),
             )
             self._require_writable(leadership)
-            result = shard.compare_and_append(batch, upper, upper + 1, fence=leadership.fence)
+            # The id of this release's schema, not the latest: a newer leader that registered
+            # a schema on this shard and crashed before its switch must not stop our writes.
+            schema_id = find_schema_id(state, builtin.schema)
+            result = shard.compare_and_append(
+                batch, upper, upper + 1, schema_id=schema_id, fence=leadership.fence
+            )
             if not result.ok:
                 raise VersionMismatchError(
                     f"upper of {shard.shard_id} moved to {result.upper}",
