@@ -3,7 +3,8 @@
 Layout below ``/catalog-upgrade/<env>`` (keys are relative to that root)::
 
     catalog                 CatalogState JSON: durable version Vc, generation Gc, blob URI, and
-                            every collection's GlobalId -> (name, shard id, fingerprint)
+                            every collection's GlobalId -> (name, shard id, fingerprint, and
+                            the release's schema when the shard registered a wider one)
     epoch                   {"epoch", "leader", "deploy_generation", "session"}; the fencing token.
                             Every leader write carries Check(epoch, version-at-takeover).
     promotion               {"deploy_generation"}: the promotion target
@@ -19,12 +20,15 @@ Values are compact JSON; at 1,000 collections the catalog value is about 150 KB.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import pyarrow as pa
 
 from catalog.consensus import Consensus, Create, Op, SetData, decode_json, encode_json
+from catalog.schema import schema_from_bytes, schema_to_bytes
 
 CATALOG_KEY = "catalog"
 EPOCH_KEY = "epoch"
@@ -41,23 +45,38 @@ CONTAINER_KEYS = (ELECTION_KEY, PROCESSES_KEY, SHARDS_KEY, FINALIZE_KEY, EVENTS_
 
 @attrs.frozen
 class CollectionRef:
-    """Where one builtin collection lives now."""
+    """Where one builtin collection lives now.
+
+    ``schema`` is the release's schema, kept only when it is not registered as such on the
+    shard: the leader then registered a wider schema (its own plus fields an aborted newer
+    leader had added, which must survive for that release), and plans start from this one.
+    """
 
     global_id: str
     name: str  # "schema_name.object_name"
     shard_id: str
     fingerprint: str
+    schema: pa.Schema | None = attrs.field(default=None, eq=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shard_id": self.shard_id, "fingerprint": self.fingerprint}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "shard_id": self.shard_id,
+            "fingerprint": self.fingerprint,
+        }
+        if self.schema is not None:
+            out["schema"] = base64.b64encode(schema_to_bytes(self.schema)).decode()
+        return out
 
     @classmethod
     def from_json(cls, global_id: str, data: Mapping[str, Any]) -> CollectionRef:
+        encoded = data.get("schema")
         return cls(
             global_id=global_id,
             name=data["name"],
             shard_id=data["shard_id"],
             fingerprint=data["fingerprint"],
+            schema=None if encoded is None else schema_from_bytes(base64.b64decode(encoded)),
         )
 
 

@@ -229,9 +229,9 @@ def _durable_snapshot(catalog: CatalogState, states: Mapping[str, ShardState]) -
     out = []
     for ref in catalog.collections.values():
         state = states[ref.shard_id]
-        schema = state.live_schema
+        schema = state.live_schema if ref.schema is None else ref.schema
         for schema_id in range(len(state.schemas) - 1, -1, -1):
-            if fingerprint(state.live(schema_id)) == ref.fingerprint:
+            if ref.schema is None and fingerprint(state.live(schema_id)) == ref.fingerprint:
                 schema = state.live(schema_id)
                 break
         out.append(CollectionState(ref.global_id, ref.name, ref.fingerprint, schema, state.schema))

@@ -203,24 +203,56 @@ def _snapshot(catalog: CatalogState, shards: Mapping[str, ShardState]) -> Catalo
                 global_id=ref.global_id,
                 name=ref.name,
                 fingerprint=ref.fingerprint,
-                schema=_cataloged_schema(state, ref.fingerprint),
+                schema=_cataloged_schema(state, ref),
                 history=state.schema,
             )
         )
     return CatalogSnapshot(version=catalog.version, collections=tuple(collections))
 
 
-def _cataloged_schema(state: ShardState, fingerprint_: str) -> pa.Schema:
-    """The registered schema the catalog's fingerprint names, else the latest.
+def _cataloged_schema(state: ShardState, ref: CollectionRef) -> pa.Schema:
+    """The schema the catalog names: the one it keeps, else the registered schema its
+    fingerprint names, else the latest.
 
     They differ only after a leader registered a newer schema and crashed before its switch:
     the catalog still describes the older schema, and plans must start from it.
     """
+    if ref.schema is not None:
+        return ref.schema
     for schema_id in range(len(state.schemas) - 1, -1, -1):
         live = state.live(schema_id)
-        if fingerprint(live) == fingerprint_:
+        if fingerprint(live) == ref.fingerprint:
             return live
     return state.live_schema
+
+
+def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa.Schema:
+    """The schema a leader registers on ``state``'s shard to evolve it from ``old`` (the
+    catalog's) to ``new`` (its release's).
+
+    Normally ``new``. But when a newer release's leader registered fields on the shard and
+    crashed before its switch, the latest schema holds top-level fields that neither ``old``
+    nor ``new`` knows. Registering ``new`` would delete them, and a deleted name can never be
+    added again: that newer release could never start. They are kept instead (the result has
+    the latest schema's order, ``new``'s types, then ``new``'s added fields); ``new`` reads
+    it as a projection. When that is not a valid evolution, ``new`` is registered after all.
+    """
+    latest = state.live_schema
+    known = set(old.names) | set(new.names)
+    kept = {f.name for f in latest if f.name not in known}
+    if not kept:
+        return new
+    wanted = set(new.names)
+    fields = [
+        new.field(f.name) if f.name in wanted else f for f in latest if f.name in wanted | kept
+    ]
+    fields += [f for f in new if latest.get_field_index(f.name) < 0]
+    wider = pa.schema(fields, metadata=new.metadata)
+    try:
+        evolve_op(state, wider)
+    except SchemaIncompatibleError:
+        return new
+    return wider
 
 
 def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
@@ -371,13 +403,16 @@ def _evolve_all(
         for gid, m in list(pending.items()):
             shard_id = catalog.collections[gid].shard_id
             state = states[shard_id]
-            if find_schema_id(state, m.new_schema) is not None:
+            target = registration_schema(state, m.old_schema, m.new_schema)
+            if find_schema_id(state, m.new_schema) is not None or (
+                find_schema_id(state, target) is not None
+            ):
                 # Already registered (an earlier run, or an older schema this release keeps).
                 pending.pop(gid)
                 done.append(m.name)
                 continue
             try:
-                op, _ = evolve_op(state, m.new_schema)
+                op, _ = evolve_op(state, target)
             except SchemaIncompatibleError as exc:
                 # The shard moved to a schema ours is not compatible with: halt (fenced).
                 raise FencedError(
@@ -467,6 +502,15 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         if shard_id is None:  # pragma: no cover - plan guarantees new builtins are wanted
             raise MigrationRefusedError(f"no shard for builtin {b.name}", collection=b.name)
         collections[b.global_id] = CollectionRef(b.global_id, b.name, shard_id, b.fingerprint)
+    # A release schema registered only inside a wider one (registration_schema) is kept in
+    # the catalog, so plans start from it.
+    release_schemas = {b.global_id: b.schema for b in ctx.release.builtins}
+    kept = [gid for gid in collections if gid not in replacements]
+    current = _read_shard_states(ctx, {collections[gid].shard_id for gid in kept})
+    for gid in kept:
+        ref = collections[gid]
+        if find_schema_id(current[ref.shard_id], release_schemas[gid]) is None:
+            collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
     new_state = CatalogState(
         version=str(ctx.version),
         deploy_generation=leadership.deploy_generation,

@@ -874,6 +874,11 @@ class Sidecar:
             # The id of this release's schema, not the latest: a newer leader that registered
             # a schema on this shard and crashed before its switch must not stop our writes.
             schema_id = find_schema_id(state, builtin.schema)
+            if schema_id is None:
+                # Registered only inside a wider schema (migrate.registration_schema): write
+                # that one, the fields this release does not know as nulls.
+                schema_id = state.schema_id
+                batch = migrate_batch(batch, builtin.schema, state.live_schema, projection=True)
             result = shard.compare_and_append(
                 batch, upper, upper + 1, schema_id=schema_id, fence=leadership.fence
             )

@@ -116,23 +116,6 @@ def test_crash_points_cover_every_leader_write(zookeeper: ZooKeeperTarget) -> No
     assert failed.action == "expect_exit" and "still runs" in (failed.error or ""), explain(result)
 
 
-KNOWN_FAILURE = SCENARIOS / "known_failures" / "older_release_after_crashed_newer_leader.toml"
-
-
-def test_known_failure_older_release_after_a_crashed_newer_leader(
-    zookeeper: ZooKeeperTarget, indexes: dict[Path, ReleaseIndex]
-) -> None:
-    """Documents an open bug (see the scenario's description): an older release taking over
-    after a newer leader registered schemas and crashed tombstones the newer fields, and the
-    newer releases can never start. When this test fails, the bug is fixed: move the scenario
-    into the suite and delete this test."""
-    scenario = load_scenario(KNOWN_FAILURE, indexes=indexes)
-    result = run_scenario(scenario, zookeeper, seed=5)
-    assert not result.ok, "fixed: move the scenario into scenarios/ and drop this test"
-    assert "releases-can-start" in (result.error or ""), explain(result)
-    assert "field-readded" in (result.error or ""), explain(result)
-
-
 def test_suite_covers_the_issue_list() -> None:
     """The suite holds at least the twelve scenarios the issue asks for."""
     assert len(SUITE) >= 12
