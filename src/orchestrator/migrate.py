@@ -14,7 +14,8 @@ leader (every write carries the epoch check)
     1. the same replacement shards (plus shards for builtins new in this release);
     2. ``compare_and_evolve_schema`` for evolutions: a schema already registered is reused;
        otherwise evolve; on a lost race re-read: same schema -> done, compatible -> retry,
-       otherwise halt;
+       otherwise halt. Fields a newer release's crashed leader registered are kept, not
+       deleted (:func:`registration_schema`), so that release can still start later;
     3. rewrite targets receive the delta of their source shard since the read-only copy;
     4. **one** transaction switches the catalog (version, generation, collection -> shard,
        fingerprints) and queues the replaced and removed shards for finalization, so a crash
