@@ -37,6 +37,7 @@ from catalog.blob import BlobStore  # noqa: E402
 from catalog.consensus import Consensus  # noqa: E402
 from catalog.release import Builtin, Mechanism, Migration, Release  # noqa: E402
 from orchestrator.election import LeaderElection, promote  # noqa: E402
+from orchestrator.logs import configure_logging  # noqa: E402
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader  # noqa: E402
 from orchestrator.zk import close, connect  # noqa: E402
 from orchestrator.zkserver import EmbeddedZooKeeper, free_port  # noqa: E402
@@ -206,6 +207,7 @@ def main() -> None:
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--skip-failover", action="store_true")
     args = parser.parse_args()
+    configure_logging("WARNING")  # stdout carries only the JSON result
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         hosts = os.environ.get("CATALOG_UPGRADE_ZK")
