@@ -232,28 +232,50 @@ def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa
     catalog's) to ``new`` (its release's).
 
     Normally ``new``. But when a newer release's leader registered fields on the shard and
-    crashed before its switch, the latest schema holds top-level fields that neither ``old``
-    nor ``new`` knows. Registering ``new`` would delete them, and a deleted name can never be
-    added again: that newer release could never start. They are kept instead (the result has
-    the latest schema's order, ``new``'s types, then ``new``'s added fields); ``new`` reads
-    it as a projection. When that is not a valid evolution, ``new`` is registered after all.
+    crashed before its switch, the latest schema holds fields, at any depth, that neither
+    ``old`` nor ``new`` knows. Registering ``new`` would delete them, and a deleted name can
+    never be added again: that newer release could never start. They are kept instead (in the
+    latest schema's order, with ``new``'s types for the fields it has, ``new``'s added fields
+    after them); ``new`` reads it as a projection. When that is not a valid evolution, ``new``
+    is registered after all.
     """
     latest = state.live_schema
-    known = set(old.names) | set(new.names)
-    kept = {f.name for f in latest if f.name not in known}
-    if not kept:
+    wider_type = _widen(pa.struct(list(latest)), pa.struct(list(old)), pa.struct(list(new)))
+    if wider_type.equals(pa.struct(list(new))):
         return new
-    wanted = set(new.names)
-    fields = [
-        new.field(f.name) if f.name in wanted else f for f in latest if f.name in wanted | kept
-    ]
-    fields += [f for f in new if latest.get_field_index(f.name) < 0]
-    wider = pa.schema(fields, metadata=new.metadata)
+    wider = pa.schema(list(wider_type), metadata=new.metadata)
     try:
         evolve_op(state, wider)
     except SchemaIncompatibleError:
         return new
     return wider
+
+
+def _widen(latest: pa.DataType, old: pa.DataType | None, new: pa.DataType) -> pa.DataType:
+    """``new`` with the fields of ``latest`` that neither ``old`` nor ``new`` has, recursively
+    through structs and list elements (see :func:`registration_schema`)."""
+    if pa.types.is_struct(latest) and pa.types.is_struct(new):
+        olds = {f.name: f for f in old} if old is not None and pa.types.is_struct(old) else {}
+        news = {f.name: f for f in new}
+        fields: list[pa.Field] = []
+        for field in latest:
+            if field.name in news:
+                mine = news[field.name]
+                before = olds[field.name].type if field.name in olds else None
+                fields.append(mine.with_type(_widen(field.type, before, mine.type)))
+            elif field.name not in olds:
+                fields.append(field)  # added by someone else since the catalog's schema
+        fields += [f for f in new if latest.get_field_index(f.name) < 0]
+        return pa.struct(fields)
+    for is_list, make in (
+        (pa.types.is_list, pa.list_),
+        (pa.types.is_large_list, pa.large_list),
+    ):
+        if is_list(latest) and is_list(new):
+            before = old.value_field.type if old is not None and is_list(old) else None
+            inner = _widen(latest.value_field.type, before, new.value_field.type)
+            return make(new.value_field.with_type(inner))
+    return new
 
 
 def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:

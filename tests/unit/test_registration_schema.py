@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import SchemaIncompatibleError
+from catalog.schema import check_reader
 from catalog.shard import ShardState, create_op, evolve_op
 from orchestrator.migrate import find_schema_id, registration_schema
 
@@ -58,3 +59,46 @@ def test_an_invalid_widening_falls_back_to_the_release_schema() -> None:
     state = shard(BASE, pa.schema([*BASE, pa.field("foreign", pa.int64())]))
     new = pa.schema([BASE.field("id"), pa.field("name", pa.int32())])  # a type change
     assert registration_schema(state, BASE, new).equals(new)
+
+
+def test_nested_fields_of_a_crashed_newer_leader_are_kept() -> None:
+    """At any depth: a struct child and a field of list elements the crashed leader added
+    survive, the release's own nested addition comes after them, and the release's schema
+    reads the result as a projection."""
+    item = pa.struct([pa.field("x", pa.int64())])
+    base = pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("config", pa.struct([pa.field("size", pa.string())])),
+            pa.field("key", pa.list_(item)),
+        ]
+    )
+    newer = pa.schema(
+        [
+            base.field("id"),
+            pa.field(
+                "config",
+                pa.struct([pa.field("size", pa.string()), pa.field("disk_limit", pa.string())]),
+            ),
+            pa.field(
+                "key",
+                pa.list_(pa.struct([pa.field("x", pa.int64()), pa.field("last", pa.bool_())])),
+            ),
+        ]
+    )
+    mine = pa.schema(
+        [
+            base.field("id"),
+            pa.field(
+                "config", pa.struct([pa.field("size", pa.string()), pa.field("zone", pa.string())])
+            ),
+            base.field("key"),
+        ]
+    )
+    state = shard(base, newer)
+    wider = registration_schema(state, base, mine)
+    assert [f.name for f in wider.field("config").type] == ["size", "disk_limit", "zone"]
+    assert [f.name for f in wider.field("key").type.value_type] == ["x", "last"]
+    _, after = evolve_op(state, wider)
+    check_reader(after.schema, mine)  # the release reads its own schema as a projection
+    check_reader(after.schema, newer)  # and the crashed release can still read (and start)
