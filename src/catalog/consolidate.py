@@ -340,15 +340,12 @@ def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
 
 
 def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
-    """:func:`_select`; a large table in two halves on two threads (Arrow releases the GIL),
+    """:func:`_select`; a large table in two halves on two threads (:func:`_share_work`),
     which nearly halves a copy."""
-    if table.num_rows < _PARALLEL_MIN_ROWS or (os.cpu_count() or 1) < 2:
+    halves = [partial(_filter_range, table, keep, *r) for r in _ranges(table.num_rows, 2)]
+    if not halves:
         return _select(table, keep)
-    half = table.num_rows // 2
-    with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(_select, table.slice(0, half), keep[:half])
-        second = _select(table.slice(half), keep[half:])
-        return pa.concat_tables([first.result(), second])
+    return pa.concat_tables(_share_work(halves, parallel=table.num_rows >= _PARALLEL_MIN_ROWS))
 
 
 def consolidate_sorted(

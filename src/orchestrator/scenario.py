@@ -791,20 +791,11 @@ def run_scenario(
                 violations = run.check_invariants(step)
                 if violations:
                     raise StepFailed(f"invariant violated: {describe(violations)}")
-            except StepFailed as exc:
-                error = f"step {step.number} (line {step.line}) {step.action}: {exc}"
-                result = StepResult(
-                    step.number,
-                    step.line,
-                    step.action,
-                    step.describe(),
-                    False,
-                    time.monotonic() - step_started,
-                    error=str(exc),
-                    note=step.note,
-                )
-            except (CatalogError, KazooException) as exc:
-                message = exc.message if isinstance(exc, CatalogError) else repr(exc)
+            except (StepFailed, CatalogError, KazooException) as exc:
+                if isinstance(exc, StepFailed):
+                    message = str(exc)
+                else:
+                    message = exc.message if isinstance(exc, CatalogError) else repr(exc)
                 error = f"step {step.number} (line {step.line}) {step.action}: {message}"
                 result = StepResult(
                     step.number,
