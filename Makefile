@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,7 +19,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check catalog orchestrator tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -34,7 +34,7 @@ zookeeper: $(STAMP)
 	$(BIN)/catalog-upgrade zookeeper
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) var demo-data .pytest_cache .mypy_cache .ruff_cache

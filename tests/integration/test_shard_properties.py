@@ -141,8 +141,8 @@ def test_random_histories_read_like_the_model(
             else:
                 fields = [f.with_nullable(True) if f.name == "id" else f for f in fields]
             schema = pa.schema(fields)
-            result = shard.compare_and_evolve_schema(shard.state().schema_id, schema)
-            assert result.ok
+            evolved = shard.compare_and_evolve_schema(shard.state().schema_id, schema)
+            assert evolved.ok
             model.schema = schema
         elif step == "since":
             since = data.draw(st.integers(model.since, model.upper), label="since")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -51,8 +51,14 @@ def started() -> Iterator[list[SidecarProcess]]:
         yield processes
 
 
+# start(version, generation, process_id, **SidecarProcess.start options)
+Launch = Callable[..., SidecarProcess]
+
+
 @pytest.fixture
-def launch(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]):  # type: ignore[no-untyped-def]
+def launch(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
+) -> Launch:
     """Start a sidecar of the test's environment (blob below tmp_path); killed at the end."""
 
     def start(version: str, generation: int, process_id: str, **kwargs: object) -> SidecarProcess:
@@ -73,7 +79,7 @@ def launch(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[
     return start
 
 
-def bootstrap(launch, process_id: str = "blue-1") -> SidecarProcess:  # type: ignore[no-untyped-def]
+def bootstrap(launch: Launch, process_id: str = "blue-1") -> SidecarProcess:
     leader: SidecarProcess = launch(V1, 1, process_id, auto_promote=True)
     leader.wait_state("serving")
     return leader
@@ -83,7 +89,7 @@ def bootstrap(launch, process_id: str = "blue-1") -> SidecarProcess:  # type: ig
 
 
 @pytest.mark.slow
-def test_bootstrap_and_http_endpoints(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+def test_bootstrap_and_http_endpoints(launch: Launch, zk_env: ZkEnv) -> None:
     """An auto-promote sidecar bootstraps an empty env and serves every HTTP endpoint."""
     leader = bootstrap(launch)
     node = leader.wait_state("serving")
@@ -136,7 +142,7 @@ def test_bootstrap_and_http_endpoints(launch, zk_env: ZkEnv) -> None:  # type: i
 
 
 @pytest.mark.slow
-def test_blue_green_upgrade_with_promote(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+def test_blue_green_upgrade_with_promote(launch: Launch, zk_env: ZkEnv) -> None:
     """A read-only next release refuses appends, reads through its schema, and leads after
     promote --wait; the old leader exits fenced and the data reads in the new schema."""
     blue = bootstrap(launch)
@@ -185,7 +191,7 @@ def test_blue_green_upgrade_with_promote(launch, zk_env: ZkEnv) -> None:  # type
 
 
 @pytest.mark.slow
-def test_sigterm_of_leader_hands_over_to_same_generation(launch) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_of_leader_hands_over_to_same_generation(launch: Launch) -> None:
     """SIGTERM: the leader steps down and exits 0; a ready peer of its generation leads within
     about a second."""
     first = bootstrap(launch, "blue-a")
@@ -201,7 +207,9 @@ def test_sigterm_of_leader_hands_over_to_same_generation(launch) -> None:  # typ
 
 
 @pytest.mark.slow
-def test_stale_generation_exits_fenced(launch, zk_client: KazooClient, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+def test_stale_generation_exits_fenced(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
     """A process whose generation is below the catalog's exits 3 and records a fenced event."""
     blue = bootstrap(launch, "blue-3")
     green = launch(V1, 3, "green-3", auto_promote=True)
@@ -214,7 +222,7 @@ def test_stale_generation_exits_fenced(launch, zk_client: KazooClient, zk_env: Z
 
 
 @pytest.mark.slow
-def test_refused_migration_exits_4_and_status_shows_why(launch, zk_env: ZkEnv) -> None:  # type: ignore[no-untyped-def]
+def test_refused_migration_exits_4_and_status_shows_why(launch: Launch, zk_env: ZkEnv) -> None:
     """A release with a missing instruction fails (exit 4); a failed event names the collection."""
     broken = ROOT / "tests" / "fixtures" / "broken_releases" / "missing_instruction"
     leader = launch("0.1.0", 1, "base-1", auto_promote=True, release=str(broken / "v0_1_0.py"))
@@ -233,8 +241,8 @@ def test_refused_migration_exits_4_and_status_shows_why(launch, zk_env: ZkEnv) -
 
 
 def test_bad_release_exits_2_and_writes_nothing(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch
-) -> None:  # type: ignore[no-untyped-def]
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch: Launch
+) -> None:
     """--release naming a missing file exits 2 before touching ZooKeeper."""
     broken = tmp_path / "broken.py"
     broken.write_text("RELEASE = 1 / 0\n")
@@ -247,8 +255,8 @@ def test_bad_release_exits_2_and_writes_nothing(
 
 @pytest.mark.slow
 def test_blob_mismatch_exits_2_and_writes_nothing(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch
-) -> None:  # type: ignore[no-untyped-def]
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, launch: Launch
+) -> None:
     """A --blob different from the one recorded at bootstrap is refused (exit 2), nothing
     written; omitting --blob uses the recorded one."""
     leader = bootstrap(launch)
@@ -266,7 +274,7 @@ def test_blob_mismatch_exits_2_and_writes_nothing(
     assert node["state"] in ("ready", "serving")
 
 
-def test_unreachable_zookeeper_keeps_retrying_and_stops_on_sigterm(launch) -> None:  # type: ignore[no-untyped-def]
+def test_unreachable_zookeeper_keeps_retrying_and_stops_on_sigterm(launch: Launch) -> None:
     """With no ZooKeeper answering, /healthz is 200, /readyz 503, and SIGTERM exits 0."""
     port = free_port()
     sidecar = launch(
@@ -296,8 +304,8 @@ def test_release_file_helper_names_example_history() -> None:
 
 
 @pytest.mark.slow
-def test_four_processes_of_one_version_agree_and_one_leads(  # type: ignore[no-untyped-def]
-    launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+def test_four_processes_of_one_version_agree_and_one_leads(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
 ) -> None:
     """Four processes of one (version, generation) started together all reach ready, agree on
     every replacement shard, and exactly one becomes leader after promotion."""
@@ -337,8 +345,8 @@ def test_four_processes_of_one_version_agree_and_one_leads(  # type: ignore[no-u
 
 
 @pytest.mark.slow
-def test_paused_leader_is_fenced_after_a_takeover(  # type: ignore[no-untyped-def]
-    launch, zk_client: KazooClient, zk_env: ZkEnv
+def test_paused_leader_is_fenced_after_a_takeover(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
 ) -> None:
     """A SIGSTOPped leader whose session expired is replaced; resumed, it writes nothing and
     exits fenced (3), and the new leader's epoch is the only one accepting appends."""
@@ -358,8 +366,8 @@ def test_paused_leader_is_fenced_after_a_takeover(  # type: ignore[no-untyped-de
     assert status == 200 and len(json_lines(body)) == len(TABLE_ROWS)
 
 
-def test_leader_collects_the_orphans_of_a_crashed_read_only_process(  # type: ignore[no-untyped-def]
-    launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+def test_leader_collects_the_orphans_of_a_crashed_read_only_process(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
 ) -> None:
     """Shards a read-only process created but never named are finalized by the serving leader
     once older than --orphan-grace; the catalog's shards are untouched."""

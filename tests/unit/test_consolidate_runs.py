@@ -206,5 +206,8 @@ def test_tiny_tables(count: int) -> None:
         {"id": pa.array(range(count), pa.int64()), DIFF: pa.array([1] * count, pa.int64())}
     )
     by_runs = consolidate_by_runs(table)
-    assert by_runs is None if count < 2 else by_runs.equals(table)
+    if count < 2:
+        assert by_runs is None
+    else:
+        assert by_runs is not None and by_runs.equals(table)
     assert consolidate(table).num_rows == count

@@ -46,7 +46,7 @@ from orchestrator.zk import close, connect
 from orchestrator.zkserver import EmbeddedZooKeeper
 
 ENV = "demo"
-DEFAULT_RELEASES = Path(__file__).resolve().parents[2] / "scenarios" / "releases"
+DEFAULT_RELEASES = Path(__file__).resolve().parents[1] / "scenarios" / "releases"
 TABLES = "mz_catalog.mz_tables"
 ROLES = "mz_catalog.mz_roles"
 TABLE_ROWS: Sequence[Mapping[str, Any]] = (

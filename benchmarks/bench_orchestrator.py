@@ -27,20 +27,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this directory is first on sys.path and this file would shadow the
-# `orchestrator` package it measures.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import pyarrow as pa
 
-import pyarrow as pa  # noqa: E402
-
-from catalog.blob import BlobStore  # noqa: E402
-from catalog.consensus import Consensus  # noqa: E402
-from catalog.release import Builtin, Mechanism, Migration, Release  # noqa: E402
-from orchestrator.election import LeaderElection, promote  # noqa: E402
-from orchestrator.logs import configure_logging  # noqa: E402
-from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader  # noqa: E402
-from orchestrator.zk import close, connect  # noqa: E402
-from orchestrator.zkserver import EmbeddedZooKeeper, free_port  # noqa: E402
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.release import Builtin, Mechanism, Migration, Release
+from orchestrator.election import LeaderElection, promote
+from orchestrator.logs import configure_logging
+from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
+from orchestrator.zk import close, connect
+from orchestrator.zkserver import EmbeddedZooKeeper, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

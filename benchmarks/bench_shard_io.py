@@ -38,23 +38,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this directory comes first on sys.path, and benchmarks/orchestrator.py
-# would shadow the orchestrator package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from kazoo.client import KazooClient
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from kazoo.client import KazooClient  # noqa: E402
-
-from catalog.blob import BlobStore  # noqa: E402
-from catalog.consensus import Consensus, env_root  # noqa: E402
-from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema  # noqa: E402
-from catalog.state import CONTAINER_KEYS  # noqa: E402
-from orchestrator.logs import configure_logging  # noqa: E402
-from orchestrator.zkserver import EmbeddedZooKeeper  # noqa: E402
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus, env_root
+from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema
+from catalog.state import CONTAINER_KEYS
+from orchestrator.logs import configure_logging
+from orchestrator.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_io.json"
 RESULTS_SCATTERED = RESULTS.with_name("shard_io_scattered.json")

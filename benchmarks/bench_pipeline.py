@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -38,31 +39,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this directory comes first on sys.path, and benchmarks/orchestrator.py
-# would shadow the orchestrator package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from kazoo.client import KazooClient
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from kazoo.client import KazooClient  # noqa: E402
-
-from catalog.blob import BlobStore  # noqa: E402
-from catalog.consensus import Consensus, env_root  # noqa: E402
-from catalog.pipeline import (  # noqa: E402
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus, env_root
+from catalog.pipeline import (
     ArrowEngine,
     SparkEngine,
     SparkSessionProvider,
     pyspark_version,
     resolve_master,
 )
-from catalog.schema import migrate_batch  # noqa: E402
-from catalog.shard import DIFF, TS, Shard  # noqa: E402
-from orchestrator.logs import configure_logging  # noqa: E402
-from orchestrator.zkserver import EmbeddedZooKeeper  # noqa: E402
+from catalog.schema import migrate_batch
+from catalog.shard import DIFF, TS, Shard
+from orchestrator.logs import configure_logging
+from orchestrator.zkserver import EmbeddedZooKeeper
 
-RESULTS = _HERE / "results" / "pipeline.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
 RETRACTED = 0.10
 DELTA = 0.01
 
@@ -212,7 +208,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
             floor_seconds = best(3, lambda: floor(shards["a1"], work))
             arrow = ArrowEngine()
-            arrow_runs = [timed(lambda s=s: arrow.compact(s)) for s in (shards["a1"], shards["a2"])]
+            arrow_runs = [
+                timed(functools.partial(arrow.compact, s)) for s in (shards["a1"], shards["a2"])
+            ]
             arrow_seconds = min(t for t, _ in arrow_runs)
             arrow_result = arrow_runs[0][1]
             hash_seconds, _ = timed(lambda: shards["hash"].compact())
