@@ -18,6 +18,7 @@ from catalog.errors import (
     ReaderFencedError,
     SchemaIncompatibleError,
 )
+from catalog.schema.walk import _as_type as as_type
 
 # --- builders ---------------------------------------------------------------------------------
 
@@ -353,7 +354,7 @@ def migrated(data: Any, old: Any, new: Any, **kw: Any) -> Any:
     out = cs.migrate(data, old, new, **kw)
     if isinstance(out, (pa.Array, pa.ChunkedArray)):
         out.validate(full=True)
-        assert out.type == cs._as_type(new)
+        assert out.type == as_type(new)
     else:
         out.validate(full=True)
     return out
@@ -641,7 +642,7 @@ def test_fingerprint_changes_with_the_schema(variant: pa.Schema) -> None:
 
 def test_fingerprint_is_identical_in_another_process() -> None:
     """A fresh interpreter with another hash seed computes the same fingerprint."""
-    src = str(Path(cs.__file__).resolve().parents[1])
+    src = str(Path(cs.__file__).resolve().parents[2])  # catalog/schema/__init__.py
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": src}
     script = (
         "import sys, pyarrow as pa\n"

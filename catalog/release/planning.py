@@ -1,0 +1,300 @@
+"""Plans: the merged migration of one upgrade ``from -> to``, one entry per collection."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import structlog
+
+from catalog.errors import PlanError, SchemaIncompatibleError
+from catalog.release.manifest import (
+    _MECHANISM_RANK,
+    Builtin,
+    Mechanism,
+    Migration,
+    Release,
+    Transform,
+)
+from catalog.release.problems import (
+    _global_id_reassigned,
+    _incompatible,
+    _missing_instruction,
+    _Problem,
+    _raise_first,
+    _retain_data_replaced,
+    _unknown_builtin,
+)
+from catalog.release.snapshot import CatalogSnapshot, CollectionState
+from catalog.release.version import Version
+from catalog.schema import evolve, schema_diff
+
+log = structlog.get_logger(__name__)
+
+
+@attrs.frozen
+class SchemaDiff:
+    """Dotted paths of fields added, dropped, made nullable, and otherwise changed (a type or
+    nullability change only a replacement or rewrite can make) between two schemas."""
+
+    added: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    relaxed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    @classmethod
+    def between(cls, old: pa.Schema, new: pa.Schema) -> SchemaDiff:
+        """The diff of :func:`catalog.schema.schema_diff` as a value."""
+        diff = schema_diff(old, new)
+
+        def paths(key: str) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(diff.get(key, ())))
+
+        return cls(paths("added"), paths("dropped"), paths("relaxed"), paths("changed"))
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing visible changed."""
+        return not (self.added or self.dropped or self.relaxed or self.changed)
+
+
+@attrs.frozen
+class PlannedMigration:
+    """One collection's migration: the winning mechanism and the instructions merged into it."""
+
+    global_id: str
+    name: str
+    mechanism: Mechanism
+    instructions: tuple[Migration, ...]
+    old_schema: pa.Schema
+    new_schema: pa.Schema
+
+    @property
+    def diff(self) -> SchemaDiff:
+        """Fields added, dropped and relaxed from the old live schema to the new one."""
+        return SchemaDiff.between(self.old_schema, self.new_schema)
+
+    @property
+    def transforms(self) -> tuple[Transform, ...]:
+        """The REWRITE transforms to apply, oldest instruction first."""
+        return tuple(m.transform for m in self.instructions if m.transform is not None)
+
+
+@attrs.frozen
+class Plan:
+    """The merged migration plan of one upgrade ``from_version -> to_version``."""
+
+    from_version: Version
+    to_version: Version
+    migrations: tuple[PlannedMigration, ...] = ()
+    new_builtins: tuple[Builtin, ...] = ()
+    removed_builtins: tuple[CollectionState, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the upgrade touches no collection."""
+        return not (self.migrations or self.new_builtins or self.removed_builtins)
+
+    def get(self, name: str) -> PlannedMigration | None:
+        """The planned migration of collection ``name``, if any."""
+        return next((m for m in self.migrations if m.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description (the ``plan --json`` output)."""
+        return {
+            "from": str(self.from_version),
+            "to": str(self.to_version),
+            "migrations": [
+                {
+                    "global_id": m.global_id,
+                    "name": m.name,
+                    "mechanism": m.mechanism.value,
+                    "instructions": [
+                        {"version": str(i.version), "mechanism": i.mechanism.value, "kind": i.kind}
+                        for i in m.instructions
+                    ],
+                    "diff": attrs.asdict(m.diff, value_serializer=_list_values),
+                }
+                for m in self.migrations
+            ],
+            "new_builtins": [
+                {"global_id": b.global_id, "name": b.name, "kind": b.kind}
+                for b in self.new_builtins
+            ],
+            "removed_builtins": [
+                {"global_id": c.global_id, "name": c.name} for c in self.removed_builtins
+            ],
+        }
+
+
+def _list_values(_inst: object, _field: object, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+#: Checks one evolution: ``None`` when the builtin's schema may evolve the collection's history.
+EvolveCheck = Callable[[CollectionState, Builtin], SchemaIncompatibleError | None]
+
+
+def _check_evolution(state: CollectionState, builtin: Builtin) -> SchemaIncompatibleError | None:
+    try:
+        evolve(state.migration_history(), builtin.schema)
+    except SchemaIncompatibleError as exc:
+        return exc
+    return None
+
+
+@attrs.frozen
+class _InstructionIndex:
+    """A release's instructions grouped by collection and sorted by version, for range queries."""
+
+    version: Version
+    by_name: Mapping[str, tuple[tuple[tuple[Any, ...], ...], tuple[Migration, ...]]]
+    own: tuple[Migration, ...]
+    keys: frozenset[tuple[Version, str, str, Mechanism]]
+
+    @classmethod
+    def of(cls, release: Release) -> _InstructionIndex:
+        grouped: dict[str, list[Migration]] = {}
+        for migration in sorted(release.migrations, key=lambda m: m.version):
+            grouped.setdefault(migration.name, []).append(migration)
+        return cls(
+            release.version,
+            MappingProxyType(
+                {
+                    name: (tuple(m.version._order for m in ms), tuple(ms))
+                    for name, ms in grouped.items()
+                }
+            ),
+            tuple(m for m in release.migrations if m.version == release.version),
+            frozenset(m.key for m in release.migrations),
+        )
+
+    def in_range(self, name: str, low: Version, high: Version) -> tuple[Migration, ...]:
+        """Instructions for ``name`` with ``low < version <= high``, oldest first."""
+        entry = self.by_name.get(name)
+        if entry is None:
+            return ()
+        # Bisect on the precedence keys: plain tuple comparisons, no Python-level __lt__.
+        orders, migrations = entry
+        start = bisect.bisect_right(orders, low._order)
+        return migrations[start : bisect.bisect_right(orders, high._order)]
+
+
+def _merge(instructions: Sequence[Migration]) -> Mechanism:
+    winner = instructions[0].mechanism
+    for migration in instructions[1:]:
+        if _MECHANISM_RANK[migration.mechanism.value] > _MECHANISM_RANK[winner.value]:
+            winner = migration.mechanism
+    return winner
+
+
+def _build_plan(
+    source: CatalogSnapshot,
+    target: Release,
+    *,
+    index: _InstructionIndex,
+    fingerprints: Mapping[str, str],
+    evolve_check: EvolveCheck,
+    current: Mapping[str, CollectionState] | None = None,
+) -> tuple[Plan, list[_Problem]]:
+    """The plan ``source -> target`` and every problem found; the pure core of plan/validate."""
+    low, high = source.version, target.version
+    empty = Plan(low, high)
+    if high < low:
+        error = PlanError(
+            f"downgrade not supported: the catalog is at {low}, the release is {high}",
+            reason="downgrade",
+            from_version=str(low),
+            to_version=str(high),
+        )
+        return empty, [_Problem("downgrade", None, error)]
+    if current is None:
+        current = source.by_global_id()
+    by_name = {b.name: b for b in target.builtins}
+    problems: list[_Problem] = []
+    unknown: dict[tuple[Version, str, str, Mechanism], Migration] = {}
+    if low < high:
+        for migration in index.own:
+            builtin = by_name.get(migration.name)
+            if builtin is None or builtin.kind != migration.kind:
+                unknown[migration.key] = migration
+    planned: list[PlannedMigration] = []
+    new: list[Builtin] = []
+    for builtin in target.builtins:
+        state = current.get(builtin.global_id)
+        if state is None:
+            new.append(builtin)
+            continue
+        if state.name != builtin.name:
+            problems.append(_global_id_reassigned(state, builtin, low, high))
+            continue
+        instructions = index.in_range(builtin.name, low, high)
+        mismatched = [m for m in instructions if m.kind != builtin.kind]
+        if mismatched:
+            unknown.update((m.key, m) for m in mismatched)
+            continue
+        changed = fingerprints[builtin.global_id] != state.fingerprint
+        if not instructions:
+            if changed:
+                problems.append(_missing_instruction(builtin, low, high))
+            continue
+        mechanism = _merge(instructions)
+        if builtin.retain_data and mechanism is Mechanism.REPLACEMENT:
+            problems.append(_retain_data_replaced(builtin, instructions, low, high))
+            continue
+        if mechanism is Mechanism.EVOLUTION and changed:
+            incompatible = evolve_check(state, builtin)
+            if incompatible is not None:
+                problems.append(_incompatible(incompatible, builtin, low, high))
+                continue
+        planned.append(
+            PlannedMigration(
+                builtin.global_id,
+                builtin.name,
+                mechanism,
+                instructions,
+                state.schema,
+                builtin.schema,
+            )
+        )
+    problems.extend(_unknown_builtin(m, target) for m in unknown.values())
+    target_ids = {b.global_id for b in target.builtins}
+    removed = tuple(c for gid, c in current.items() if gid not in target_ids)
+    result = Plan(low, high, tuple(planned), tuple(new), removed)
+    return result, problems
+
+
+def plan(source: Release | CatalogSnapshot, target: Release) -> Plan:
+    """Plan the upgrade from ``source`` (a release or the catalog's state) to ``target``.
+
+    Takes the target's instructions with ``from < version <= to``, grouped by collection, merged
+    by precedence; refuses (PlanError or SchemaIncompatibleError) a downgrade, an instruction
+    naming no builtin, a changed builtin without instruction (naming every one), a replaced
+    ``retain_data`` builtin, or an evolution not backward compatible with the history it comes
+    from. Builtins without a collection yet are ``new_builtins``; collections the target no longer
+    has are ``removed_builtins``.
+    """
+    snapshot = (
+        source if isinstance(source, CatalogSnapshot) else CatalogSnapshot.from_release(source)
+    )
+    result, problems = _build_plan(
+        snapshot,
+        target,
+        index=_InstructionIndex.of(target),
+        fingerprints=target.fingerprints(),
+        evolve_check=_check_evolution,
+    )
+    _raise_first(problems)
+    log.debug(
+        "plan_built",
+        from_version=str(result.from_version),
+        to_version=str(result.to_version),
+        migrations=len(result.migrations),
+        new=len(result.new_builtins),
+        removed=len(result.removed_builtins),
+    )
+    return result

@@ -1,0 +1,300 @@
+"""Exhaustive validation: every pair ``X < Y`` of a release history checked as an upgrade path."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import structlog
+
+from catalog.errors import CatalogError, PlanError, ReleaseError, SchemaIncompatibleError
+from catalog.release.loader import find_release
+from catalog.release.manifest import Builtin, Mechanism, Release
+from catalog.release.planning import Plan, _build_plan, _InstructionIndex, _merge, plan
+from catalog.release.snapshot import CatalogSnapshot, CollectionState
+from catalog.release.version import Version
+from catalog.schema import evolve, fingerprint, migration_type
+
+log = structlog.get_logger(__name__)
+
+
+def plan_path(
+    releases: Sequence[Release], from_version: str | Version, to_version: str | Version
+) -> Plan:
+    """Plan ``from_version -> to_version`` between two releases of a history.
+
+    The source collections carry the schema history :func:`snapshot_at` builds, so an evolution
+    re-adding a field dropped before ``from_version`` is refused here as it is by the shard.
+    """
+    target = find_release(releases, to_version)
+    return plan(snapshot_at(releases, from_version), target)
+
+
+class _EvolutionCache:
+    """Per-validation memo of fingerprints, fresh histories and ``evolve`` results.
+
+    Schemas are keyed by identity (releases share schema objects, and every schema keyed here is
+    held by the memo itself, so an id is never reused while cached) and then by fingerprint, so
+    equal schemas declared twice still hit the memo.
+    """
+
+    __slots__ = ("_evolved", "_fingerprints", "_fresh")
+
+    def __init__(self) -> None:
+        self._fingerprints: dict[int, tuple[pa.Schema, str]] = {}
+        self._fresh: dict[str, pa.Schema] = {}
+        self._evolved: dict[
+            tuple[int, str], tuple[pa.Schema, pa.Schema | SchemaIncompatibleError]
+        ] = {}
+
+    def fingerprint(self, schema: pa.Schema) -> str:
+        """The fingerprint of ``schema``, computed once per schema object."""
+        hit = self._fingerprints.get(id(schema))
+        if hit is None:
+            hit = (schema, fingerprint(schema))
+            self._fingerprints[id(schema)] = hit
+        return hit[1]
+
+    def fresh(self, schema: pa.Schema) -> pa.Schema:
+        """The history of a new shard created with ``schema``."""
+        digest = self.fingerprint(schema)
+        history = self._fresh.get(digest)
+        if history is None:
+            history = self._fresh[digest] = migration_type(schema)
+        return history
+
+    def evolve(self, history: pa.Schema, schema: pa.Schema) -> pa.Schema | SchemaIncompatibleError:
+        """``evolve(history, schema)``, or the error it raises."""
+        key = (id(history), self.fingerprint(schema))
+        hit = self._evolved.get(key)
+        if hit is None:
+            result: pa.Schema | SchemaIncompatibleError
+            try:
+                result = evolve(history, schema)
+            except SchemaIncompatibleError as exc:
+                result = exc
+            hit = self._evolved[key] = (history, result)
+        return hit[1]
+
+    def check(self, state: CollectionState, builtin: Builtin) -> SchemaIncompatibleError | None:
+        """The :data:`EvolveCheck` validate uses: memoised per (history, target schema)."""
+        result = self.evolve(state.migration_history(), builtin.schema)
+        return result if isinstance(result, SchemaIncompatibleError) else None
+
+
+def _walk_histories(
+    ordered: Sequence[Release], indexes: Sequence[_InstructionIndex], cache: _EvolutionCache
+) -> list[CatalogSnapshot]:
+    """The catalog state after each release of ``ordered``, upgraded one release at a time.
+
+    A collection's history is evolved through every release in version order whose instructions
+    evolve it, and starts afresh when it is created, replaced or rewritten (a new shard), or when
+    a step is broken (missing instruction or incompatible evolution: that step fails validation
+    on its own, and later paths are judged from the release that introduced the change).
+    """
+    snapshots: list[CatalogSnapshot] = []
+    previous: dict[str, CollectionState] = {}
+    previous_version: Version | None = None
+    for release, index in zip(ordered, indexes, strict=True):
+        states: list[CollectionState] = []
+        for builtin in release.builtins:
+            digest = cache.fingerprint(builtin.schema)
+            prior = previous.get(builtin.global_id)
+            history: pa.Schema | None = None
+            if prior is not None and prior.name == builtin.name and previous_version is not None:
+                instructions = index.in_range(builtin.name, previous_version, release.version)
+                mechanism = _merge(instructions) if instructions else None
+                if mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE):
+                    history = None
+                elif digest == prior.fingerprint:
+                    history = prior.history
+                elif mechanism is Mechanism.EVOLUTION:
+                    evolved = cache.evolve(prior.migration_history(), builtin.schema)
+                    history = evolved if isinstance(evolved, pa.Schema) else None
+            if history is None:
+                history = cache.fresh(builtin.schema)
+            states.append(
+                CollectionState(builtin.global_id, builtin.name, digest, builtin.schema, history)
+            )
+        snapshots.append(CatalogSnapshot(release.version, tuple(states)))
+        previous = {s.global_id: s for s in states}
+        previous_version = release.version
+    return snapshots
+
+
+def snapshot_at(releases: Sequence[Release], version: str | Version) -> CatalogSnapshot:
+    """The catalog state at ``version`` after upgrading through every earlier release in order.
+
+    Each collection carries its schema history (migration type with tombstones): evolved through
+    every release up to ``version`` that evolved it, restarted by a replacement or rewrite.
+    """
+    ordered = _ordered(releases)
+    wanted = find_release(ordered, version).version
+    upto = [r for r in ordered if r.version <= wanted]
+    cache = _EvolutionCache()
+    return _walk_histories(upto, [_InstructionIndex.of(r) for r in upto], cache)[-1]
+
+
+def _ordered(releases: Iterable[Release]) -> list[Release]:
+    ordered = sorted(releases, key=lambda r: r.version)
+    for before, after in itertools.pairwise(ordered):
+        if before.version == after.version:
+            raise ReleaseError(
+                f"two releases at version {after.version}", version=str(after.version)
+            )
+    return ordered
+
+
+@attrs.frozen
+class PathFailure:
+    """One reason the upgrade path ``from_version -> to_version`` fails.
+
+    ``reason`` is a stable id: ``missing-instruction``, ``incompatible-evolution`` (the error
+    carries the schema rule, e.g. ``field-readded``), ``instruction-removed``, ``backport``,
+    ``retain-data-replaced``, ``unknown-builtin`` or ``global-id-reassigned``. ``collection`` is
+    the culprit ``schema.object``; ``error`` the refusal the planner would raise on that path.
+    """
+
+    from_version: Version
+    to_version: Version
+    reason: str
+    collection: str | None
+    error: CatalogError = attrs.field(eq=False)
+
+    @property
+    def message(self) -> str:
+        """The human explanation."""
+        return self.error.message
+
+    @property
+    def rule(self) -> str | None:
+        """The schema rule broken, for ``incompatible-evolution``."""
+        return getattr(self.error, "rule", None)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description of this failure."""
+        described = self.error.to_json()
+        for key in ("message", "exit_code", "reason", "from_version", "to_version", "collections"):
+            described.pop(key, None)
+        return {
+            "from": str(self.from_version),
+            "to": str(self.to_version),
+            "reason": self.reason,
+            "collection": self.collection,
+            "message": self.message,
+            **described,
+        }
+
+
+@attrs.frozen
+class ValidationReport:
+    """The result of :func:`validate`: every path checked and every failure found."""
+
+    releases: tuple[Version, ...]
+    paths_checked: int
+    failures: tuple[PathFailure, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every upgrade path works."""
+        return not self.failures
+
+    def failing_paths(self) -> list[tuple[Version, Version]]:
+        """The distinct failing ``(from, to)`` pairs, in order."""
+        return sorted({(f.from_version, f.to_version) for f in self.failures})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description (the ``validate --json`` output)."""
+        return {
+            "ok": self.ok,
+            "releases": [str(v) for v in self.releases],
+            "paths_checked": self.paths_checked,
+            "failing_paths": len(self.failing_paths()),
+            "failures": [f.to_json() for f in self.failures],
+        }
+
+
+def validate(releases: Iterable[Release]) -> ValidationReport:
+    """Check every pair ``X < Y`` of ``releases`` as an upgrade path.
+
+    For each path this runs the planner from the catalog state at ``X`` (histories as
+    :func:`snapshot_at` builds them, the strictest history a shard at ``X`` can have) to ``Y``,
+    and compares the instruction lists: an instruction of ``X`` missing from ``Y`` is
+    ``instruction-removed``, or ``backport`` when ``X`` is a patch release, the instruction belongs
+    to ``X``'s patch line and ``Y`` is a later release line. Fingerprints and ``evolve`` results are
+    memoised, so the cost grows with the number of distinct schemas, not paths times builtins.
+    """
+    ordered = _ordered(releases)
+    cache = _EvolutionCache()
+    indexes = [_InstructionIndex.of(r) for r in ordered]
+    fingerprints = [{b.global_id: cache.fingerprint(b.schema) for b in r.builtins} for r in ordered]
+    snapshots = _walk_histories(ordered, indexes, cache)
+    failures: list[PathFailure] = []
+    for i, source in enumerate(snapshots):
+        current = source.by_global_id()
+        for j in range(i + 1, len(ordered)):
+            _, problems = _build_plan(
+                source,
+                ordered[j],
+                index=indexes[j],
+                fingerprints=fingerprints[j],
+                evolve_check=cache.check,
+                current=current,
+            )
+            for problem in problems:
+                failures.append(
+                    PathFailure(
+                        source.version,
+                        ordered[j].version,
+                        problem.reason,
+                        problem.collection,
+                        problem.error,
+                    )
+                )
+            failures.extend(_removed_instructions(ordered[i], indexes[i], indexes[j]))
+    failures.sort(key=lambda f: (f.from_version, f.to_version, f.reason, f.collection or ""))
+    n = len(ordered)
+    report = ValidationReport(tuple(r.version for r in ordered), n * (n - 1) // 2, tuple(failures))
+    log.debug(
+        "releases_validated",
+        releases=n,
+        paths=report.paths_checked,
+        failures=len(report.failures),
+    )
+    return report
+
+
+def _removed_instructions(
+    source: Release, source_index: _InstructionIndex, target_index: _InstructionIndex
+) -> list[PathFailure]:
+    low, high = source.version, target_index.version
+    failures = []
+    for key in sorted(source_index.keys - target_index.keys, key=lambda k: (k[0], k[1])):
+        version, name, kind, mechanism = key
+        described = f"{version} {name} ({kind}) {mechanism.value}"
+        backport = (
+            low.is_patch and version.line == low.line and version.is_patch and high.line > low.line
+        )
+        if backport:
+            reason = "backport"
+            message = (
+                f"patch release {low} carries instruction {described} that the later release "
+                f"{high} lacks: backported migrations must be carried forward"
+            )
+        else:
+            reason = "instruction-removed"
+            message = f"release {high} removed instruction {described} that {low} has"
+        error = PlanError(
+            message,
+            reason=reason,
+            collections=[name],
+            instruction=described,
+            from_version=str(low),
+            to_version=str(high),
+            suggestion=f"keep {described} in the MIGRATIONS of {high} and every later release",
+        )
+        failures.append(PathFailure(low, high, reason, name, error))
+    return failures

@@ -1,0 +1,287 @@
+"""Data migration: Arrow arrays and batches of an older schema migrated to a newer one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.errors import SchemaIncompatibleError
+from catalog.schema.evolution import _check, _Evolve
+from catalog.schema.history import _child, is_tombstone
+from catalog.schema.reader import _PROJECTION_RULES, _TargetCheck
+from catalog.schema.rules import RULE_DATA_MISMATCH, RULE_TYPE_CHANGED, _refuse
+from catalog.schema.walk import (
+    PartnerVisitor,
+    _as_schema,
+    _as_type,
+    _fields,
+    _Kind,
+    _kind,
+    _root,
+    visit_with_partner,
+)
+
+
+@attrs.frozen
+class _Column:
+    """The data at one node of the source type: its values and the field it was declared as."""
+
+    values: pa.Array
+    field: pa.Field
+
+
+def _data_mismatch(path: str, what: str, declared: Any, actual: Any) -> SchemaIncompatibleError:
+    return _refuse(RULE_DATA_MISMATCH, path, what, str(declared), str(actual))
+
+
+def _list_bounds(values: pa.Array) -> tuple[int, int]:
+    if len(values) == 0:
+        return 0, 0
+    offsets = values.offsets
+    return int(offsets[0].as_py()), int(offsets[len(offsets) - 1].as_py())
+
+
+def _list_offsets(values: pa.Array) -> pa.Array:
+    """The offsets of a list array, rebased to 0 so they index the sliced child values."""
+    offset_type = pa.int64() if _kind(values.type) is _Kind.LARGE_LIST else pa.int32()
+    if len(values) == 0:
+        return pa.array([0], offset_type)
+    offsets = values.offsets
+    start = offsets[0].as_py()
+    if start == 0 and offsets.offset == 0:
+        return offsets
+    # A fresh array: from_arrays refuses a validity mask over sliced offsets.
+    return pc.subtract(offsets, pa.scalar(start, offset_type))
+
+
+def _null_mask(values: pa.Array) -> pa.Array | None:
+    return values.is_null() if values.null_count else None
+
+
+class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
+    """Rebuilds arrays of a source type as the target type, zero-copy wherever data is kept.
+
+    Added fields become typed nulls, deleted fields are not carried over, nullability comes from
+    the target. Parent validity and slice offsets are kept; list and map children are sliced to
+    the parent's range so a slice never migrates more rows than it holds.
+    """
+
+    def partner_type(self, partner: _Column) -> pa.DataType:
+        return partner.field.type
+
+    def field_partner(self, partner: _Column, field: pa.Field, path: str) -> _Column | None:
+        declared = _child(partner.field.type, field.name)
+        if declared is None or is_tombstone(declared):
+            return None
+        index = partner.values.type.get_field_index(field.name)
+        if index < 0:
+            raise _data_mismatch(
+                path, "the data has no such field", partner.field.type, partner.values.type
+            )
+        return _Column(partner.values.field(index), declared)
+
+    def element_partner(self, partner: _Column, path: str) -> _Column:
+        start, end = _list_bounds(partner.values)
+        child = partner.values.values.slice(start, end - start)
+        return _Column(child, partner.field.type.value_field)
+
+    def _entries(self, partner: _Column) -> pa.Array:
+        start, end = _list_bounds(partner.values)
+        return partner.values.values.slice(start, end - start)
+
+    def key_partner(self, partner: _Column, path: str) -> _Column:
+        return _Column(self._entries(partner).field(0), partner.field.type.key_field)
+
+    def value_partner(self, partner: _Column, path: str) -> _Column:
+        return _Column(self._entries(partner).field(1), partner.field.type.item_field)
+
+    def before(self, dtype: pa.DataType, partner: _Column, path: str) -> None:
+        if _kind(partner.values.type) is not _kind(partner.field.type):
+            raise _data_mismatch(
+                path,
+                "the data is not of its declared type",
+                partner.field.type,
+                partner.values.type,
+            )
+
+    def kind_changed(self, dtype: pa.DataType, partner: _Column, path: str) -> pa.Array:
+        raise _refuse(
+            RULE_TYPE_CHANGED, path, "cannot change a type", str(partner.field.type), str(dtype)
+        )
+
+    def added(self, field: pa.Field, path: str) -> pa.Array | None:
+        return None  # the parent struct knows the length to fill
+
+    def struct(
+        self, dtype: pa.StructType, partner: _Column, path: str, fields: list[pa.Array | None]
+    ) -> pa.Array:
+        values = partner.values
+        targets = _fields(dtype)
+        children = [
+            pa.nulls(len(values), f.type) if child is None else child
+            for f, child in zip(targets, fields, strict=True)
+        ]
+        # A struct without children takes its length from the mask alone.
+        mask = values.is_null() if values.null_count or not children else None
+        return pa.StructArray.from_arrays(children, fields=targets, mask=mask)
+
+    def field(
+        self, field: pa.Field, partner: _Column, path: str, type_result: pa.Array
+    ) -> pa.Array | None:
+        return type_result
+
+    def list_(
+        self, dtype: pa.DataType, partner: _Column, path: str, element: pa.Array | None
+    ) -> pa.Array:
+        assert element is not None  # list elements are always partnered
+        values = partner.values
+        array_class = pa.LargeListArray if _kind(dtype) is _Kind.LARGE_LIST else pa.ListArray
+        return array_class.from_arrays(
+            _list_offsets(values), element, type=dtype, mask=_null_mask(values)
+        )
+
+    def map_(
+        self,
+        dtype: pa.MapType,
+        partner: _Column,
+        path: str,
+        key: pa.Array | None,
+        value: pa.Array | None,
+    ) -> pa.Array:
+        assert key is not None and value is not None
+        values = partner.values
+        return pa.MapArray.from_arrays(
+            _list_offsets(values), key, value, type=dtype, mask=_null_mask(values)
+        )
+
+    def primitive(self, dtype: pa.DataType, partner: _Column, path: str) -> pa.Array:
+        if partner.values.type != dtype:
+            raise _data_mismatch(
+                path, "the data is not of its declared type", dtype, partner.values.type
+            )
+        return partner.values
+
+
+def _migrate_array(values: pa.Array, source: pa.Field, target: pa.DataType, path: str) -> pa.Array:
+    if values.type == target:
+        return values
+    return visit_with_partner(target, _Column(values, source), _Migrate(), path)
+
+
+def _migrate_any_array(
+    values: pa.Array | pa.ChunkedArray, source: pa.Field, target: pa.DataType, path: str
+) -> pa.Array | pa.ChunkedArray:
+    if isinstance(values, pa.ChunkedArray):
+        chunks = [_migrate_array(c, source, target, path) for c in values.chunks]
+        return pa.chunked_array(chunks, type=target)
+    return _migrate_array(values, source, target, path)
+
+
+def _check_migration(source: pa.DataType, target: pa.DataType, projection: bool) -> None:
+    if projection:
+        visit_with_partner(target, _root(source), _TargetCheck(_PROJECTION_RULES))
+    else:
+        _check(source, target, _Evolve())
+
+
+def _migrate_columns(
+    data: pa.RecordBatch | pa.Table,
+    source: pa.Schema,
+    target: pa.Schema,
+    passthrough: Sequence[str],
+) -> pa.RecordBatch | pa.Table:
+    names = data.schema.names
+    unexpected = [n for n in names if source.get_field_index(n) < 0 and n not in passthrough]
+    if unexpected:
+        raise _data_mismatch(
+            unexpected[0], "the data has columns outside the schema", source, data.schema
+        )
+    columns: list[pa.Array | pa.ChunkedArray] = []
+    fields: list[pa.Field] = []
+    source_type = _as_type(source)
+    for field in target:
+        declared = _child(source_type, field.name)
+        if declared is None or is_tombstone(declared):
+            columns.append(_nulls_like(data, field.type))
+        else:
+            index = data.schema.get_field_index(field.name)
+            if index < 0:
+                raise _data_mismatch(field.name, "the data has no such column", source, data.schema)
+            columns.append(_migrate_any_array(data.column(index), declared, field.type, field.name))
+        fields.append(field)
+    for name in passthrough:
+        index = data.schema.get_field_index(name)
+        if index < 0:
+            raise _data_mismatch(name, "the data lacks a passthrough column", source, data.schema)
+        columns.append(data.column(index))
+        fields.append(data.schema.field(index))
+    schema = pa.schema(fields, metadata=target.metadata)
+    if not columns:
+        # from_arrays cannot know the row count of zero columns; select keeps it, and
+        # Table.replace_schema_metadata would lose it (pyarrow 26), so tables go by batches.
+        if isinstance(data, pa.Table):
+            return pa.Table.from_batches([b.select([]) for b in data.to_batches()], schema=schema)
+        return data.select([]).replace_schema_metadata(target.metadata)
+    if isinstance(data, pa.Table):
+        return pa.Table.from_arrays(columns, schema=schema)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _nulls_like(data: pa.RecordBatch | pa.Table, dtype: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    if isinstance(data, pa.Table):
+        return pa.chunked_array([pa.nulls(data.num_rows, dtype)], type=dtype)
+    return pa.nulls(data.num_rows, dtype)
+
+
+def migrate(
+    data: pa.Array | pa.ChunkedArray | pa.RecordBatch | pa.Table,
+    from_type: pa.DataType | pa.Schema,
+    to_type: pa.DataType | pa.Schema,
+    *,
+    passthrough: Sequence[str] = (),
+    projection: bool = False,
+) -> pa.Array | pa.ChunkedArray | pa.RecordBatch | pa.Table:
+    """Migrate ``data`` written with the live type ``from_type`` to the live type ``to_type``.
+
+    Added fields become typed nulls, deleted fields are dropped, nullability is relaxed, at every
+    depth; the result has exactly ``to_type`` (``result.schema == to_type`` for batches and
+    tables) and the same rows. Work is vectorized and zero-copy wherever data is kept.
+
+    Arrays and chunked arrays take DataTypes (a Schema means its struct). Record batches and
+    tables take Schemas, and columns are matched by name; a column of the data that is neither a
+    field of ``from_type`` nor named in ``passthrough`` is refused. ``passthrough`` columns (the
+    shard's ``_ts`` and ``_diff``) are carried unchanged after the ``to_type`` columns, so then
+    ``result.schema`` is ``to_type`` plus those fields.
+
+    ``from_type`` must be backward compatible with ``to_type``; with ``projection=True`` the
+    target may instead be a reader's projection (fields by name in any order, at any depth,
+    nullable fields the source lacks filled with nulls; see :func:`check_reader`). Raises
+    :class:`SchemaIncompatibleError` otherwise, and with rule ``data-mismatch`` when the data is
+    not of ``from_type``.
+    """
+    if isinstance(data, (pa.RecordBatch, pa.Table)):
+        source = _as_schema(from_type, "from_type")
+        target = _as_schema(to_type, "to_type")
+        _check_migration(_as_type(source), _as_type(target), projection)
+        return _migrate_columns(data, source, target, passthrough)
+    if passthrough:
+        raise TypeError("passthrough columns need a RecordBatch or a Table")
+    source_type, target_type = _as_type(from_type), _as_type(to_type)
+    _check_migration(source_type, target_type, projection)
+    return _migrate_any_array(data, _root(source_type), target_type, "")
+
+
+def migrate_batch(
+    batch: pa.RecordBatch | pa.Table,
+    from_schema: pa.Schema,
+    to_schema: pa.Schema,
+    passthrough: Sequence[str] = ("_ts", "_diff"),
+    *,
+    projection: bool = False,
+) -> pa.RecordBatch | pa.Table:
+    """:func:`migrate` for a shard batch: the ``_ts`` and ``_diff`` columns pass through."""
+    return migrate(batch, from_schema, to_schema, passthrough=passthrough, projection=projection)

@@ -1,0 +1,107 @@
+"""What changed between two schemas (added, deleted, relaxed fields)."""
+
+from __future__ import annotations
+
+import attrs
+import pyarrow as pa
+
+from catalog.schema.evolution import check_backward_compatible
+from catalog.schema.history import _child, is_tombstone
+from catalog.schema.walk import (
+    _KEY,
+    PartnerVisitor,
+    _as_type,
+    _fields,
+    _join,
+    _root,
+    visit_with_partner,
+)
+
+
+@attrs.define
+class _Diff(PartnerVisitor[pa.Field, None, None]):
+    """Collects the dotted paths added, dropped, relaxed and otherwise changed from old to new."""
+
+    added_paths: list[str] = attrs.Factory(list)
+    dropped: list[str] = attrs.Factory(list)
+    relaxed: list[str] = attrs.Factory(list)
+    changed: list[str] = attrs.Factory(list)
+
+    def partner_type(self, partner: pa.Field) -> pa.DataType:
+        return partner.type
+
+    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
+        child = _child(partner.type, field.name)
+        return None if child is None or is_tombstone(child) else child
+
+    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.value_field
+
+    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.key_field
+
+    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.item_field
+
+    def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
+        self.changed.append(path)
+
+    def added(self, field: pa.Field, path: str) -> None:
+        self.added_paths.append(path)
+
+    def struct(
+        self, dtype: pa.StructType, partner: pa.Field, path: str, fields: list[None]
+    ) -> None:
+        names = {f.name for f in _fields(dtype)}
+        self.dropped.extend(
+            _join(path, f.name)
+            for f in _fields(partner.type)
+            if not is_tombstone(f) and f.name not in names
+        )
+
+    def field(self, field: pa.Field, partner: pa.Field, path: str, type_result: None) -> None:
+        if field.nullable and not partner.nullable:
+            self.relaxed.append(path)
+        elif partner.nullable and not field.nullable:
+            self.changed.append(path)
+
+    def list_(self, dtype: pa.DataType, partner: pa.Field, path: str, element: None) -> None:
+        return None
+
+    def map_(self, dtype: pa.MapType, partner: pa.Field, path: str, key: None, value: None) -> None:
+        if dtype.keys_sorted != partner.type.keys_sorted:
+            self.changed.append(_join(path, _KEY))
+
+    def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
+        if dtype != partner.type:
+            self.changed.append(path)
+
+
+def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> dict[str, list[str]]:
+    """Dotted paths ``added``, ``dropped``, ``relaxed`` (non-null -> nullable) from old to new.
+
+    Also ``changed``: paths whose type changed or whose nullability was tightened (never part of
+    a valid evolution; :func:`check_backward_compatible` says why). Only the outermost path of an
+    added or dropped subtree is listed.
+    """
+    diff = _Diff()
+    visit_with_partner(_as_type(new), _root(_as_type(old)), diff)
+    return {
+        "added": diff.added_paths,
+        "dropped": diff.dropped,
+        "relaxed": diff.relaxed,
+        "changed": list(dict.fromkeys(diff.changed)),  # a path may both tighten and retype
+    }
+
+
+def migration_preserves_order(
+    from_type: pa.DataType | pa.Schema, to_type: pa.DataType | pa.Schema
+) -> bool:
+    """True when migrating sorted data from ``from_type`` to ``to_type`` keeps it sorted.
+
+    Appending null fields and relaxing nullability keep the order; deleting any field may not
+    (the sort order over the remaining fields can change), so compaction must re-sort then.
+    Raises :class:`SchemaIncompatibleError` when the migration is not allowed at all.
+    """
+    check_backward_compatible(from_type, to_type)
+    return not schema_diff(from_type, to_type)["dropped"]

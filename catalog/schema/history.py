@@ -1,0 +1,111 @@
+"""Migration types: a schema history in one value, deleted fields kept as tombstones."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from catalog.errors import BadInputError
+from catalog.schema.walk import TypeVisitor, _as_type, _fields, _Kind, _kind, visit
+
+TOMBSTONE_KEY = b"catalog.deleted"
+
+
+_TOMBSTONE_VALUE = b"true"
+
+
+def is_tombstone(field: pa.Field) -> bool:
+    """True when ``field`` is a deleted field kept in a migration type."""
+    metadata = field.metadata
+    return bool(metadata) and metadata.get(TOMBSTONE_KEY) == _TOMBSTONE_VALUE
+
+
+def _tombstone(field: pa.Field) -> pa.Field:
+    metadata = dict(field.metadata or {})
+    metadata[TOMBSTONE_KEY] = _TOMBSTONE_VALUE
+    return pa.field(field.name, field.type, nullable=True, metadata=metadata)
+
+
+def _child(dtype: pa.DataType, name: str) -> pa.Field | None:
+    """The live child ``name`` of struct ``dtype``, else its tombstone, else None."""
+    found = None
+    for field in _fields(dtype):
+        if field.name == name:
+            if not is_tombstone(field):
+                return field
+            found = field
+    return found
+
+
+def _describe(dtype: pa.DataType) -> str:
+    return str(_live_type(dtype))
+
+
+def _describe_field(field: pa.Field) -> str:
+    return f"{field.name}: {_describe(field.type)}{'' if field.nullable else ' not null'}"
+
+
+class _StripTombstones(TypeVisitor[pa.DataType, "pa.Field | None"]):
+    """Rebuilds a type without its tombstones (the live type of a migration type)."""
+
+    def struct(self, dtype: pa.StructType, path: str, fields: list[pa.Field | None]) -> pa.DataType:
+        return pa.struct([f for f in fields if f is not None])
+
+    def field(self, field: pa.Field, path: str, type_result: pa.DataType) -> pa.Field | None:
+        if is_tombstone(field):
+            return None
+        return pa.field(field.name, type_result, field.nullable, field.metadata)
+
+    def list_(self, dtype: pa.DataType, path: str, element: pa.Field | None) -> pa.DataType:
+        assert element is not None  # an element field is never a tombstone
+        return _rebuild_list(dtype, element)
+
+    def map_(
+        self, dtype: pa.MapType, path: str, key: pa.Field | None, value: pa.Field | None
+    ) -> pa.DataType:
+        assert key is not None and value is not None
+        return pa.map_(key, value, keys_sorted=dtype.keys_sorted)
+
+    def primitive(self, dtype: pa.DataType, path: str) -> pa.DataType:
+        return dtype
+
+
+class _TombstonePaths(TypeVisitor[list[str], list[str]]):
+    """Collects the paths of every tombstone in a type."""
+
+    def struct(self, dtype: pa.StructType, path: str, fields: list[list[str]]) -> list[str]:
+        return [p for paths in fields for p in paths]
+
+    def field(self, field: pa.Field, path: str, type_result: list[str]) -> list[str]:
+        return [path] if is_tombstone(field) else type_result
+
+    def list_(self, dtype: pa.DataType, path: str, element: list[str]) -> list[str]:
+        return element
+
+    def map_(self, dtype: pa.MapType, path: str, key: list[str], value: list[str]) -> list[str]:
+        return key + value
+
+    def primitive(self, dtype: pa.DataType, path: str) -> list[str]:
+        return []
+
+
+def _rebuild_list(dtype: pa.DataType, element: pa.Field) -> pa.DataType:
+    return pa.large_list(element) if _kind(dtype) is _Kind.LARGE_LIST else pa.list_(element)
+
+
+def _live_type(dtype: pa.DataType) -> pa.DataType:
+    return visit(dtype, _StripTombstones())
+
+
+def live_schema(mtype: pa.Schema) -> pa.Schema:
+    """The live Arrow schema of a migration type: every tombstone removed, at every depth."""
+    return pa.schema(_fields(_live_type(_as_type(mtype))), metadata=mtype.metadata)
+
+
+def _reject_tombstones(schema: pa.Schema, what: str) -> None:
+    paths = visit(schema, _TombstonePaths())
+    if paths:
+        raise BadInputError(
+            f"{what} carries tombstone metadata ({TOMBSTONE_KEY.decode()}) at {', '.join(paths)}; "
+            "pass a live schema",
+            paths=paths,
+        )

@@ -1,0 +1,190 @@
+"""Reader fencing: a reader schema must be a valid migration target of the stored schemas."""
+
+from __future__ import annotations
+
+import attrs
+import pyarrow as pa
+
+from catalog.errors import ReaderFencedError, SchemaIncompatibleError
+from catalog.schema.history import _child, _describe, _describe_field, is_tombstone
+from catalog.schema.rules import (
+    RULE_FIELD_ADDED_NOT_NULLABLE,
+    RULE_FIELD_READDED,
+    RULE_MAP_KEY_CHANGED,
+    RULE_NULLABILITY_TIGHTENED,
+    RULE_READER_NEEDS_DELETED_FIELD,
+    RULE_READER_NEEDS_NON_NULL,
+    RULE_READER_TYPE_MISMATCH,
+    RULE_READER_UNKNOWN_FIELD,
+    RULE_TYPE_CHANGED,
+    _refuse,
+)
+from catalog.schema.walk import (
+    _ITEMS,
+    _KEY,
+    _VALUE,
+    PartnerVisitor,
+    _as_type,
+    _fields,
+    _join,
+    _Kind,
+    _kind,
+    _root,
+    visit_with_partner,
+)
+
+
+@attrs.frozen
+class _TargetRules:
+    """Which rule (and error class) a target-only check reports for each kind of refusal."""
+
+    error: type[SchemaIncompatibleError]
+    type_mismatch: str
+    needs_non_null: str
+    needs_deleted: str
+    unknown: str
+    map_key_changed: str
+    allow_added: bool
+
+
+_READER_RULES = _TargetRules(
+    error=ReaderFencedError,
+    type_mismatch=RULE_READER_TYPE_MISMATCH,
+    needs_non_null=RULE_READER_NEEDS_NON_NULL,
+    needs_deleted=RULE_READER_NEEDS_DELETED_FIELD,
+    unknown=RULE_READER_UNKNOWN_FIELD,
+    map_key_changed=RULE_READER_TYPE_MISMATCH,
+    allow_added=False,
+)
+
+
+_PROJECTION_RULES = _TargetRules(
+    error=SchemaIncompatibleError,
+    type_mismatch=RULE_TYPE_CHANGED,
+    needs_non_null=RULE_NULLABILITY_TIGHTENED,
+    needs_deleted=RULE_FIELD_READDED,
+    unknown=RULE_FIELD_ADDED_NOT_NULLABLE,
+    map_key_changed=RULE_MAP_KEY_CHANGED,
+    allow_added=True,
+)
+
+
+@attrs.frozen
+class _TargetCheck(PartnerVisitor[pa.Field, None, None]):
+    """Checks that a target (a reader schema) is a projection of a source's migration target.
+
+    Fields are matched by name at every depth, in any order; a target field may be nullable over
+    a non-null source field but not the reverse. With ``allow_added`` a nullable target field the
+    source lacks is accepted (it is filled with nulls).
+    """
+
+    rules: _TargetRules
+
+    def partner_type(self, partner: pa.Field) -> pa.DataType:
+        return partner.type
+
+    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
+        child = _child(partner.type, field.name)
+        return None if child is None or is_tombstone(child) else child
+
+    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.value_field
+
+    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.key_field
+
+    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.item_field
+
+    def _refuse(self, rule: str, path: str, what: str, old: str | None, new: str | None) -> None:
+        raise _refuse(rule, path, what, old, new, self.rules.error)
+
+    def _check_field(self, source: pa.Field, target: pa.Field, path: str) -> None:
+        if source.nullable and not target.nullable:
+            self._refuse(
+                self.rules.needs_non_null,
+                path,
+                "the target needs a non-null field that is nullable",
+                _describe_field(source),
+                _describe_field(target),
+            )
+
+    def before(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
+        kind = _kind(dtype)
+        if kind is _Kind.STRUCT:
+            for field in _fields(dtype):
+                field_path = _join(path, field.name)
+                source = _child(partner.type, field.name)
+                if source is not None and is_tombstone(source):
+                    self._refuse(
+                        self.rules.needs_deleted,
+                        field_path,
+                        "the target needs a deleted field",
+                        f"{field.name} (deleted)",
+                        _describe_field(field),
+                    )
+                elif source is None and not (self.rules.allow_added and field.nullable):
+                    self._refuse(
+                        self.rules.unknown,
+                        field_path,
+                        "the target needs a field the source does not have",
+                        None,
+                        _describe_field(field),
+                    )
+                elif source is not None:
+                    self._check_field(source, field, field_path)
+        elif kind in (_Kind.LIST, _Kind.LARGE_LIST):
+            self._check_field(partner.type.value_field, dtype.value_field, _join(path, _ITEMS))
+        elif kind is _Kind.MAP:
+            old = partner.type
+            if old.key_type != dtype.key_type or old.keys_sorted != dtype.keys_sorted:
+                self._refuse(
+                    self.rules.map_key_changed,
+                    _join(path, _KEY),
+                    "map keys differ",
+                    _describe(old),
+                    _describe(dtype),
+                )
+            self._check_field(old.item_field, dtype.item_field, _join(path, _VALUE))
+
+    def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
+        self._refuse(
+            self.rules.type_mismatch, path, "types differ", _describe(partner.type), str(dtype)
+        )
+
+    def added(self, field: pa.Field, path: str) -> None:
+        return None
+
+    def struct(
+        self, dtype: pa.StructType, partner: pa.Field, path: str, fields: list[None]
+    ) -> None:
+        return None
+
+    def field(self, field: pa.Field, partner: pa.Field, path: str, type_result: None) -> None:
+        return None
+
+    def list_(self, dtype: pa.DataType, partner: pa.Field, path: str, element: None) -> None:
+        return None
+
+    def map_(self, dtype: pa.MapType, partner: pa.Field, path: str, key: None, value: None) -> None:
+        return None
+
+    def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
+        if dtype != partner.type:
+            self._refuse(
+                self.rules.type_mismatch, path, "types differ", str(partner.type), str(dtype)
+            )
+
+
+def check_reader(shard_type: pa.Schema, reader_schema: pa.Schema) -> None:
+    """Fence a reader whose schema is not a projection of the shard's current schema.
+
+    ``shard_type`` is the shard's migration type. Accepted: the current live schema and any
+    projection of it, by name, in any order, at any depth; a nullable reader field over a non-null
+    shard field. Refused with :class:`ReaderFencedError` (rules ``reader-needs-deleted-field``,
+    ``reader-needs-non-null``, ``reader-unknown-field``, ``reader-type-mismatch``) otherwise, so a
+    reader is never fed data of a shape it does not expect.
+    """
+    visit_with_partner(
+        _as_type(reader_schema), _root(_as_type(shard_type)), _TargetCheck(_READER_RULES)
+    )

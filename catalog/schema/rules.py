@@ -1,0 +1,87 @@
+"""Rule ids of the schema evolution rules and the refusal every check raises."""
+
+from __future__ import annotations
+
+import types
+
+from catalog.errors import SchemaIncompatibleError
+
+RULE_TYPE_CHANGED = "type-changed"
+
+
+RULE_NULLABILITY_TIGHTENED = "nullability-tightened"
+
+
+RULE_FIELD_REORDERED = "field-reordered"
+
+
+RULE_FIELD_ADDED_NOT_NULLABLE = "field-added-not-nullable"
+
+
+RULE_FIELD_ADDED_NOT_AT_END = "field-added-not-at-end"
+
+
+RULE_FIELD_READDED = "field-readded"
+
+
+RULE_MAP_KEY_CHANGED = "map-key-changed"
+
+
+RULE_FIELD_NAME_DUPLICATED = "field-name-duplicated"
+
+
+RULE_DATA_MISMATCH = "data-mismatch"
+
+
+RULE_READER_NEEDS_DELETED_FIELD = "reader-needs-deleted-field"
+
+
+RULE_READER_NEEDS_NON_NULL = "reader-needs-non-null"
+
+
+RULE_READER_UNKNOWN_FIELD = "reader-unknown-field"
+
+
+RULE_READER_TYPE_MISMATCH = "reader-type-mismatch"
+
+
+_OTHER = "or use Mechanism.REPLACEMENT or REWRITE"
+
+
+_AT_END = "add it as a nullable field at the end under a new name"
+
+
+_SUGGESTIONS = types.MappingProxyType(
+    {
+        RULE_TYPE_CHANGED: f"keep the old type; for the new one {_AT_END}, {_OTHER}",
+        RULE_NULLABILITY_TIGHTENED: f"keep the field nullable, {_OTHER}",
+        RULE_FIELD_REORDERED: f"keep the existing order (new fields go at the end), {_OTHER}",
+        RULE_FIELD_ADDED_NOT_NULLABLE: f"add it as a nullable field, {_OTHER}",
+        RULE_FIELD_ADDED_NOT_AT_END: f"add it after every existing field, {_OTHER}",
+        RULE_FIELD_READDED: f"deleted names stay reserved: {_AT_END}, {_OTHER}",
+        RULE_MAP_KEY_CHANGED: f"keep the map key; for a new map {_AT_END}, {_OTHER}",
+        RULE_FIELD_NAME_DUPLICATED: "give every field of a struct a distinct name",
+        RULE_DATA_MISMATCH: "pass the schema the data was written with",
+        RULE_READER_NEEDS_DELETED_FIELD: "drop the field from the reader schema, or upgrade the "
+        "reader to the shard's current schema",
+        RULE_READER_NEEDS_NON_NULL: "declare the reader field nullable, or upgrade the reader",
+        RULE_READER_UNKNOWN_FIELD: "drop the field from the reader schema, or register the "
+        "schema that adds it first",
+        RULE_READER_TYPE_MISMATCH: "read with the shard's current type for this field",
+    }
+)
+
+
+def _refuse(
+    rule: str,
+    path: str,
+    what: str,
+    old: str | None,
+    new: str | None,
+    error: type[SchemaIncompatibleError] = SchemaIncompatibleError,
+) -> SchemaIncompatibleError:
+    suggestion = _SUGGESTIONS[rule]
+    shown = [x for x in (old, new) if x is not None]
+    change = f" ({' -> '.join(shown)})" if shown else ""
+    message = f"{path or '<root>'}: {what}{change}; rule {rule}; fix: {suggestion}"
+    return error(message, rule=rule, path=path, old=old, new=new, suggestion=suggestion)

@@ -1,0 +1,205 @@
+"""The walk over nested Arrow types: one type bottom-up, or a target type with its partner."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
+
+import pyarrow as pa
+
+_ITEMS = "items"
+
+
+_KEY = "key"
+
+
+_VALUE = "value"
+
+
+P = TypeVar("P")
+
+
+T = TypeVar("T")
+
+
+F = TypeVar("F")
+
+
+class _Kind(enum.Enum):
+    STRUCT = "struct"
+    LIST = "list"
+    LARGE_LIST = "large_list"
+    MAP = "map"
+    ATOMIC = "atomic"
+
+
+def _kind(dtype: pa.DataType) -> _Kind:
+    if pa.types.is_struct(dtype):
+        return _Kind.STRUCT
+    if pa.types.is_map(dtype):
+        return _Kind.MAP
+    if pa.types.is_large_list(dtype):
+        return _Kind.LARGE_LIST
+    if pa.types.is_list(dtype):
+        return _Kind.LIST
+    return _Kind.ATOMIC
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _fields(dtype: pa.DataType) -> list[pa.Field]:
+    return [dtype.field(i) for i in range(dtype.num_fields)]
+
+
+class TypeVisitor(Generic[T, F], ABC):
+    """Bottom-up visitor over one Arrow type; ``T`` is a type's result, ``F`` a field's."""
+
+    @abstractmethod
+    def struct(self, dtype: pa.StructType, path: str, fields: list[F]) -> T: ...
+
+    @abstractmethod
+    def field(self, field: pa.Field, path: str, type_result: T) -> F: ...
+
+    @abstractmethod
+    def list_(self, dtype: pa.DataType, path: str, element: F) -> T: ...
+
+    @abstractmethod
+    def map_(self, dtype: pa.MapType, path: str, key: F, value: F) -> T: ...
+
+    @abstractmethod
+    def primitive(self, dtype: pa.DataType, path: str) -> T: ...
+
+
+def visit(dtype: pa.DataType | pa.Schema, visitor: TypeVisitor[T, F], path: str = "") -> T:
+    """Walk ``dtype`` (a Schema is the struct of its fields) bottom-up with ``visitor``."""
+    dtype = _as_type(dtype)
+    kind = _kind(dtype)
+    if kind is _Kind.STRUCT:
+        results = [_visit_field(f, visitor, _join(path, f.name)) for f in _fields(dtype)]
+        return visitor.struct(dtype, path, results)
+    if kind in (_Kind.LIST, _Kind.LARGE_LIST):
+        element = _visit_field(dtype.value_field, visitor, _join(path, _ITEMS))
+        return visitor.list_(dtype, path, element)
+    if kind is _Kind.MAP:
+        key = _visit_field(dtype.key_field, visitor, _join(path, _KEY))
+        value = _visit_field(dtype.item_field, visitor, _join(path, _VALUE))
+        return visitor.map_(dtype, path, key, value)
+    return visitor.primitive(dtype, path)
+
+
+def _visit_field(field: pa.Field, visitor: TypeVisitor[T, F], path: str) -> F:
+    return visitor.field(field, path, visit(field.type, visitor, path))
+
+
+class PartnerVisitor(Generic[P, T, F], ABC):
+    """Visitor over a target type walked together with a partner (pyiceberg's visit_with_partner).
+
+    The walk follows the target; the accessors find each node's partner. A target struct field
+    without a partner is *added* (:meth:`added`, no descent); a node whose kind differs from its
+    partner's goes to :meth:`kind_changed` (no descent). :meth:`before` runs top-down on every
+    matched node before its children, so refusals name the outermost offending path first.
+    """
+
+    @abstractmethod
+    def partner_type(self, partner: P) -> pa.DataType: ...
+
+    @abstractmethod
+    def field_partner(self, partner: P, field: pa.Field, path: str) -> P | None: ...
+
+    @abstractmethod
+    def element_partner(self, partner: P, path: str) -> P: ...
+
+    @abstractmethod
+    def key_partner(self, partner: P, path: str) -> P: ...
+
+    @abstractmethod
+    def value_partner(self, partner: P, path: str) -> P: ...
+
+    def before(self, dtype: pa.DataType, partner: P, path: str) -> None:
+        """Top-down hook on a node whose kind matches its partner's; no-op by default."""
+
+    @abstractmethod
+    def kind_changed(self, dtype: pa.DataType, partner: P, path: str) -> T: ...
+
+    @abstractmethod
+    def added(self, field: pa.Field, path: str) -> F: ...
+
+    @abstractmethod
+    def struct(self, dtype: pa.StructType, partner: P, path: str, fields: list[F]) -> T: ...
+
+    @abstractmethod
+    def field(self, field: pa.Field, partner: P, path: str, type_result: T) -> F: ...
+
+    @abstractmethod
+    def list_(self, dtype: pa.DataType, partner: P, path: str, element: F) -> T: ...
+
+    @abstractmethod
+    def map_(self, dtype: pa.MapType, partner: P, path: str, key: F, value: F) -> T: ...
+
+    @abstractmethod
+    def primitive(self, dtype: pa.DataType, partner: P, path: str) -> T: ...
+
+
+def visit_with_partner(
+    dtype: pa.DataType | pa.Schema, partner: P, visitor: PartnerVisitor[P, T, F], path: str = ""
+) -> T:
+    """Walk ``dtype`` together with ``partner``; see :class:`PartnerVisitor`."""
+    dtype = _as_type(dtype)
+    kind = _kind(dtype)
+    if kind is not _kind(visitor.partner_type(partner)):
+        return visitor.kind_changed(dtype, partner, path)
+    visitor.before(dtype, partner, path)
+    if kind is _Kind.STRUCT:
+        results: list[F] = []
+        for field in _fields(dtype):
+            child_path = _join(path, field.name)
+            child = visitor.field_partner(partner, field, child_path)
+            if child is None:
+                results.append(visitor.added(field, child_path))
+            else:
+                results.append(_visit_partnered_field(field, child, visitor, child_path))
+        return visitor.struct(dtype, partner, path, results)
+    if kind in (_Kind.LIST, _Kind.LARGE_LIST):
+        element_path = _join(path, _ITEMS)
+        element_partner = visitor.element_partner(partner, element_path)
+        element = _visit_partnered_field(dtype.value_field, element_partner, visitor, element_path)
+        return visitor.list_(dtype, partner, path, element)
+    if kind is _Kind.MAP:
+        key_path, value_path = _join(path, _KEY), _join(path, _VALUE)
+        key_partner = visitor.key_partner(partner, key_path)
+        key = _visit_partnered_field(dtype.key_field, key_partner, visitor, key_path)
+        value_partner = visitor.value_partner(partner, value_path)
+        value = _visit_partnered_field(dtype.item_field, value_partner, visitor, value_path)
+        return visitor.map_(dtype, partner, path, key, value)
+    return visitor.primitive(dtype, partner, path)
+
+
+def _visit_partnered_field(
+    field: pa.Field, partner: P, visitor: PartnerVisitor[P, T, F], path: str
+) -> F:
+    return visitor.field(
+        field, partner, path, visit_with_partner(field.type, partner, visitor, path)
+    )
+
+
+def _as_type(value: pa.DataType | pa.Schema) -> pa.DataType:
+    if isinstance(value, pa.Schema):
+        return pa.struct(list(value))
+    if isinstance(value, pa.DataType):
+        return value
+    raise TypeError(f"expected a pyarrow Schema or DataType, got {type(value).__name__}")
+
+
+def _as_schema(value: pa.DataType | pa.Schema, what: str) -> pa.Schema:
+    if isinstance(value, pa.Schema):
+        return value
+    if isinstance(value, pa.DataType) and pa.types.is_struct(value):
+        return pa.schema(_fields(value))
+    raise TypeError(f"{what} must be a pyarrow Schema or struct type, got {value!r}")
+
+
+def _root(dtype: pa.DataType) -> pa.Field:
+    return pa.field("", dtype)
