@@ -1,0 +1,86 @@
+"""A shard: an ordered schema history, Parquet batches of updates, and two frontiers.
+
+ZooKeeper layout (keys relative to the environment root)::
+
+    shards/<shard_id>             ShardState JSON (below); every change is a CAS on its version
+    shards/<shard_id>/l-<seq>     ephemeral reader leases ({"holder", "created"})
+
+Blob layout (below the environment's blob URI)::
+
+    shards/<shard_id>/<uuid>.parquet      one batch: the collection's columns, then _ts, _diff
+    shards/<shard_id>/rollup-<uuid>.json  an immutable list of older batch entries (see below)
+
+Rows are updates ``(row..., _ts uint64, _diff int64)``. ``upper`` is the write frontier: every
+time below it is complete, appends name the upper they expect and the one they move it to.
+``since`` is the read frontier: times below it may have been advanced to it by compaction, so a
+snapshot needs ``since <= as_of < upper``.
+
+Schemas are numbered 0, 1, 2...; each entry is the *migration type* of ``catalog.schema`` (the
+live schema plus tombstones of deleted fields), so checking a new schema against the last entry
+checks it against the whole history. A batch records the schema id it was written with and is
+migrated lazily on read and compaction; data is never rewritten to register a schema.
+
+Invariants:
+
+* a blob is written before the CAS that references it; a failed CAS leaves an unreferenced blob
+  that :meth:`Shard.gc_orphans` removes, never a dangling reference;
+* the state stays far below ZooKeeper's 1 MB limit: batch entries are a few dozen bytes, and
+  when more than :data:`ROLLUP_THRESHOLD` are inline they move into an immutable rollup blob that
+  the state references by name;
+* sealed shards take no appends; finalized shards take nothing and keep a tombstone state.
+
+Consolidation (snapshot and compaction) sums ``_diff`` over identical ``(row, _ts)`` and drops
+zeros (``catalog.consolidate``). A snapshot goes by runs of one numeric key column when one
+separates the rows (only rows sharing that key's value are compared), else by sorting; compaction
+sorts (its output comes sorted and is marked ``ordered``); nested columns go by hash grouping
+with value ids. :func:`consolidate` is re-exported here."""
+
+from __future__ import annotations
+
+from catalog.consolidate import DIFF, TS, consolidate
+from catalog.shard.append import advance_times
+from catalog.shard.handle import Shard
+from catalog.shard.ops import create_op, evolve_op, read_states
+from catalog.shard.state import (
+    GC_GRACE_SECONDS,
+    LEASE_PREFIX,
+    MAX_ROLLUPS,
+    ROLLUP_THRESHOLD,
+    AppendResult,
+    BatchRef,
+    CompactionResult,
+    EvolveResult,
+    Lease,
+    RollupRef,
+    ShardState,
+    blob_prefix,
+    new_shard_id,
+    shard_key,
+    update_schema,
+)
+
+__all__ = [
+    "DIFF",
+    "GC_GRACE_SECONDS",
+    "LEASE_PREFIX",
+    "MAX_ROLLUPS",
+    "ROLLUP_THRESHOLD",
+    "TS",
+    "AppendResult",
+    "BatchRef",
+    "CompactionResult",
+    "EvolveResult",
+    "Lease",
+    "RollupRef",
+    "Shard",
+    "ShardState",
+    "advance_times",
+    "blob_prefix",
+    "consolidate",
+    "create_op",
+    "evolve_op",
+    "new_shard_id",
+    "read_states",
+    "shard_key",
+    "update_schema",
+]

@@ -1,0 +1,134 @@
+"""Preparing a batch for an append: checks against the schema, consolidation, time bounds."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.consolidate import (
+    DIFF,
+    TS,
+    is_nested,
+)
+from catalog.schema import (
+    schema_diff,
+)
+from catalog.shard.state import BatchRef, ShardState, _shard_error, update_schema
+
+
+def advance_times(table: pa.Table, since: int) -> pa.Table:
+    """``table`` with every ``_ts`` below ``since`` advanced to ``since``."""
+    index = table.schema.get_field_index(TS)
+    if since <= 0 or table.num_rows == 0:
+        return table
+    advanced = pc.max_element_wise(table.column(index), pa.scalar(since, pa.uint64()))
+    return table.set_column(index, table.schema.field(index), advanced)
+
+
+def _sort(table: pa.Table) -> tuple[pa.Table, bool]:
+    """``table`` sorted by every column, or unchanged (False) when a column is not sortable."""
+    if any(is_nested(f.type) for f in table.schema):
+        return table, False
+    try:
+        return table.sort_by([(n, "ascending") for n in table.column_names]), True
+    except pa.ArrowNotImplementedError:
+        return table, False
+
+
+def _already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema) -> bool:
+    """Whether ``batch`` read alone as ``reader`` is consolidated as it is stored.
+
+    True for a consolidated batch at a single time whose migration to the reader drops nothing
+    (dropping a column, at any depth, can make distinct rows equal).
+    """
+    return (
+        batch.consolidated
+        and batch.lower == batch.upper - 1
+        and not schema_diff(state.live(batch.schema_id), reader)["dropped"]
+    )
+
+
+def _time_bounds(table: pa.Table) -> tuple[int, int]:
+    bounds = pc.min_max(table.column(TS))
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py()) + 1
+
+
+def _prepare_append(
+    batch: pa.Table | pa.RecordBatch,
+    live: pa.Schema,
+    expected_upper: int,
+    new_upper: int,
+    shard_id: str,
+) -> pa.Table:
+    """Validate an appended batch against its schema and frontier; the batch as stored."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    names = table.column_names
+    for column in (TS, DIFF):
+        if column not in names:
+            raise _shard_error(
+                f"batch for shard {shard_id} has no {column} column",
+                shard_id,
+                "missing-column",
+                column=column,
+            )
+    data_names = [n for n in names if n not in (TS, DIFF)]
+    if data_names != live.names:
+        raise _shard_error(
+            f"batch columns {data_names} do not match the schema's {live.names}",
+            shard_id,
+            "columns-mismatch",
+            expected=live.names,
+            actual=data_names,
+        )
+    columns: list[pa.ChunkedArray] = []
+    for field in live:
+        column = table.column(field.name)
+        if not column.type.equals(field.type):
+            raise _shard_error(
+                f"column {field.name} is {column.type}, the schema says {field.type}",
+                shard_id,
+                "type-mismatch",
+                column=field.name,
+                expected=str(field.type),
+                actual=str(column.type),
+            )
+        if not field.nullable and column.null_count:
+            raise _shard_error(
+                f"column {field.name} is not nullable but has {column.null_count} nulls",
+                shard_id,
+                "null-in-non-null",
+                column=field.name,
+            )
+        # Equal types may still differ in list element names; take the registered ones.
+        columns.append(column.cast(field.type) if str(column.type) != str(field.type) else column)
+    times, diffs = table.column(TS), table.column(DIFF)
+    for column, name in ((times, TS), (diffs, DIFF)):
+        if not pa.types.is_integer(column.type) or column.null_count:
+            raise _shard_error(
+                f"{name} must be a non-null integer column (got {column.type})",
+                shard_id,
+                "bad-update-column",
+                column=name,
+            )
+    try:
+        times = times.cast(pa.uint64())
+        diffs = diffs.cast(pa.int64())
+    except pa.ArrowInvalid as exc:
+        raise _shard_error(
+            f"{TS}/{DIFF} out of range: {exc}", shard_id, "bad-update-column", column=TS
+        ) from exc
+    stored = pa.Table.from_arrays([*columns, times, diffs], schema=update_schema(live))
+    if stored.num_rows:
+        lower, upper = _time_bounds(stored)
+        if lower < expected_upper or upper > new_upper:
+            raise _shard_error(
+                f"rows at times [{lower}, {upper - 1}] fall outside "
+                f"[{expected_upper}, {new_upper})",
+                shard_id,
+                "ts-out-of-range",
+                expected_upper=expected_upper,
+                new_upper=new_upper,
+                min_ts=lower,
+                max_ts=upper - 1,
+            )
+    return stored

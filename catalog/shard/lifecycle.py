@@ -1,0 +1,182 @@
+"""A shard's end of life: reader leases, finalization, discarding, garbage collection of blobs."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import attrs
+import structlog
+from kazoo.exceptions import NoNodeError
+
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+    Create,
+    Delete,
+    Fence,
+    encode_json,
+)
+from catalog.errors import (
+    ConnectionLostError,
+    ShardError,
+)
+from catalog.shard.ops import _finalized
+from catalog.shard.state import (
+    GC_GRACE_SECONDS,
+    LEASE_PREFIX,
+    Lease,
+    ShardState,
+    _shard_error,
+    blob_prefix,
+)
+from catalog.shard.write import ShardWrites
+
+log = structlog.get_logger(__name__)
+
+
+class ShardLifecycle(ShardWrites):
+    """Reader leases (ephemeral znodes), finalization once they end, blob garbage collection."""
+
+    __slots__ = ()
+
+    def finalize(self, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:
+        """Seal, refuse new leases, wait for existing leases to end, delete blobs, tombstone.
+
+        Waiting uses a ZooKeeper child watch; ``wait`` bounds it (None: forever) and ShardError
+        (reason ``leased``, with the holders) is raised on timeout, leaving the shard mid-way:
+        calling finalize again completes it. Finalizing a tombstone is a no-op.
+        """
+        state = self.state()
+        if state.is_tombstone:
+            return state
+        if not state.finalized:
+
+            def mark(current: ShardState) -> ShardState | None:
+                if current.finalized:
+                    return None
+                return attrs.evolve(current, sealed=True, finalized=True)
+
+            self._update(mark, fence)
+        self._wait_for_no_leases(wait)
+        self.blob.delete_prefix(blob_prefix(self.shard_id))
+
+        def tombstone(current: ShardState) -> ShardState | None:
+            if current.is_tombstone:
+                return None
+            return attrs.evolve(current, batches=(), rollups=())
+
+        state = self._update(tombstone, fence)
+        self._log.info("shard_finalized", upper=state.upper)
+        return state
+
+    def discard(self, *, fence: Fence | None = None) -> None:
+        """Delete a shard that never received a batch (an orphan of a lost race) entirely."""
+        try:
+            state = self.state()
+        except ShardError:
+            return
+        if state.batch_count:
+            raise _shard_error(
+                f"shard {self.shard_id} holds {state.batch_count} batches: finalize it instead",
+                self.shard_id,
+                "not-empty",
+            )
+        self.consensus.commit([Delete(self.key, state.version)], fence=fence)
+        self.blob.delete_prefix(blob_prefix(self.shard_id))
+        self._log.info("shard_discarded")
+
+    def _wait_for_no_leases(self, wait: float | None) -> None:
+        changed = threading.Event()
+        deadline = None if wait is None else time.monotonic() + wait
+        path = self.consensus.path(self.key)
+        while True:
+            changed.clear()  # before reading, so a change after the read is never missed
+            try:
+                children = self.consensus.client.get_children(
+                    path, watch=lambda _event: changed.set()
+                )
+            except NoNodeError:
+                return
+            except CONNECTION_ERRORS as exc:
+                raise ConnectionLostError(
+                    f"ZooKeeper did not answer listing leases of {self.shard_id}"
+                ) from exc
+            leases = sorted(c for c in children if c.startswith(LEASE_PREFIX))
+            if not leases:
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise _shard_error(
+                    f"shard {self.shard_id} is still leased by {len(leases)} readers",
+                    self.shard_id,
+                    "leased",
+                    leases=leases,
+                )
+            self._log.info("finalize_waiting_for_leases", leases=len(leases))
+            changed.wait(remaining)
+
+    @contextlib.contextmanager
+    def lease(self, holder: str = "") -> Iterator[Lease]:
+        """Hold a reader lease while the block runs: finalization waits until it is released.
+
+        Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
+        is an ephemeral znode, so a reader that dies releases it with its session.
+        """
+        state = self.state()
+        if state.finalized:
+            raise _finalized(state)
+        body = encode_json({"holder": holder, "created": time.time()})
+        (path,) = self.consensus.commit(
+            [Create(f"{self.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
+        )
+        key = self.consensus.key_of(path)
+        try:
+            # A finalizer that marked the shard before our create may have listed the leases
+            # already: re-read (after a sync) and back off, so it never deletes under us.
+            self.consensus.client.sync(self.consensus.path(self.key))
+            current = self.state()
+            if current.finalized:
+                raise _finalized(current)
+            yield Lease(shard_id=self.shard_id, key=key, holder=holder)
+        finally:
+            with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
+                self.consensus.client.delete(self.consensus.path(key))
+
+    def leases(self) -> list[str]:
+        """Keys of the current reader leases."""
+        return [
+            f"{self.key}/{child}"
+            for child in self.consensus.children(self.key)
+            if child.startswith(LEASE_PREFIX)
+        ]
+
+    def referenced_keys(self, state: ShardState | None = None) -> set[str]:
+        """Every blob key ``state`` references: batches, rollups."""
+        state = self.state() if state is None else state
+        keys = {b.key(self.shard_id) for b in self.batches(state)}
+        keys.update(r.key(self.shard_id) for r in state.rollups)
+        return keys
+
+    def gc_orphans(self, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
+        """Delete blobs below the shard's prefix that its state does not reference.
+
+        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
+        temporary files of crashed writes included. Returns the deleted keys.
+        """
+        prefix = blob_prefix(self.shard_id)
+        # List before reading the state: a blob committed after the read is younger than the
+        # listing, so the grace period protects it.
+        found = self.blob.list_info(prefix) + self.blob.list_temp(prefix)
+        try:
+            state: ShardState | None = self.state()
+        except ShardError:
+            state = None
+        referenced = set() if state is None or state.finalized else self.referenced_keys(state)
+        cutoff = time.time() - grace_seconds
+        orphans = [i.key for i in found if i.key not in referenced and i.mtime <= cutoff]
+        self.blob.delete_many(orphans)
+        if orphans:
+            self._log.info("orphans_deleted", count=len(orphans))
+        return orphans

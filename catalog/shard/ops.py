@@ -1,0 +1,71 @@
+"""Shard operations for a caller's own transaction (create, evolve), and bulk state reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import pyarrow as pa
+
+from catalog.consensus import (
+    Consensus,
+    Create,
+    Op,
+    SetData,
+)
+from catalog.errors import (
+    ShardFinalizedError,
+)
+from catalog.schema import (
+    evolve,
+    migration_type,
+)
+from catalog.shard.state import ShardState, shard_key
+
+
+def create_op(shard_id: str, schema: pa.Schema) -> tuple[Op, ShardState]:
+    """The op creating shard ``shard_id`` with first schema ``schema`` (for a caller's multi-op).
+
+    The ``shards`` container must exist. Raises SchemaIncompatibleError for an invalid schema.
+    The returned state carries version 0, the version the create gives the znode.
+    """
+    state = ShardState(shard_id=shard_id, schemas=(migration_type(schema),), version=0)
+    return Create(shard_key(shard_id), state.encode()), state
+
+
+def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardState]:
+    """The CAS op registering live ``schema`` on top of ``state`` (read at ``state.version``).
+
+    Returns ``(None, state)`` when ``schema`` is already the latest (nothing to write).
+    Raises SchemaIncompatibleError (checked against the whole history, tombstones included)
+    and ShardFinalizedError for a finalized shard. The op is a ``SetData`` on the shard key at
+    ``state.version``: put many into one fenced ``Consensus.commit`` to evolve many shards in
+    one transaction; a VersionMismatchError names the shard that moved. The returned state
+    carries the version the op gives the znode.
+    """
+    if state.finalized:
+        raise _finalized(state)
+    mtype = evolve(state.schema, schema)
+    if mtype.equals(state.schema, check_metadata=True):
+        return None, state
+    new = attrs.evolve(state, schemas=(*state.schemas, mtype), version=state.version + 1)
+    return SetData(state.key, new.encode(), state.version), new
+
+
+def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, ShardState | None]:
+    """The states of many shards in one pipelined read (None for a shard that does not exist)."""
+    found = consensus.get_many([shard_key(s) for s in shard_ids])
+    out: dict[str, ShardState | None] = {}
+    for shard_id in shard_ids:
+        value = found[shard_key(shard_id)]
+        out[shard_id] = None if value is None else ShardState.decode(value.value, value.version)
+    return out
+
+
+def _finalized(state: ShardState) -> ShardFinalizedError:
+    what = "finalized" if state.finalized else "sealed"
+    return ShardFinalizedError(
+        f"shard {state.shard_id} is {what}: no more writes",
+        shard_id=state.shard_id,
+        reason=what,
+    )

@@ -1,0 +1,202 @@
+"""Reads of a shard: snapshots as of a time, migrated to a reader schema and consolidated."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+from kazoo.exceptions import NoNodeError
+
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+)
+from catalog.consolidate import (
+    DIFF,
+    TS,
+    consolidate,
+)
+from catalog.errors import (
+    ConnectionLostError,
+    CorruptBlobError,
+)
+from catalog.schema import (
+    check_reader,
+    migrate_batch,
+)
+from catalog.shard.append import (
+    _already_consolidated,
+)
+from catalog.shard.core import ShardCore
+from catalog.shard.ops import _finalized
+from catalog.shard.state import (
+    _READ_ATTEMPTS,
+    BatchRef,
+    ShardState,
+    _shard_error,
+    update_schema,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class ShardReads(ShardCore):
+    """Snapshots: batches up to ``as_of``, migrated lazily to the reader schema, consolidated."""
+
+    __slots__ = ()
+
+    def _wait_for_upper(self, as_of: int, timeout: float) -> ShardState:
+        changed = threading.Event()
+        deadline = time.monotonic() + timeout
+        path = self.consensus.path(self.key)
+        while True:
+            changed.clear()
+            try:
+                data, stat = self.consensus.client.get(path, watch=lambda _event: changed.set())
+            except NoNodeError as exc:
+                raise _shard_error(
+                    f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
+                ) from exc
+            except CONNECTION_ERRORS as exc:
+                raise ConnectionLostError(f"ZooKeeper did not answer for {self.shard_id}") from exc
+            state = ShardState.decode(data, stat.version)
+            if state.upper > as_of or state.finalized:
+                return state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return state
+            changed.wait(remaining)
+
+    def snapshot(
+        self,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> pa.Table:
+        """The shard's contents as of ``as_of`` (default: ``upper - 1``), consolidated.
+
+        Columns: ``reader_schema`` (default: the latest live schema), then ``_ts`` and
+        ``_diff``. Every returned row has ``_ts == as_of`` and a non-zero ``_diff``: times at or
+        below ``as_of`` are indistinguishable in a snapshot, so they are collapsed. A reader
+        schema that is not a projection of the shard's latest schema raises ReaderFencedError.
+        ``as_of >= upper`` raises ShardError (reason ``not-complete``) at once, or after waiting
+        up to ``timeout`` seconds (a data watch, not polling); ``as_of < since`` raises
+        ShardError (reason ``compacted``). A finalized shard raises ShardFinalizedError.
+        Batches replaced under the read (compaction) make it re-read the state; hold a
+        :meth:`lease` to keep finalization away during long reads.
+        """
+        state = self.state()
+        for _ in range(_READ_ATTEMPTS):
+            if as_of is not None and as_of >= state.upper and timeout:
+                state = self._wait_for_upper(as_of, timeout)
+            try:
+                return self._snapshot(state, as_of, reader_schema)
+            except CorruptBlobError as exc:
+                if exc.details.get("reason") != "missing":
+                    raise
+                current = self.state()
+                if current.finalized:
+                    raise _finalized(current) from exc
+                if current.version == state.version:
+                    raise
+                self._log.info("snapshot_state_moved", version=current.version)
+                state = current
+        return self._snapshot(state, as_of, reader_schema)
+
+    def snapshot_of(
+        self,
+        state: ShardState,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+    ) -> pa.Table:
+        """:meth:`snapshot` of a state already read (no re-read, no wait, no retry).
+
+        For read-then-CAS loops: the result is exactly the contents as of ``as_of`` (default
+        ``state.upper - 1``) that a compare-and-append expecting ``state.upper`` builds on.
+        """
+        return self._snapshot(state, as_of, reader_schema)
+
+    def _snapshot(
+        self, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
+    ) -> pa.Table:
+        if state.finalized:
+            raise _finalized(state)
+        if reader_schema is None:
+            reader = state.live_schema
+        else:
+            check_reader(state.schema, reader_schema)
+            reader = reader_schema
+        result_schema = update_schema(reader)
+        if as_of is None:
+            if state.upper == 0:
+                return result_schema.empty_table()
+            as_of = state.upper - 1
+        if as_of >= state.upper:
+            raise _shard_error(
+                f"as_of {as_of} not yet complete: upper is {state.upper}",
+                self.shard_id,
+                "not-complete",
+                as_of=as_of,
+                upper=state.upper,
+            )
+        if as_of < state.since:
+            raise _shard_error(
+                f"as_of {as_of} is below since {state.since}: those times were compacted",
+                self.shard_id,
+                "compacted",
+                as_of=as_of,
+                since=state.since,
+            )
+        refs = [b for b in self.batches(state) if b.lower <= as_of]
+        tables = self._load(state, refs, reader, as_of=as_of, times=False)
+        if not tables:
+            return result_schema.empty_table()
+        merged = pa.concat_tables(tables)
+        if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
+            consolidated = merged
+        else:
+            consolidated = consolidate(merged)
+        times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
+        columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
+        return pa.Table.from_arrays(columns, schema=result_schema)
+
+    def _load(
+        self,
+        state: ShardState,
+        refs: Sequence[BatchRef],
+        target: pa.Schema,
+        *,
+        as_of: int | None = None,
+        times: bool = True,
+    ) -> list[pa.Table]:
+        """The batches ``refs``, read one schema id at a time and migrated to ``target``.
+
+        Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
+        fields never leave the file); without ``times`` the tables have no ``_ts`` column.
+        """
+        by_schema: dict[int, list[BatchRef]] = {}
+        for ref in refs:
+            by_schema.setdefault(ref.schema_id, []).append(ref)
+        out: list[pa.Table] = []
+        for schema_id, group in sorted(by_schema.items()):
+            source = state.live(schema_id)
+            cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
+            carried = (TS, DIFF) if times or cut else (DIFF,)
+            columns = [n for n in source.names if target.get_field_index(n) >= 0]
+            table = self.blob.get_batches(
+                [r.key(self.shard_id) for r in group],
+                columns=[*columns, *carried],
+                expected_rows=[r.rows for r in group],
+            )
+            if cut:
+                table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
+                if not times:
+                    table, carried = table.drop_columns([TS]), (DIFF,)
+            migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
+            assert isinstance(migrated, pa.Table)
+            out.append(migrated)
+        return out

@@ -1,0 +1,307 @@
+"""A shard's durable state: schema history, batch references, rollups, frontiers; and results."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+
+from catalog.consensus import (
+    decode_json,
+    encode_json,
+)
+from catalog.consolidate import (
+    DIFF,
+    TS,
+)
+from catalog.errors import (
+    ShardError,
+)
+from catalog.schema import (
+    live_schema,
+    migration_preserves_order,
+    schema_from_bytes,
+    schema_to_bytes,
+)
+from catalog.state import SHARDS_KEY
+
+LEASE_PREFIX = "l-"
+
+
+# Inline batch entries above this many are rolled up into a blob (an entry is ~80 bytes).
+ROLLUP_THRESHOLD = 500
+
+
+# Rollup references above this many are merged into one rollup.
+MAX_ROLLUPS = 64
+
+
+# Unreferenced blobs younger than this are left alone by gc_orphans: a writer may be between
+# its blob write and its CAS.
+GC_GRACE_SECONDS = 300.0
+
+
+# A snapshot whose blobs vanished under it (compaction or rollup merge) re-reads this often.
+_READ_ATTEMPTS = 5
+
+
+_STATE_FORMAT = 1
+
+
+def shard_key(shard_id: str) -> str:
+    """The consensus key of a shard's state."""
+    return f"{SHARDS_KEY}/{shard_id}"
+
+
+def blob_prefix(shard_id: str) -> str:
+    """The blob directory holding every batch and rollup of a shard."""
+    return f"shards/{shard_id}"
+
+
+def new_shard_id() -> str:
+    """A fresh, unique shard id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def update_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of a shard batch with collection schema ``schema``: its fields, _ts, _diff."""
+    return pa.schema(
+        [
+            *schema,
+            pa.field(TS, pa.uint64(), nullable=False),
+            pa.field(DIFF, pa.int64(), nullable=False),
+        ],
+        metadata=schema.metadata,
+    )
+
+
+def _shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
+    return ShardError(message, shard_id=shard_id, reason=reason, **details)
+
+
+@attrs.frozen
+class BatchRef:
+    """One batch: blob ``name`` (``shards/<id>/<name>.parquet``), schema id, rows, time bounds.
+
+    Every row has ``lower <= _ts < upper``. ``ordered``: the rows are sorted by all their columns
+    in the batch's own schema (compaction output whose columns are all sortable); whether the
+    order survives a migration is :meth:`ShardState.is_ordered_in`. ``consolidated``: no two
+    rows share ``(row, _ts)`` and no diff is zero (compaction output), so a snapshot of this
+    batch alone at a single time needs no consolidation pass.
+    """
+
+    name: str
+    schema_id: int
+    rows: int
+    lower: int
+    upper: int
+    ordered: bool = False
+    consolidated: bool = False
+
+    def key(self, shard_id: str) -> str:
+        return f"{blob_prefix(shard_id)}/{self.name}.parquet"
+
+    def to_json(self) -> list[Any]:
+        flags = int(self.ordered) | (int(self.consolidated) << 1)
+        return [self.name, self.schema_id, self.rows, self.lower, self.upper, flags]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> BatchRef:
+        name, schema_id, rows, lower, upper, flags = data
+        return cls(
+            name,
+            int(schema_id),
+            int(rows),
+            int(lower),
+            int(upper),
+            ordered=bool(flags & 1),
+            consolidated=bool(flags & 2),
+        )
+
+
+@attrs.frozen
+class RollupRef:
+    """An immutable blob ``shards/<id>/rollup-<name>.json`` holding older batch entries."""
+
+    name: str
+    batches: int
+    rows: int
+    lower: int
+    upper: int
+
+    def key(self, shard_id: str) -> str:
+        return f"{blob_prefix(shard_id)}/rollup-{self.name}.json"
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.batches, self.rows, self.lower, self.upper]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> RollupRef:
+        name, batches, rows, lower, upper = data
+        return cls(name, int(batches), int(rows), int(lower), int(upper))
+
+
+def _schemas_equal(a: tuple[pa.Schema, ...], b: tuple[pa.Schema, ...]) -> bool:
+    return len(a) == len(b) and all(
+        x.equals(y, check_metadata=True) for x, y in zip(a, b, strict=True)
+    )
+
+
+@attrs.frozen(hash=False)
+class ShardState:
+    """A shard's durable state. ``version`` is the znode version it was read at (not encoded).
+
+    ``schemas`` are migration types (tombstones kept); ``batches`` are the inline batch entries
+    and ``rollups`` the blobs holding older ones (:meth:`Shard.batches` resolves both).
+    ``finalized`` with batches still listed means finalization is under way (no new leases);
+    a finalized state without batches or rollups is the tombstone.
+    """
+
+    shard_id: str
+    schemas: tuple[pa.Schema, ...] = attrs.field(eq=attrs.cmp_using(eq=_schemas_equal))
+    batches: tuple[BatchRef, ...] = ()
+    rollups: tuple[RollupRef, ...] = ()
+    upper: int = 0
+    since: int = 0
+    sealed: bool = False
+    finalized: bool = False
+    version: int = attrs.field(default=-1, eq=False)
+
+    @property
+    def key(self) -> str:
+        return shard_key(self.shard_id)
+
+    @property
+    def schema_id(self) -> int:
+        """The latest schema id."""
+        return len(self.schemas) - 1
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The latest migration type (tombstones included)."""
+        return self.schemas[-1]
+
+    @property
+    def live_schema(self) -> pa.Schema:
+        """The latest live schema (what writers write and readers read by default)."""
+        return live_schema(self.schemas[-1])
+
+    def live(self, schema_id: int) -> pa.Schema:
+        """The live schema registered as ``schema_id``; ShardError when unknown."""
+        if not 0 <= schema_id < len(self.schemas):
+            raise _shard_error(
+                f"shard {self.shard_id} has no schema id {schema_id} (latest is {self.schema_id})",
+                self.shard_id,
+                "unknown-schema",
+                schema_id=schema_id,
+                latest_schema_id=self.schema_id,
+            )
+        return live_schema(self.schemas[schema_id])
+
+    def is_ordered_in(self, batch: BatchRef, schema_id: int | None = None) -> bool:
+        """Whether ``batch`` is still sorted once migrated to ``schema_id`` (default: latest)."""
+        target = self.schema_id if schema_id is None else schema_id
+        return batch.ordered and migration_preserves_order(
+            self.live(batch.schema_id), self.live(target)
+        )
+
+    @property
+    def batch_count(self) -> int:
+        """Inline plus rolled-up batches."""
+        return len(self.batches) + sum(r.batches for r in self.rollups)
+
+    @property
+    def row_count(self) -> int:
+        """Stored update rows (before consolidation), inline plus rolled up."""
+        return sum(b.rows for b in self.batches) + sum(r.rows for r in self.rollups)
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.finalized and not self.batches and not self.rollups
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _STATE_FORMAT,
+            "shard_id": self.shard_id,
+            "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
+            "batches": [b.to_json() for b in self.batches],
+            "rollups": [r.to_json() for r in self.rollups],
+            "upper": self.upper,
+            "since": self.since,
+            "sealed": self.sealed,
+            "finalized": self.finalized,
+        }
+
+    def encode(self) -> bytes:
+        """Compact JSON (schemas as base64 Arrow IPC)."""
+        return encode_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes, version: int = -1) -> ShardState:
+        raw = decode_json(data)
+        return cls(
+            shard_id=raw["shard_id"],
+            schemas=tuple(schema_from_bytes(base64.b64decode(s)) for s in raw["schemas"]),
+            batches=tuple(BatchRef.from_json(b) for b in raw["batches"]),
+            rollups=tuple(RollupRef.from_json(r) for r in raw["rollups"]),
+            upper=int(raw["upper"]),
+            since=int(raw["since"]),
+            sealed=bool(raw["sealed"]),
+            finalized=bool(raw["finalized"]),
+            version=version,
+        )
+
+
+@attrs.frozen
+class AppendResult:
+    """Outcome of :meth:`Shard.compare_and_append`.
+
+    ``ok``: the batch is durable and ``upper`` is the new upper. Otherwise the shard's upper was
+    not ``expected_upper``: nothing was written and ``upper`` is the current one (persist's
+    ``UpperMismatch``); re-read, and retry with it if appropriate.
+    """
+
+    ok: bool
+    upper: int
+    state: ShardState
+
+
+@attrs.frozen
+class EvolveResult:
+    """Outcome of :meth:`Shard.compare_and_evolve_schema`.
+
+    ``ok``: ``schema_id`` now holds the requested schema (new, or already there when the latest
+    schema was identical). Otherwise the latest id was not the expected one: ``schema_id`` and
+    ``schema`` (live) are the current latest, and nothing was written.
+    """
+
+    ok: bool
+    schema_id: int
+    schema: pa.Schema = attrs.field(eq=attrs.cmp_using(eq=lambda a, b: a.equals(b)))
+    state: ShardState
+
+
+@attrs.frozen
+class CompactionResult:
+    """Outcome of :meth:`Shard.compact`: ``applied`` False when another writer replaced the
+    inputs first (the output blob was deleted again). ``outputs`` lists every output batch
+    (:meth:`Shard.commit_compaction` may commit several); ``output`` is the only one, if one."""
+
+    applied: bool
+    inputs: int
+    output: BatchRef | None
+    state: ShardState
+    outputs: tuple[BatchRef, ...] = ()
+
+
+@attrs.frozen
+class Lease:
+    """A reader lease: an ephemeral znode that finalization waits for."""
+
+    shard_id: str
+    key: str
+    holder: str

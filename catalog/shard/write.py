@@ -1,0 +1,179 @@
+"""Writes to a shard: compare-and-append, the read frontier, sealing."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import attrs
+import pyarrow as pa
+import structlog
+
+from catalog.consensus import (
+    Check,
+    Fence,
+)
+from catalog.errors import (
+    ConnectionLostError,
+    VersionMismatchError,
+)
+from catalog.shard.append import (
+    _prepare_append,
+    _time_bounds,
+)
+from catalog.shard.core import ShardCore
+from catalog.shard.ops import _finalized
+from catalog.shard.state import (
+    AppendResult,
+    BatchRef,
+    ShardState,
+    _shard_error,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class ShardWrites(ShardCore):
+    """Appends batches (blob first, then the CAS that names it), advances ``since``, seals."""
+
+    __slots__ = ()
+
+    def compare_and_append(
+        self,
+        batch: pa.Table | pa.RecordBatch,
+        expected_upper: int,
+        new_upper: int,
+        *,
+        schema_id: int | None = None,
+        fence: Fence | None = None,
+        guards: Sequence[Check] = (),
+    ) -> AppendResult:
+        """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
+
+        ``batch`` has the columns of the live schema ``schema_id`` (default: latest), in that
+        order, plus ``_ts`` (uint64) and ``_diff`` (int64) anywhere; every ``_ts`` must lie in
+        ``[expected_upper, new_upper)``. Invalid input raises ShardError (``reason`` says which
+        rule) before anything is written; a sealed or finalized shard raises
+        ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
+        upper), not an exception, like persist. The Parquet blob is written before the CAS;
+        empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
+        a compaction) are retried internally. ``guards`` are version checks of other keys made
+        in the same transaction: when one of them moved, ShardError (reason ``guard-moved``,
+        with the ``keys``) is raised and nothing is appended.
+        """
+        if new_upper < expected_upper:
+            raise _shard_error(
+                f"new upper {new_upper} is below the expected upper {expected_upper}",
+                self.shard_id,
+                "upper-regression",
+                expected_upper=expected_upper,
+                new_upper=new_upper,
+            )
+        initial = self.state()
+        if initial.sealed or initial.finalized:
+            raise _finalized(initial)
+        if initial.upper != expected_upper:
+            return AppendResult(False, initial.upper, initial)
+        schema_id = initial.schema_id if schema_id is None else schema_id
+        stored = _prepare_append(
+            batch, initial.live(schema_id), expected_upper, new_upper, self.shard_id
+        )
+        ref: BatchRef | None = None
+        if stored.num_rows:
+            lower, upper = _time_bounds(stored)
+            ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+            self.blob.put_batch(ref.key(self.shard_id), stored)
+        uncertain = False
+        pending = [initial]
+        replaced: list[str] = []
+
+        def attempt() -> AppendResult:
+            nonlocal uncertain
+            current = pending.pop() if pending else self.state()
+            if uncertain and ref is not None and ref in current.batches:
+                return AppendResult(True, current.upper, current)  # our lost answer did land
+            if current.sealed or current.finalized:
+                raise _finalized(current)
+            if current.upper != expected_upper:
+                return AppendResult(False, current.upper, current)
+            new, written, old_rollups = self._appended(current, ref, new_upper)
+            try:
+                result = self._cas(current, new, fence, guards)
+            except VersionMismatchError:
+                self.blob.delete_many(written)
+                self._check_guards(guards)
+                raise
+            except ConnectionLostError:
+                uncertain = True
+                raise
+            replaced[:] = old_rollups
+            return AppendResult(True, new_upper, result)
+
+        try:
+            result = self.retry()(attempt)
+        except BaseException:
+            if ref is not None and not uncertain:
+                self.blob.delete(ref.key(self.shard_id))
+            raise
+        if not result.ok and ref is not None and not uncertain:
+            self.blob.delete(ref.key(self.shard_id))
+        if result.ok:
+            self.blob.delete_many(replaced)
+            self._log.debug("appended", upper=result.upper, rows=stored.num_rows)
+        return result
+
+    def _appended(
+        self, state: ShardState, ref: BatchRef | None, new_upper: int
+    ) -> tuple[ShardState, list[str], list[str]]:
+        """``state`` with ``ref`` appended (rolling entries up as needed).
+
+        Returns the new state, the blobs written for it, and the blobs it no longer references.
+        """
+        inline = state.batches if ref is None else (*state.batches, ref)
+        rollups = state.rollups
+        written: list[str] = []
+        replaced: list[str] = []
+        if len(inline) > self.rollup_threshold:
+            rollup = self._write_rollup(state.batches)
+            written.append(rollup.key(self.shard_id))
+            rollups = (*rollups, rollup)
+            inline = () if ref is None else (ref,)
+            if len(rollups) > self.max_rollups:
+                merged = self._write_rollup([b for r in rollups for b in self._rollup_entries(r)])
+                written.append(merged.key(self.shard_id))
+                replaced = [r.key(self.shard_id) for r in rollups]
+                rollups = (merged,)
+        new = attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
+        return new, written, replaced
+
+    def advance_since(self, since: int, *, fence: Fence | None = None) -> ShardState:
+        """Move ``since`` forward to ``since`` (never back; at most the upper)."""
+
+        def change(state: ShardState) -> ShardState | None:
+            if state.finalized:
+                raise _finalized(state)
+            if since <= state.since:
+                return None
+            if since > state.upper:
+                raise _shard_error(
+                    f"since {since} would pass the upper {state.upper}",
+                    self.shard_id,
+                    "since-beyond-upper",
+                    since=since,
+                    upper=state.upper,
+                )
+            return attrs.evolve(state, since=since)
+
+        return self._update(change, fence)
+
+    downgrade_since = advance_since
+
+    def seal(self, *, fence: Fence | None = None) -> ShardState:
+        """Refuse every further append (idempotent). Readers may still read."""
+
+        def change(state: ShardState) -> ShardState | None:
+            return None if state.sealed else attrs.evolve(state, sealed=True)
+
+        state = self._update(change, fence)
+        self._log.info("shard_sealed", upper=state.upper)
+        return state
