@@ -1,0 +1,34 @@
+"""Consolidation's entry point: picks the algorithm that fits the key columns."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from catalog.consolidate import columns
+from catalog.consolidate.by_hashing import consolidate_hashed
+from catalog.consolidate.by_runs import consolidate_by_runs
+from catalog.consolidate.by_sorting import consolidate_sorted
+from catalog.consolidate.columns import DIFF, _is_fixed_width, _keys, is_sortable
+
+
+def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
+    """Sum ``_diff`` over identical ``keys`` (default: every column but ``_diff``), drop zeros.
+
+    Works for any column types, nested included; the output keeps the input's schema, with one
+    row per distinct key, in no particular order. Flat keys go by :func:`consolidate_by_runs`
+    when a fixed-width key column separates the rows well, else by :func:`consolidate_sorted`;
+    nested keys by :func:`consolidate_hashed`.
+    """
+    names = _keys(table, keys)
+    if not all(is_sortable(table.schema.field(k).type) for k in names):
+        return consolidate_hashed(table, names)
+    # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
+    fixed = [k for k in names if _is_fixed_width(table.schema.field(k).type)]
+    names = fixed + [k for k in names if k not in fixed]
+    if table.num_rows >= columns._RUNS_MIN_ROWS and table.column(DIFF).null_count == 0:
+        out = consolidate_by_runs(table, names)
+        if out is not None:
+            return out
+    return consolidate_sorted(table, names, ordered=False)

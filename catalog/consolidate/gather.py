@@ -1,0 +1,162 @@
+"""Taking rows out of chunked columns without Arrow concatenating whole columns first."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.consolidate import columns
+from catalog.consolidate.columns import _bits, _differs
+
+_T = TypeVar("_T")
+
+
+class _Gather:
+    """``column.take(indices)`` for chunked columns, chunk by chunk.
+
+    Arrow's take on a chunked array concatenates every chunk first, so even a few indices
+    cost a copy of the whole column; this takes from each chunk only its own rows (and
+    concatenates first only when most rows are wanted anyway). The split of the indices by
+    chunk is worked out once per chunk layout and reused for every column of that layout.
+    """
+
+    def __init__(self, indices: np.ndarray) -> None:
+        self.indices = indices
+        self._plans: dict[tuple[int, ...], tuple[list[tuple[int, np.ndarray]], Any]] = {}
+
+    def _plan(self, lengths: tuple[int, ...]) -> tuple[list[tuple[int, np.ndarray]], Any]:
+        plan = self._plans.get(lengths)
+        if plan is not None:
+            return plan
+        indices = self.indices
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        which = np.searchsorted(starts, indices, side="right") - 1
+        in_order = bool(np.all(which[1:] >= which[:-1]))
+        by_chunk = np.arange(len(indices)) if in_order else np.argsort(which, kind="stable")
+        ordered = indices[by_chunk]
+        counts = np.bincount(which, minlength=len(lengths))
+        parts: list[tuple[int, np.ndarray]] = []
+        position = 0
+        for chunk, count in enumerate(counts.tolist()):
+            if count:
+                parts.append((chunk, ordered[position : position + count] - starts[chunk]))
+                position += count
+        inverse = None
+        if not in_order:
+            inverse = np.empty_like(by_chunk)
+            inverse[by_chunk] = np.arange(len(by_chunk))
+        plan = self._plans[lengths] = (parts, inverse)
+        return plan
+
+    def __call__(self, column: pa.ChunkedArray) -> pa.Array:
+        indices = self.indices
+        if column.num_chunks <= 1:
+            single = column.chunk(0) if column.num_chunks else pa.array([], column.type)
+            return single.take(indices)
+        if len(indices) * 8 > len(column):
+            return column.combine_chunks().take(indices)  # most rows: one copy is cheapest
+        parts, inverse = self._plan(tuple(len(c) for c in column.chunks))
+        pieces = [column.chunk(chunk).take(local) for chunk, local in parts]
+        gathered = pa.concat_arrays(pieces) if pieces else pa.array([], column.type)
+        return gathered if inverse is None else gathered.take(inverse)
+
+
+def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
+    """``column.take(indices)`` by :class:`_Gather`."""
+    return _Gather(indices)(column)
+
+
+def _gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """``table.take(indices)`` by :class:`_Gather`, one column at a time."""
+    gather = _Gather(indices)
+    return pa.Table.from_arrays([gather(c) for c in table.columns], schema=table.schema)
+
+
+def _equal_pairs(
+    columns: Sequence[pa.ChunkedArray], left: np.ndarray, right: np.ndarray
+) -> np.ndarray:
+    """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns`` (nulls
+    equal to nulls, floats bitwise).
+
+    Column by column, each comparing only the pairs still equal, so unequal rows cost one
+    comparison and equal ones a gather per column.
+    """
+    equal = np.ones(len(left), dtype=bool)
+    still = np.arange(len(left))
+    gathers = _Gather(left), _Gather(right)
+    for column in columns:
+        if not len(still):
+            break
+        if len(still) < len(gathers[0].indices):
+            gathers = _Gather(left[still]), _Gather(right[still])
+        if pa.types.is_floating(column.type):
+            column = _bits(column)
+        after, before = gathers[0](column), gathers[1](column)
+        same = np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
+        equal[still[~same]] = False
+        still = still[same]
+    return equal
+
+
+def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """``table.filter(keep)``, zero-copy when the kept rows form few ranges.
+
+    A shard's history often drops rows in blocks (a batch retracting what one before it
+    inserted) or none at all; slicing the kept ranges then costs nothing, where a filter
+    copies every kept row.
+    """
+    count = len(keep)
+    if not count:
+        return table
+    changes = np.flatnonzero(keep[1:] != keep[:-1]) + 1
+    edges = np.concatenate([[0] if keep[0] else [], changes, [count] if keep[-1] else []])
+    edges = edges.astype(np.int64)
+    if len(edges) * columns._SLICE_MIN_ROWS > 2 * len(keep):
+        return table.filter(keep)
+    if not len(edges):
+        return table.slice(0, 0)
+    starts, stops = edges[0::2], edges[1::2]
+    return pa.concat_tables(
+        [table.slice(start, stop - start) for start, stop in zip(starts, stops, strict=True)]
+    )
+
+
+def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """:func:`_select`; a large table in two halves on two threads (:func:`_share_work`),
+    which nearly halves a copy."""
+    halves = [partial(_filter_range, table, keep, *r) for r in _ranges(table.num_rows, 2)]
+    if not halves:
+        return _select(table, keep)
+    parallel = table.num_rows >= columns._PARALLEL_MIN_ROWS
+    return pa.concat_tables(_share_work(halves, parallel=parallel))
+
+
+def _ranges(count: int, parts: int) -> list[tuple[int, int]]:
+    cuts = [count * i // parts for i in range(parts + 1)]
+    return [(cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i] < cuts[i + 1]]
+
+
+def _filter_range(table: pa.Table, keep: np.ndarray, start: int, stop: int) -> pa.Table:
+    return _select(table.slice(start, stop - start), keep[start:stop])
+
+
+def _share_work(tasks: Sequence[Callable[[], _T]], *, parallel: bool = True) -> list[_T]:
+    """Every task's result, in order; a second thread takes tasks from the front while this
+    one takes them from the back (Arrow and NumPy release the GIL in their kernels)."""
+    if not parallel or (os.cpu_count() or 1) < 2 or len(tasks) < 2:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(1) as pool:
+        futures = [pool.submit(task) for task in tasks]
+        inline: dict[int, _T] = {}
+        for index in reversed(range(len(tasks))):
+            if not futures[index].cancel():
+                break  # the other thread has come this far
+            inline[index] = tasks[index]()
+        return [inline[i] if i in inline else futures[i].result() for i in range(len(tasks))]

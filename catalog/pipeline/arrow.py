@@ -1,0 +1,50 @@
+"""The arrow engine: snapshot, compaction and copy in process with pyarrow."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import pyarrow as pa
+
+from catalog.consensus import Fence
+from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, transform_table
+from catalog.pipeline.transforms import Transform
+from catalog.pipeline.updates import read_updates
+from catalog.shard import (
+    CompactionResult,
+    Shard,
+)
+
+
+@attrs.frozen
+class ArrowEngine:
+    """The in-process engine: the shard module's own pyarrow paths."""
+
+    name: str = "arrow"
+
+    def snapshot(
+        self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
+    ) -> pa.Table:
+        return shard.snapshot(as_of, reader_schema)
+
+    def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
+        """``Shard.compact``: flat schemas consolidate by sorting, nested ones by hashing."""
+        return shard.compact(fence=fence)
+
+    def copy_transformed(
+        self,
+        source: Shard,
+        target: Shard,
+        transforms: Sequence[Transform],
+        new_schema: pa.Schema,
+        *,
+        fence: Fence | None,
+    ) -> int:
+        def produce(plan: _CopyPlan) -> pa.Table:
+            if plan.by_diff:
+                return _diff_delta(source, target, plan, transforms, new_schema)
+            updates = read_updates(source, plan.source, plan.lower, plan.upper)
+            return transform_table(updates, transforms, new_schema)
+
+        return _copy(source, target, fence, produce, self.name)

@@ -1,0 +1,152 @@
+"""The REWRITE copy on the arrow engine: source updates since the target's upper, transformed and
+compare-and-appended, so a second copy moves only the delta."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+
+from catalog.consensus import Fence
+from catalog.errors import (
+    CorruptBlobError,
+    ShardError,
+)
+from catalog.pipeline.transforms import Transform, apply_transforms
+from catalog.pipeline.updates import _update_schema, read_updates
+from catalog.shard import (
+    DIFF,
+    TS,
+    Shard,
+    ShardState,
+    consolidate,
+)
+
+log = structlog.get_logger(__name__)
+
+
+# A copy re-reads and retries when another process moved the target's upper first.
+_COPY_ATTEMPTS = 20
+
+
+def transform_table(
+    table: pa.Table, transforms: Sequence[Transform], new_schema: pa.Schema
+) -> pa.Table:
+    """:func:`apply_transforms` over every batch of ``table``."""
+    batches = [
+        apply_transforms(b, transforms, new_schema) for b in table.to_batches() if b.num_rows
+    ]
+    return pa.Table.from_batches(batches, schema=_update_schema(new_schema))
+
+
+class _SourceMoved(Exception):
+    """A Spark read failed and the source state moved meanwhile (its batches were replaced)."""
+
+
+@attrs.frozen
+class _CopyPlan:
+    """One attempt of a copy: the frontiers read and whether times are still distinguishable."""
+
+    source: ShardState
+    target: ShardState
+
+    @property
+    def lower(self) -> int:
+        return self.target.upper
+
+    @property
+    def upper(self) -> int:
+        return self.source.upper
+
+    @property
+    def by_diff(self) -> bool:
+        """True when compaction may have advanced copied source times to the target's upper.
+
+        Compaction moves times below ``since`` to ``since``: once ``since >= lower``, rows
+        already copied may carry a time at or above ``lower``, so the delta cannot be selected
+        by time: it is the transformed source minus what the target holds.
+        """
+        return self.lower > 0 and self.source.since >= self.lower
+
+
+def _plan_copy(source: Shard, target: Shard) -> _CopyPlan | None:
+    """The next copy attempt, or None when the target has seen all of the source."""
+    plan = _CopyPlan(source=source.state(), target=target.state())
+    if plan.lower > plan.upper:
+        raise ShardError(
+            f"shard {target.shard_id} is ahead of its source {source.shard_id} "
+            f"({plan.lower} > {plan.upper}): it is not a copy of it",
+            reason="target-ahead",
+            shard_id=target.shard_id,
+            source=source.shard_id,
+            upper=plan.lower,
+            source_upper=plan.upper,
+        )
+    return None if plan.lower == plan.upper else plan
+
+
+def _diff_delta(
+    source: Shard,
+    target: Shard,
+    plan: _CopyPlan,
+    transforms: Sequence[Transform],
+    new_schema: pa.Schema,
+) -> pa.Table:
+    """The delta as ``transform(source) - target``, all at time ``upper - 1`` (see by_diff)."""
+    at = pa.scalar(plan.upper - 1, pa.uint64())
+    full = transform_table(read_updates(source, plan.source, 0, plan.upper), transforms, new_schema)
+    held = read_updates(target, plan.target, 0, plan.lower, new_schema)
+    held = held.set_column(held.schema.get_field_index(DIFF), DIFF, pc.negate(held.column(DIFF)))
+    both = pa.concat_tables([full, held.cast(full.schema)])
+    both = both.set_column(both.schema.get_field_index(TS), TS, pa.repeat(at, both.num_rows))
+    return consolidate(both)
+
+
+def _copy(
+    source: Shard,
+    target: Shard,
+    fence: Fence | None,
+    produce: Callable[[_CopyPlan], pa.Table],
+    engine: str,
+) -> int:
+    """The copy loop both engines share: plan, produce the delta, compare-and-append, repeat.
+
+    A lost append race (another copier of the same version and generation moved the target
+    first) re-plans from the new upper, so each source update lands exactly once.
+    """
+    for _ in range(_COPY_ATTEMPTS):
+        plan = _plan_copy(source, target)
+        if plan is None:
+            return 0
+        try:
+            out = produce(plan)
+        except (CorruptBlobError, _SourceMoved) as exc:
+            # Compaction replaced the batches under the read: plan again from the new state.
+            vanished = isinstance(exc, _SourceMoved) or exc.details.get("reason") == "missing"
+            if not vanished or source.state().version == plan.source.version:
+                raise
+            log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
+            continue
+        result = target.compare_and_append(out, plan.lower, plan.upper, fence=fence)
+        log.info(
+            "rewrite_append",
+            engine=engine,
+            source=source.shard_id,
+            target=target.shard_id,
+            lower=plan.lower,
+            upper=plan.upper,
+            rows=out.num_rows,
+            by_diff=plan.by_diff,
+            ok=result.ok,
+        )
+        if result.ok:
+            return out.num_rows
+    raise ShardError(
+        f"copying {source.shard_id} into {target.shard_id} kept losing append races",
+        reason="contended",
+        shard_id=target.shard_id,
+        source=source.shard_id,
+    )

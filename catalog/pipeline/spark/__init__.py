@@ -1,0 +1,1 @@
+"""The Spark engine: session, type mapping, column expressions, worker functions, jobs."""

@@ -1,0 +1,297 @@
+"""The Spark engine: the pipeline's jobs as DataFrames over the shard's Parquet blobs."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pyarrow as pa
+import structlog
+
+from catalog.consensus import Fence
+from catalog.errors import (
+    ShardError,
+    ShardFinalizedError,
+)
+from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, _SourceMoved
+from catalog.pipeline.spark.expressions import (
+    _col,
+    _null_of,
+    consolidate_frame,
+    migrate_expression,
+    spark_path,
+)
+from catalog.pipeline.spark.session import _PANDAS_WARNING, SparkSessionProvider, spark_provider
+from catalog.pipeline.spark.types import _read_schema, restore_table, spark_schema
+from catalog.pipeline.spark.workers import (
+    _WRITTEN_SCHEMA,
+    _pickle_transforms,
+    _raise_worker_error,
+    _transform_partition,
+    _write_partition,
+)
+from catalog.pipeline.transforms import Transform
+from catalog.pipeline.updates import _overlaps, _update_schema
+from catalog.schema import check_reader
+from catalog.shard import (
+    DIFF,
+    TS,
+    BatchRef,
+    CompactionResult,
+    Shard,
+    ShardState,
+    update_schema,
+)
+
+log = structlog.get_logger(__name__)
+
+
+# A Spark snapshot whose blobs vanished under it (compaction) re-reads this often.
+_READ_ATTEMPTS = 5
+
+
+def _finalized(state: ShardState) -> ShardFinalizedError:
+    return ShardFinalizedError(
+        f"shard {state.shard_id} is finalized", shard_id=state.shard_id, reason="finalized"
+    )
+
+
+def _snapshot_time(state: ShardState, as_of: int | None) -> int | None:
+    """``as_of`` checked against the frontiers like ``Shard.snapshot`` (None: empty shard)."""
+    if as_of is None:
+        return None if state.upper == 0 else state.upper - 1
+    if as_of >= state.upper:
+        raise ShardError(
+            f"as_of {as_of} not yet complete: upper is {state.upper}",
+            shard_id=state.shard_id,
+            reason="not-complete",
+            as_of=as_of,
+            upper=state.upper,
+        )
+    if as_of < state.since:
+        raise ShardError(
+            f"as_of {as_of} is below since {state.since}: those times were compacted",
+            shard_id=state.shard_id,
+            reason="compacted",
+            as_of=as_of,
+            since=state.since,
+        )
+    return as_of
+
+
+@attrs.define
+class SparkEngine:
+    """The PySpark engine: the same jobs as DataFrames over the same Parquet blobs."""
+
+    provider: SparkSessionProvider = attrs.field(factory=spark_provider)
+    name: str = "spark"
+
+    @property
+    def spark(self) -> Any:
+        return self.provider.session()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def updates_frame(
+        self, shard: Shard, state: ShardState, refs: Sequence[BatchRef], schema: pa.Schema
+    ) -> Any:
+        """The updates of batches ``refs`` as one DataFrame in ``schema`` (+ ``_ts``, ``_diff``).
+
+        One Parquet scan per schema id, each migrated lazily with :func:`migrate_expression`,
+        unioned by name. ``_ts`` is a long.
+        """
+
+        groups: dict[int, list[BatchRef]] = {}
+        for ref in refs:
+            groups.setdefault(ref.schema_id, []).append(ref)
+        frames = []
+        for schema_id, group in sorted(groups.items()):
+            live = state.live(schema_id)
+            paths = [spark_path(shard.blob, r.key(shard.shard_id)) for r in group]
+            scan = self.spark.read.schema(_read_schema(live)).parquet(*paths)
+            columns = []
+            for field in schema:
+                index = live.get_field_index(field.name)
+                if index < 0:
+                    columns.append(_null_of(field.type, field.name).alias(field.name))
+                else:
+                    source = live.field(index).type
+                    expr = migrate_expression(_col(field.name), source, field.type, field.name)
+                    columns.append(expr.alias(field.name))
+            columns += [_col(TS).cast("long").alias(TS), _col(DIFF)]
+            frames.append(scan.select(*columns))
+        if not frames:
+            return self.spark.createDataFrame([], spark_schema(schema))
+        return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+    def snapshot_frame(
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        state: ShardState | None = None,
+    ) -> tuple[Any, pa.Schema]:
+        """The shard as of ``as_of`` as a lazy DataFrame, with the schema of its data columns.
+
+        Same checks as ``Shard.snapshot``: reader fencing (:func:`check_reader`), ``as_of``
+        within ``[since, upper)``, finalized shards refused. The DataFrame reads blobs when it
+        runs: hold ``shard.lease()`` meanwhile to keep finalization away.
+        """
+        from pyspark.sql import functions as F
+
+        state = shard.state() if state is None else state
+        if state.finalized:
+            raise _finalized(state)
+        if reader_schema is None:
+            reader = state.live_schema
+        else:
+            check_reader(state.schema, reader_schema)
+            reader = reader_schema
+        time = _snapshot_time(state, as_of)
+        if time is None:
+            return self.spark.createDataFrame([], spark_schema(reader)), reader
+        refs = [b for b in shard.batches(state) if b.lower <= time]
+        frame = self.updates_frame(shard, state, refs, reader)
+        frame = frame.where(_col(TS) <= time).withColumn(TS, F.lit(time).cast("long"))
+        return consolidate_frame(frame, reader), reader
+
+    def snapshot(
+        self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
+    ) -> pa.Table:
+        """``Shard.snapshot`` computed by Spark: the same rows and exactly the same schema."""
+        for _ in range(_READ_ATTEMPTS):
+            state = shard.state()
+            frame, reader = self.snapshot_frame(shard, as_of, reader_schema, state=state)
+            try:
+                return restore_table(self._collect(frame), update_schema(reader))
+            except _spark_errors() as exc:
+                if shard.state().version == state.version:
+                    raise
+                log.info("spark_snapshot_state_moved", shard=shard.shard_id, error=str(exc)[:200])
+        raise ShardError(
+            f"shard {shard.shard_id} kept changing under a Spark snapshot",
+            shard_id=shard.shard_id,
+            reason="contended",
+        )
+
+    def _collect(self, frame: Any) -> pa.Table:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            try:
+                return frame.toArrow()
+            except _spark_errors() as exc:
+                _raise_worker_error(exc)
+                raise
+
+    # -- compaction -------------------------------------------------------------------------
+
+    def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
+        """``Shard.compact`` on Spark: every batch migrated to the latest schema, times below
+        since advanced, consolidated, written by the workers (one batch per partition, sorted
+        when sortable), then committed with ``Shard.commit_compaction``.
+
+        Outputs of a failed job are orphans that ``Shard.gc_orphans`` removes.
+        """
+        from pyspark.sql import functions as F
+
+        state = shard.state()
+        if state.finalized:
+            raise _finalized(state)
+        inputs = shard.batches(state)
+        if not inputs:
+            return CompactionResult(True, 0, None, state)
+        target = state.live_schema
+        frame = self.updates_frame(shard, state, inputs, target)
+        if state.since > 0:
+            frame = frame.withColumn(TS, F.greatest(_col(TS), F.lit(state.since).cast("long")))
+        frame = consolidate_frame(frame, target)
+        writer = functools.partial(
+            _write_partition, shard.blob.uri, shard.shard_id, update_schema(target)
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            written = frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+        outputs = sorted(
+            (
+                BatchRef(
+                    r["name"],
+                    state.schema_id,
+                    r["rows"],
+                    r["lower"],
+                    r["upper"],
+                    ordered=r["ordered"],
+                    consolidated=True,  # groups never straddle partitions
+                )
+                for r in written
+            ),
+            key=lambda b: (b.lower, b.name),
+        )
+        result = shard.commit_compaction(state, inputs, outputs, fence=fence)
+        if result.applied:
+            log.info(
+                "spark_compacted",
+                shard=shard.shard_id,
+                inputs=len(inputs),
+                outputs=len(outputs),
+                rows=sum(b.rows for b in outputs),
+            )
+        return result
+
+    # -- rewrite ----------------------------------------------------------------------------
+
+    def copy_transformed(
+        self,
+        source: Shard,
+        target: Shard,
+        transforms: Sequence[Transform],
+        new_schema: pa.Schema,
+        *,
+        fence: Fence | None,
+    ) -> int:
+        payload = _pickle_transforms(transforms)
+        out_schema = _update_schema(new_schema)
+
+        def produce(plan: _CopyPlan) -> pa.Table:
+            if plan.by_diff:
+                # Rare (compaction advanced copied times): the diff needs the whole target
+                # in memory anyway, so it runs on arrow.
+                return _diff_delta(source, target, plan, transforms, new_schema)
+            live = plan.source.live_schema
+            refs = [b for b in source.batches(plan.source) if _overlaps(b, plan.lower, plan.upper)]
+            frame = self.updates_frame(source, plan.source, refs, live)
+            frame = frame.where((_col(TS) >= plan.lower) & (_col(TS) < plan.upper))
+            spark_out = spark_schema(new_schema)
+            spark_arrow = _spark_arrow_schema(spark_out)
+            body = functools.partial(
+                _transform_partition, payload, _update_schema(live), new_schema, spark_arrow
+            )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+                mapped = frame.mapInArrow(body, spark_out)
+            try:
+                return restore_table(self._collect(mapped), out_schema)
+            except _spark_errors() as exc:
+                if source.state().version != plan.source.version:
+                    raise _SourceMoved() from exc
+                raise
+
+        return _copy(source, target, fence, produce, self.name)
+
+
+def _spark_arrow_schema(struct: Any) -> pa.Schema:
+    """The Arrow schema Spark expects from mapInArrow for Spark schema ``struct``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct, timezone="UTC")
+
+
+def _spark_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a failed Spark job raises in the driver."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JJavaError)

@@ -1,0 +1,99 @@
+"""Spark column expressions: migration of nested columns and consolidation of a frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from catalog.blob import BlobStore
+from catalog.pipeline.spark.types import _contains_map, _join, _relaxed, spark_type
+from catalog.shard import (
+    DIFF,
+    TS,
+)
+
+
+def _col(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _null_of(dtype: pa.DataType, path: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast(spark_type(dtype, path))
+
+
+def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, path: str) -> Any:
+    """A Spark expression migrating ``column`` of live type ``source`` to ``target``.
+
+    The Spark twin of ``catalog.schema.migrate``: struct fields matched by name (added ones as
+    typed nulls, deleted ones dropped, reader projections reordered), lists and map values
+    migrated element-wise with ``transform`` and ``transform_values``, null parents kept null.
+    The rules themselves were checked before (shard history, :func:`check_reader`).
+    """
+    from pyspark.sql import functions as F
+
+    if source.equals(target) or _relaxed(source).equals(_relaxed(target)):
+        return column
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        children = []
+        for field in target.fields:
+            child_path = _join(path, field.name)
+            index = source.get_field_index(field.name)
+            if index < 0:
+                children.append(_null_of(field.type, child_path).alias(field.name))
+            else:
+                child = column.getField(field.name)
+                migrated = migrate_expression(
+                    child, source.field(index).type, field.type, child_path
+                )
+                children.append(migrated.alias(field.name))
+        return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*children))
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(f(source) for f in lists) and any(f(target) for f in lists):
+        items = _join(path, "items")
+        return F.transform(
+            column, lambda e: migrate_expression(e, source.value_type, target.value_type, items)
+        )
+    if pa.types.is_map(source) and pa.types.is_map(target):
+        values = _join(path, "value")
+        return F.transform_values(
+            column, lambda _k, v: migrate_expression(v, source.item_type, target.item_type, values)
+        )
+    return column
+
+
+def consolidate_frame(frame: Any, schema: pa.Schema) -> Any:
+    """Sum ``_diff`` over identical ``(columns of schema..., _ts)``, drop zeros (Spark).
+
+    Spark cannot group by maps (or structs and arrays holding one): such a column is grouped by
+    ``to_json`` of it, which is injective for a fixed type, and kept with ``first``.
+    """
+    from pyspark.sql import functions as F
+
+    keys, kept = [], []
+    for index, field in enumerate(schema):
+        if _contains_map(field.type):
+            keys.append(F.to_json(F.struct(_col(field.name).alias("v"))).alias(f"__key{index}"))
+            kept.append(F.first(_col(field.name)).alias(field.name))
+        else:
+            keys.append(_col(field.name))
+    keys.append(_col(TS))
+    grouped = frame.groupBy(*keys).agg(F.sum(_col(DIFF)).alias(DIFF), *kept)
+    grouped = grouped.where(_col(DIFF) != 0)
+    return grouped.select(*[_col(f.name) for f in schema], _col(TS), _col(DIFF))
+
+
+def spark_path(blob: BlobStore, key: str) -> str:
+    """The path Spark opens for blob ``key``: a ``file://`` URI for a local store, else the
+    store's URI (``s3://`` spelled ``s3a://``, query parameters dropped) joined with the key."""
+    if blob.filesystem.type_name == "local":
+        return Path(blob.path(key)).as_uri()
+    base = blob.uri.split("?", 1)[0].rstrip("/")
+    if base.startswith("s3://"):
+        base = "s3a://" + base[len("s3://") :]
+    return f"{base}/{key}"

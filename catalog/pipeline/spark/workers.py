@@ -1,0 +1,141 @@
+"""Functions that run in Spark's Python workers (module-level, so they pickle by name)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import types
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.blob import BlobStore
+from catalog.errors import (
+    ShardError,
+)
+from catalog.pipeline.spark.types import _is_sortable, _restore_batch, restore_table
+from catalog.pipeline.transforms import Transform, apply_transforms
+from catalog.shard import (
+    TS,
+    BatchRef,
+)
+
+# A ShardError raised in a worker reaches the driver as text; this marker carries its data.
+_ERROR_MARKER = "catalog-upgrade-error:"
+
+
+def _worker_error(exc: ShardError) -> RuntimeError:
+    return RuntimeError(_ERROR_MARKER + json.dumps(exc.to_json()))
+
+
+def _transform_partition(
+    payload: bytes,
+    source_schema: pa.Schema,
+    new_schema: pa.Schema,
+    spark_arrow: pa.Schema,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the REWRITE copy: exact Arrow types in, the transforms, Spark's out."""
+    from pyspark import cloudpickle
+
+    transforms = cloudpickle.loads(payload)
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        exact = _restore_batch(batch, source_schema)
+        try:
+            out = apply_transforms(exact, transforms, new_schema)
+        except ShardError as exc:
+            raise _worker_error(exc) from exc
+        yield _restore_batch(out, spark_arrow)
+
+
+_WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
+
+
+def _write_partition(
+    uri: str,
+    shard_id: str,
+    schema: pa.Schema,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of Spark compaction: one partition becomes one stored batch.
+
+    Sorted by every column when they are all sortable, like ``Shard.compact``; yields the
+    batch's entry (name, rows, time bounds, ordered) for the driver's commit.
+    """
+    parts = [b for b in batches if b.num_rows]
+    if not parts:
+        return
+    table = restore_table(pa.Table.from_batches(parts), schema)
+    ordered = _is_sortable(schema)
+    if ordered:
+        table = table.sort_by([(n, "ascending") for n in table.column_names])
+    bounds = pc.min_max(table.column(TS))
+    name = uuid.uuid4().hex
+    ref = BatchRef(name, 0, table.num_rows, 0, 0)
+    BlobStore.from_uri(uri).put_batch(ref.key(shard_id), table)
+    yield pa.RecordBatch.from_pydict(
+        {
+            "name": [name],
+            "rows": [table.num_rows],
+            "lower": [int(bounds["min"].as_py())],
+            "upper": [int(bounds["max"].as_py()) + 1],
+            "ordered": [ordered],
+        }
+    )
+
+
+def _pickle_transforms(transforms: Sequence[Transform]) -> bytes:
+    """The transforms pickled for Spark workers, by value where workers could not import them.
+
+    Release files are imported from their directory, which workers do not have on their path,
+    so their modules are pickled by value; installed packages are pickled by name.
+    """
+    from pyspark import cloudpickle
+
+    modules = []
+    for transform in transforms:
+        module = sys.modules.get(getattr(transform, "__module__", "") or "")
+        if module is not None and _needs_pickling_by_value(module):
+            modules.append(module)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps(list(transforms)))
+    finally:
+        for module in modules:
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(module)
+
+
+def _needs_pickling_by_value(module: types.ModuleType) -> bool:
+    if module.__name__ == "__main__" or module.__name__.split(".")[0] in {
+        "catalog",
+        "orchestrator",
+    }:
+        return False
+    filename = getattr(module, "__file__", None)
+    if not filename:
+        return False
+    return not any(part in filename for part in ("site-packages", "dist-packages"))
+
+
+def _raise_worker_error(exc: BaseException) -> None:
+    """Re-raise a ShardError a worker reported, with its data, if ``exc`` carries one."""
+    text = str(exc)
+    start = text.find(_ERROR_MARKER)
+    if start < 0:
+        return
+    decoder = json.JSONDecoder()
+    try:
+        data, _ = decoder.raw_decode(text[start + len(_ERROR_MARKER) :])
+    except ValueError:
+        return
+    data.pop("error", None)
+    data.pop("exit_code", None)
+    message = data.pop("message", "a Spark worker failed")
+    raise ShardError(message, **data) from exc

@@ -1,0 +1,157 @@
+"""REWRITE transforms: naming, conforming their output to the target schema, chaining them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import pyarrow as pa
+
+from catalog.errors import (
+    ShardError,
+)
+from catalog.release import Transform
+from catalog.schema import is_backward_compatible, migrate
+from catalog.shard import (
+    DIFF,
+    TS,
+)
+
+#: A REWRITE transformation (``catalog.release.Transform``): one batch to one batch, row for row.
+
+
+def transform_name(transform: Transform) -> str:
+    """How errors name a transform: its module and qualified name."""
+    module = getattr(transform, "__module__", None)
+    name = getattr(transform, "__qualname__", None) or repr(transform)
+    return f"{module}.{name}" if module else name
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, what: str) -> pa.RecordBatch:
+    """``batch`` relabelled as exactly ``schema``, or ShardError (reason ``transform-output``).
+
+    Column names and order must match and types must be equal (list element names aside); a
+    column with nulls under a non-nullable field is refused. ``what`` names the producer.
+    """
+    if batch.schema.names != schema.names:
+        raise ShardError(
+            f"{what} returned columns {batch.schema.names}, the new schema has {schema.names}",
+            reason="transform-output",
+            transform=what,
+            columns=batch.schema.names,
+            expected=schema.names,
+        )
+    columns = []
+    for field, column in zip(schema, batch.columns, strict=True):
+        if column.type != field.type:
+            raise ShardError(
+                f"{what} returned column {field.name} as {column.type}, the new schema has "
+                f"{field.type}",
+                reason="transform-output",
+                transform=what,
+                column=field.name,
+                type=str(column.type),
+                expected=str(field.type),
+            )
+        if not field.nullable and column.null_count:
+            raise ShardError(
+                f"{what} returned nulls in non-nullable column {field.name}",
+                reason="transform-output",
+                transform=what,
+                column=field.name,
+            )
+        # Equal types may still differ in list element names, which from_arrays rejects.
+        columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+@attrs.frozen
+class CarryEvolutions:
+    """A last transform that carries a REWRITE's output through the evolutions planned after it.
+
+    One upgrade may merge a REWRITE of release X with EVOLUTIONs of later releases (0.10.0 ->
+    0.15.0 rewrites ``mz_roles`` at 0.11.0 and adds ``attributes`` at 0.15.0): the user's
+    transform produces X's columns while the plan's new schema is the latest. The orchestrator
+    appends this transform only in that case, so a transform that merely forgets a column is
+    still refused. Columns added later become typed nulls, deleted ones are dropped, nested
+    additions are migrated; a required column nobody produced is refused.
+    """
+
+    schema: pa.Schema
+
+    def __call__(self, data: pa.RecordBatch) -> pa.RecordBatch:
+        what = "the evolutions planned after the rewrite"
+        arrays = []
+        for field in self.schema:
+            if field.name in data.schema.names:
+                column = data.column(field.name)
+                if not column.type.equals(field.type) and is_backward_compatible(
+                    column.type, field.type
+                ):
+                    column = migrate(column, column.type, field.type)
+                arrays.append(column)
+            elif field.nullable:
+                arrays.append(pa.nulls(data.num_rows, field.type))
+            else:
+                raise ShardError(
+                    f"the rewrite's output has no column {field.name}, which the new schema "
+                    "requires and no later evolution adds",
+                    reason="transform-output",
+                    transform=what,
+                    column=field.name,
+                )
+        return pa.RecordBatch.from_arrays(arrays, names=self.schema.names)
+
+
+def apply_transforms(
+    batch: pa.RecordBatch, transforms: Sequence[Transform], new_schema: pa.Schema
+) -> pa.RecordBatch:
+    """Run ``transforms`` in order on an update batch; ``_ts``/``_diff`` pass through untouched.
+
+    ``batch`` holds the source's live columns plus ``_ts`` and ``_diff``; each transform gets a
+    RecordBatch of the data columns only and must return one with as many rows. The last output
+    must match ``new_schema`` (:func:`conform_batch`). Errors name the offending transform.
+    """
+    names = [n for n in batch.schema.names if n not in (TS, DIFF)]
+    data = batch.select(names)
+    for transform in transforms:
+        what = transform_name(transform)
+        rows = data.num_rows
+        try:
+            out = transform(data)
+        except ShardError:  # already names what is wrong (CarryEvolutions)
+            raise
+        except Exception as exc:  # the user's code: report which transform failed and why
+            raise ShardError(
+                f"transform {what} failed: {type(exc).__name__}: {exc}",
+                reason="transform-failed",
+                transform=what,
+            ) from exc
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks().to_batches()[0] if out.num_rows else _empty_batch(out.schema)
+        if not isinstance(out, pa.RecordBatch):
+            raise ShardError(
+                f"transform {what} returned {type(out).__name__}, not a pyarrow.RecordBatch",
+                reason="transform-output",
+                transform=what,
+            )
+        if out.num_rows != rows:
+            raise ShardError(
+                f"transform {what} returned {out.num_rows} rows for {rows}: a REWRITE transform "
+                "maps each row to one row",
+                reason="transform-output",
+                transform=what,
+                rows=out.num_rows,
+                expected_rows=rows,
+            )
+        data = out
+    last = transform_name(transforms[-1]) if transforms else "the identity transform"
+    data = conform_batch(data, new_schema, last)
+    return pa.RecordBatch.from_arrays(
+        [*data.columns, batch.column(TS), batch.column(DIFF)],
+        schema=pa.schema([*new_schema, batch.schema.field(TS), batch.schema.field(DIFF)]),
+    )
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)

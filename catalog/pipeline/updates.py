@@ -1,0 +1,56 @@
+"""Reading a shard's updates in a time range, migrated to one schema (what a copy moves)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.schema import migrate_batch
+from catalog.shard import (
+    DIFF,
+    TS,
+    BatchRef,
+    Shard,
+    ShardState,
+)
+
+
+def _overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
+    return ref.lower < upper and ref.upper > lower
+
+
+def read_updates(
+    shard: Shard, state: ShardState, lower: int, upper: int, schema: pa.Schema | None = None
+) -> pa.Table:
+    """The shard's updates with ``lower <= _ts < upper``, unconsolidated, in ``schema``.
+
+    ``schema`` defaults to the state's latest live schema; batches are read one schema id at a
+    time (in parallel) and migrated from it. Batches entirely outside the range are not read.
+    """
+    target = state.live_schema if schema is None else schema
+    groups: dict[int, list[BatchRef]] = {}
+    for ref in shard.batches(state):
+        if _overlaps(ref, lower, upper):
+            groups.setdefault(ref.schema_id, []).append(ref)
+    tables = []
+    for schema_id, refs in sorted(groups.items()):
+        table = shard.blob.get_batches(
+            [r.key(shard.shard_id) for r in refs], expected_rows=[r.rows for r in refs]
+        )
+        if any(r.lower < lower or r.upper > upper for r in refs):
+            ts = table.column(TS)
+            keep = pc.and_(
+                pc.greater_equal(ts, pa.scalar(lower, pa.uint64())),
+                pc.less(ts, pa.scalar(upper, pa.uint64())),
+            )
+            table = table.filter(keep)
+        tables.append(migrate_batch(table, state.live(schema_id), target))
+    out_schema = _update_schema(target)
+    if not tables:
+        return out_schema.empty_table()
+    return pa.concat_tables([t.select(out_schema.names) for t in tables]).cast(out_schema)
+
+
+def _update_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` plus nullable ``_ts``/``_diff`` (what a copy passes to compare_and_append)."""
+    return pa.schema([*schema, pa.field(TS, pa.uint64()), pa.field(DIFF, pa.int64())])
