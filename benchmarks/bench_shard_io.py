@@ -46,8 +46,8 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
+from catalog.environment import CONTAINER_KEYS
 from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema
-from catalog.state import CONTAINER_KEYS
 from orchestrator.logs import configure_logging
 from orchestrator.zkserver import EmbeddedZooKeeper
 

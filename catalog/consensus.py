@@ -13,7 +13,7 @@ DESIGN.md section 4 are enforced here:
 Errors say what happened and whether retrying makes sense:
 
 * :class:`~catalog.errors.VersionMismatchError` -- a race was lost; re-read and retry
-  (``CasRetry`` does that);
+  (:class:`catalog.retry.CasRetry` does that);
 * :class:`~catalog.errors.FencedError` -- the epoch moved; never retry;
 * :class:`~catalog.errors.ConnectionLostError` -- the outcome is unknown; retry only an attempt
   that re-reads first, so that a write that did land is recognised.
@@ -22,7 +22,6 @@ Errors say what happened and whether retrying makes sense:
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -43,7 +42,6 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from catalog import failpoints
 from catalog.errors import ConnectionLostError, ConsensusError, FencedError, VersionMismatchError
 
 log = structlog.get_logger(__name__)
@@ -142,6 +140,9 @@ class Consensus:
     client: KazooClient
     root: str
     observer: Callable[[str, float], None] | None = None
+    #: Called with the first key of every fenced transaction just before it is sent: the
+    #: orchestrator injects its crash failpoints here (the durable model keeps no such state).
+    before_fenced_write: Callable[[str], None] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -250,8 +251,8 @@ class Consensus:
                     key=op.key,
                     size=len(op.value),
                 )
-        if fence is not None:
-            failpoints.before_fenced_write(ops[0].key)
+        if fence is not None and self.before_fenced_write is not None:
+            self.before_fenced_write(ops[0].key)
         started = time.perf_counter()
         txn = self.client.transaction()
         for op in all_ops:
@@ -318,47 +319,3 @@ class Consensus:
             return
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError(f"ZooKeeper did not answer deleting {key}", key=key) from exc
-
-
-# --- retries -------------------------------------------------------------------------------------
-
-
-@attrs.define
-class CasRetry:
-    """Runs a read-then-CAS attempt until it succeeds, separating the three kinds of failure.
-
-    * ``VersionMismatchError`` (a race was lost): back off a little and run the attempt again; the
-      attempt re-reads, so it sees the winner's write;
-    * ``ConnectionLostError`` (outcome unknown): wait for the connection and run the attempt again,
-      which must recognise its own earlier write (idempotence by reading first);
-    * ``FencedError`` and everything else: raised at once, never retried.
-
-    Like kazoo's ``KazooRetry``, the retryable errors are data and sleep is injectable.
-    """
-
-    RETRYABLE: tuple[type[Exception], ...] = (VersionMismatchError, ConnectionLostError)
-
-    max_attempts: int = 50
-    deadline: float = 60.0
-    base_delay: float = 0.005
-    max_delay: float = 0.5
-    sleep: Callable[[float], None] = time.sleep
-    on_retry: Callable[[Exception], None] | None = None
-    retries: int = 0
-
-    def __call__(self, attempt: Callable[[], T]) -> T:
-        started = time.monotonic()
-        delay = self.base_delay
-        for number in range(1, self.max_attempts + 1):
-            try:
-                return attempt()
-            except self.RETRYABLE as exc:
-                self.retries += 1
-                if self.on_retry is not None:
-                    self.on_retry(exc)
-                if number == self.max_attempts or time.monotonic() - started > self.deadline:
-                    raise
-                log.debug("cas_retry", attempt=number, error=type(exc).__name__)
-                self.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, self.max_delay)
-        raise AssertionError("unreachable")  # pragma: no cover

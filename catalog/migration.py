@@ -23,8 +23,10 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import CasRetry, Check, Consensus, Fence
+from catalog.consensus import Check, Consensus, Fence
+from catalog.environment import MIGRATION_SHARD_ID
 from catalog.errors import ShardError, VersionMismatchError
+from catalog.retry import CasRetry
 from catalog.shard import (
     DIFF,
     TS,
@@ -36,7 +38,6 @@ from catalog.shard import (
     shard_key,
     update_schema,
 )
-from catalog.state import MIGRATION_SHARD_ID
 
 __all__ = [
     "MIGRATION_SCHEMA",

@@ -1,6 +1,6 @@
 """Leader election among the processes of the promotion-target generation, with fencing epochs.
 
-Znodes below the environment root (see ``catalog.state`` for the whole layout)::
+Znodes below the environment root (see ``catalog.environment`` for the whole layout)::
 
     promotion               {"deploy_generation": G, "requested_by", "requested_at", "previous"}
                             the promotion target; only ever raised, never lowered
@@ -53,7 +53,6 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from catalog.consensus import (
     CONNECTION_ERRORS,
-    CasRetry,
     Check,
     Consensus,
     Create,
@@ -64,15 +63,7 @@ from catalog.consensus import (
     decode_json,
     encode_json,
 )
-from catalog.errors import (
-    EXIT_FENCED,
-    EXIT_REFUSED,
-    CatalogError,
-    ConnectionLostError,
-    FencedError,
-    MigrationRefusedError,
-)
-from catalog.state import (
+from catalog.environment import (
     CATALOG_KEY,
     ELECTION_KEY,
     EPOCH_KEY,
@@ -81,6 +72,15 @@ from catalog.state import (
     CatalogState,
     catalog_write_op,
 )
+from catalog.errors import (
+    EXIT_FENCED,
+    EXIT_REFUSED,
+    CatalogError,
+    ConnectionLostError,
+    FencedError,
+    MigrationRefusedError,
+)
+from catalog.retry import CasRetry
 from orchestrator.events import record_event
 
 __all__ = [

@@ -22,8 +22,8 @@ import structlog
 from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import CONNECTION_ERRORS, Consensus, Create, Fence, encode_json
+from catalog.environment import EVENTS_KEY
 from catalog.errors import ConnectionLostError
-from catalog.state import EVENTS_KEY
 
 __all__ = ["KEEP_EVENTS", "UpgradeEvent", "read_events", "record_event"]
 

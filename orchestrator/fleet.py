@@ -23,7 +23,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
-from catalog.failpoints import CRASH_BEFORE_WRITE_ENV
+from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV
 from orchestrator.zkserver import free_port
 
 __all__ = ["Fleet", "HttpAnswer", "SidecarProcess", "child_environment"]
@@ -229,7 +229,8 @@ class Fleet:
         crash_before_write: int | None = None,
     ) -> SidecarProcess:
         """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``. With
-        ``crash_before_write`` it kills itself before that leader write (catalog.failpoints)."""
+        ``crash_before_write`` it kills itself before that leader write
+        (:mod:`orchestrator.failpoints`)."""
         if name in self.processes:
             raise BadInputError(f"process {name} was already started", process=name)
         self.log_dir.mkdir(parents=True, exist_ok=True)

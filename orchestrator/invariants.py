@@ -51,6 +51,16 @@ from kazoo.exceptions import NoNodeError
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
+from catalog.environment import (
+    EPOCH_KEY,
+    FINALIZE_KEY,
+    MIGRATION_SHARD_ID,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+    SHARDS_KEY,
+    CatalogState,
+    read_catalog,
+)
 from catalog.errors import CatalogError
 from catalog.migration import MigrationEntry, MigrationShard
 from catalog.release import (
@@ -64,16 +74,6 @@ from catalog.release import (
 )
 from catalog.schema import fingerprint
 from catalog.shard import DIFF, Shard, ShardState, read_states
-from catalog.state import (
-    EPOCH_KEY,
-    FINALIZE_KEY,
-    MIGRATION_SHARD_ID,
-    PROCESSES_KEY,
-    PROMOTION_KEY,
-    SHARDS_KEY,
-    CatalogState,
-    read_catalog,
-)
 
 __all__ = [
     "INVARIANTS",

@@ -44,7 +44,19 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import CasRetry, Check, Consensus, Create, Delete, Fence, Op, SetData
+from catalog.consensus import Check, Consensus, Create, Delete, Fence, Op, SetData
+from catalog.environment import (
+    CATALOG_KEY,
+    CONTAINER_KEYS,
+    FINALIZE_KEY,
+    MIGRATION_SHARD_ID,
+    PROCESSES_KEY,
+    SHARDS_KEY,
+    CatalogState,
+    CollectionRef,
+    catalog_write_op,
+    read_catalog,
+)
 from catalog.errors import (
     FencedError,
     MigrationRefusedError,
@@ -63,20 +75,9 @@ from catalog.release import (
     Version,
     plan,
 )
+from catalog.retry import CasRetry
 from catalog.schema import fingerprint
 from catalog.shard import Shard, ShardState, evolve_op, read_states, shard_key
-from catalog.state import (
-    CATALOG_KEY,
-    CONTAINER_KEYS,
-    FINALIZE_KEY,
-    MIGRATION_SHARD_ID,
-    PROCESSES_KEY,
-    SHARDS_KEY,
-    CatalogState,
-    CollectionRef,
-    catalog_write_op,
-    read_catalog,
-)
 from orchestrator.election import Leadership
 
 log = structlog.get_logger(__name__)

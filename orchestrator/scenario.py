@@ -46,15 +46,15 @@ from kazoo.protocol.states import KazooState
 
 from catalog.blob import BlobStore
 from catalog.consensus import CONNECTION_ERRORS, Consensus, env_root
-from catalog.errors import BadInputError, CatalogError, ConnectionLostError
-from catalog.release import Release
-from catalog.state import (
+from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
     FINALIZE_KEY,
     PROCESSES_KEY,
     PROMOTION_KEY,
 )
+from catalog.errors import BadInputError, CatalogError, ConnectionLostError
+from catalog.release import Release
 from orchestrator.fleet import Fleet, HttpAnswer, SidecarProcess, child_environment
 from orchestrator.invariants import InvariantChecker, Violation, describe
 from orchestrator.scenario_format import (

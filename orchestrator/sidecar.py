@@ -10,7 +10,7 @@ State machine (the ``state`` of the process node; it runs on the process's main 
     any --newer generation promoted or in the catalog, epoch moved--> fenced   (exit 3)
     any --migration refused--> failed                                         (exit 4)
 
-ZooKeeper layout it writes (keys relative to the environment root; see ``catalog.state``)::
+ZooKeeper layout it writes (keys relative to the environment root; see ``catalog.environment``)::
 
     processes/<id>      ephemeral JSON: the live status below, rewritten on every state or phase
                         change and every ``heartbeat_interval`` seconds
@@ -53,7 +53,8 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 
 from catalog.blob import BlobStore, local_uri
-from catalog.consensus import CasRetry, Consensus, Create, Delete, Fence, SetData, encode_json
+from catalog.consensus import Consensus, Create, Delete, Fence, SetData, encode_json
+from catalog.environment import PROCESSES_KEY, read_catalog
 from catalog.errors import (
     EXIT_OK,
     EXIT_UNEXPECTED,
@@ -65,9 +66,9 @@ from catalog.errors import (
     VersionMismatchError,
 )
 from catalog.release import Builtin, Release
+from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard
-from catalog.state import PROCESSES_KEY, read_catalog
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
 from orchestrator.migrate import (

@@ -3,7 +3,7 @@
 Names follow Prometheus conventions (``catalog_upgrade_`` prefix, base units, ``_total`` for
 counters). The sidecar feeds them from three hooks: its state machine (``set_state``,
 ``set_epoch``, ``observe_phase``), :attr:`catalog.consensus.Consensus.observer` (ZooKeeper
-round-trip latency per operation kind) and :attr:`catalog.consensus.CasRetry.on_retry`
+round-trip latency per operation kind) and :attr:`catalog.retry.CasRetry.on_retry`
 (compare-and-set retries per error kind).
 """
 

@@ -45,9 +45,9 @@ import pyarrow as pa
 import structlog
 from kazoo.exceptions import KazooException
 
+from catalog.environment import EPOCH_KEY
 from catalog.errors import CatalogError
 from catalog.release import Builtin, Release, Version
-from catalog.state import EPOCH_KEY
 from orchestrator.invariants import InvariantChecker, Violation, describe
 from orchestrator.scenario import ScenarioRun, StepFailed, ZooKeeperTarget
 from orchestrator.scenario_format import ReleaseIndex, Step

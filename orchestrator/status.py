@@ -37,8 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from catalog.consensus import CONNECTION_ERRORS, Consensus, Versioned
-from catalog.errors import BadInputError, BlobError, ConnectionLostError, ShardError
-from catalog.state import (
+from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
     EVENTS_KEY,
@@ -49,6 +48,7 @@ from catalog.state import (
     SHARDS_KEY,
     CatalogState,
 )
+from catalog.errors import BadInputError, BlobError, ConnectionLostError, ShardError
 from orchestrator.election import EpochInfo
 from orchestrator.events import UpgradeEvent, read_events, record_event
 

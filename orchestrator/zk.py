@@ -18,6 +18,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
+from orchestrator.failpoints import CrashFailpoint
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -80,8 +81,11 @@ def close(client: KazooClient) -> None:
 
 
 def consensus_for(client: KazooClient, env: str) -> Consensus:
-    """The store of environment ``env`` (validates the name; creates nothing)."""
-    return Consensus(client=client, root=env_root(env))
+    """The store of environment ``env`` (validates the name; creates nothing), with this
+    process's crash failpoint, if its environment sets one."""
+    return Consensus(
+        client=client, root=env_root(env), before_fenced_write=CrashFailpoint.from_environment()
+    )
 
 
 @contextlib.contextmanager
@@ -101,6 +105,8 @@ def open_consensus(
         timeout = default_connect_timeout()
     client = connect(zk, timeout, session_timeout=session_timeout)
     try:
-        yield Consensus(client=client, root=root)
+        yield Consensus(
+            client=client, root=root, before_fenced_write=CrashFailpoint.from_environment()
+        )
     finally:
         close(client)

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
+from catalog.environment import read_catalog
 from catalog.errors import (
     BadInputError,
     ConfigurationError,
@@ -22,7 +23,6 @@ from catalog.shard import (
     CompactionResult,
     Shard,
 )
-from catalog.state import read_catalog
 
 ENGINES = ("arrow", "spark", "auto")
 

@@ -11,20 +11,13 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import (
-    CasRetry,
-    Check,
-    Consensus,
-    Fence,
-    Op,
-    SetData,
-    decode_json,
-    encode_json,
-)
+from catalog.consensus import Check, Consensus, Fence, Op, SetData, decode_json, encode_json
+from catalog.environment import SHARDS_KEY
 from catalog.errors import (
     CorruptBlobError,
     VersionMismatchError,
 )
+from catalog.retry import CasRetry
 from catalog.shard.ops import create_op, evolve_op
 from catalog.shard.state import (
     MAX_ROLLUPS,
@@ -36,7 +29,6 @@ from catalog.shard.state import (
     _shard_error,
     shard_key,
 )
-from catalog.state import SHARDS_KEY
 
 log = structlog.get_logger(__name__)
 

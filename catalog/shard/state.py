@@ -18,6 +18,7 @@ from catalog.consolidate import (
     DIFF,
     TS,
 )
+from catalog.environment import SHARDS_KEY
 from catalog.errors import (
     ShardError,
 )
@@ -27,7 +28,6 @@ from catalog.schema import (
     schema_from_bytes,
     schema_to_bytes,
 )
-from catalog.state import SHARDS_KEY
 
 LEASE_PREFIX = "l-"
 

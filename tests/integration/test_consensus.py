@@ -10,7 +10,6 @@ from kazoo.client import KazooClient
 
 from catalog.consensus import (
     MAX_VALUE_BYTES,
-    CasRetry,
     Check,
     Consensus,
     Create,
@@ -26,6 +25,7 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
+from catalog.retry import CasRetry
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration

@@ -15,6 +15,15 @@ from kazoo.protocol.connection import _CONNECTION_DROP
 from kazoo.protocol.states import KazooState
 
 from catalog.consensus import Consensus, SetData, encode_json
+from catalog.environment import (
+    CATALOG_KEY,
+    EPOCH_KEY,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+    CatalogState,
+    CollectionRef,
+    read_catalog,
+)
 from catalog.errors import (
     EXIT_FENCED,
     EXIT_OK,
@@ -24,15 +33,6 @@ from catalog.errors import (
     ConnectionLostError,
     FencedError,
     MigrationRefusedError,
-)
-from catalog.state import (
-    CATALOG_KEY,
-    EPOCH_KEY,
-    PROCESSES_KEY,
-    PROMOTION_KEY,
-    CatalogState,
-    CollectionRef,
-    read_catalog,
 )
 from orchestrator.cli import main
 from orchestrator.election import (

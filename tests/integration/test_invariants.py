@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from catalog.consensus import encode_json
+from catalog.environment import CATALOG_KEY, EPOCH_KEY, read_catalog
 from catalog.migration import MigrationEntry, MigrationShard
 from catalog.shard import Shard, new_shard_id, shard_key
-from catalog.state import CATALOG_KEY, EPOCH_KEY, read_catalog
 from orchestrator.invariants import InvariantChecker
 from orchestrator.scenario import ScenarioRun, ZooKeeperTarget
 from orchestrator.scenario_format import ReleaseIndex

@@ -15,11 +15,11 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Create, Fence, Op, SetData, encode_json
+from catalog.environment import FINALIZE_KEY, PROCESSES_KEY, read_catalog
 from catalog.errors import FencedError, MigrationRefusedError, PlanError
 from catalog.migration import MigrationShard
 from catalog.release import Release, load_release_dir
 from catalog.shard import Shard
-from catalog.state import FINALIZE_KEY, PROCESSES_KEY, read_catalog
 from orchestrator.election import LeaderElection, Leadership, promote
 from orchestrator.migrate import (
     MigrationContext,

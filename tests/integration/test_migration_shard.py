@@ -11,10 +11,10 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
+from catalog.environment import CONTAINER_KEYS, EPOCH_KEY, MIGRATION_SHARD_ID, SHARDS_KEY
 from catalog.errors import FencedError
 from catalog.migration import MIGRATION_SCHEMA, MigrationEntry, MigrationShard
 from catalog.shard import Shard, new_shard_id
-from catalog.state import CONTAINER_KEYS, EPOCH_KEY, MIGRATION_SHARD_ID, SHARDS_KEY
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration

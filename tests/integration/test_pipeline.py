@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Create, Fence
+from catalog.environment import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
 from catalog.errors import ReaderFencedError, ShardError
 from catalog.pipeline import (
     ArrowEngine,
@@ -28,7 +29,6 @@ from catalog.pipeline import (
     copy_transformed,
 )
 from catalog.shard import DIFF, TS, Shard, consolidate, update_schema
-from catalog.state import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
 from orchestrator.cli import main
 from support.zookeeper import ZkEnv
 

@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import MAX_VALUE_BYTES, Consensus, Fence
+from catalog.environment import CONTAINER_KEYS, EPOCH_KEY, CatalogState, CollectionRef
 from catalog.errors import (
     CorruptBlobError,
     FencedError,
@@ -37,7 +38,6 @@ from catalog.shard import (
     new_shard_id,
     read_states,
 )
-from catalog.state import CONTAINER_KEYS, EPOCH_KEY, CatalogState, CollectionRef
 from support.shards import canonical, contents, updates
 from support.zookeeper import ZkEnv
 

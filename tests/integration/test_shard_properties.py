@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
+from catalog.environment import CONTAINER_KEYS
 from catalog.shard import Shard, new_shard_id
-from catalog.state import CONTAINER_KEYS
 from support.shards import contents, updates
 from support.zookeeper import ZkEnv
 

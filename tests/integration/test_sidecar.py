@@ -14,9 +14,9 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
+from catalog.environment import read_catalog
 from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from catalog.migration import MigrationShard
-from catalog.state import read_catalog
 from orchestrator.zkserver import free_port
 from support.sidecars import (
     ROOT,

@@ -18,10 +18,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, encode_json
-from catalog.errors import EXIT_OK
-from catalog.migration import MigrationEntry as Entry
-from catalog.migration import MigrationShard
-from catalog.state import (
+from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
     EVENTS_KEY,
@@ -32,6 +29,9 @@ from catalog.state import (
     CatalogState,
     CollectionRef,
 )
+from catalog.errors import EXIT_OK
+from catalog.migration import MigrationEntry as Entry
+from catalog.migration import MigrationShard
 from orchestrator.cli import main
 from orchestrator.events import KEEP_EVENTS, read_events, record_event
 from orchestrator.status import UpgradeStatus, read_status, watch_status
