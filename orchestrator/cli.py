@@ -132,7 +132,7 @@ def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json
     from rich.console import Console
 
     from catalog.release import load_release_dir, plan_path
-    from orchestrator.planview import plan_json, render_plan
+    from orchestrator.render.plan import plan_json, render_plan
 
     result = plan_path(load_release_dir(releases_dir), from_version, to_version)
     if as_json:
@@ -157,7 +157,7 @@ def validate_command(releases_dir: Path, as_json: bool) -> None:
 
     from catalog.errors import EXIT_REFUSED
     from catalog.release import load_release_dir, validate
-    from orchestrator.planview import render_report, report_json
+    from orchestrator.render.plan import render_report, report_json
 
     report = validate(load_release_dir(releases_dir))
     if as_json:
@@ -282,7 +282,8 @@ def status_command(
     from rich.console import Console
     from rich.live import Live
 
-    from orchestrator.status import UpgradeStatus, read_status, render_table, watch_status
+    from orchestrator.render.status import render_table
+    from orchestrator.status import UpgradeStatus, read_status, watch_status
     from orchestrator.zk import open_consensus
 
     console = Console()
@@ -558,13 +559,13 @@ def scenario_run_command(
 
     from rich.console import Console
 
-    from orchestrator.scenario import run_files
-    from orchestrator.scenario_view import (
+    from orchestrator.render.scenario import (
         render_failure,
         render_header,
         render_step,
         render_summary,
     )
+    from orchestrator.scenario import run_files
 
     _stop_on_sigterm()
     seed = seed if seed is not None else random.randrange(1 << 31)
@@ -641,7 +642,7 @@ def scenario_simulate_command(
 
     from rich.console import Console
 
-    from orchestrator.scenario_view import render_simulation, render_walk_step
+    from orchestrator.render.scenario import render_simulation, render_walk_step
     from orchestrator.simulate import SimulationConfig, simulate
 
     _stop_on_sigterm()

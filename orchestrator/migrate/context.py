@@ -1,0 +1,127 @@
+"""What a migration runs with (the process's release, stores and retry) and what it reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.migration import MigrationShard
+from catalog.release import (
+    Plan,
+    Release,
+    Version,
+)
+from catalog.retry import CasRetry
+from catalog.shard import Shard
+
+PHASE_CHECKING = "checking"
+
+
+PHASE_REPLACEMENTS = "writing replacements"
+
+
+PHASE_SCHEMAS = "registering schemas"
+
+
+PHASE_REWRITE = "copying rewrites"
+
+
+PHASE_SWITCH = "switching collections"
+
+
+PHASE_FINALIZING = "finalizing"
+
+
+def _no_phase(_phase: str) -> None:
+    return None
+
+
+@attrs.frozen
+class MigrationContext:
+    """Everything a migration run needs; no global state."""
+
+    consensus: Consensus
+    blob: BlobStore
+    release: Release
+    deploy_generation: int
+    process_id: str
+    on_phase: Callable[[str], None] = _no_phase
+    retry: CasRetry = attrs.field(factory=CasRetry)
+
+    @property
+    def version(self) -> Version:
+        return self.release.version
+
+    def shard(self, shard_id: str) -> Shard:
+        return Shard(self.consensus, self.blob, shard_id)
+
+    def migration_shard(self) -> MigrationShard:
+        return MigrationShard(self.consensus, self.blob)
+
+
+@attrs.frozen(hash=False)
+class CheckResult:
+    """Outcome of the read-only run (step 4 of DESIGN.md section 5)."""
+
+    bootstrap: bool
+    catalog_version: str | None
+    catalog_generation: int | None
+    plan: Plan | None
+    replacement_shards: Mapping[str, str] = attrs.field(factory=dict)
+    release_version: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON the status ``plan`` field shows."""
+        if self.bootstrap:
+            return {"bootstrap": True, "from": None, "to": self.release_version}
+        assert self.plan is not None
+        counts: dict[str, int] = {}
+        for m in self.plan.migrations:
+            counts[m.mechanism.value] = counts.get(m.mechanism.value, 0) + 1
+        return {
+            "bootstrap": False,
+            "from": self.catalog_version,
+            "to": str(self.plan.to_version),
+            "counts": counts,
+            "new_builtins": [b.name for b in self.plan.new_builtins],
+            "removed_builtins": [c.name for c in self.plan.removed_builtins],
+            "migrations": [
+                {
+                    "name": m.name,
+                    "global_id": m.global_id,
+                    "mechanism": m.mechanism.value,
+                    "shard_id": self.replacement_shards.get(m.global_id),
+                }
+                for m in self.plan.migrations
+            ],
+        }
+
+
+@attrs.frozen(hash=False)
+class LeaderResult:
+    """What a leader run changed."""
+
+    bootstrap: bool
+    version: str
+    deploy_generation: int
+    evolved: tuple[str, ...] = ()
+    replaced: Mapping[str, str] = attrs.field(factory=dict)
+    queued_for_finalization: tuple[str, ...] = ()
+    retracted_entries: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.bootstrap,
+            "version": self.version,
+            "deploy_generation": self.deploy_generation,
+            "evolved": list(self.evolved),
+            "replaced": dict(self.replaced),
+            "queued_for_finalization": list(self.queued_for_finalization),
+            "retracted_entries": self.retracted_entries,
+            "seconds": round(self.seconds, 3),
+        }

@@ -1,0 +1,138 @@
+"""Reading the durable state a migration plans from: catalog, shard states, registered schemas."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from catalog.environment import (
+    CatalogState,
+    CollectionRef,
+)
+from catalog.errors import (
+    FencedError,
+    MigrationRefusedError,
+    SchemaIncompatibleError,
+)
+from catalog.release import (
+    CatalogSnapshot,
+    CollectionState,
+    Version,
+)
+from catalog.schema import fingerprint
+from catalog.shard import ShardState, evolve_op, read_states
+from orchestrator.migrate.context import MigrationContext
+
+
+def _read_shard_states(ctx: MigrationContext, shard_ids: set[str]) -> dict[str, ShardState]:
+    """Every named shard's state in one pipelined read."""
+    states = read_states(ctx.consensus, sorted(shard_ids))
+    missing = sorted(sid for sid, st in states.items() if st is None)
+    if missing:
+        raise MigrationRefusedError(
+            f"the catalog names shards that do not exist: {', '.join(missing[:5])}",
+            shards=missing,
+        )
+    return {sid: st for sid, st in states.items() if st is not None}
+
+
+def _snapshot(catalog: CatalogState, shards: Mapping[str, ShardState]) -> CatalogSnapshot:
+    collections = []
+    for ref in catalog.collections.values():
+        state = shards[ref.shard_id]
+        collections.append(
+            CollectionState(
+                global_id=ref.global_id,
+                name=ref.name,
+                fingerprint=ref.fingerprint,
+                schema=_cataloged_schema(state, ref),
+                history=state.schema,
+            )
+        )
+    return CatalogSnapshot(version=catalog.version, collections=tuple(collections))
+
+
+def _cataloged_schema(state: ShardState, ref: CollectionRef) -> pa.Schema:
+    """The schema the catalog names: the one it keeps, else the registered schema its
+    fingerprint names, else the latest.
+
+    They differ only after a leader registered a newer schema and crashed before its switch:
+    the catalog still describes the older schema, and plans must start from it.
+    """
+    if ref.schema is not None:
+        return ref.schema
+    for schema_id in range(len(state.schemas) - 1, -1, -1):
+        live = state.live(schema_id)
+        if fingerprint(live) == ref.fingerprint:
+            return live
+    return state.live_schema
+
+
+def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa.Schema:
+    """The schema a leader registers on ``state``'s shard to evolve it from ``old`` (the
+    catalog's) to ``new`` (its release's).
+
+    Normally ``new``. But when a newer release's leader registered fields on the shard and
+    crashed before its switch, the latest schema holds fields, at any depth, that neither
+    ``old`` nor ``new`` knows. Registering ``new`` would delete them, and a deleted name can
+    never be added again: that newer release could never start. They are kept instead (in the
+    latest schema's order, with ``new``'s types for the fields it has, ``new``'s added fields
+    after them); ``new`` reads it as a projection. When that is not a valid evolution, ``new``
+    is registered after all.
+    """
+    latest = state.live_schema
+    wider_type = _widen(pa.struct(list(latest)), pa.struct(list(old)), pa.struct(list(new)))
+    if wider_type.equals(pa.struct(list(new))):
+        return new
+    wider = pa.schema(list(wider_type), metadata=new.metadata)
+    try:
+        evolve_op(state, wider)
+    except SchemaIncompatibleError:
+        return new
+    return wider
+
+
+def _widen(latest: pa.DataType, old: pa.DataType | None, new: pa.DataType) -> pa.DataType:
+    """``new`` with the fields of ``latest`` that neither ``old`` nor ``new`` has, recursively
+    through structs and list elements (see :func:`registration_schema`)."""
+    if pa.types.is_struct(latest) and pa.types.is_struct(new):
+        olds = {f.name: f for f in old} if old is not None and pa.types.is_struct(old) else {}
+        news = {f.name: f for f in new}
+        fields: list[pa.Field] = []
+        for field in latest:
+            if field.name in news:
+                mine = news[field.name]
+                before = olds[field.name].type if field.name in olds else None
+                fields.append(mine.with_type(_widen(field.type, before, mine.type)))
+            elif field.name not in olds:
+                fields.append(field)  # added by someone else since the catalog's schema
+        fields += [f for f in new if latest.get_field_index(f.name) < 0]
+        return pa.struct(fields)
+    for is_list, make in (
+        (pa.types.is_list, pa.list_),
+        (pa.types.is_large_list, pa.large_list),
+    ):
+        if is_list(latest) and is_list(new):
+            before = old.value_field.type if old is not None and is_list(old) else None
+            inner = _widen(latest.value_field.type, before, new.value_field.type)
+            return make(new.value_field.with_type(inner))
+    return new
+
+
+def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
+    if ctx.deploy_generation < catalog.deploy_generation:
+        raise FencedError(
+            f"deploy generation {ctx.deploy_generation} is fenced: the catalog is at generation "
+            f"{catalog.deploy_generation}",
+            deploy_generation=ctx.deploy_generation,
+            catalog_generation=catalog.deploy_generation,
+        )
+    if ctx.version < Version.parse(catalog.version):
+        raise MigrationRefusedError(
+            f"release {ctx.version} is older than the catalog's durable version {catalog.version}; "
+            "downgrades are not supported",
+            version=str(ctx.version),
+            catalog_version=catalog.version,
+            suggestion=f"start a release at or above {catalog.version}",
+        )

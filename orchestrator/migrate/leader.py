@@ -1,0 +1,266 @@
+"""The leader algorithm: replacement shards, schema registration, rewrite deltas, the catalog
+switch with the finalization queue in one fenced transaction, then retraction of stale entries."""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+import pyarrow as pa
+import structlog
+
+from catalog.consensus import Create, Fence, Op
+from catalog.environment import (
+    CONTAINER_KEYS,
+    FINALIZE_KEY,
+    MIGRATION_SHARD_ID,
+    CatalogState,
+    CollectionRef,
+    catalog_write_op,
+    read_catalog,
+)
+from catalog.errors import (
+    FencedError,
+    MigrationRefusedError,
+    SchemaIncompatibleError,
+)
+from catalog.migration import MigrationEntry
+from catalog.release import (
+    Mechanism,
+    PlannedMigration,
+    Version,
+    plan,
+)
+from catalog.shard import ShardState, evolve_op
+from orchestrator.election import Leadership
+from orchestrator.migrate.context import (
+    PHASE_FINALIZING,
+    PHASE_REPLACEMENTS,
+    PHASE_SCHEMAS,
+    PHASE_SWITCH,
+    LeaderResult,
+    MigrationContext,
+)
+from orchestrator.migrate.durable import (
+    _read_shard_states,
+    _refuse_fenced_or_older,
+    _snapshot,
+    registration_schema,
+)
+from orchestrator.migrate.read_only import _copy_rewrites, _ensure_shards, _replacement_targets
+
+log = structlog.get_logger(__name__)
+
+
+def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
+    """The id under which live ``schema`` is registered on the shard, if it is.
+
+    A release may keep an older schema the shard has since evolved past (an older release
+    starting after a newer leader registered schemas and crashed): it then reads and writes
+    with that older id, and nothing needs registering.
+    """
+    for schema_id in range(len(state.schemas) - 1, -1, -1):
+        if state.live(schema_id).equals(schema, check_metadata=False):
+            return schema_id
+    return None
+
+
+def _evolve_all(
+    ctx: MigrationContext, evolutions: list[PlannedMigration], catalog: CatalogState, fence: Fence
+) -> list[str]:
+    """Register each evolution's schema on its shard, batched, with done/retry/halt."""
+    pending = {m.global_id: m for m in evolutions}
+    done: list[str] = []
+
+    def attempt() -> None:
+        states = _read_shard_states(ctx, {catalog.collections[gid].shard_id for gid in pending})
+        ops: list[Op] = []
+        batch: list[str] = []
+        for gid, m in list(pending.items()):
+            shard_id = catalog.collections[gid].shard_id
+            state = states[shard_id]
+            target = registration_schema(state, m.old_schema, m.new_schema)
+            if find_schema_id(state, m.new_schema) is not None or (
+                find_schema_id(state, target) is not None
+            ):
+                # Already registered (an earlier run, or an older schema this release keeps).
+                pending.pop(gid)
+                done.append(m.name)
+                continue
+            try:
+                op, _ = evolve_op(state, target)
+            except SchemaIncompatibleError as exc:
+                # The shard moved to a schema ours is not compatible with: halt (fenced).
+                raise FencedError(
+                    f"collection {m.name}: shard {shard_id} holds a schema newer than this "
+                    f"release can evolve ({exc.message})",
+                    collection=m.name,
+                    shard_id=shard_id,
+                ) from exc
+            if op is not None:
+                ops.append(op)
+            batch.append(gid)
+        if ops:
+            ctx.consensus.commit_chunked(ops, fence=fence)
+        for gid in batch:
+            done.append(pending.pop(gid).name)
+
+    if pending:
+        ctx.on_phase(PHASE_SCHEMAS)
+        ctx.retry(attempt)
+    return sorted(done)
+
+
+def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) -> LeaderResult:
+    """An empty environment: create the migration shard, every builtin's shard, the catalog."""
+    ctx.consensus.ensure(*CONTAINER_KEYS)
+    migration = ctx.migration_shard()
+    migration.ensure(fence=leadership.fence)
+    ctx.on_phase(PHASE_REPLACEMENTS)
+    shards = _ensure_shards(
+        ctx, {b.global_id: b.schema for b in ctx.release.builtins}, fence=leadership.fence
+    )
+    state = CatalogState(
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        blob_uri=ctx.blob.uri,
+        collections={
+            b.global_id: CollectionRef(b.global_id, b.name, shards[b.global_id], b.fingerprint)
+            for b in ctx.release.builtins
+        },
+        updated_at=time.time(),
+    )
+    ctx.on_phase(PHASE_SWITCH)
+    ctx.consensus.commit([catalog_write_op(state, -1)], fence=leadership.fence)
+    log.info("bootstrapped", collections=len(state.collections), version=str(ctx.version))
+    return LeaderResult(
+        bootstrap=True,
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        replaced=shards,
+        seconds=time.monotonic() - started,
+    )
+
+
+def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderResult:
+    """Step 6: everything a promoted leader does; idempotent and fenced by the epoch."""
+    started = time.monotonic()
+    found = read_catalog(ctx.consensus)
+    if found is None:
+        return _bootstrap(ctx, leadership, started)
+    catalog, catalog_version = found
+    _refuse_fenced_or_older(ctx, catalog)
+    shards = _read_shard_states(ctx, catalog.shard_ids())
+    plan_ = plan(_snapshot(catalog, shards), ctx.release)
+    fence = leadership.fence
+
+    wanted = _replacement_targets(ctx, plan_)
+    wanted.update({b.global_id: b.schema for b in plan_.new_builtins})
+    if wanted:
+        ctx.on_phase(PHASE_REPLACEMENTS)
+    # A suspended or superseded leader stops before each step; the fence stops it within one.
+    leadership.check()
+    replacements = _ensure_shards(ctx, wanted, fence=fence)
+    leadership.check()
+    evolved = _evolve_all(
+        ctx, [m for m in plan_.migrations if m.mechanism is Mechanism.EVOLUTION], catalog, fence
+    )
+    leadership.check()
+    _copy_rewrites(ctx, plan_, catalog, replacements, fence=fence)
+    leadership.check()
+
+    # One transaction: the switch and the finalization queue of what it un-references.
+    ctx.on_phase(PHASE_SWITCH)
+    collections: dict[str, CollectionRef] = {}
+    for b in ctx.release.builtins:
+        old = catalog.collections.get(b.global_id)
+        shard_id = replacements.get(b.global_id) or (old.shard_id if old else None)
+        if shard_id is None:  # pragma: no cover - plan guarantees new builtins are wanted
+            raise MigrationRefusedError(f"no shard for builtin {b.name}", collection=b.name)
+        collections[b.global_id] = CollectionRef(b.global_id, b.name, shard_id, b.fingerprint)
+    # A release schema registered only inside a wider one (registration_schema) is kept in
+    # the catalog, so plans start from it.
+    release_schemas = {b.global_id: b.schema for b in ctx.release.builtins}
+    kept = [gid for gid in collections if gid not in replacements]
+    current = _read_shard_states(ctx, {collections[gid].shard_id for gid in kept})
+    for gid in kept:
+        ref = collections[gid]
+        if find_schema_id(current[ref.shard_id], release_schemas[gid]) is None:
+            collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
+    new_state = CatalogState(
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        blob_uri=catalog.blob_uri,
+        collections=collections,
+        updated_at=time.time(),
+    )
+    referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
+    unreferenced = sorted(catalog.shard_ids() - referenced)
+    queued = _queue_ops(ctx, unreferenced)
+    if new_state.to_json() | {"updated_at": 0} != catalog.to_json() | {"updated_at": 0}:
+        ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
+    elif queued:
+        ctx.consensus.commit(queued, fence=fence)
+    log.info(
+        "catalog_switched",
+        version=new_state.version,
+        deploy_generation=new_state.deploy_generation,
+        replaced=len(replacements),
+        evolved=len(evolved),
+    )
+    leadership.check()
+    retracted, more_queued = _retract_stale_entries(ctx, new_state, fence)
+    return LeaderResult(
+        bootstrap=False,
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        evolved=tuple(evolved),
+        replaced=replacements,
+        queued_for_finalization=tuple(sorted({*unreferenced, *more_queued})),
+        retracted_entries=retracted,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _queue_ops(ctx: MigrationContext, shard_ids: list[str]) -> list[Op]:
+    """Create ops for finalization markers not already queued."""
+    already = set(ctx.consensus.children(FINALIZE_KEY))
+    return [Create(f"{FINALIZE_KEY}/{sid}", b"") for sid in shard_ids if sid not in already]
+
+
+def _retract_stale_entries(
+    ctx: MigrationContext, catalog: CatalogState, fence: Fence
+) -> tuple[int, list[str]]:
+    """Retract entries of earlier versions and of this version at lower generations.
+
+    Also retracted: our own entries the catalog does not use (the same version was promoted
+    before at a lower generation). Entries of later versions stay (an aborted upgrade to a newer
+    release may be retried). The shards they name are queued for finalization unless the
+    catalog names them: an entry of an earlier, promoted upgrade names the collection's
+    *current* shard.
+    """
+    migration = ctx.migration_shard()
+    me = (ctx.version, ctx.deploy_generation)
+    current = catalog.shard_ids()
+    stale: list[MigrationEntry] = []
+    for entry in migration.entries():
+        key = (Version.parse(entry.version), entry.deploy_generation)
+        older = key[0] < me[0] or (key[0] == me[0] and key[1] < me[1])
+        # Our own entries the switched catalog does not use: the catalog was already at our
+        # version (promoted at a lower generation), so our read-only shards were never needed.
+        unused_own = key == me and entry.shard_id not in current
+        if older or unused_own:
+            stale.append(entry)
+    if not stale:
+        return 0, []
+    ctx.on_phase(PHASE_FINALIZING)
+    referenced = catalog.shard_ids() | {MIGRATION_SHARD_ID}
+    remaining = {e.shard_id for e in migration.entries() if e not in stale}
+    to_queue = sorted({e.shard_id for e in stale} - referenced - remaining)
+    queued = _queue_ops(ctx, to_queue)
+    # Queue first (fenced), then retract: a crash in between leaves entries a re-run retracts.
+    if queued:
+        ctx.consensus.commit_chunked(queued, fence=fence)
+    migration.retract(stale, fence=fence)
+    log.info("entries_retracted", entries=len(stale), queued=len(to_queue))
+    return len(stale), to_queue

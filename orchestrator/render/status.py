@@ -1,0 +1,215 @@
+"""The upgrade status as rich tables for a terminal."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.status.model import UpgradeStatus
+
+DEFAULT_ROWS: Final = 20
+
+
+_STATE_STYLE: Final = {
+    "starting": "dim",
+    "checking": "cyan",
+    "ready": "green",
+    "migrating": "yellow",
+    "serving": "bold green",
+    "fenced": "magenta",
+    "failed": "bold red",
+}
+
+
+def _age(then: float | None, now: float) -> str:
+    if then is None:
+        return "-"
+    seconds = max(0.0, now - then)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.1f}d ago"
+
+
+def _clock(then: float) -> str:
+    return dt.datetime.fromtimestamp(then, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _error_text(error: Any) -> str:
+    if not error:
+        return ""
+    if isinstance(error, Mapping):
+        name = error.get("error")
+        message = error.get("message")
+        text = f"{name}: {message}" if name and message else str(message or name or dict(error))
+        if error.get("suggestion"):
+            text += f" (fix: {error['suggestion']})"
+        return text
+    return str(error)
+
+
+def _state_text(state: str | None) -> Text:
+    return Text(_dash(state), style=_STATE_STYLE.get(state or "", ""))
+
+
+def _catalog_table(status: UpgradeStatus) -> Table:
+    catalog = status.catalog
+    table = Table(title="catalog", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    table.add_row("version", _dash(catalog.version))
+    table.add_row("deploy generation", _dash(catalog.deploy_generation))
+    table.add_row("epoch", _dash(catalog.epoch))
+    table.add_row("promotion target", _dash(catalog.promotion_target))
+    table.add_row("collections", str(catalog.collections))
+    table.add_row("blob storage", _dash(catalog.blob_uri))
+    leader = status.leader
+    if leader is None:
+        table.add_row("leader", "none")
+    else:
+        where = f"{_dash(leader.epoch.host)} pid {_dash(leader.epoch.pid)}"
+        state = leader.process.state if leader.process is not None else "not registered"
+        table.add_row(
+            "leader",
+            f"{leader.id} (generation {leader.epoch.deploy_generation}, epoch "
+            f"{leader.epoch.epoch}, session {_dash(leader.epoch.session)}, {where}, {state})",
+        )
+    return table
+
+
+def _processes_table(status: UpgradeStatus, now: float) -> Table:
+    table = Table(title=f"processes ({len(status.processes)})", title_justify="left")
+    for column in (
+        "id",
+        "version",
+        "gen",
+        "mode",
+        "state",
+        "phase",
+        "since",
+        "host/pid",
+        "session",
+    ):
+        table.add_column(column, no_wrap=column != "id", overflow="fold")
+    table.add_column("error", overflow="fold", ratio=2)
+    for p in status.processes:
+        table.add_row(
+            p.id,
+            _dash(p.version),
+            _dash(p.deploy_generation),
+            _dash(p.mode),
+            _state_text(p.state),
+            _dash(p.phase),
+            _age(p.phase_since, now),
+            f"{_dash(p.host)}/{_dash(p.pid)}",
+            _dash(p.session),
+            Text(_error_text(p.error), style="red"),
+        )
+    return table
+
+
+def _counts(values: Iterable[Any]) -> str:
+    counted = Counter("-" if v is None else str(v) for v in values)
+    return ", ".join(f"{key}: {count}" for key, count in sorted(counted.items()))
+
+
+def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> list[Table]:
+    collections = status.collections
+    summary = Table(
+        title=f"collections ({len(collections)})", show_header=False, title_justify="left"
+    )
+    summary.add_column("field", style="bold")
+    summary.add_column("value", overflow="fold")
+    if status.plan_source is not None:
+        summary.add_row(
+            f"mechanism (plan of {status.plan_source})", _counts(c.mechanism for c in collections)
+        )
+    summary.add_row("schema id", _counts(c.schema_id for c in collections))
+    summary.add_row("migration entries", str(len(status.migration_entries)))
+    summary.add_row("pending finalization", str(len(status.pending_finalization)))
+    tables = [summary]
+    shown = collections if all_rows else collections[:limit]
+    if shown:
+        hidden = len(collections) - len(shown)
+        title = "collections" + (
+            f" (first {len(shown)}; --all shows {hidden} more)" if hidden else ""
+        )
+        rows = Table(title=title, title_justify="left")
+        for column in ("global id", "name", "shard", "schema id", "mechanism"):
+            rows.add_column(column, overflow="fold")
+        for c in shown:
+            rows.add_row(c.global_id, c.name, c.shard_id, _dash(c.schema_id), _dash(c.mechanism))
+        tables.append(rows)
+    entries = status.migration_entries if all_rows else status.migration_entries[:limit]
+    if entries:
+        table = Table(title="migration shard entries", title_justify="left")
+        for column in ("global id", "version", "generation", "shard"):
+            table.add_column(column, overflow="fold")
+        for e in entries:
+            table.add_row(e.global_id, e.version, str(e.deploy_generation), e.shard_id)
+        tables.append(table)
+    pending = status.pending_finalization if all_rows else status.pending_finalization[:limit]
+    if pending:
+        table = Table()
+        table.add_column("pending finalization (shard)", overflow="fold")
+        for shard_id in pending:
+            table.add_row(shard_id)
+        tables.append(table)
+    return tables
+
+
+def _events_table(status: UpgradeStatus) -> Table:
+    table = Table(title=f"recent events ({len(status.events)})", title_justify="left")
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("details", overflow="fold")
+    for event in status.events:
+        details = " ".join(f"{k}={v}" for k, v in sorted(event.fields.items()))
+        table.add_row(_clock(event.at), event.kind, details)
+    return table
+
+
+def render_table(
+    status: UpgradeStatus,
+    *,
+    all_rows: bool = False,
+    limit: int = DEFAULT_ROWS,
+    now: float | None = None,
+) -> RenderableType:
+    """The terminal view: catalog, processes, collections summary (first ``limit`` rows unless
+    ``all_rows``), migration entries, pending finalizations and recent events."""
+    now = status.read_at if now is None else now
+    parts: list[RenderableType] = []
+    if not status.bootstrapped:
+        parts.append(
+            Text(f"environment {status.environment} is empty (not bootstrapped)", style="bold")
+        )
+        if status.catalog.promotion_target is not None or status.leader is not None:
+            parts.append(_catalog_table(status))
+    else:
+        parts.append(Text(f"environment {status.environment}", style="bold"))
+        parts.append(_catalog_table(status))
+    if status.processes:
+        parts.append(_processes_table(status, now))
+    elif status.bootstrapped:
+        parts.append(Text("no process registered"))
+    if status.bootstrapped:
+        parts.extend(_collections_tables(status, all_rows, limit))
+    if status.events:
+        parts.append(_events_table(status))
+    for warning in status.warnings:
+        parts.append(Text(f"warning: {warning}", style="yellow"))
+    return Group(*parts)

@@ -1,0 +1,178 @@
+"""The upgrade-status model: catalog, leader, processes, collections, entries, events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from orchestrator.election import EpochInfo
+from orchestrator.events import UpgradeEvent
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@attrs.frozen
+class ProcessStatus:
+    """One registered process, as its ephemeral ``processes/<id>`` node says."""
+
+    id: str
+    version: str | None = None
+    deploy_generation: int | None = None
+    mode: str | None = None
+    state: str | None = None
+    phase: str | None = None
+    phase_since: float | None = None
+    plan: Any = None
+    error: Any = None
+    host: str | None = None
+    pid: int | None = None
+    session: str | None = None
+    epoch: int | None = None
+    http: str | None = None
+    heartbeat: float | None = None
+    started_at: float | None = None
+
+    @classmethod
+    def from_json(cls, process_id: str, data: Mapping[str, Any]) -> ProcessStatus:
+        return cls(
+            id=str(data.get("id") or process_id),
+            version=_opt_str(data.get("version")),
+            deploy_generation=_opt_int(data.get("deploy_generation")),
+            mode=_opt_str(data.get("mode")),
+            state=_opt_str(data.get("state")),
+            phase=_opt_str(data.get("phase")),
+            phase_since=_opt_float(data.get("phase_since")),
+            plan=data.get("plan"),
+            error=data.get("error"),
+            host=_opt_str(data.get("host")),
+            pid=_opt_int(data.get("pid")),
+            session=_opt_str(data.get("session")),
+            epoch=_opt_int(data.get("epoch")),
+            http=_opt_str(data.get("http")),
+            heartbeat=_opt_float(data.get("heartbeat")),
+            started_at=_opt_float(data.get("started_at")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self, recurse=False)
+
+
+@attrs.frozen
+class LeaderStatus:
+    """The leader the epoch znode names, joined with its process node when it is registered."""
+
+    epoch: EpochInfo
+    process: ProcessStatus | None
+
+    @property
+    def id(self) -> str | None:
+        return self.epoch.leader
+
+    @property
+    def registered(self) -> bool:
+        """False when the leader's process is gone (crashed or stepped down, not yet replaced)."""
+        return self.process is not None
+
+    def to_json(self) -> dict[str, Any]:
+        base = self.process.to_json() if self.process is not None else {"id": self.epoch.leader}
+        return {
+            **base,
+            "id": self.epoch.leader,
+            "deploy_generation": self.epoch.deploy_generation,
+            "epoch": self.epoch.epoch,
+            "session": self.epoch.session,
+            "host": self.epoch.host or base.get("host"),
+            "pid": self.epoch.pid if self.epoch.pid is not None else base.get("pid"),
+            "taken_over_at": self.epoch.taken_over_at,
+            "registered": self.registered,
+        }
+
+
+@attrs.frozen
+class CatalogSummary:
+    """The durable catalog's headline: ``Vc``, ``Gc``, and the fencing epoch."""
+
+    version: str | None
+    deploy_generation: int | None
+    epoch: int | None
+    promotion_target: int | None
+    blob_uri: str | None = None
+    updated_at: float | None = None
+    collections: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class CollectionStatus:
+    """One builtin collection: where it lives now and its shard's current schema id."""
+
+    global_id: str
+    name: str
+    shard_id: str
+    schema_id: int | None
+    mechanism: str | None = None  # from the focus process's plan; None when no plan is known
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class MigrationEntry:
+    """A migration-shard entry ``(GlobalId, Version, DeployGeneration) -> ShardId``."""
+
+    global_id: str
+    version: str
+    deploy_generation: int
+    shard_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class UpgradeStatus:
+    """Everything ``status`` shows, read in one pass at ``read_at``."""
+
+    environment: str
+    catalog: CatalogSummary
+    bootstrapped: bool
+    leader: LeaderStatus | None
+    processes: tuple[ProcessStatus, ...]
+    collections: tuple[CollectionStatus, ...]
+    migration_entries: tuple[MigrationEntry, ...]
+    pending_finalization: tuple[str, ...]
+    events: tuple[UpgradeEvent, ...]
+    read_at: float
+    plan_source: str | None = None  # the process whose plan gave the collections' mechanisms
+    warnings: tuple[str, ...] = ()  # parts that could not be read (shown, never fatal)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``status --json`` document (DESIGN.md section 8, plus extra fields)."""
+        return {
+            "environment": self.environment,
+            "bootstrapped": self.bootstrapped,
+            "read_at": self.read_at,
+            "catalog": self.catalog.to_json(),
+            "leader": None if self.leader is None else self.leader.to_json(),
+            "processes": [p.to_json() for p in self.processes],
+            "collections": [c.to_json() for c in self.collections],
+            "migration_entries": [e.to_json() for e in self.migration_entries],
+            "pending_finalization": list(self.pending_finalization),
+            "events": [e.to_json() for e in self.events],
+            "plan_source": self.plan_source,
+            "warnings": list(self.warnings),
+        }

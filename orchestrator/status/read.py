@@ -1,0 +1,227 @@
+"""Reading the upgrade status from ZooKeeper in a few batched round trips."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+from kazoo.exceptions import NoNodeError
+
+from catalog.consensus import CONNECTION_ERRORS, Consensus, Versioned
+from catalog.environment import (
+    CATALOG_KEY,
+    EPOCH_KEY,
+    FINALIZE_KEY,
+    MIGRATION_SHARD_ID,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+    SHARDS_KEY,
+    CatalogState,
+)
+from catalog.errors import BadInputError, BlobError, ConnectionLostError, ShardError
+from orchestrator.election import EpochInfo
+from orchestrator.events import read_events
+from orchestrator.status.model import (
+    CatalogSummary,
+    CollectionStatus,
+    LeaderStatus,
+    MigrationEntry,
+    ProcessStatus,
+    UpgradeStatus,
+    _opt_int,
+)
+
+DEFAULT_EVENTS: Final = 20
+
+
+UNCHANGED: Final = "unchanged"
+
+
+def schema_id_of(shard_state: Any) -> int | None:
+    """The current schema id of a shard state JSON (``len(schemas) - 1``), None if unknown."""
+    if not isinstance(shard_state, Mapping):
+        return None
+    schemas = shard_state.get("schemas")
+    if isinstance(schemas, list) and schemas:
+        return len(schemas) - 1
+    count = shard_state.get("schema_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return count - 1
+    return None
+
+
+def plan_mechanisms(plan: Any) -> dict[str, str]:
+    """``global_id`` and ``name`` -> mechanism, from a plan summary (shapes: module doc)."""
+    if not isinstance(plan, Mapping):
+        return {}
+    out: dict[str, str] = {}
+    for field in ("migrations", "collections"):
+        entries = plan.get(field)
+        if isinstance(entries, list):
+            for entry in entries:
+                if isinstance(entry, Mapping) and entry.get("mechanism"):
+                    for key in ("global_id", "name"):
+                        if entry.get(key):
+                            out[str(entry[key])] = str(entry["mechanism"])
+        elif isinstance(entries, Mapping):
+            for key, entry in entries.items():
+                mechanism = entry.get("mechanism") if isinstance(entry, Mapping) else entry
+                if isinstance(mechanism, str):
+                    out[str(key)] = mechanism
+    return out
+
+
+def _children_many(consensus: Consensus, keys: Iterable[str]) -> dict[str, list[str]]:
+    """Children of several keys in one pipelined round trip (missing keys: no children)."""
+    client = consensus.client
+    asyncs = [(key, client.get_children_async(consensus.path(key))) for key in keys]
+    out: dict[str, list[str]] = {}
+    try:
+        for key, result in asyncs:
+            try:
+                out[key] = sorted(result.get())
+            except NoNodeError:
+                out[key] = []
+    except CONNECTION_ERRORS as exc:
+        raise ConnectionLostError("ZooKeeper did not answer listing the environment") from exc
+    return out
+
+
+def _json_of(found: Versioned | None) -> Any:
+    if found is None or not found.value:
+        return None
+    try:
+        return found.json()
+    except ValueError:  # a node someone wrote by hand; shown as missing, not a crash
+        return None
+
+
+def _environment_name(consensus: Consensus) -> str:
+    return consensus.root.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _focus_process(
+    processes: Iterable[ProcessStatus], leader_id: str | None
+) -> ProcessStatus | None:
+    """Whose plan describes the upgrade: the leader's, else the newest generation's."""
+    with_plan = [p for p in processes if p.plan]
+    for process in with_plan:
+        if process.id == leader_id:
+            return process
+    if not with_plan:
+        return None
+    return max(with_plan, key=lambda p: (p.deploy_generation or -1, p.id))
+
+
+def read_migration_entries(
+    consensus: Consensus, blob_uri: str | None, *, shard_exists: bool = True
+) -> tuple[tuple[MigrationEntry, ...], str | None]:
+    """The migration shard's live entries (their batches are Parquet blobs), and a warning.
+
+    Empty when the environment has no migration shard (``shard_exists`` False skips the
+    look-up). A blob store that cannot be read gives no entries and a warning: status still
+    shows everything ZooKeeper holds.
+    """
+    if blob_uri is None or not shard_exists:
+        return (), None
+    from catalog.blob import BlobStore
+    from catalog.migration import MigrationShard
+
+    try:
+        found = MigrationShard(consensus, BlobStore.from_uri(blob_uri)).entries()
+    except (BlobError, ShardError, BadInputError) as exc:
+        return (), f"migration shard entries unreadable: {exc.message}"
+    entries = (
+        MigrationEntry(
+            global_id=e.global_id,
+            version=str(e.version),
+            deploy_generation=int(e.deploy_generation),
+            shard_id=e.shard_id,
+        )
+        for e in found
+    )
+    return tuple(sorted(entries, key=attrs.astuple)), None
+
+
+def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> UpgradeStatus:
+    """The environment's upgrade status, from ZooKeeper alone, in two pipelined round trips."""
+    read_at = time.time()
+    # Round trip 1: the headline nodes and the directories.
+    heads = consensus.get_many([CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY])
+    children = _children_many(consensus, [PROCESSES_KEY, FINALIZE_KEY])
+    catalog_json = _json_of(heads[CATALOG_KEY])
+    catalog = CatalogState.from_json(catalog_json) if isinstance(catalog_json, Mapping) else None
+    epoch_found = heads[EPOCH_KEY]
+    epoch = EpochInfo.from_versioned(epoch_found) if epoch_found is not None else None
+    promotion_json = _json_of(heads[PROMOTION_KEY])
+    promotion = (
+        _opt_int(promotion_json.get("deploy_generation"))
+        if isinstance(promotion_json, Mapping)
+        else None
+    )
+    # Round trip 2: every process node and every referenced shard's state.
+    process_keys = [f"{PROCESSES_KEY}/{name}" for name in children[PROCESSES_KEY]]
+    shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
+    shard_keys = [f"{SHARDS_KEY}/{shard_id}" for shard_id in shard_ids]
+    migration_key = f"{SHARDS_KEY}/{MIGRATION_SHARD_ID}"
+    if catalog is not None:
+        shard_keys.append(migration_key)
+    found = consensus.get_many([*process_keys, *shard_keys])
+    processes: list[ProcessStatus] = []
+    for name, key in zip(children[PROCESSES_KEY], process_keys, strict=True):
+        data = _json_of(found[key])
+        if isinstance(data, Mapping):  # a node gone between listing and reading is skipped
+            processes.append(ProcessStatus.from_json(name, data))
+    processes.sort(key=lambda p: (p.deploy_generation or -1, p.id))
+    leader = None
+    if epoch is not None:
+        leader = LeaderStatus(
+            epoch=epoch, process=next((p for p in processes if p.id == epoch.leader), None)
+        )
+    focus = _focus_process(processes, epoch.leader if epoch is not None else None)
+    mechanisms = plan_mechanisms(focus.plan) if focus is not None else {}
+    collections: list[CollectionStatus] = []
+    if catalog is not None:
+        for gid, ref in sorted(catalog.collections.items()):
+            mechanism = mechanisms.get(gid) or mechanisms.get(ref.name)
+            if focus is not None and mechanism is None:
+                mechanism = UNCHANGED
+            collections.append(
+                CollectionStatus(
+                    global_id=gid,
+                    name=ref.name,
+                    shard_id=ref.shard_id,
+                    schema_id=schema_id_of(_json_of(found[f"{SHARDS_KEY}/{ref.shard_id}"])),
+                    mechanism=mechanism,
+                )
+            )
+    summary = CatalogSummary(
+        version=catalog.version if catalog is not None else None,
+        deploy_generation=catalog.deploy_generation if catalog is not None else None,
+        epoch=epoch.epoch if epoch is not None else None,
+        promotion_target=promotion,
+        blob_uri=catalog.blob_uri if catalog is not None else None,
+        updated_at=(catalog.updated_at or None) if catalog is not None else None,
+        collections=len(collections),
+    )
+    entries, warning = read_migration_entries(
+        consensus,
+        catalog.blob_uri if catalog is not None else None,
+        shard_exists=found.get(migration_key) is not None,
+    )
+    return UpgradeStatus(
+        environment=_environment_name(consensus),
+        catalog=summary,
+        bootstrapped=catalog is not None,
+        leader=leader,
+        processes=tuple(processes),
+        collections=tuple(collections),
+        migration_entries=entries,
+        pending_finalization=tuple(children[FINALIZE_KEY]),
+        events=tuple(read_events(consensus, events)),
+        read_at=read_at,
+        plan_source=focus.id if focus is not None else None,
+        warnings=(warning,) if warning else (),
+    )
