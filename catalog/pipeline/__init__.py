@@ -70,7 +70,6 @@ __all__ = [
     "apply_transforms",
     "collection_shard",
     "consolidate_frame",
-    "consolidate_sorted",
     "copy_transformed",
     "engine_for",
     "java_version",
