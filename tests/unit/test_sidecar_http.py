@@ -13,14 +13,14 @@ import attrs
 import pytest
 
 from catalog.errors import BadInputError, FencedError
-from orchestrator.sidecar_http import (
+from orchestrator.sidecar.http import (
     HttpError,
     Readiness,
     ReadinessCheck,
     SidecarHttpServer,
     parse_address,
 )
-from orchestrator.sidecar_metrics import SidecarMetrics
+from orchestrator.sidecar.metrics import SidecarMetrics
 
 
 @attrs.define

@@ -36,7 +36,7 @@ from catalog.errors import (
     FencedError,
     MigrationRefusedError,
 )
-from orchestrator.sidecar_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,18 @@
+"""The ``catalog-upgrade`` command line: thin commands over testable modules.
+
+Every command parses its arguments, calls one function of a module and renders the result.
+``CatalogError`` (and only it) is translated to its documented exit code with a clear message;
+anything else is a bug and exits 1 with the traceback.
+
+Commands live in modules by subject (:mod:`.servers`, :mod:`.releases`, :mod:`.upgrade`,
+:mod:`.data`, :mod:`.scenarios`); importing them registers them on :func:`main`.
+"""
+
+from __future__ import annotations
+
+from orchestrator.cli import data, releases, scenarios, servers, upgrade
+from orchestrator.cli.root import main
+
+__all__ = ["main"]
+
+_COMMAND_MODULES = (data, releases, scenarios, servers, upgrade)

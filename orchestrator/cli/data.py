@@ -1,0 +1,206 @@
+"""``read`` and ``compact``: a collection's data through the arrow or Spark engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from orchestrator.cli.root import F, handle_errors, main, zk_options
+
+
+def engine_options(func: F) -> F:
+    """The --engine, --spark-master and --blob options of the data commands."""
+    func = click.option(
+        "--blob",
+        "blob_uri",
+        default=None,
+        help="Blob URI; must match the one the environment recorded (default: that one).",
+    )(func)
+    func = click.option(
+        "--spark-master",
+        envvar="SPARK_MASTER",
+        default=None,
+        help="Spark master for --engine spark (default: local[<cores>]).",
+    )(func)
+    func = click.option(
+        "--engine",
+        type=click.Choice(["arrow", "spark", "auto"]),
+        default="auto",
+        show_default=True,
+        help="arrow: in process; spark: PySpark; auto: spark for large shards.",
+    )(func)
+    return func
+
+
+def _spark_for(ctx: click.Context, master: str | None) -> Any:
+    """The process's Spark provider (``ctx.obj["spark"]`` when a caller injects one)."""
+    from catalog.pipeline import spark_provider
+
+    injected = ctx.obj.get("spark") if isinstance(ctx.obj, dict) else None
+    return injected if injected is not None else spark_provider(master)
+
+
+def _with_progress(job: Callable[[], Any], engine: Any, description: str) -> Any:
+    """Run ``job`` in a thread while stderr shows Spark stage progress, or a spinner on arrow."""
+    import threading
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from catalog.pipeline import SparkEngine
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = job()
+        except BaseException as exc:  # handed to the main thread, which re-raises it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="pipeline-job", daemon=True)
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn()]
+    columns += [MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        worker.start()
+        try:
+            while worker.is_alive():
+                if isinstance(engine, SparkEngine):
+                    stages = engine.provider.stage_progress()
+                    if stages is not None:
+                        progress.update(
+                            task,
+                            total=stages.tasks,
+                            completed=stages.completed,
+                            description=f"{description}: {stages.stages} Spark stage(s)",
+                        )
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            if isinstance(engine, SparkEngine) and engine.provider.started:
+                engine.provider.session().sparkContext.cancelAllJobs()
+            raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "[dim]null[/dim]"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+@main.command("read")
+@click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
+@click.option("--as-of", type=click.IntRange(min=0), default=None, help="Time (default: upper-1).")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one row each.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Print at most N rows.")
+@engine_options
+@zk_options
+@handle_errors
+@click.pass_context
+def read_command(
+    ctx: click.Context,
+    collection: str,
+    as_of: int | None,
+    as_json: bool,
+    limit: int | None,
+    engine: str,
+    spark_master: str | None,
+    blob_uri: str | None,
+    zk: str,
+    env: str,
+) -> None:
+    """A collection's contents as of a time, migrated to its latest schema."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from catalog.pipeline import collection_shard, engine_for
+    from catalog.shard import DIFF, TS
+    from orchestrator.zk import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        shard = collection_shard(consensus, collection, blob_uri)
+        chosen = engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
+        table = _with_progress(
+            lambda: chosen.snapshot(shard, as_of), chosen, f"reading {collection}"
+        )
+    rows = table.to_pylist()
+    shown = rows if limit is None else rows[:limit]
+    if as_json:
+        for row in shown:
+            click.echo(json.dumps(row, default=str))
+        return
+    time_read = rows[0][TS] if rows else as_of
+    view = Table(
+        title=f"{collection} as of {time_read if time_read is not None else '-'}",
+        caption=f"{len(shown)} of {len(rows)} rows (engine {chosen.name})",
+    )
+    names = [n for n in table.column_names if n != TS]
+    for name in names:
+        view.add_column(name, justify="right" if name == DIFF else "left")
+    for row in shown:
+        view.add_row(*[_cell(row[n]) for n in names])
+    Console().print(view)
+
+
+@main.command("compact")
+@click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@engine_options
+@zk_options
+@handle_errors
+@click.pass_context
+def compact_command(
+    ctx: click.Context,
+    collection: str,
+    as_json: bool,
+    engine: str,
+    spark_master: str | None,
+    blob_uri: str | None,
+    zk: str,
+    env: str,
+) -> None:
+    """Merge a collection's batches into its latest schema (reads are unchanged)."""
+    from catalog.pipeline import collection_shard, engine_for
+    from orchestrator.zk import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        shard = collection_shard(consensus, collection, blob_uri)
+        state = shard.state()
+        chosen = engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
+        description = (
+            f"compacting {collection}: {state.batch_count} batches, {state.row_count} rows"
+        )
+        result = _with_progress(lambda: chosen.compact(shard), chosen, description)
+    outputs = result.outputs or ((result.output,) if result.output else ())
+    summary = {
+        "collection": collection,
+        "shard_id": shard.shard_id,
+        "engine": chosen.name,
+        "applied": result.applied,
+        "inputs": result.inputs,
+        "outputs": len(outputs),
+        "rows": sum(b.rows for b in outputs),
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+    elif result.applied:
+        click.echo(
+            f"compacted {collection} ({shard.shard_id}) on {chosen.name}: {result.inputs} batches "
+            f"-> {len(outputs)}, {summary['rows']} rows"
+        )
+    else:
+        click.echo(f"{collection}: another compaction replaced the batches first; nothing done")

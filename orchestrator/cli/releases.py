@@ -1,0 +1,63 @@
+"""``plan`` and ``validate``: release histories, without ZooKeeper."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.root import handle_errors, main
+
+
+@main.command("plan")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory of release files (*.py defining RELEASE).",
+)
+@click.option("--from", "from_version", required=True, help="Version the catalog is at.")
+@click.option("--to", "to_version", required=True, help="Version to upgrade to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@handle_errors
+def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json: bool) -> None:
+    """Show the merged migration plan FROM -> TO, without touching ZooKeeper."""
+    from rich.console import Console
+
+    from catalog.release import load_release_dir, plan_path
+    from orchestrator.render.plan import plan_json, render_plan
+
+    result = plan_path(load_release_dir(releases_dir), from_version, to_version)
+    if as_json:
+        click.echo(plan_json(result))
+    else:
+        render_plan(result, Console())
+
+
+@main.command("validate")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory of release files (*.py defining RELEASE).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def validate_command(releases_dir: Path, as_json: bool) -> None:
+    """Check every upgrade path between the releases in DIR; exit 4 if any fails."""
+    from rich.console import Console
+
+    from catalog.errors import EXIT_REFUSED
+    from catalog.release import load_release_dir, validate
+    from orchestrator.render.plan import render_report, report_json
+
+    report = validate(load_release_dir(releases_dir))
+    if as_json:
+        click.echo(report_json(report))
+    else:
+        render_report(report, Console())
+    if not report.ok:
+        sys.exit(EXIT_REFUSED)

@@ -1,0 +1,67 @@
+"""The ``catalog-upgrade`` group, its error translation, the options ZooKeeper commands take."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from catalog.errors import CatalogError
+from orchestrator.logs import configure_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(func: F) -> F:
+    """Translate CatalogError into its exit code and a one-line (or JSON) message on stderr."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except CatalogError as exc:
+            ctx = click.get_current_context(silent=True)
+            as_json = bool(ctx and ctx.params.get("as_json"))
+            if as_json:
+                click.echo(json.dumps(exc.to_json(), indent=2), err=True)
+            else:
+                click.secho(f"error: {exc.message}", fg="red", err=True)
+                suggestion = exc.details.get("suggestion")
+                if suggestion:
+                    click.echo(f"  fix: {suggestion}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL")
+@click.option("--log-json/--no-log-json", default=None, help="JSON logs (default: when not a TTY).")
+def main(log_level: str, log_json: bool | None) -> None:
+    """Safe schema upgrades of builtin catalog collections during blue-green deployments."""
+    configure_logging(log_level, json=log_json)
+
+
+def zk_options(func: F) -> F:
+    """The --zk and --env options every ZooKeeper-facing command takes."""
+    func = click.option(
+        "--env",
+        "env",
+        envvar="CATALOG_UPGRADE_ENV",
+        default="default",
+        show_default=True,
+        help="Environment name (ZooKeeper root /catalog-upgrade/NAME).",
+    )(func)
+    func = click.option(
+        "--zk",
+        "zk",
+        envvar="CATALOG_UPGRADE_ZK",
+        default="127.0.0.1:2181",
+        show_default=True,
+        help="ZooKeeper connection string.",
+    )(func)
+    return func

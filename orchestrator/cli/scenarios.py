@@ -1,0 +1,154 @@
+"""``scenario run`` and ``scenario simulate``: rehearsed upgrades with real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.root import handle_errors, main
+
+
+@main.group("scenario")
+def scenario_group() -> None:
+    """Rehearse upgrades: scenario files and randomized simulation, with real processes."""
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the run like Ctrl-C: cleanup code (killing every child) still runs."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+
+
+@scenario_group.command("run")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--seed", type=int, default=None, help="Seed of the run (default: random).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@click.option(
+    "--zk",
+    envvar="CATALOG_UPGRADE_ZK",
+    default=None,
+    help="External ZooKeeper (default: an embedded server started for the run).",
+)
+@handle_errors
+def scenario_run_command(
+    files: tuple[Path, ...], seed: int | None, as_json: bool, zk: str | None
+) -> None:
+    """Run scenario FILEs, each in a fresh environment; exit 0 only if every expectation held."""
+    import random
+
+    from rich.console import Console
+
+    from orchestrator.render.scenario import (
+        render_failure,
+        render_header,
+        render_step,
+        render_summary,
+    )
+    from orchestrator.scenario import run_files
+
+    _stop_on_sigterm()
+    seed = seed if seed is not None else random.randrange(1 << 31)
+    console = Console(stderr=as_json)
+    results = run_files(
+        list(files),
+        zk=zk,
+        seed=seed,
+        on_start=lambda scenario: render_header(console, scenario, seed),
+        on_step=lambda step: render_step(console, step),
+        on_done=lambda result: None if result.ok else render_failure(console, result),
+    )
+    render_summary(console, results)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "seed": seed,
+                    "ok": all(r.ok for r in results),
+                    "scenarios": [r.to_json() for r in results],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@scenario_group.command("simulate")
+@click.option(
+    "--releases",
+    "releases_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory of release files to walk over.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the walk (default: random).")
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--faults",
+    "fault_probability",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.25,
+    show_default=True,
+    help="Probability that a step injects a fault.",
+)
+@click.option(
+    "--shrink-runs",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="At most this many re-runs of shorter prefixes after a failure.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option(
+    "--zk",
+    envvar="CATALOG_UPGRADE_ZK",
+    default=None,
+    help="External ZooKeeper (default: an embedded server started for the run).",
+)
+@handle_errors
+def scenario_simulate_command(
+    releases_dir: Path,
+    seed: int | None,
+    steps: int,
+    fault_probability: float,
+    shrink_runs: int,
+    as_json: bool,
+    zk: str | None,
+) -> None:
+    """Random walks over a release history with faults; exit 0 only if every invariant held."""
+    import random
+
+    from rich.console import Console
+
+    from orchestrator.render.scenario import render_simulation, render_walk_step
+    from orchestrator.simulate import SimulationConfig, simulate
+
+    _stop_on_sigterm()
+    seed = seed if seed is not None else random.randrange(1 << 31)
+    console = Console(stderr=as_json)
+    console.print(f"[bold]simulate[/] {releases_dir}: seed {seed}, {steps} step(s)")
+    config = SimulationConfig(
+        releases_dir=releases_dir,
+        seed=seed,
+        steps=steps,
+        fault_probability=fault_probability,
+        shrink_runs=shrink_runs,
+    )
+    result = simulate(
+        config,
+        zk=zk,
+        on_step=lambda step: render_walk_step(console, step),
+        on_shrink=lambda n, failed: console.print(
+            f"[dim]shrink: prefix of {n} step(s) {'fails' if failed else 'passes'}[/]"
+        ),
+    )
+    render_simulation(console, result, str(releases_dir))
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, default=str))
+    if not result.ok:
+        sys.exit(1)
+

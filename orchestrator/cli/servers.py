@@ -1,0 +1,110 @@
+"""``zookeeper`` and ``sidecar``: the long-running processes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from catalog.errors import CatalogError
+from orchestrator.cli.root import handle_errors, main, zk_options
+
+
+@main.command()
+@click.option("--port", type=int, default=2181, show_default=True)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("var/zookeeper"),
+    show_default=True,
+)
+@handle_errors
+def zookeeper(port: int, data_dir: Path) -> None:
+    """Run a real ZooKeeper server in the foreground (from the jars pyspark ships)."""
+    from orchestrator.zkserver import EmbeddedZooKeeper
+
+    server = EmbeddedZooKeeper(data_dir=data_dir, port=port)
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        # stop() would wait on the child inside the main thread's own wait(): deadlock.
+        server.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.start()
+    except CatalogError:
+        if stopping:  # a signal arrived while the server was still starting
+            click.echo("ZooKeeper stopped")
+            return
+        raise
+    click.echo(f"ZooKeeper serving on {server.hosts} (data in {server.data_dir}); Ctrl-C stops it")
+    code = server.wait()
+    if not stopping and code != 0:
+        raise click.ClickException(f"ZooKeeper exited with code {code}:\n{server.tail_log()}")
+    click.echo("ZooKeeper stopped")
+
+
+@main.command("sidecar")
+@click.option("--release", "release_ref", required=True, help="FILE.py[:ATTR] or module:ATTR.")
+@click.option("--deploy-generation", type=click.IntRange(min=1), required=True)
+@click.option(
+    "--blob", default=None, help="Blob URI (default: the recorded one, or ./var/blob/ENV)."
+)
+@click.option(
+    "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
+)
+@click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
+@click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
+@click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
+@click.option(
+    "--orphan-grace",
+    type=click.FloatRange(min=0.0),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="As leader, collect shards nothing names once they are this old.",
+)
+@zk_options
+@handle_errors
+def sidecar_command(
+    release_ref: str,
+    deploy_generation: int,
+    blob: str | None,
+    http: str,
+    auto_promote: bool,
+    process_id: str | None,
+    session_timeout: float,
+    orphan_grace: float,
+    zk: str,
+    env: str,
+) -> None:
+    """Run the upgrade sidecar of one release at one deploy generation (exit 3 when fenced)."""
+    from catalog.consensus import env_root
+    from catalog.release import load_release
+    from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
+    from orchestrator.sidecar.http import parse_address
+
+    env_root(env)
+    host, port = parse_address(http)
+    release = load_release(release_ref)
+    config = SidecarConfig(
+        zk=zk,
+        env=env,
+        release_ref=release_ref,
+        deploy_generation=deploy_generation,
+        blob=blob,
+        http_host=host,
+        http_port=port,
+        auto_promote=auto_promote,
+        session_timeout=session_timeout,
+        orphan_grace=orphan_grace,
+        orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
+        process_id=process_id or default_process_id(),
+    )
+    sys.exit(run_sidecar(config, release))

@@ -1,0 +1,111 @@
+"""``promote`` and ``status``: moving an upgrade forward and asking where it is."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from orchestrator.cli.root import handle_errors, main, zk_options
+
+
+@main.command("promote")
+@click.option(
+    "--deploy-generation",
+    "deploy_generation",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Generation to promote (never below the catalog's or the current target).",
+)
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Return once that generation's leader finished its migration (exit 1 on timeout).",
+)
+@click.option("--requested-by", default=None, help="Who asks (default: user@host).")
+@zk_options
+@handle_errors
+def promote_command(
+    deploy_generation: int, wait_seconds: float | None, requested_by: str | None, zk: str, env: str
+) -> None:
+    """Set the promotion target; exit 3 for a generation below the current one."""
+    import getpass
+    import socket
+
+    from orchestrator.election import promote, wait_promoted
+    from orchestrator.zk import open_consensus
+
+    who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
+    with open_consensus(zk, env) as consensus:
+        promote(consensus, deploy_generation, requested_by=who)
+        click.echo(f"generation {deploy_generation} promoted in environment {env}")
+        if wait_seconds is not None:
+            wait_promoted(consensus, deploy_generation, wait_seconds)
+            click.echo(f"generation {deploy_generation}'s leader finished its migration")
+
+
+@main.command("status")
+@click.option("--json", "as_json", is_flag=True, help="JSON (JSON lines with --watch).")
+@click.option("--watch", is_flag=True, help="Refresh until interrupted.")
+@click.option("--all", "all_rows", is_flag=True, help="Every collection row, not the first 20.")
+@click.option("--events", type=click.IntRange(min=0), default=20, show_default=True)
+@zk_options
+@handle_errors
+def status_command(
+    as_json: bool, watch: bool, all_rows: bool, events: int, zk: str, env: str
+) -> None:
+    """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
+    import threading
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from orchestrator.render.status import render_table
+    from orchestrator.status import UpgradeStatus, read_status, watch_status
+    from orchestrator.zk import open_consensus
+
+    console = Console()
+    with open_consensus(zk, env) as consensus:
+        if not watch:
+            status = read_status(consensus, events=events)
+            if as_json:
+                click.echo(json.dumps(status.to_json(), indent=2))
+            else:
+                console.print(render_table(status, all_rows=all_rows))
+            return
+        stop = threading.Event()
+        last: list[dict[str, Any]] = []
+
+        def print_json(status: UpgradeStatus) -> None:
+            document = status.to_json()
+            unchanged = {**document, "read_at": None}
+            if not last or last[0] != unchanged:
+                last[:] = [unchanged]
+                click.echo(json.dumps(document))
+
+        def print_table(status: UpgradeStatus) -> None:
+            # Not a terminal (a log, a pipe): a new table whenever the status changed.
+            unchanged = {**status.to_json(), "read_at": None}
+            if not last or last[0] != unchanged:
+                last[:] = [unchanged]
+                console.print(render_table(status, all_rows=all_rows))
+
+        try:
+            if as_json:
+                watch_status(consensus, print_json, stop, events=events)
+            elif not console.is_terminal:
+                watch_status(consensus, print_table, stop, events=events)
+            else:
+                with Live(console=console, auto_refresh=False) as live:
+                    watch_status(
+                        consensus,
+                        lambda s: live.update(render_table(s, all_rows=all_rows), refresh=True),
+                        stop,
+                        events=events,
+                    )
+        except KeyboardInterrupt:
+            stop.set()

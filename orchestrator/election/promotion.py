@@ -1,0 +1,267 @@
+"""The promotion target: raising it, and waiting until the promoted generation's leader serves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import WatchedEvent
+
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+    Consensus,
+    decode_json,
+    encode_json,
+)
+from catalog.environment import (
+    CATALOG_KEY,
+    EPOCH_KEY,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+    CatalogState,
+)
+from catalog.errors import (
+    EXIT_FENCED,
+    EXIT_REFUSED,
+    CatalogError,
+    ConnectionLostError,
+    FencedError,
+    MigrationRefusedError,
+)
+from catalog.retry import CasRetry
+from orchestrator.election.values import _catalog_generation, _promotion_of
+from orchestrator.events import record_event
+
+log = structlog.get_logger(__name__)
+
+
+def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) -> None:
+    """Set the promotion target to ``deploy_generation`` (idempotent for the current target).
+
+    Refuses (FencedError, exit 3) a target below the catalog's generation or the current target:
+    the promotion target only moves up, so a stale ``promote`` can never undo a newer one.
+    """
+
+    def attempt() -> bool:
+        found = consensus.get_many([CATALOG_KEY, PROMOTION_KEY])
+        current = _catalog_generation(found[CATALOG_KEY])
+        if current is not None and deploy_generation < current:
+            raise FencedError(
+                f"cannot promote generation {deploy_generation}: the catalog is already at "
+                f"generation {current}",
+                deploy_generation=deploy_generation,
+                catalog_generation=current,
+                suggestion=f"promote generation {current} or higher",
+            )
+        promoted = found[PROMOTION_KEY]
+        target = _promotion_of(promoted)
+        if target is not None and deploy_generation < target:
+            raise FencedError(
+                f"cannot promote generation {deploy_generation}: generation {target} is already "
+                f"promoted",
+                deploy_generation=deploy_generation,
+                promotion_target=target,
+                catalog_generation=current,
+                suggestion=f"promote generation {target} or higher",
+            )
+        if target == deploy_generation:
+            return False
+        value = encode_json(
+            {
+                "deploy_generation": deploy_generation,
+                "requested_by": requested_by,
+                "requested_at": time.time(),
+                "previous": target,
+            }
+        )
+        if promoted is None:
+            consensus.ensure()
+            consensus.cas(PROMOTION_KEY, value, -1)
+        else:
+            consensus.cas(PROMOTION_KEY, value, promoted.version)
+        return True
+
+    if CasRetry()(attempt):
+        log.info("promoted", deploy_generation=deploy_generation, requested_by=requested_by)
+        with contextlib.suppress(ConnectionLostError):  # the log is informational
+            record_event(
+                consensus,
+                "promoted",
+                deploy_generation=deploy_generation,
+                requested_by=requested_by,
+            )
+
+
+FAILED_STATES: Final = frozenset({"failed", "fenced"})
+
+
+# Errors after which the outcome of a read is unknown but a later look may succeed.
+_TRANSIENT: Final[tuple[type[BaseException], ...]] = (ConnectionLostError, *CONNECTION_ERRORS)
+
+
+def _error_exit_code(error: Any) -> int | None:
+    if isinstance(error, Mapping):
+        code = error.get("exit_code")
+        return int(code) if isinstance(code, int) else None
+    return None
+
+
+def _error_message(error: Any) -> str:
+    if isinstance(error, Mapping):
+        return str(error.get("message") or error.get("error") or json.dumps(dict(error)))
+    return str(error)
+
+
+def _failure(process: Mapping[str, Any], deploy_generation: int) -> CatalogError:
+    """The error a waiting ``promote`` reports for a failed process of the promoted generation."""
+    error = process.get("error")
+    code = _error_exit_code(error)
+    message = (
+        f"generation {deploy_generation}: process {process.get('id')} "
+        f"{process.get('state')}: {_error_message(error) if error else 'no reason given'}"
+    )
+    details = {"process_id": process.get("id"), "state": process.get("state"), "cause": error}
+    if code == EXIT_REFUSED:
+        return MigrationRefusedError(message, deploy_generation=deploy_generation, **details)
+    if code == EXIT_FENCED or process.get("state") == "fenced":
+        return FencedError(message, deploy_generation=deploy_generation, **details)
+    return CatalogError(message, deploy_generation=deploy_generation, reason="failed", **details)
+
+
+def wait_promoted(consensus: Consensus, deploy_generation: int, timeout: float) -> None:
+    """Return once generation ``deploy_generation``'s leader finished its migration.
+
+    Done means: the catalog is at that generation, the epoch names a leader of it, and that
+    leader's process node says ``serving``. Raises FencedError when a newer generation was
+    promoted or took over meanwhile, MigrationRefusedError (exit 4) when the leader failed with a
+    refusal, CatalogError when every process of the generation failed, and CatalogError with
+    ``reason="timeout"`` (exit 1) when ``timeout`` seconds pass. Driven by ZooKeeper watches on
+    the catalog, epoch, promotion and process nodes; no polling loop.
+    """
+    client = consensus.client
+    changed = threading.Event()
+
+    def watcher(_event: WatchedEvent | None) -> None:
+        changed.set()
+
+    deadline = time.monotonic() + timeout
+    last = "nothing observed yet"
+    while True:
+        changed.clear()
+        try:
+            outcome, last = _promotion_progress(consensus, client, deploy_generation, watcher)
+        except _TRANSIENT:
+            outcome, last = None, "ZooKeeper connection lost; waiting for it to come back"
+        if outcome is True:
+            return
+        if isinstance(outcome, CatalogError):
+            raise outcome
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CatalogError(
+                f"generation {deploy_generation} did not finish its migration within "
+                f"{timeout:g} s: {last}",
+                deploy_generation=deploy_generation,
+                reason="timeout",
+                last_observed=last,
+            )
+        # A safety net against a watch lost in a reconnection, not a polling interval.
+        changed.wait(min(remaining, 5.0))
+
+
+def _get_watched(
+    client: KazooClient, path: str, watcher: Callable[[WatchedEvent | None], None]
+) -> bytes | None:
+    try:
+        data, _stat = client.get(path, watch=watcher)
+    except NoNodeError:
+        # exists() leaves a watch that fires on creation; a create in between re-reads next turn
+        if client.exists(path, watch=watcher) is not None:
+            watcher(None)
+        return None
+    return bytes(data)
+
+
+def _promotion_progress(
+    consensus: Consensus,
+    client: KazooClient,
+    deploy_generation: int,
+    watcher: Callable[[WatchedEvent | None], None],
+) -> tuple[bool | CatalogError | None, str]:
+    """One look at the environment, leaving watches on everything read."""
+    target_data = _get_watched(client, consensus.path(PROMOTION_KEY), watcher)
+    target = decode_json(target_data)["deploy_generation"] if target_data else None
+    if target is not None and int(target) > deploy_generation:
+        return FencedError(
+            f"generation {target} was promoted while waiting for generation {deploy_generation}",
+            deploy_generation=deploy_generation,
+            promotion_target=int(target),
+        ), f"generation {target} promoted"
+    catalog_data = _get_watched(client, consensus.path(CATALOG_KEY), watcher)
+    catalog = CatalogState.decode(catalog_data) if catalog_data else None
+    if catalog is not None and catalog.deploy_generation > deploy_generation:
+        return FencedError(
+            f"the catalog moved to generation {catalog.deploy_generation} while waiting for "
+            f"generation {deploy_generation}",
+            deploy_generation=deploy_generation,
+            catalog_generation=catalog.deploy_generation,
+        ), f"catalog at generation {catalog.deploy_generation}"
+    epoch_data = _get_watched(client, consensus.path(EPOCH_KEY), watcher)
+    epoch = decode_json(epoch_data) if epoch_data else None
+    processes = _generation_processes(consensus, client, deploy_generation, watcher)
+    leader_id = epoch.get("leader") if isinstance(epoch, dict) else None
+    if not isinstance(epoch, dict) or int(epoch.get("deploy_generation", -1)) != deploy_generation:
+        if processes and all(p.get("state") in FAILED_STATES for p in processes.values()):
+            first = processes[min(processes)]
+            return _failure(first, deploy_generation), "every process failed"
+        return None, (
+            f"no leader of generation {deploy_generation} yet "
+            f"({len(processes)} process(es) of it registered)"
+        )
+    leader = processes.get(str(leader_id))
+    if leader is None:
+        return None, f"leader {leader_id} of generation {deploy_generation} is not registered"
+    state = leader.get("state")
+    if state in FAILED_STATES:
+        return _failure(leader, deploy_generation), f"leader {leader_id} {state}"
+    if (
+        catalog is not None
+        and catalog.deploy_generation == deploy_generation
+        and (state == "serving")
+    ):
+        return True, f"leader {leader_id} serving"
+    phase = leader.get("phase")
+    return None, f"leader {leader_id} is {state}" + (f" ({phase})" if phase else "")
+
+
+def _generation_processes(
+    consensus: Consensus,
+    client: KazooClient,
+    deploy_generation: int,
+    watcher: Callable[[WatchedEvent | None], None],
+) -> dict[str, dict[str, Any]]:
+    base = consensus.path(PROCESSES_KEY)
+    try:
+        names = client.get_children(base, watch=watcher)
+    except NoNodeError:
+        if client.exists(base, watch=watcher) is not None:
+            watcher(None)
+        return {}
+    pending = [(name, client.get_async(f"{base}/{name}", watch=watcher)) for name in names]
+    out: dict[str, dict[str, Any]] = {}
+    for name, result in pending:
+        try:
+            data, _stat = result.get()
+        except NoNodeError:
+            continue
+        value = decode_json(data)
+        if isinstance(value, dict) and value.get("deploy_generation") == deploy_generation:
+            out[name] = {"id": name, **value}
+    return out

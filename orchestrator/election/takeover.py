@@ -1,0 +1,218 @@
+"""The takeover: ONE transaction that bumps the epoch and the catalog's generation, conditioned
+on the promotion target and the candidate's own node."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+
+import attrs
+import structlog
+from kazoo.protocol.states import ZnodeStat
+
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+    Check,
+    Create,
+    Fence,
+    Op,
+    SetData,
+    encode_json,
+)
+from catalog.environment import (
+    CATALOG_KEY,
+    EPOCH_KEY,
+    PROMOTION_KEY,
+    CatalogState,
+    catalog_write_op,
+)
+from catalog.errors import (
+    ConnectionLostError,
+    FencedError,
+)
+from catalog.retry import CasRetry
+from orchestrator.election.core import CandidateCore, _seq, _session_hex
+from orchestrator.election.values import (
+    EpochInfo,
+    Leadership,
+    _promotion_of,
+    candidate_key,
+)
+from orchestrator.events import record_event
+
+log = structlog.get_logger(__name__)
+
+
+class Takeover(CandidateCore):
+    """Becomes leader when this candidate is the lowest of the promotion target's generation."""
+
+    def try_take_over(self, *, bootstrap: bool) -> Leadership | None:
+        """Become leader if this process is the lowest candidate of the promotion target.
+
+        Returns the Leadership (the same one when already leading), or None when another
+        candidate is first, our generation is not promoted, or the session is suspended. With
+        ``bootstrap`` (the environment is empty), an absent promotion target is first set to our
+        generation. Raises FencedError when a newer generation is promoted or in the catalog.
+        """
+        with self._lock:
+            if self._leadership is not None:
+                return self._leadership
+            if self._candidate is None or self._stopped or self.paused:
+                return None
+            leadership = CasRetry(max_attempts=20, deadline=10.0)(
+                lambda: self._take_over_attempt(bootstrap)
+            )
+            if leadership is None:
+                return None
+            self._leadership = leadership
+            self._ended_reason = None
+        self._log.info("took_over", epoch=leadership.epoch, fence_version=leadership.fence.version)
+        # The log is informational; a leader superseded at once learns it from its guard.
+        with contextlib.suppress(ConnectionLostError, FencedError):
+            record_event(
+                self.consensus,
+                "leader",
+                fence=leadership.fence,
+                process_id=self.process_id,
+                deploy_generation=self.deploy_generation,
+                epoch=leadership.epoch,
+            )
+        return leadership
+
+    def _take_over_attempt(self, bootstrap: bool) -> Leadership | None:
+        candidate = self._candidate
+        if candidate is None:
+            return None
+        found = self.consensus.get_many([PROMOTION_KEY, EPOCH_KEY, CATALOG_KEY])
+        promotion = found[PROMOTION_KEY]
+        catalog_found = found[CATALOG_KEY]
+        catalog = (
+            CatalogState.decode(catalog_found.value)
+            if catalog_found is not None and catalog_found.value
+            else None
+        )
+        target = _promotion_of(promotion)
+        if target is None:
+            if not (bootstrap and catalog is None):
+                return None
+            # Bootstrap of an empty environment: promote ourselves first (a CAS create; a
+            # concurrent bootstrapper's create wins and this attempt re-reads).
+            self.consensus.cas(
+                PROMOTION_KEY,
+                encode_json(
+                    {
+                        "deploy_generation": self.deploy_generation,
+                        "requested_by": f"bootstrap:{self.process_id}",
+                        "requested_at": time.time(),
+                        "previous": None,
+                    }
+                ),
+                -1,
+            )
+            promotion = self.consensus.get(PROMOTION_KEY)
+            target = _promotion_of(promotion)
+        if target is None or promotion is None:
+            return None
+        if target > self.deploy_generation:
+            raise FencedError(
+                f"generation {target} is promoted; generation {self.deploy_generation} can no "
+                "longer lead",
+                deploy_generation=self.deploy_generation,
+                promotion_target=target,
+            )
+        if target < self.deploy_generation:
+            return None
+        if catalog is not None and catalog.deploy_generation > self.deploy_generation:
+            raise FencedError(
+                f"the catalog is at generation {catalog.deploy_generation}; generation "
+                f"{self.deploy_generation} is fenced",
+                deploy_generation=self.deploy_generation,
+                catalog_generation=catalog.deploy_generation,
+            )
+        names = self.consensus.children(candidate_key(self.deploy_generation))
+        own = candidate.rsplit("/", 1)[-1]
+        if not names or min(names, key=_seq) != own:
+            return None
+        stat = self._own_candidate_stat(candidate)
+        if stat is None:
+            return None
+        epoch_found = found[EPOCH_KEY]
+        previous = EpochInfo.from_versioned(epoch_found) if epoch_found is not None else None
+        assert self._session_id is not None
+        if (
+            previous is not None
+            and previous.leader == self.process_id
+            and previous.session == _session_hex(self._session_id)
+            and previous.deploy_generation == self.deploy_generation
+            and (catalog is None or catalog.deploy_generation == self.deploy_generation)
+        ):
+            # Our own takeover landed but its answer was lost (a retried attempt): adopt it.
+            return self._leadership_at(previous.epoch, previous.version)
+        number = (previous.epoch if previous is not None else 0) + 1
+        epoch_value = encode_json(
+            {
+                "epoch": number,
+                "leader": self.process_id,
+                "deploy_generation": self.deploy_generation,
+                "session": _session_hex(self._session_id),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "taken_over_at": time.time(),
+            }
+        )
+        ops: list[Op] = [
+            Create(EPOCH_KEY, epoch_value)
+            if epoch_found is None
+            else SetData(EPOCH_KEY, epoch_value, epoch_found.version)
+        ]
+        if catalog is not None and catalog_found is not None:
+            if catalog.deploy_generation == self.deploy_generation:
+                ops.append(Check(CATALOG_KEY, catalog_found.version))
+            else:
+                moved = attrs.evolve(catalog, deploy_generation=self.deploy_generation)
+                ops.append(catalog_write_op(moved, catalog_found.version))
+        ops.append(Check(PROMOTION_KEY, promotion.version))
+        ops.append(Check(candidate, stat.version))
+        results = self.consensus.commit(ops)
+        version = 0 if epoch_found is None else int(results[0].version)
+        return self._leadership_at(number, version)
+
+    def _leadership_at(self, epoch: int, version: int) -> Leadership:
+        return Leadership(
+            process_id=self.process_id,
+            deploy_generation=self.deploy_generation,
+            epoch=epoch,
+            fence=Fence(EPOCH_KEY, version),
+            guard=self.leadership_guard,
+        )
+
+    def _own_candidate_stat(self, candidate: str) -> ZnodeStat | None:
+        """Our candidate's stat, only if its ephemeralOwner is our current session."""
+        try:
+            stat = self._client.exists(self.consensus.path(candidate))
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(
+                f"ZooKeeper did not answer for {candidate}", key=candidate
+            ) from exc
+        client_id = self._client.client_id
+        if stat is None or client_id is None:
+            return None
+        if stat.ephemeralOwner != client_id[0] or stat.ephemeralOwner != self._session_id:
+            self._log.warning(
+                "candidate_not_ours",
+                candidate=candidate,
+                owner=_session_hex(stat.ephemeralOwner),
+                session=_session_hex(int(client_id[0])),
+            )
+            return None
+        return stat
+
+    def _end_leadership(self, reason: str) -> bool:
+        """Drop leadership (caller holds the lock); True if there was one."""
+        had = self._leadership is not None
+        self._leadership = None
+        if had:
+            self._ended_reason = reason
+        return had

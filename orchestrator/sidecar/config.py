@@ -1,0 +1,88 @@
+"""A sidecar's configuration: release, generation, HTTP address, blob URI, intervals."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import attrs
+
+from catalog.blob import local_uri
+from catalog.errors import (
+    BadInputError,
+    ConfigurationError,
+)
+from orchestrator.migrate import (
+    ORPHAN_GRACE_SECONDS,
+)
+
+DEFAULT_HTTP = "127.0.0.1:0"
+
+
+DEFAULT_BLOB_DIR = Path("var") / "blob"
+
+
+@attrs.frozen
+class SidecarConfig:
+    """Everything the command line gives a sidecar."""
+
+    zk: str
+    env: str
+    release_ref: str
+    deploy_generation: int
+    blob: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = 0
+    auto_promote: bool = False
+    process_id: str = attrs.field(factory=lambda: default_process_id())
+    session_timeout: float = 10.0
+    heartbeat_interval: float = 3.0
+    finalize_interval: float = 5.0
+    # A leader looks for orphan shards (created, never named) this often, collecting those
+    # older than orphan_grace seconds (orchestrator.migrate.collect_orphan_shards).
+    orphan_interval: float = 60.0
+    orphan_grace: float = ORPHAN_GRACE_SECONDS
+    connect_attempt_timeout: float = 5.0
+    max_backoff: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        if not self.process_id or "/" in self.process_id or self.process_id in {".", ".."}:
+            raise BadInputError(
+                f"invalid --process-id {self.process_id!r}: use a non-empty name without '/'",
+                process_id=self.process_id,
+            )
+        if self.deploy_generation < 1:
+            raise BadInputError(
+                f"--deploy-generation must be at least 1, not {self.deploy_generation}",
+                deploy_generation=self.deploy_generation,
+            )
+
+
+def default_process_id() -> str:
+    """``<host>-<pid>``: unique per machine while the process lives, readable in status."""
+    return f"{socket.gethostname().split('.')[0] or 'host'}-{os.getpid()}"
+
+
+def normalize_blob_uri(uri: str) -> str:
+    """The form a blob URI is recorded in: local paths absolute, other URIs as given."""
+    return uri if "://" in uri else local_uri(uri)
+
+
+def resolve_blob_uri(given: str | None, recorded: str | None, env: str) -> str:
+    """The blob URI to use: the recorded one, which a different ``--blob`` may not contradict.
+
+    An environment not bootstrapped yet takes ``given``, or ``./var/blob/<env>`` made absolute.
+    """
+    wanted = normalize_blob_uri(given) if given else None
+    if recorded is not None:
+        if wanted is not None and wanted != recorded:
+            raise ConfigurationError(
+                f"--blob {given} differs from the blob URI {recorded} this environment recorded "
+                "at bootstrap",
+                given=wanted,
+                recorded=recorded,
+                suggestion=f"omit --blob, or pass --blob {recorded}",
+            )
+        return recorded
+    return wanted or local_uri(DEFAULT_BLOB_DIR / env)

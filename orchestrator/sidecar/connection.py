@@ -1,0 +1,111 @@
+"""The sidecar's ZooKeeper connection: connecting with backoff, session states, re-registering."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import structlog
+from kazoo.client import KazooClient, KazooState
+
+from catalog.errors import (
+    ConnectionLostError,
+    FencedError,
+)
+from orchestrator.sidecar.core import SidecarCore
+from orchestrator.sidecar.states import (
+    _Stop,
+    _Stopping,
+    _ZkState,
+)
+from orchestrator.zk import connect
+
+log = structlog.get_logger(__name__)
+
+
+class SidecarConnection(SidecarCore):
+    """Connects (retrying until stopped), follows kazoo's session states through the inbox, and
+    re-registers the process node after a session loss."""
+
+    def _connect(self) -> KazooClient:
+        """Connect, retrying with exponential backoff until ZooKeeper answers or we are stopped."""
+        delay = 0.1
+        attempt = 0
+        while True:
+            if self._stopping:
+                raise _Stopping()
+            attempt += 1
+            try:
+                # Short first attempts keep SIGTERM prompt; later ones allow a slow server.
+                client = connect(
+                    self.config.zk,
+                    min(float(attempt), self.config.connect_attempt_timeout),
+                    session_timeout=self.config.session_timeout,
+                )
+            except ConnectionLostError:
+                self._log.warning(
+                    "zookeeper_unreachable", zk=self.config.zk, attempt=attempt, retry_in=delay
+                )
+                self._sleep(delay)
+                delay = min(delay * 2, self.config.max_backoff)
+                continue
+            self._client = client
+            self._connected.set()
+            self.metrics.zookeeper_connected.set(1)
+            client.add_listener(self._zk_listener)
+            self._log.info("zookeeper_connected", zk=self.config.zk, session=self._session())
+            return client
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, but wake for a stop request (and keep other messages for later)."""
+        deadline = time.monotonic() + seconds
+        kept: list[object] = []
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    message = self._inbox.get(timeout=left)
+                except queue.Empty:
+                    break
+                if isinstance(message, _Stop):
+                    raise _Stopping()
+                kept.append(message)
+        finally:
+            for message in kept:
+                self._inbox.put(message)
+
+    def _zk_listener(self, state: str) -> None:
+        # kazoo's event thread: never block nor call ZooKeeper here (kazoo issues 356, 381).
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            self._writes_paused.clear()
+        else:
+            self._connected.clear()
+            self._writes_paused.set()
+        self._inbox.put(_ZkState(str(state)))
+
+    def _on_zk_state(self, state: str) -> None:
+        self.metrics.zookeeper_connected.set(1 if state == KazooState.CONNECTED else 0)
+        if state == KazooState.SUSPENDED:
+            self._log.warning("zookeeper_suspended", writes_paused=self._leadership is not None)
+        elif state == KazooState.LOST:
+            self._log.warning("zookeeper_session_lost", leader=self._leadership is not None)
+            if self._leadership is not None:
+                # Our session (and the candidate node that made us leader) is gone; a successor
+                # may already hold a newer epoch. Every write we could still make is fenced.
+                raise FencedError(
+                    "the ZooKeeper session of this leader expired: leadership lost",
+                    epoch=self._leadership.epoch,
+                    deploy_generation=self.config.deploy_generation,
+                )
+            self._registered = False
+        elif state == KazooState.CONNECTED:
+            self._log.info("zookeeper_reconnected", session=self._session())
+            self._deferring(self._reregister)
+            self._pending = True
+
+    def _reregister(self) -> None:
+        """A new session lost our ephemeral node (the election re-joins on its own)."""
+        if not self._registered or not self._consensus_exists(self._node_key):
+            self._registered = False
+            self._register()
+        self._write_status()

@@ -1,0 +1,199 @@
+"""The core of a sidecar: its fields, its process node in ZooKeeper, its events."""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import structlog
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus, Create, Fence, SetData, encode_json
+from catalog.environment import PROCESSES_KEY
+from catalog.errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    VersionMismatchError,
+)
+from catalog.release import Release
+from catalog.retry import CasRetry
+from orchestrator import election as election_mod
+from orchestrator.events import record_event
+from orchestrator.migrate import (
+    CheckResult,
+    MigrationContext,
+)
+from orchestrator.sidecar.config import SidecarConfig
+from orchestrator.sidecar.http import SidecarApi, SidecarHttpServer
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.states import (
+    _RESTING_PHASES,
+    State,
+)
+from orchestrator.status import ProcessStatus
+
+log = structlog.get_logger(__name__)
+
+
+class SidecarCore:
+    """One sidecar process; ``run()`` returns the exit code."""
+
+    def __init__(self, config: SidecarConfig, release: Release) -> None:
+        self.config = config
+        self.release = release
+        self.metrics = SidecarMetrics()
+        self.metrics.deploy_generation.set(config.deploy_generation)
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._stopping = False
+        self._state = State.STARTING
+        self._phase: str | None = State.STARTING.value
+        self._phase_since = time.time()
+        self._phase_started = time.monotonic()
+        self._plan: Mapping[str, Any] | None = None
+        self._error: Mapping[str, Any] | None = None
+        self._started_at = time.time()
+        self._client: KazooClient | None = None
+        self._consensus: Consensus | None = None
+        self._blob: BlobStore | None = None
+        self._ctx: MigrationContext | None = None
+        self._election: election_mod.LeaderElection | None = None
+        self._leadership: election_mod.Leadership | None = None
+        self._check: CheckResult | None = None
+        self._checked_at: tuple[int | None, int | None] | None = None
+        self._epoch: int | None = None
+        self._registered = False
+        self._ready_recorded = False
+        self._joined = False
+        self._next_orphan_scan = 0.0
+        self._known_finalized: set[str] = set()
+        self._auto_promoted = False
+        self._pending = False
+        self._connected = threading.Event()
+        self._writes_paused = threading.Event()
+        # The concrete Sidecar (core plus data plane) is what the HTTP server calls.
+        self._http = SidecarHttpServer(cast(SidecarApi, self), config.http_host, config.http_port)
+        self._retry = CasRetry(on_retry=self.metrics.count_cas_retry)
+        self._append_retry = CasRetry(
+            max_attempts=20, deadline=5.0, on_retry=self.metrics.count_cas_retry
+        )
+        self._log = log.bind(
+            env=config.env,
+            process_id=config.process_id,
+            version=str(release.version),
+            deploy_generation=config.deploy_generation,
+        )
+
+    def _event(self, kind: str, *, fence: Fence | None = None, **fields: Any) -> None:
+        """Record an upgrade event; best effort (status history), except that fenced raises."""
+        if self._consensus is None or not self._connected.is_set():
+            return
+        try:
+            record_event(
+                self._consensus, kind, fence=fence, process_id=self.config.process_id, **fields
+            )
+        except ConnectionLostError:
+            self._log.warning("event_not_recorded", kind=kind)
+
+    def _consensus_exists(self, key: str) -> bool:
+        return self._consensus is not None and self._consensus.exists(key)
+
+    def _session(self) -> str | None:
+        client = self._client
+        if client is None or client.client_id is None:
+            return None
+        return f"{client.client_id[0]:#x}"
+
+    @property
+    def _node_key(self) -> str:
+        return f"{PROCESSES_KEY}/{self.config.process_id}"
+
+    def status(self) -> ProcessStatus:
+        """The live status (what the process node holds)."""
+        return ProcessStatus(
+            id=self.config.process_id,
+            version=str(self.release.version),
+            deploy_generation=self.config.deploy_generation,
+            mode="leader" if self._leadership is not None else "read-only",
+            state=self._state.value,
+            phase=self._phase,
+            phase_since=self._phase_since,
+            plan=self._plan,
+            error=self._error,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            session=self._session(),
+            epoch=self._epoch,
+            http=self._http.address,
+            heartbeat=time.time(),
+            started_at=self._started_at,
+        )
+
+    def _register(self) -> None:
+        assert self._consensus is not None
+        self._consensus.ensure(PROCESSES_KEY)
+        value = encode_json(self.status().to_json())
+        try:
+            self._consensus.commit([Create(self._node_key, value, ephemeral=True)])
+        except VersionMismatchError as exc:
+            raise ConfigurationError(
+                f"process id {self.config.process_id} is in use by another live process",
+                process_id=self.config.process_id,
+                suggestion="pass a unique --process-id",
+            ) from exc
+        self._registered = True
+
+    def _write_status(self) -> None:
+        if self._consensus is None or not self._registered or not self._connected.is_set():
+            return
+        value = encode_json(self.status().to_json())
+        try:
+            self._consensus.commit([SetData(self._node_key, value, -1)])
+        except VersionMismatchError:  # our session's node vanished: it comes back on reconnect
+            self._registered = False
+        except ConnectionLostError:
+            self._log.debug("status_write_skipped", reason="connection lost")
+
+    def _set_state(self, state: State, *, phase: str | None = None) -> None:
+        changed = state is not self._state
+        self._state = state
+        self.metrics.set_state(state.value)
+        self._enter_phase(phase or state.value)
+        if changed:
+            self._log.info("state", state=state.value)
+
+    def _enter_phase(self, phase: str) -> None:
+        now = time.monotonic()
+        if self._phase is not None and self._phase not in _RESTING_PHASES:
+            self.metrics.observe_phase(self._phase, now - self._phase_started)
+        if phase != self._phase:
+            self._phase_since = time.time()
+        self._phase = phase
+        self._phase_started = now
+        self._write_status()
+
+    def _on_phase(self, phase: str) -> None:
+        """The MigrationContext hook: migrate reports each phase as it enters it."""
+        if phase != self._phase:
+            self._log.info("phase", phase=phase)
+            self._enter_phase(phase)
+
+    def _require_consensus(self) -> Consensus:
+        if self._consensus is None or not self._connected.is_set():
+            raise ConnectionLostError(
+                f"not connected to ZooKeeper at {self.config.zk}", zk=self.config.zk
+            )
+        return self._consensus
+
+    def _deferring(self, action: Callable[[], None]) -> None:
+        """Run ``action``; when ZooKeeper does not answer, retry it once reconnected."""
+        try:
+            action()
+        except ConnectionLostError as exc:
+            self._pending = True
+            self._log.warning("deferred_until_reconnected", reason=exc.message)

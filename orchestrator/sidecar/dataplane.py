@@ -1,0 +1,210 @@
+"""The sidecar's data plane, called from HTTP threads: readiness, status, promote, append, read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from http import HTTPStatus
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from catalog.environment import read_catalog
+from catalog.errors import (
+    ConnectionLostError,
+    VersionMismatchError,
+)
+from catalog.release import Builtin
+from catalog.schema import migrate_batch
+from catalog.shard import DIFF, TS, Shard
+from orchestrator import election as election_mod
+from orchestrator.migrate import (
+    find_schema_id,
+)
+from orchestrator.sidecar.core import SidecarCore
+from orchestrator.sidecar.http import HttpError, Readiness, ReadinessCheck
+from orchestrator.sidecar.rows import jsonable, rows_to_table
+from orchestrator.sidecar.states import (
+    READY_STATES,
+    State,
+    _Promote,
+)
+from orchestrator.status import read_status
+
+log = structlog.get_logger(__name__)
+
+
+class SidecarDataPlane(SidecarCore):
+    """What the HTTP server asks of the process; only reads its state, writes through kazoo."""
+
+    def readiness(self) -> Readiness:
+        state = self._state
+        checks = [
+            ReadinessCheck(
+                "zookeeper",
+                self._connected.is_set(),
+                f"not connected to {self.config.zk}",
+            ),
+            ReadinessCheck("registered", self._registered, "process node not registered"),
+            ReadinessCheck(
+                "state",
+                state in READY_STATES,
+                f"state is {state.value}" + (f" ({self._phase})" if self._phase else ""),
+            ),
+        ]
+        if self._leadership is not None:
+            checks.append(
+                ReadinessCheck(
+                    "writes",
+                    not self._writes_paused.is_set(),
+                    "leader writes paused: ZooKeeper session suspended",
+                )
+            )
+        return Readiness(tuple(checks))
+
+    def status_json(self) -> Mapping[str, Any]:
+        return read_status(self._require_consensus()).to_json()
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()
+
+    def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
+        self._require_consensus()
+        request = _Promote(
+            deploy_generation if deploy_generation is not None else self.config.deploy_generation,
+            Future(),
+        )
+        self._inbox.put(request)
+        try:
+            return request.done.result(timeout=30)
+        except FutureTimeout:
+            request.done.cancel()
+            raise HttpError(
+                HTTPStatus.GATEWAY_TIMEOUT,
+                "busy",
+                "the process did not handle the promotion within 30 s (migrating?)",
+            ) from None
+
+    def append(self, collection: str, body: bytes) -> Mapping[str, Any]:
+        leadership = self._leadership
+        if leadership is None:
+            raise HttpError(
+                HTTPStatus.CONFLICT,
+                "read-only",
+                f"process {self.config.process_id} is read-only: append through the leader",
+                state=self._state.value,
+            )
+        if self._state is not State.SERVING:
+            raise HttpError(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                "writes-paused",
+                f"leader writes are paused: state is {self._state.value}",
+                state=self._state.value,
+            )
+        self._require_writable(leadership)
+        builtin = self._builtin(collection)
+        table = rows_to_table(body, builtin.schema)
+        shard = self._shard_of(builtin)
+
+        def attempt() -> tuple[int, int]:
+            state = shard.state()
+            upper = state.upper
+            batch = table.append_column(
+                pa.field(TS, pa.uint64(), nullable=False),
+                pa.array([upper] * table.num_rows, pa.uint64()),
+            ).append_column(
+                pa.field(DIFF, pa.int64(), nullable=False),
+                pa.array([1] * table.num_rows, pa.int64()),
+            )
+            self._require_writable(leadership)
+            # The id of this release's schema, not the latest: a newer leader that registered
+            # a schema on this shard and crashed before its switch must not stop our writes.
+            schema_id = find_schema_id(state, builtin.schema)
+            if schema_id is None:
+                # Registered only inside a wider schema (migrate.registration_schema): write
+                # that one, the fields this release does not know as nulls.
+                schema_id = state.schema_id
+                batch = migrate_batch(batch, builtin.schema, state.live_schema, projection=True)
+            result = shard.compare_and_append(
+                batch, upper, upper + 1, schema_id=schema_id, fence=leadership.fence
+            )
+            if not result.ok:
+                raise VersionMismatchError(
+                    f"upper of {shard.shard_id} moved to {result.upper}",
+                    key=shard.key,
+                    upper=result.upper,
+                )
+            return upper, result.upper
+
+        ts, upper = self._append_retry(attempt)
+        self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
+        return {
+            "collection": collection,
+            "shard_id": shard.shard_id,
+            "rows": table.num_rows,
+            "ts": ts,
+            "upper": upper,
+        }
+
+    def _require_writable(self, leadership: election_mod.Leadership) -> None:
+        """503 while the session is suspended; FencedError once the leadership is over."""
+        try:
+            leadership.check()
+        except ConnectionLostError as exc:
+            raise HttpError(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                "writes-paused",
+                "leader writes are paused: the ZooKeeper session is suspended",
+                state=self._state.value,
+            ) from exc
+
+    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+        builtin = self._builtin(collection)
+        shard = self._shard_of(builtin)
+        with shard.lease(holder=self.config.process_id):
+            if as_of is None and shard.state().upper == 0:
+                return []
+            table = shard.snapshot(as_of)
+        source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
+        if not source.equals(builtin.schema):
+            table = migrate_batch(table, source, builtin.schema, projection=True)
+        return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
+
+    def _builtin(self, collection: str) -> Builtin:
+        builtin = self.release.builtin(collection)
+        if builtin is None:
+            raise HttpError(
+                HTTPStatus.NOT_FOUND,
+                "unknown-collection",
+                f"release {self.release.version} has no builtin collection {collection} "
+                "(name it SCHEMA.NAME)",
+                collection=collection,
+            )
+        return builtin
+
+    def _shard_of(self, builtin: Builtin) -> Shard:
+        """The shard this process reads and writes for ``builtin``.
+
+        A follower reads its own replacement shard where it has one (what it will serve once
+        promoted); otherwise the collection's shard in the catalog.
+        """
+        consensus = self._require_consensus()
+        assert self._blob is not None
+        check = self._check
+        if self._leadership is None and check is not None:
+            shard_id = check.replacement_shards.get(builtin.global_id)
+            if shard_id is not None:
+                return Shard(consensus, self._blob, shard_id)
+        found = read_catalog(consensus)
+        ref = found[0].collections.get(builtin.global_id) if found else None
+        if ref is None:
+            raise HttpError(
+                HTTPStatus.NOT_FOUND,
+                "no-shard",
+                f"collection {builtin.name} has no shard yet (environment not bootstrapped, or "
+                "the builtin is new in this release and not promoted)",
+                collection=builtin.name,
+            )
+        return Shard(consensus, self._blob, ref.shard_id)

@@ -1,0 +1,214 @@
+"""The sidecar's state machine: check, wait for promotion, take over, migrate, serve, finalize."""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from catalog.environment import read_catalog
+from catalog.errors import (
+    CatalogError,
+    ConnectionLostError,
+    FencedError,
+)
+from orchestrator import election as election_mod
+from orchestrator.migrate import (
+    LeaderResult,
+    check_read_only,
+    collect_orphan_shards,
+    finalize_pending,
+    migrate_as_leader,
+)
+from orchestrator.sidecar.connection import SidecarConnection
+from orchestrator.sidecar.states import (
+    State,
+    _Promote,
+    _Stopping,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class SidecarMachine(SidecarConnection):
+    """Moves the process through its states on the main thread (see :mod:`orchestrator.sidecar`)."""
+
+    def _on_election_event(self, event: election_mod.ElectionEvent) -> None:
+        self._log.debug("election_event", kind=event.kind)
+        if self._leadership is not None and event.kind in ("superseded", "leadership_lost"):
+            raise FencedError(
+                f"leadership of epoch {self._leadership.epoch} ended "
+                f"({event.reason or event.kind})",
+                epoch=self._leadership.epoch,
+                deploy_generation=self.config.deploy_generation,
+                reason=event.reason or event.kind,
+            )
+        if event.kind not in ("suspended", "stepped_down"):
+            self._pending = True
+
+    def _evaluate(self, *, force_check: bool = False) -> None:
+        """Re-read what the election watches and act: fence, re-plan, or take over."""
+        if self._stopping:
+            raise _Stopping()
+        consensus = self._consensus
+        assert consensus is not None and self._election is not None
+        generation = self.config.deploy_generation
+        promotion = election_mod.read_promotion(consensus)
+        epoch = election_mod.read_epoch(consensus)
+        found = read_catalog(consensus)
+        catalog = found[0] if found else None
+        self._epoch = epoch.epoch if epoch is not None else None
+        self.metrics.set_epoch(self._epoch)
+        if catalog is not None and catalog.deploy_generation > generation:
+            raise FencedError(
+                f"fenced: the catalog is at deploy generation {catalog.deploy_generation}, "
+                f"above this process's {generation}",
+                deploy_generation=generation,
+                catalog_generation=catalog.deploy_generation,
+            )
+        if promotion is not None and promotion > generation:
+            raise FencedError(
+                f"fenced: deploy generation {promotion} was promoted, above this process's "
+                f"{generation}",
+                deploy_generation=generation,
+                promoted_generation=promotion,
+            )
+        if self._leadership is not None:
+            if epoch is None or epoch.epoch != self._leadership.epoch:
+                raise FencedError(
+                    f"fenced: the epoch moved from {self._leadership.epoch} to "
+                    f"{None if epoch is None else epoch.epoch}",
+                    epoch=self._leadership.epoch,
+                    current_epoch=None if epoch is None else epoch.epoch,
+                )
+            if self._state is State.MIGRATING:  # interrupted by a lost connection: resume
+                self._complete_migration(self._leadership)
+            return
+        seen = (found[1] if found else None, self._epoch)
+        if force_check or self._checked_at != seen or self._check is None:
+            self._run_check(seen)
+        if self._election.candidate is None and not self._joined:
+            # Join only once ready to lead; the election's watches drive re-evaluation from now.
+            self._election.start()
+            self._joined = True
+        if self.config.auto_promote and not self._auto_promoted:
+            assert self._check is not None
+            if not self._check.bootstrap:  # a bootstrapping takeover promotes itself
+                self._promote(self.config.deploy_generation)
+            self._auto_promoted = True
+            promotion = election_mod.read_promotion(consensus)
+        if self._should_take_over(promotion):
+            self._take_over()
+
+    def _run_check(self, seen: tuple[int | None, int | None]) -> None:
+        assert self._ctx is not None
+        self._set_state(State.CHECKING, phase="checking")
+        self._check = check_read_only(self._ctx)
+        self._checked_at = seen
+        self._plan = self._check.summary()
+        self._set_state(State.READY)
+        if not self._ready_recorded:
+            self._ready_recorded = True
+            self._event(
+                "ready",
+                version=str(self.release.version),
+                deploy_generation=self.config.deploy_generation,
+                bootstrap=self._check.bootstrap,
+            )
+
+    def _should_take_over(self, promotion: int | None) -> bool:
+        if self._check is None or self._state is not State.READY:
+            return False
+        if self._election is None or self._election.candidate is None:
+            return False
+        return promotion == self.config.deploy_generation or (
+            promotion is None and self._check.bootstrap
+        )
+
+    def _take_over(self) -> None:
+        assert self._election is not None and self._ctx is not None and self._check is not None
+        leadership = self._election.try_take_over(bootstrap=self._check.bootstrap)
+        if leadership is None:
+            return
+        self._leadership = leadership
+        self._epoch = leadership.epoch
+        self.metrics.set_epoch(leadership.epoch)
+        self.metrics.leader.set(1)
+        self._log = self._log.bind(epoch=leadership.epoch)
+        structlog.contextvars.bind_contextvars(epoch=leadership.epoch)
+        self._log.info("leader", epoch=leadership.epoch)
+        self._set_state(State.MIGRATING, phase="migrating")
+        self._complete_migration(leadership)
+
+    def _complete_migration(self, leadership: election_mod.Leadership) -> None:
+        result = self._migrate(leadership)
+        self._event(
+            "bootstrap" if result.bootstrap else "migrated",
+            fence=leadership.fence,
+            version=result.version,
+            deploy_generation=result.deploy_generation,
+            epoch=leadership.epoch,
+            **(
+                {"collections": len(result.replaced)}
+                if result.bootstrap
+                else {
+                    "evolved": len(result.evolved),
+                    "replaced": len(result.replaced),
+                    "queued_for_finalization": len(set(result.queued_for_finalization)),
+                    "retracted_entries": result.retracted_entries,
+                }
+            ),
+            seconds=round(result.seconds, 3),
+        )
+        self._set_state(State.SERVING)
+        self._finalize()
+
+    def _migrate(self, leadership: election_mod.Leadership) -> LeaderResult:
+        """``migrate_as_leader``, re-run after a lost connection (every step is idempotent)."""
+        assert self._ctx is not None
+        for attempt in range(1, 4):
+            try:
+                return migrate_as_leader(self._ctx, leadership)
+            except ConnectionLostError:
+                if attempt == 3 or not self._connected.wait(self.config.session_timeout):
+                    raise
+                self._log.warning("migration_retry", attempt=attempt, reason="connection lost")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _finalize(self) -> None:
+        leadership = self._leadership
+        if leadership is None or self._state is not State.SERVING or self._ctx is None:
+            return
+        if self._writes_paused.is_set():
+            return
+        try:
+            if time.monotonic() >= self._next_orphan_scan:
+                self._next_orphan_scan = time.monotonic() + self.config.orphan_interval
+                orphans = collect_orphan_shards(
+                    self._ctx,
+                    leadership.fence,
+                    grace_seconds=self.config.orphan_grace,
+                    known_finalized=self._known_finalized,
+                )
+                if orphans:
+                    self._event("orphans_queued", fence=leadership.fence, shards=orphans)
+            finalized = finalize_pending(self._ctx, leadership.fence, lease_timeout=0.0)
+        except ConnectionLostError:
+            return
+        if finalized:
+            self._event("finalized", fence=leadership.fence, shards=finalized)
+
+    def _promote(self, generation: int) -> None:
+        assert self._consensus is not None
+        election_mod.promote(self._consensus, generation, requested_by=self.config.process_id)
+        self._log.info("promoted", target=generation)
+
+    def _serve_promote(self, request: _Promote) -> None:
+        if not request.done.set_running_or_notify_cancel():
+            return
+        try:
+            self._promote(request.deploy_generation)
+        except CatalogError as exc:
+            request.done.set_exception(exc)
+        else:
+            request.done.set_result({"deploy_generation": request.deploy_generation})
