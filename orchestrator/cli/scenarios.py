@@ -125,7 +125,7 @@ def scenario_simulate_command(
     from rich.console import Console
 
     from orchestrator.render.scenario import render_simulation, render_walk_step
-    from orchestrator.simulate import SimulationConfig, simulate
+    from orchestrator.scenario.simulate import SimulationConfig, simulate
 
     _stop_on_sigterm()
     seed = seed if seed is not None else random.randrange(1 << 31)

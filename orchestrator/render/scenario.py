@@ -12,8 +12,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from orchestrator.scenario import ScenarioResult, StepResult
-from orchestrator.scenario_format import Scenario
-from orchestrator.simulate import SimulationResult, WalkStep
+from orchestrator.scenario.format import Scenario
+from orchestrator.scenario.simulate import SimulationResult, WalkStep
 
 __all__ = [
     "render_failure",

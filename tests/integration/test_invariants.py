@@ -1,4 +1,4 @@
-"""Each invariant of orchestrator.invariants catches the violation it exists for.
+"""Each invariant of orchestrator.scenario.invariants catches the violation it exists for.
 
 A real 0.10.0 sidecar bootstraps a fresh environment; then the test breaks the durable state
 the way a bug would (directly in ZooKeeper or the blob store) and the checker must report it by
@@ -18,9 +18,9 @@ from catalog.consensus import encode_json
 from catalog.environment import CATALOG_KEY, EPOCH_KEY, read_catalog
 from catalog.migration import MigrationEntry, MigrationShard
 from catalog.shard import Shard, new_shard_id, shard_key
-from orchestrator.invariants import InvariantChecker
 from orchestrator.scenario import ScenarioRun, ZooKeeperTarget
-from orchestrator.scenario_format import ReleaseIndex
+from orchestrator.scenario.format import ReleaseIndex
+from orchestrator.scenario.invariants import InvariantChecker
 from support.zookeeper import ZooKeeperEndpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from orchestrator.scenario import ScenarioResult, ZooKeeperTarget, run_scenario
-from orchestrator.scenario_format import ReleaseIndex, load_scenario, parse_scenario
-from orchestrator.simulate import FAULT_KINDS, SimulationConfig, simulate
+from orchestrator.scenario.format import ReleaseIndex, load_scenario, parse_scenario
+from orchestrator.scenario.simulate import FAULT_KINDS, SimulationConfig, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from catalog.errors import EXIT_BAD_INPUT, BadInputError
 from orchestrator.cli import main
 from orchestrator.scenario import compare, load_all, row_multiset
-from orchestrator.scenario_format import (
+from orchestrator.scenario.format import (
     ACTIONS,
     ReleaseIndex,
     is_missing,
@@ -235,7 +235,7 @@ def test_refused_and_expect_http_are_exclusive(scenario_dir: Path) -> None:
 
 def test_every_action_documents_itself() -> None:
     """Every action has a help text and only known fields."""
-    from orchestrator.scenario_format import FIELDS
+    from orchestrator.scenario.format.fields import FIELDS
 
     for name, spec in ACTIONS.items():
         assert spec.help, name

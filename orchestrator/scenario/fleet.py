@@ -10,6 +10,7 @@ real signals: SIGKILL (crash), SIGSTOP/SIGCONT (a paused "zombie", a long GC pau
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ log = structlog.get_logger(__name__)
 
 # The directory that holds the `catalog` and `orchestrator` packages, so children import the
 # same code as the runner even when the project is not installed.
-_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_environment() -> dict[str, str]:
@@ -61,6 +62,16 @@ class HttpAnswer:
 
     def text(self) -> str:
         return self.body.decode(errors="replace")
+
+    def summary(self) -> str:
+        """One line for a step's outcome: the status and the body, JSON compacted."""
+        if self.status == 0:
+            return f"unreachable ({self.error})"
+        body = self.text().strip()
+        with contextlib.suppress(ValueError):
+            body = json.dumps(json.loads(body), separators=(",", ":"))
+        body = body.replace("\n", " ")
+        return f"HTTP {self.status}" + (f": {body[:300]}" if body else "")
 
 
 @attrs.define

@@ -1,0 +1,229 @@
+"""Scenario steps that drive processes: start, wait, promote, append, read, stop, expectations."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from catalog.consensus import CONNECTION_ERRORS
+from catalog.errors import CatalogError
+from orchestrator.scenario.fleet import child_environment
+from orchestrator.scenario.format import (
+    Step,
+    is_missing,
+    resolve_path,
+)
+from orchestrator.scenario.results import (
+    AppendRecord,
+    StepFailed,
+)
+from orchestrator.scenario.rows import _json_default, compare, row_multiset
+from orchestrator.scenario.run_core import RunCore
+
+
+class ProcessActions(RunCore):
+    """The ``_do_<action>`` methods of the process-facing actions."""
+
+    __slots__ = ()
+
+    def _do_start(self, step: Step) -> str:
+        assert step.release is not None and step.generation is not None
+        release_file = self.release_files[step.release]
+        names = list(step.processes)
+        self.rng.shuffle(names)  # concurrent starts in a seed-chosen order
+        started = []
+        for name in names:
+            process = self.fleet.start(
+                name,
+                release_file,
+                step.release,
+                step.generation,
+                auto_promote=step.auto_promote,
+                session_timeout=step.session_timeout or self.default_session_timeout,
+                crash_before_write=step.crash_before_write,
+            )
+            started.append(f"{name} pid {process.pid}")
+        return ", ".join(started)
+
+    def _do_wait(self, step: Step) -> str:
+        assert step.state is not None
+        process = self._process(step)
+        return self.wait_state(process, step.state, self._timeout(step))
+
+    def _do_promote(self, step: Step) -> str:
+        assert step.generation is not None
+        if step.process:
+            process = self._process(step)
+            answer = process.request(
+                "POST",
+                f"/promote?deploy_generation={step.generation}",
+                b"",
+                timeout=self._timeout(step),
+            )
+            expected = step.expect_http or (200,)
+            if answer.status not in expected:
+                raise StepFailed(
+                    f"POST /promote to {process.name} answered {answer.summary()}, "
+                    f"expected HTTP {'/'.join(map(str, expected))}"
+                )
+            return answer.summary()
+        command = [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "promote",
+            "--deploy-generation",
+            str(step.generation),
+            "--zk",
+            self.zookeeper.hosts,
+            "--env",
+            self.env,
+        ]
+        if step.wait is not None:
+            command += ["--wait", f"{step.wait:g}"]
+        timeout = self._timeout(step, (step.wait or 0.0) + self.default_timeout)
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                timeout=timeout,
+                env=child_environment(),
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise StepFailed(f"`catalog-upgrade promote` still runs after {timeout:g} s") from exc
+        expected_code = step.code if step.code is not None else 0
+        output = (done.stdout + done.stderr).decode(errors="replace").strip()
+        if done.returncode != expected_code:
+            raise StepFailed(
+                f"`catalog-upgrade promote --deploy-generation {step.generation}` exited "
+                f"{done.returncode}, expected {expected_code}: {output[-600:]}"
+            )
+        said = (done.stdout if done.returncode == 0 else done.stderr).decode(errors="replace")
+        lines = [line for line in said.splitlines() if line.strip() and not line.startswith("{")]
+        shown = lines[0] if done.returncode else (lines[-1] if lines else "")
+        return f"exit {done.returncode}" + (f": {shown.strip()}" if shown else "")
+
+    def _do_append(self, step: Step) -> str:
+        assert step.collection is not None
+        process = self._process(step)
+        body = "".join(json.dumps(row, default=_json_default) + "\n" for row in step.rows)
+        answer = process.request(
+            "POST",
+            f"/append?collection={step.collection}",
+            body.encode(),
+            timeout=self._timeout(step, 15.0),
+        )
+        if step.refused:
+            if answer.ok:
+                raise StepFailed(
+                    f"{process.name} acknowledged a write that must be refused: "
+                    f"{answer.summary()}"
+                )
+            return f"refused: {answer.summary()}"
+        expected = step.expect_http or (200,)
+        if answer.status not in expected:
+            raise StepFailed(
+                f"append to {process.name} answered {answer.summary()}, expected HTTP "
+                f"{'/'.join(map(str, expected))}"
+            )
+        if answer.ok:
+            data = json.loads(answer.body or b"{}")
+            self.acked.append(AppendRecord(process.name, step.collection, step.rows, data))
+            return f"HTTP {answer.status}: ts {data.get('ts')}, shard {data.get('shard_id')}"
+        return answer.summary()
+
+    def _do_read(self, step: Step) -> str:
+        assert step.collection is not None
+        process = self._process(step)
+        answer, rows = self.read_rows(
+            process, step.collection, step.as_of, self._timeout(step, 30.0)
+        )
+        expected_http = step.expect_http or (200,)
+        if answer.status not in expected_http:
+            raise StepFailed(
+                f"read from {process.name} answered {answer.summary()}, expected HTTP "
+                f"{'/'.join(map(str, expected_http))}"
+            )
+        if not answer.ok:
+            return answer.summary()
+        count = sum(row_multiset(rows).values())
+        if step.expect_count is not None and count != step.expect_count:
+            raise StepFailed(
+                f"read {count} row(s) of {step.collection} from {process.name}, expected "
+                f"{step.expect_count}: {rows[:5]}"
+            )
+        if step.expect_rows is not None:
+            got = row_multiset(rows)
+            want = row_multiset(step.expect_rows)
+            if got != want:
+                missing = list((want - got).elements())
+                extra = list((got - want).elements())
+                raise StepFailed(
+                    f"rows of {step.collection} read from {process.name} differ: missing "
+                    f"{missing[:5]}, unexpected {extra[:5]}"
+                )
+        return f"{count} row(s)"
+
+    def _do_stop(self, step: Step) -> str:
+        process = self._process(step)
+        process.terminate()
+        timeout = self._timeout(step, 15.0)
+        code = process.wait_exit(timeout)
+        process.exit_expected = True
+        if code is None:
+            raise StepFailed(f"{process.name} did not exit within {timeout:g} s of SIGTERM")
+        expected = step.code if step.code is not None else 0
+        if code != expected:
+            raise StepFailed(f"{process.name} exited with code {code}, expected {expected}")
+        return f"exited {code}"
+
+    def _do_expect_exit(self, step: Step) -> str:
+        assert step.code is not None
+        process = self._process(step)
+        timeout = self._timeout(step)
+        code = process.wait_exit(timeout)
+        if code is None:
+            raise StepFailed(
+                f"{process.name} still runs after {timeout:g} s (expected exit {step.code})"
+            )
+        process.exit_expected = True
+        if code != step.code:
+            raise StepFailed(f"{process.name} exited with code {code}, expected {step.code}")
+        if step.log_contains and step.log_contains not in process.log_text():
+            raise StepFailed(f"the log of {process.name} does not mention {step.log_contains!r}")
+        return f"exited {code}"
+
+    def _do_expect_status(self, step: Step) -> str:
+        assert step.path is not None
+        deadline = time.monotonic() + (step.timeout or 0.0)
+        while True:
+            self._changed.clear()
+            if step.timeout is not None:
+                with contextlib.suppress(*CONNECTION_ERRORS):
+                    self._arm_status_watches()
+            value: Any = None
+            problem: str | None
+            try:
+                document = self.status()
+            except CatalogError as exc:
+                problem = f"status unreadable: {exc.message}"
+            else:
+                value = resolve_path(document, step.path)
+                problem = compare(value, step.comparator or "equals", step.expected)
+            if problem is None:
+                shown = "absent" if is_missing(value) else json.dumps(value, default=str)[:200]
+                return f"{step.path} = {shown}"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StepFailed(f"status {step.path}: {problem}")
+            self._changed.wait(min(remaining, 0.5))
+
+    def _do_sleep(self, step: Step) -> str:
+        assert step.seconds is not None
+        time.sleep(step.seconds)  # deliberate: the scenario lets time pass
+        return f"slept {step.seconds:g} s"

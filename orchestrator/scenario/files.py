@@ -1,0 +1,172 @@
+"""Running scenario files: validate them all first, then run each in a fresh environment."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kazoo.exceptions import KazooException
+
+from catalog.errors import BadInputError, CatalogError
+from orchestrator.scenario.format import (
+    ReleaseIndex,
+    Scenario,
+    load_scenario,
+)
+from orchestrator.scenario.invariants import describe
+from orchestrator.scenario.results import FAULT_ACTIONS, ScenarioResult, StepFailed, StepResult
+from orchestrator.scenario.runner import ScenarioRun
+from orchestrator.scenario.target import ZooKeeperTarget
+
+
+def _environment_name(scenario: Scenario) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in scenario.path.stem.lower())[:30]
+    return f"scenario-{slug}-{uuid.uuid4().hex[:8]}"
+
+
+def run_scenario(
+    scenario: Scenario,
+    zookeeper: ZooKeeperTarget,
+    *,
+    seed: int,
+    on_step: Callable[[StepResult], None] | None = None,
+    keep_work_dir: bool = False,
+) -> ScenarioResult:
+    """Run one validated scenario in a fresh environment; never raises for a failed step."""
+    env = _environment_name(scenario)
+    work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    run = ScenarioRun(
+        zookeeper=zookeeper,
+        work_dir=work_dir,
+        env=env,
+        release_files=scenario.release_files,
+        default_timeout=scenario.defaults.timeout,
+        default_session_timeout=scenario.defaults.session_timeout,
+        rng=random.Random(seed),
+        history=scenario.history,
+        invariants=scenario.defaults.invariants,
+    )
+    results: list[StepResult] = []
+    started = time.monotonic()
+    error: str | None = None
+    try:
+        run.open()
+        for step in scenario.steps:
+            step_started = time.monotonic()
+            try:
+                detail = run.execute(step)
+                violations = run.check_invariants(step)
+                if violations:
+                    raise StepFailed(f"invariant violated: {describe(violations)}")
+            except (StepFailed, CatalogError, KazooException) as exc:
+                if isinstance(exc, StepFailed):
+                    message = str(exc)
+                else:
+                    message = exc.message if isinstance(exc, CatalogError) else repr(exc)
+                error = f"step {step.number} (line {step.line}) {step.action}: {message}"
+                result = StepResult(
+                    step.number,
+                    step.line,
+                    step.action,
+                    step.describe(),
+                    False,
+                    time.monotonic() - step_started,
+                    error=message,
+                    note=step.note,
+                )
+            else:
+                result = StepResult(
+                    step.number,
+                    step.line,
+                    step.action,
+                    step.describe(),
+                    True,
+                    time.monotonic() - step_started,
+                    detail=detail,
+                    note=step.note,
+                )
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+            if not result.ok:
+                break
+        if error is None:
+            unexpected = run.unexpected_exits()
+            if unexpected:
+                error = "; ".join(unexpected)
+        status: Mapping[str, Any] | None = None
+        logs: dict[str, str] = {}
+        if error is not None:
+            with contextlib.suppress(Exception):  # diagnostics only: never hide the failure
+                status = run.status()
+            logs = {name: p.tail_log() for name, p in run.fleet.processes.items()}
+            if zookeeper.server is not None:
+                logs["zookeeper"] = zookeeper.server.tail_log(20)
+    finally:
+        run.close(delete_environment=error is None)
+    ok = error is None
+    if ok and not keep_work_dir:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return ScenarioResult(
+        path=str(scenario.path),
+        name=scenario.name,
+        env=env,
+        seed=seed,
+        ok=ok,
+        seconds=time.monotonic() - started,
+        steps=tuple(results),
+        error=error,
+        status=status,
+        logs=logs,
+        work_dir=None if ok and not keep_work_dir else str(work_dir),
+        faults=sum(1 for r in results if r.action in FAULT_ACTIONS and r.ok),
+    )
+
+
+def load_all(files: Sequence[Path], *, restartable: bool) -> list[Scenario]:
+    """Validate every file before anything runs (BadInputError, exit 2, on the first bad one)."""
+    indexes: dict[Path, ReleaseIndex] = {}
+    scenarios = []
+    for file in files:
+        scenario = load_scenario(file, indexes=indexes)
+        if scenario.uses_zookeeper_restart and not restartable:
+            step = next(s for s in scenario.steps if s.action == "restart_zookeeper")
+            raise BadInputError(
+                f"{file}:{step.line}: step {step.number} restarts ZooKeeper, which only the "
+                "embedded server allows: run without --zk/CATALOG_UPGRADE_ZK",
+                path=str(file),
+                step=step.number,
+                line=step.line,
+            )
+        scenarios.append(scenario)
+    return scenarios
+
+
+def run_files(
+    files: Sequence[Path],
+    *,
+    zk: str | None,
+    seed: int,
+    on_start: Callable[[Scenario], None] | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+    on_done: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Validate all files, then run each in its own environment; the results in order."""
+    scenarios = load_all(files, restartable=not zk)
+    results = []
+    with ZooKeeperTarget.open(zk) as target:
+        for scenario in scenarios:
+            if on_start is not None:
+                on_start(scenario)
+            result = run_scenario(scenario, target, seed=seed, on_step=on_step)
+            results.append(result)
+            if on_done is not None:
+                on_done(result)
+    return results

@@ -1,0 +1,393 @@
+"""Parsing a scenario file: every problem found at once, each naming the file, line and field."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from catalog.errors import BadInputError, CatalogError
+from catalog.release import Release, Version
+from orchestrator.scenario.format.fields import FIELDS, _boolean, _number
+from orchestrator.scenario.format.paths import parse_path
+from orchestrator.scenario.format.releases import ReleaseIndex
+from orchestrator.scenario.format.steps import (
+    ACTIONS,
+    COMPARATORS,
+    DEFAULT_KEYS,
+    TOP_LEVEL_KEYS,
+    Defaults,
+    Problem,
+    Scenario,
+    Step,
+)
+
+_STEP_HEADER = re.compile(r"^\s*\[\[\s*step\s*\]\]")
+
+
+_ANY_HEADER = re.compile(r"^\s*\[")
+
+
+def _step_lines(text: str) -> list[tuple[int, int]]:
+    """``(first, last)`` line numbers of every ``[[step]]`` table, in order."""
+    lines = text.splitlines()
+    headers = [i for i, line in enumerate(lines, start=1) if _STEP_HEADER.match(line)]
+    spans = []
+    for header in headers:
+        end = len(lines)
+        for j in range(header, len(lines)):
+            if _ANY_HEADER.match(lines[j]):
+                end = j
+                break
+        spans.append((header, end))
+    return spans
+
+
+def _key_line(text: str, span: tuple[int, int] | None, key: str) -> int | None:
+    """The line of ``key = ...`` inside a step's lines (the header line when not found)."""
+    if span is None:
+        return None
+    lines = text.splitlines()
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    for number in range(span[0], min(span[1], len(lines)) + 1):
+        if pattern.match(lines[number - 1]):
+            return number
+    return span[0]
+
+
+def _top_key_line(text: str, key: str) -> int | None:
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=|^\s*\[\s*{re.escape(key)}\s*\]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if pattern.match(line):
+            return number
+    return None
+
+
+@attrs.define
+class _Collector:
+    text: str
+    spans: list[tuple[int, int]]
+    problems: list[Problem] = attrs.field(factory=list)
+
+    def add(self, message: str, step: int | None = None, field: str | None = None) -> None:
+        span = self.spans[step - 1] if step is not None and step <= len(self.spans) else None
+        if step is None:
+            line = _top_key_line(self.text, field) if field else None
+        else:
+            line = _key_line(self.text, span, field) if field else (span[0] if span else None)
+        self.problems.append(Problem(message=message, step=step, line=line, field=field))
+
+
+def load_scenario(path: str | Path, *, indexes: dict[Path, ReleaseIndex] | None = None) -> Scenario:
+    """Read and validate a scenario file; BadInputError (exit 2) listing every problem.
+
+    ``indexes`` caches release directories (loading a release imports it) across files.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot read scenario {file}: {exc.strerror or exc}", path=str(file)
+        ) from exc
+    return parse_scenario(text, file, indexes=indexes)
+
+
+def parse_scenario(
+    text: str, file: Path, *, indexes: dict[Path, ReleaseIndex] | None = None
+) -> Scenario:
+    """Validate scenario ``text`` (read from ``file``, which anchors relative paths)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInputError(
+            f"{file}: not valid TOML: {exc}",
+            path=str(file),
+            problems=[Problem(message=f"not valid TOML: {exc}").to_json()],
+        ) from exc
+    found = _Collector(text, _step_lines(text))
+    for key in sorted(set(data) - TOP_LEVEL_KEYS):
+        found.add(
+            f"unknown top-level key {key!r} (allowed: {', '.join(sorted(TOP_LEVEL_KEYS))})",
+            field=key,
+        )
+    name = data.get("name", file.stem)
+    description = data.get("description", "")
+    for key, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            found.add(f"{key} must be a string", field=key)
+    releases_dir = _releases_dir(data, file, found)
+    defaults = _defaults(data.get("defaults", {}), found)
+    raw_steps = data.get("step")
+    if raw_steps is None:
+        found.add("no steps: add [[step]] tables", field=None)
+        raw_steps = []
+    elif not isinstance(raw_steps, list) or not all(isinstance(s, dict) for s in raw_steps):
+        found.add("step must be an array of tables ([[step]])", field="step")
+        raw_steps = []
+    steps = [
+        step
+        for number, raw in enumerate(raw_steps, start=1)
+        if (step := _step(number, raw, found)) is not None
+    ]
+    index = None
+    if releases_dir is not None:
+        cache = indexes if indexes is not None else {}
+        index = cache.setdefault(releases_dir, ReleaseIndex(releases_dir))
+    release_files = _check_semantics(steps, file, found, index)
+    _raise_if_any(found.problems, file)
+    assert releases_dir is not None
+    return Scenario(
+        path=file,
+        name=str(name),
+        description=str(description),
+        releases_dir=releases_dir,
+        defaults=defaults,
+        steps=tuple(steps),
+        release_files=release_files,
+        history=tuple(_history(index)),
+    )
+
+
+def _history(index: ReleaseIndex | None) -> list[Release]:
+    if index is None:
+        return []
+    try:
+        return index.releases()
+    except CatalogError:  # reported by the release checks of the steps
+        return []
+
+
+def _raise_if_any(problems: Sequence[Problem], file: Path) -> None:
+    if not problems:
+        return
+    rendered = [p.render(str(file)) for p in problems]
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    first = problems[0]
+    raise BadInputError(
+        "\n".join(rendered) if len(rendered) > 1 else rendered[0] + more,
+        path=str(file),
+        step=first.step,
+        line=first.line,
+        field=first.field,
+        problems=[p.to_json() for p in problems],
+    )
+
+
+def _releases_dir(data: Mapping[str, Any], file: Path, found: _Collector) -> Path | None:
+    value = data.get("releases")
+    if value is None:
+        found.add("missing key 'releases' (the release directory, relative to this file)")
+        return None
+    if not isinstance(value, str) or not value:
+        found.add("releases must be a directory path string", field="releases")
+        return None
+    directory = (file.parent / value).resolve()
+    if not directory.is_dir():
+        found.add(f"release directory not found: {directory}", field="releases")
+        return None
+    return directory
+
+
+def _defaults(value: Any, found: _Collector) -> Defaults:
+    if not isinstance(value, dict):
+        found.add("[defaults] must be a table", field="defaults")
+        return Defaults()
+    for key in sorted(set(value) - DEFAULT_KEYS):
+        found.add(
+            f"unknown key {key!r} in [defaults] (allowed: {', '.join(sorted(DEFAULT_KEYS))})",
+            field=key,
+        )
+    out = Defaults()
+    for key, checker in (("session_timeout", _number(1.0)), ("timeout", _number(0.1))):
+        if key in value:
+            problem = checker(value[key])
+            if problem:
+                found.add(f"[defaults] {key} {problem}", field=key)
+            elif key == "timeout":
+                out = attrs.evolve(out, timeout=float(value[key]))
+            else:
+                out = attrs.evolve(out, session_timeout=float(value[key]))
+    if "invariants" in value:
+        problem = _boolean(value["invariants"])
+        if problem:
+            found.add(f"[defaults] invariants {problem}", field="invariants")
+        else:
+            out = attrs.evolve(out, invariants=value["invariants"])
+    return out
+
+
+def _step(number: int, raw: Mapping[str, Any], found: _Collector) -> Step | None:
+    action = raw.get("action")
+    if action is None:
+        found.add(f"missing 'action' (one of: {', '.join(ACTIONS)})", step=number)
+        return None
+    if action not in ACTIONS:
+        found.add(
+            f"unknown action {action!r} (one of: {', '.join(ACTIONS)})",
+            step=number,
+            field="action",
+        )
+        return None
+    spec = ACTIONS[action]
+    ok = True
+    for key in sorted(set(raw) - spec.allowed):
+        hint = (
+            f" ({key!r} belongs to {', '.join(a for a, s in ACTIONS.items() if key in s.allowed)})"
+            if key in FIELDS
+            else ""
+        )
+        found.add(
+            f"unknown field {key!r} for action {action!r}{hint}; allowed: "
+            f"{', '.join(sorted(spec.allowed - {'action'}))}",
+            step=number,
+            field=key,
+        )
+        ok = False
+    for key in sorted(spec.required - set(raw)):
+        found.add(f"action {action!r} needs field {key!r}", step=number, field=None)
+        ok = False
+    for key, value in raw.items():
+        checker = FIELDS.get(key)
+        if checker is None or key not in spec.allowed:
+            continue
+        problem = checker(value)
+        if problem:
+            found.add(f"{key} {problem}", step=number, field=key)
+            ok = False
+    if not ok:
+        return None
+    return _build_step(number, found, action, raw)
+
+
+def _build_step(number: int, found: _Collector, action: str, raw: Mapping[str, Any]) -> Step | None:
+    span = found.spans[number - 1] if number <= len(found.spans) else (0, 0)
+    process = raw.get("process")
+    processes = tuple(process) if isinstance(process, list) else ((process,) if process else ())
+    if len(processes) > 1 and action != "start":
+        found.add("only start takes several processes", step=number, field="process")
+        return None
+    comparators = [c for c in COMPARATORS if c in raw]
+    if action == "expect_status" and len(comparators) != 1:
+        found.add(
+            f"expect_status needs exactly one of {', '.join(COMPARATORS)}"
+            + (f" (got {', '.join(comparators)})" if comparators else ""),
+            step=number,
+        )
+        return None
+    if action == "start" and raw["generation"] < 1:
+        found.add("generation must be at least 1 for start", step=number, field="generation")
+        return None
+    if action == "append" and raw.get("refused") and "expect_http" in raw:
+        found.add("give refused or expect_http, not both", step=number, field="refused")
+        return None
+    if "path" in raw:
+        try:
+            parse_path(raw["path"])
+        except BadInputError as exc:
+            found.add(exc.message, step=number, field="path")
+            return None
+    http = raw.get("expect_http")
+    return Step(
+        number=number,
+        line=span[0],
+        action=action,
+        processes=processes,
+        release=raw.get("release"),
+        generation=raw.get("generation"),
+        auto_promote=bool(raw.get("auto_promote", False)),
+        session_timeout=_opt_float(raw.get("session_timeout")),
+        crash_before_write=raw.get("crash_before_write"),
+        state=raw.get("state"),
+        timeout=_opt_float(raw.get("timeout")),
+        collection=raw.get("collection"),
+        rows=tuple(raw.get("rows", ())),
+        expect_rows=tuple(raw["expect_rows"]) if "expect_rows" in raw else None,
+        expect_count=raw.get("expect_count"),
+        expect_http=None if http is None else tuple(http if isinstance(http, list) else [http]),
+        refused=bool(raw.get("refused", False)),
+        code=raw.get("code"),
+        path=raw.get("path"),
+        comparator=comparators[0] if comparators else None,
+        expected=raw[comparators[0]] if comparators else None,
+        seconds=_opt_float(raw.get("seconds")),
+        wait=_opt_float(raw.get("wait")),
+        log_contains=raw.get("log_contains"),
+        as_of=raw.get("as_of"),
+        down=_opt_float(raw.get("down")),
+        note=raw.get("note"),
+    )
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _check_semantics(
+    steps: Sequence[Step], file: Path, found: _Collector, index: ReleaseIndex | None
+) -> dict[str, Path]:
+    """Cross-step rules: processes started once and before use; releases that exist."""
+    started: dict[str, int] = {}
+    release_files: dict[str, Path] = {}
+    for step in steps:
+        if step.action == "start":
+            for name in step.processes:
+                if name in started:
+                    found.add(
+                        f"process {name!r} was already started in step {started[name]}: give a "
+                        "restarted process a new name",
+                        step=step.number,
+                        field="process",
+                    )
+                started[name] = step.number
+            assert step.release is not None
+            if index is not None and step.release not in release_files:
+                resolved = _resolve_release(step.release, index, file, found, step.number)
+                if resolved is not None:
+                    release_files[step.release] = resolved
+        elif step.processes and step.process not in started:
+            found.add(
+                f"process {step.process!r} is not started by an earlier step",
+                step=step.number,
+                field="process",
+            )
+    return release_files
+
+
+def _resolve_release(
+    release: str, index: ReleaseIndex, file: Path, found: _Collector, number: int
+) -> Path | None:
+    """A version of the release directory, or a ``.py`` path relative to the scenario file."""
+    if release.endswith(".py"):
+        path = (file.parent / release).resolve()
+        if not path.is_file():
+            found.add(f"release file not found: {path}", step=number, field="release")
+            return None
+        try:
+            index.load(path)
+        except CatalogError as exc:
+            found.add(f"release {release} does not load: {exc.message}", step=number)
+            return None
+        return path
+    try:
+        versions = index.versions()
+    except CatalogError as exc:
+        found.add(
+            f"the release directory {index.directory} does not load: {exc.message}",
+            step=number,
+            field="release",
+        )
+        return None
+    if release not in versions:
+        known = ", ".join(sorted(versions, key=Version.parse))
+        found.add(
+            f"no release {release!r} in {index.directory} (versions: {known})",
+            step=number,
+            field="release",
+        )
+        return None
+    return versions[release]

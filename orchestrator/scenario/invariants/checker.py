@@ -1,0 +1,136 @@
+"""The invariant checker: what the caller reports, and checking after every step."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from kazoo.exceptions import NoNodeError
+
+from catalog.environment import (
+    FINALIZE_KEY,
+)
+from orchestrator.scenario.invariants.durable import DurableRules
+from orchestrator.scenario.invariants.rows import RowRules
+from orchestrator.scenario.invariants.view import (
+    INVARIANTS,
+    DurableView,
+    TrackedRows,
+    Violation,
+    _quiescent,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class InvariantChecker(DurableRules, RowRules):
+    """Checks the invariants of one environment after every step; counts checks and catches."""
+
+    __slots__ = ()
+
+    def track(self, collection: str, token_column: str) -> TrackedRows:
+        return self.tracked.setdefault(collection, TrackedRows(collection, token_column))
+
+    def acknowledged(self, collection: str, tokens: Iterable[str]) -> None:
+        self.tracked[collection].acked.update(tokens)
+
+    def unknown_outcome(self, collection: str, tokens: Iterable[str]) -> None:
+        self.tracked[collection].uncertain.update(tokens)
+
+    def stale_write(self, process: str, leader: str | None, answer: str) -> Violation:
+        """A write acknowledged by ``process`` while the epoch named ``leader``."""
+        violation = Violation(
+            "no-stale-write",
+            f"{process} acknowledged a write while {leader} led the current epoch: {answer}",
+            {"process": process, "leader": leader},
+        )
+        self._count("no-stale-write", [violation])
+        return violation
+
+    def no_stale_write_checked(self) -> None:
+        self._count("no-stale-write", [])
+
+    def view(self) -> DurableView:
+        return DurableView.read(self.consensus, self.blob)
+
+    def _count(self, invariant: str, found: list[Violation]) -> list[Violation]:
+        self.checks[invariant] += 1
+        if found:
+            self.caught[invariant] += len(found)
+        return found
+
+    def check(self, *, writes_expected: bool, rows: bool = True) -> list[Violation]:
+        """Every invariant but the final cleanup, after one step.
+
+        ``writes_expected``: the step itself makes leaders write (append, promote, a fault that
+        forces a takeover...). Otherwise, when the environment was quiescent before and after
+        the step (the epoch's leader serving, nobody migrating, no takeover in between), nothing
+        outside read-only processes' own keys may have changed.
+        """
+        view = self.view()
+        found: list[Violation] = []
+        found += self._count("single-leader", self._single_leader(view))
+        before = self._last
+        if (
+            not writes_expected
+            and before is not None
+            and _quiescent(before)
+            and _quiescent(view)
+            and before.epoch_number == view.epoch_number
+        ):
+            found += self._count("read-only-writes-nothing", self._read_only(before, view))
+        found += self._count("replacement-agreement", self._agreement(view))
+        found += self._count("referenced-not-finalized", self._referenced(view))
+        found += self._count("releases-can-start", self._releases_start(view))
+        if rows:
+            found += self._count("rows-never-lost", self._rows(view))
+        self._last = view
+        for violation in found:
+            log.warning(
+                "invariant_violated", invariant=violation.invariant, message=violation.message
+            )
+        return found
+
+    def check_cleanup(self, timeout: float = 30.0) -> list[Violation]:
+        """After the finalizer drained the queue: every unreferenced shard is finalized."""
+        self._wait_queue_empty(timeout)
+        view = self.view()
+        found = []
+        for shard_id, state in sorted(view.states.items()):
+            if shard_id in view.referenced() or state is None:
+                continue
+            if not state.finalized:
+                queued = shard_id in view.finalize_queue
+                found.append(
+                    Violation(
+                        "unreferenced-cleaned",
+                        f"shard {shard_id} is referenced by neither the catalog nor a migration "
+                        f"entry, yet not finalized{' (still queued)' if queued else ''}",
+                        {"shard_id": shard_id, "queued": queued, "upper": state.upper},
+                    )
+                )
+        return self._count("unreferenced-cleaned", found)
+
+    def _wait_queue_empty(self, timeout: float) -> None:
+        changed = threading.Event()
+        deadline = time.monotonic() + timeout
+        path = self.consensus.path(FINALIZE_KEY)
+        while True:
+            changed.clear()
+            try:
+                queued = self.consensus.client.get_children(path, watch=lambda _e: changed.set())
+            except NoNodeError:
+                return
+            remaining = deadline - time.monotonic()
+            if not queued or remaining <= 0:
+                return
+            changed.wait(min(remaining, 1.0))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            name: {"checks": self.checks.get(name, 0), "caught": self.caught.get(name, 0)}
+            for name in INVARIANTS
+        }

@@ -1,0 +1,102 @@
+"""The rows invariant: an acknowledged row is never lost, an unknown outcome lands at most once."""
+
+from __future__ import annotations
+
+import collections
+
+import structlog
+
+from catalog.errors import CatalogError
+from catalog.release import (
+    Mechanism,
+    plan_path,
+)
+from catalog.shard import DIFF, Shard, ShardState
+from orchestrator.scenario.invariants.core import CheckerCore
+from orchestrator.scenario.invariants.view import (
+    DurableView,
+    TrackedRows,
+    Violation,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class RowRules(CheckerCore):
+    """Checks the tracked rows against what every collection reads."""
+
+    __slots__ = ()
+
+    def _rows(self, view: DurableView) -> list[Violation]:
+        catalog = view.catalog
+        if catalog is None:
+            return []
+        seen = (catalog.version, catalog.deploy_generation)
+        if self._catalog_seen is not None and self._catalog_seen[0] != catalog.version:
+            self._forget_replaced(self._catalog_seen[0], catalog.version)
+        self._catalog_seen = seen
+        found = []
+        by_name = catalog.by_name()
+        for name, tracked in sorted(self.tracked.items()):
+            ref = by_name.get(name)
+            if ref is None:
+                continue
+            state = view.states.get(ref.shard_id)
+            if state is None or state.finalized:
+                continue  # referenced-not-finalized reports it
+            present = self._tokens(Shard(self.consensus, self.blob, ref.shard_id), state, tracked)
+            missing = sorted(t for t, n in tracked.acked.items() if present[t] < n)
+            doubled = sorted(
+                t
+                for t, n in present.items()
+                if n > tracked.acked.get(t, 0) + (1 if t in tracked.uncertain else 0)
+            )
+            if missing or doubled:
+                found.append(
+                    Violation(
+                        "rows-never-lost",
+                        f"collection {name} (shard {ref.shard_id}): "
+                        + (
+                            f"{len(missing)} acknowledged row(s) lost {missing[:5]}"
+                            if missing
+                            else ""
+                        )
+                        + ("; " if missing and doubled else "")
+                        + (
+                            f"{len(doubled)} row(s) nobody wrote or written twice {doubled[:5]}"
+                            if doubled
+                            else ""
+                        ),
+                        {"collection": name, "missing": missing[:20], "unexpected": doubled[:20]},
+                    )
+                )
+        return found
+
+    def _tokens(
+        self, shard: Shard, state: ShardState, tracked: TrackedRows
+    ) -> collections.Counter[str]:
+        if state.upper == 0:
+            return collections.Counter()
+        table = shard.snapshot_of(state)
+        if tracked.token_column not in table.column_names:
+            return collections.Counter()
+        tokens = table.column(tracked.token_column).to_pylist()
+        diffs = table.column(DIFF).to_pylist()
+        counts: collections.Counter[str] = collections.Counter()
+        for token, diff in zip(tokens, diffs, strict=True):
+            counts[str(token)] += int(diff)
+        return counts
+
+    def _forget_replaced(self, old_version: str, new_version: str) -> None:
+        """A replacement between the versions dropped the collection's rows: expect none."""
+        try:
+            merged = plan_path(self.releases, old_version, new_version)
+        except CatalogError:
+            return
+        for migration in merged.migrations:
+            if migration.mechanism is Mechanism.REPLACEMENT and migration.name in self.tracked:
+                tracked = self.tracked[migration.name]
+                tracked.acked.clear()
+                tracked.uncertain.clear()
+        for removed in merged.removed_builtins:
+            self.tracked.pop(removed.name, None)

@@ -1,0 +1,201 @@
+"""The core of a scenario run: its fields, what it observes in ZooKeeper, and step dispatch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from catalog.consensus import CONNECTION_ERRORS, Consensus
+from catalog.environment import (
+    CATALOG_KEY,
+    EPOCH_KEY,
+    FINALIZE_KEY,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+)
+from catalog.release import Release
+from orchestrator.scenario.fleet import Fleet, HttpAnswer, SidecarProcess
+from orchestrator.scenario.format import (
+    Step,
+)
+from orchestrator.scenario.invariants import InvariantChecker, Violation
+from orchestrator.scenario.results import (
+    READYZ_GRACE,
+    WRITING_ACTIONS,
+    AppendRecord,
+    StepFailed,
+)
+from orchestrator.scenario.target import ZooKeeperTarget
+
+
+@attrs.define
+class RunCore:
+    """One fresh environment and the steps executed in it (scenario files and simulate)."""
+
+    zookeeper: ZooKeeperTarget
+    work_dir: Path
+    env: str
+    release_files: Mapping[str, Path]
+    default_timeout: float = 30.0
+    default_session_timeout: float = 2.0
+    rng: random.Random = attrs.field(factory=random.Random)
+    history: Sequence[Release] = ()
+    invariants: bool = False
+    checker: InvariantChecker | None = attrs.field(default=None, init=False)
+    fleet: Fleet = attrs.field(init=False)
+    client: KazooClient = attrs.field(init=False)
+    consensus: Consensus = attrs.field(init=False)
+    acked: list[AppendRecord] = attrs.field(factory=list, init=False)
+    _changed: threading.Event = attrs.field(factory=threading.Event, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.fleet = Fleet(
+            zk=self.zookeeper.hosts,
+            env=self.env,
+            blob_dir=self.work_dir / "blob",
+            log_dir=self.work_dir / "logs",
+        )
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.fleet.blob_dir
+
+    def status(self) -> dict[str, Any]:
+        """``status --json`` of the environment (the same function the CLI calls)."""
+        from orchestrator.status import read_status
+
+        return read_status(self.consensus).to_json()
+
+    def process_node(self, name: str, *, watch: bool = False) -> dict[str, Any] | None:
+        """The process node's JSON (None when absent), optionally leaving a watch on it."""
+        path = self.consensus.path(f"{PROCESSES_KEY}/{name}")
+        watcher = self._on_change if watch else None
+        try:
+            data, _stat = self.client.get(path, watch=watcher)
+        except NoNodeError:
+            if watch and self.client.exists(path, watch=watcher) is not None:
+                self._changed.set()
+            return None
+        value = json.loads(data) if data else None
+        return value if isinstance(value, dict) else None
+
+    def _on_change(self, _event: object) -> None:
+        self._changed.set()
+
+    def _arm_status_watches(self) -> None:
+        for key in (CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY):
+            self.client.exists(self.consensus.path(key), watch=self._on_change)
+        for key in (PROCESSES_KEY, FINALIZE_KEY):
+            path = self.consensus.path(key)
+            try:
+                names = self.client.get_children(path, watch=self._on_change)
+            except NoNodeError:
+                self.client.exists(path, watch=self._on_change)
+                continue
+            if key == PROCESSES_KEY:
+                for name in names:
+                    with contextlib.suppress(NoNodeError):
+                        self.client.get(f"{path}/{name}", watch=self._on_change)
+
+    def check_invariants(self, step: Step, *, rows: bool = False) -> list[Violation]:
+        """The invariants after ``step`` (none when the run checks none)."""
+        if self.checker is None:
+            return []
+        return self.checker.check(writes_expected=step.action in WRITING_ACTIONS, rows=rows)
+
+    def unexpected_exits(self) -> list[str]:
+        """Processes that exited while no step expected it."""
+        return [
+            f"process {p.name} exited with code {p.returncode} and no step expected it"
+            for p in self.fleet.processes.values()
+            if not p.running and not p.exit_expected
+        ]
+
+    def execute(self, step: Step) -> str:
+        """Run one step; its outcome detail. StepFailed when an expectation does not hold."""
+        handler: Callable[[Step], str] = getattr(self, f"_do_{step.action}")
+        return handler(step)
+
+    def _timeout(self, step: Step, default: float | None = None) -> float:
+        if step.timeout is not None:
+            return step.timeout
+        return default if default is not None else self.default_timeout
+
+    def _process(self, step: Step) -> SidecarProcess:
+        return self.fleet.get(step.process)
+
+    def wait_state(self, process: SidecarProcess, state: str, timeout: float) -> str:
+        """Wait until ``process`` reaches ``state`` (see the module docstring); the detail."""
+        started = time.monotonic()
+        deadline = started + timeout
+        if state == "exited":
+            code = process.wait_exit(timeout)
+            if code is None:
+                raise StepFailed(f"{process.name} still runs after {timeout:g} s")
+            return f"exited with code {code}"
+        last: dict[str, Any] | None = None
+        while True:
+            self._changed.clear()
+            try:
+                node = self.process_node(process.name, watch=True)
+            except CONNECTION_ERRORS:
+                node = None  # ZooKeeper restarting: the watch re-arms on the next turn
+            if node is not None:
+                last = node
+                if node.get("state") == state:
+                    if state in ("ready", "serving"):
+                        self._confirm_readyz(process, deadline)
+                    return f"{state} after {time.monotonic() - started:.2f} s"
+            code = process.returncode
+            if code is not None:
+                if (state == "fenced" and code == 3) or (state == "failed" and code not in (0, 3)):
+                    return f"exited with code {code} ({state})"
+                seen = f" (last state {last.get('state')})" if last else ""
+                raise StepFailed(
+                    f"{process.name} exited with code {code} while waiting for {state}{seen}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                seen = "no process node" if last is None else f"state {last.get('state')}"
+                error = last.get("error") if last else None
+                raise StepFailed(
+                    f"{process.name} did not reach {state} within {timeout:g} s ({seen}"
+                    + (f", error {json.dumps(error)}" if error else "")
+                    + ")"
+                )
+            # The watch wakes us on any change; the cap notices the child exiting.
+            self._changed.wait(min(remaining, 0.2))
+
+    def _confirm_readyz(self, process: SidecarProcess, deadline: float) -> None:
+        """The node says ready/serving: /readyz must agree (DESIGN.md section 8)."""
+        limit = max(deadline, time.monotonic() + READYZ_GRACE)
+        while True:
+            answer = process.request("GET", "/readyz?verbose", timeout=2.0)
+            if answer.status == 200:
+                return
+            if time.monotonic() >= limit or not process.running:
+                raise StepFailed(
+                    f"{process.name}'s node says ready but /readyz answers "
+                    f"{answer.summary()}"
+                )
+            time.sleep(0.05)
+
+    def read_rows(
+        self, process: SidecarProcess, collection: str, as_of: int | None, timeout: float
+    ) -> tuple[HttpAnswer, list[dict[str, Any]]]:
+        query = f"/read?collection={collection}" + (f"&as_of={as_of}" if as_of is not None else "")
+        answer = process.request("GET", query, timeout=timeout)
+        rows = []
+        if answer.ok:
+            rows = [json.loads(line) for line in answer.text().splitlines() if line.strip()]
+        return answer, rows

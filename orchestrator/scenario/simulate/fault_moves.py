@@ -1,0 +1,159 @@
+"""The walk's faults: kills at every phase, zombie leaders, session expiries, and the recovery
+that follows each."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+
+from catalog.environment import EPOCH_KEY
+from catalog.release import Version
+from orchestrator.scenario import StepFailed
+from orchestrator.scenario.simulate.rows import make_rows
+from orchestrator.scenario.simulate.values import Member, _WalkFailed
+from orchestrator.scenario.simulate.walk_core import WalkerCore
+
+
+class FaultMoves(WalkerCore):
+    """One method per fault kind; each recovers the environment before returning."""
+
+    __slots__ = ()
+
+    def _recover(self, old_epoch: int, *, ready: bool = True) -> str:
+        """The leader is gone: a follower of its generation takes over, or a restart does;
+        with ``ready``, every other process is then waited for until ready again."""
+        assert self.catalog_version is not None
+        if not self.leader_group():
+            (name,) = self.start(self.catalog_version, self.catalog_generation, 1)
+            how = f"restarted as {name}"
+        else:
+            how = "a follower took over"
+        self.leader = self.wait_takeover(old_epoch, self.catalog_generation)
+        for name in sorted(self.live) if ready else ():
+            if name != self.leader:
+                self.wait(name, "ready")
+        return f"{how}: {self.leader}"
+
+    def _kill_checking(self, rng: random.Random) -> str:
+        """SIGKILL a new read-only process while it checks (between its shard and entry
+        writes, when the timing is right): what it leaves behind must not block anyone."""
+        assert self.catalog_version is not None
+        current = Version.parse(self.catalog_version)
+        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
+        generation = self.next_generation
+        self.next_generation += 1
+        (name,) = self.start(version, generation, 1)
+        process = self.run.fleet.get(name)
+        started = time.monotonic()
+        delay = rng.uniform(0.0, 0.25)
+        seen = None
+        while time.monotonic() - started < self.config.timeout and process.running:
+            node = self.run.process_node(name)
+            seen = node.get("state") if node else None
+            if seen in ("checking", "ready"):
+                break
+            time.sleep(0.005)  # racing the process on purpose: a watch round trip is too slow
+        time.sleep(delay)
+        node = self.run.process_node(name) or {}
+        self.do(
+            "kill",
+            processes=(name,),
+            note=f"killed {time.monotonic() - started:.3f} s after start, in state "
+            f"{node.get('state')} ({node.get('phase')})",
+        )
+        self.live.pop(name)
+        return f"SIGKILL {name} ({version} g{generation}) in state {node.get('state')}"
+
+    def _kill_follower(self, rng: random.Random) -> str:
+        name = rng.choice(self.followers())
+        self.do("kill", processes=(name,))
+        self.live.pop(name)
+        return f"SIGKILL follower {name}"
+
+    def _kill_leader(self, rng: random.Random) -> str:
+        assert self.leader is not None
+        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+        killed = self.leader
+        self.do("kill", processes=(killed,))
+        self.live.pop(killed)
+        return f"SIGKILL leader {killed}; " + self._recover(old_epoch)
+
+    def _kill_mid_migration(self, rng: random.Random) -> str:
+        """Promote over HTTP and SIGKILL the new leader as soon as it took over."""
+        (version, generation), members = rng.choice(list(self.pending().items()))
+        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+        self.do("promote", processes=(rng.choice(members),), generation=generation)
+        changed = threading.Event()
+        deadline = time.monotonic() + self.config.timeout
+        path = self.run.consensus.path(EPOCH_KEY)
+        while True:
+            changed.clear()
+            data, _ = self.run.client.get(path, watch=lambda _e: changed.set())
+            epoch = json.loads(data)
+            if epoch["epoch"] > old_epoch and epoch["deploy_generation"] == generation:
+                break
+            if time.monotonic() > deadline:
+                raise StepFailed(f"generation {generation} took no leadership after promotion")
+            changed.wait(0.5)
+        victim = str(epoch["leader"])
+        if rng.random() < 0.5:
+            # The other crash point: once the new leader reports it is migrating.
+            with contextlib.suppress(StepFailed):
+                self.run.wait_state(self.run.fleet.get(victim), "migrating", 5.0)
+        node = self.run.process_node(victim) or {}
+        self.do("kill", processes=(victim,), note=f"killed in state {node.get('state')}")
+        self.live.pop(victim, None)
+        # The promotion fences lower generations at once; refusals wait for the catalog switch,
+        # which only the successor (a follower, or a restart) completes.
+        self._expect_exits(version, generation, refused=False)
+        recovered = self._recover(int(epoch["epoch"]), ready=False)
+        self._promoted(version, generation)
+        return (
+            f"promote {version} g{generation}, SIGKILL its leader {victim} "
+            f"(state {node.get('state')}, phase {node.get('phase')}); {recovered}"
+        )
+
+    def _zombie(self, rng: random.Random) -> str:
+        assert self.leader is not None and self.catalog_version is not None
+        if len(self.leader_group()) < 2:
+            (spare,) = self.start(self.catalog_version, self.catalog_generation, 1)
+            self.wait(spare, "ready")
+        zombie = self.leader
+        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+        self.do("pause", processes=(zombie,))
+        self.live.pop(zombie)
+        self.leader = self.wait_takeover(old_epoch, self.catalog_generation)
+        self.do("resume", processes=(zombie,))
+        release = self.release(self.catalog_version)
+        name = rng.choice(sorted(n for n in self.appendable if release.builtin(n) is not None))
+        builtin = release.builtin(name)
+        assert builtin is not None
+        rows = tuple(make_rows(builtin, self.appendable[name], ["zombie"]))
+        epoch = self.epoch() or {}
+        try:
+            self.do("append", processes=(zombie,), collection=name, rows=rows, refused=True)
+        except StepFailed as exc:
+            raise _WalkFailed(
+                str(exc), [self.checker.stale_write(zombie, epoch.get("leader"), str(exc))]
+            ) from exc
+        self.checker.no_stale_write_checked()
+        self.live[zombie] = Member(zombie, self.catalog_version, self.catalog_generation)
+        self.expect_exit(zombie, 3)
+        return f"zombie {zombie}: paused until {self.leader} took over; its write was refused"
+
+    def _expire_follower(self, rng: random.Random) -> str:
+        name = rng.choice(self.followers())
+        self.do("expire", processes=(name,), timeout=self.config.timeout)
+        self.wait(name, "ready")
+        return f"session of follower {name} expired; ready again"
+
+    def _expire_leader(self, rng: random.Random) -> str:
+        assert self.leader is not None
+        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+        expired = self.leader
+        self.do("expire", processes=(expired,), timeout=self.config.timeout)
+        self.expect_exit(expired, 3)
+        return f"session of leader {expired} expired (exit 3); " + self._recover(old_epoch)

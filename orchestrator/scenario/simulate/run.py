@@ -1,0 +1,170 @@
+"""Running walks: seeded, checked by the invariants, a failure shrunk to its shortest prefix."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+from kazoo.exceptions import KazooException
+
+from catalog.errors import CatalogError
+from orchestrator.scenario import ScenarioRun, StepFailed, ZooKeeperTarget
+from orchestrator.scenario.format import ReleaseIndex
+from orchestrator.scenario.invariants import Violation, describe
+from orchestrator.scenario.simulate.rows import appendable_collections
+from orchestrator.scenario.simulate.values import (
+    READ_ONLY_KINDS,
+    SimulationConfig,
+    SimulationResult,
+    WalkStep,
+    _WalkFailed,
+)
+from orchestrator.scenario.simulate.walker import Walker
+
+
+def _run_walk(
+    config: SimulationConfig,
+    zookeeper: ZooKeeperTarget,
+    index: ReleaseIndex,
+    steps: int,
+    on_step: Callable[[WalkStep], None] | None,
+) -> SimulationResult:
+    history = index.releases()
+    env = f"simulate-{config.seed}-{uuid.uuid4().hex[:8]}"
+    work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    run = ScenarioRun(
+        zookeeper=zookeeper,
+        work_dir=work_dir,
+        env=env,
+        release_files=index.versions(),
+        default_timeout=config.timeout,
+        default_session_timeout=config.session_timeout,
+        rng=random.Random(config.seed),
+        history=history,
+        invariants=True,
+    )
+    walk: list[WalkStep] = []
+    started = time.monotonic()
+    error: str | None = None
+    violations: tuple[Violation, ...] = ()
+    walker: Walker | None = None
+    try:
+        run.open()
+        assert run.checker is not None
+        walker = Walker(
+            run=run,
+            config=config,
+            history=history,
+            appendable=appendable_collections(history),
+            checker=run.checker,
+        )
+        for i in range(steps):
+            rng = random.Random(f"{config.seed}:{i}")
+            kind = "bootstrap" if i == 0 else walker.choose(rng)
+            step_started = time.monotonic()
+            try:
+                description = walker.bootstrap(rng) if i == 0 else walker.act(kind, rng)
+                found = run.checker.check(writes_expected=kind not in READ_ONLY_KINDS, rows=True)
+                unexpected = run.unexpected_exits()
+                if found:
+                    raise _WalkFailed(f"invariant violated: {describe(found)}", found)
+                if unexpected:
+                    raise _WalkFailed("; ".join(unexpected))
+            except (_WalkFailed, StepFailed, CatalogError, KazooException) as exc:
+                message = exc.message if isinstance(exc, CatalogError) else str(exc) or repr(exc)
+                if isinstance(exc, _WalkFailed):
+                    violations = exc.violations
+                error = f"walk step {i + 1} ({kind}): {message}"
+                item = WalkStep(
+                    i + 1,
+                    kind,
+                    kind,
+                    False,
+                    time.monotonic() - step_started,
+                    walker.take_steps(),
+                    message,
+                )
+                walk.append(item)
+                if on_step is not None:
+                    on_step(item)
+                break
+            item = WalkStep(
+                i + 1,
+                kind,
+                description,
+                True,
+                time.monotonic() - step_started,
+                walker.take_steps(),
+            )
+            walk.append(item)
+            if on_step is not None:
+                on_step(item)
+        if error is None:
+            found = run.checker.check_cleanup(timeout=config.timeout)
+            if found:
+                violations = tuple(found)
+                error = f"after the walk: invariant violated: {describe(found)}"
+    finally:
+        run.close(delete_environment=error is None)
+    if error is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    header = (
+        f"# simulate --seed {config.seed} --steps {steps}: the scenario steps it ran\n"
+        f'releases = "{config.releases_dir.resolve()}"\n\n'
+        f"[defaults]\nsession_timeout = {config.session_timeout:g}\n\n"
+    )
+    recorded = walker.recorded if walker is not None else []
+    return SimulationResult(
+        seed=config.seed,
+        steps_requested=steps,
+        walk=tuple(walk),
+        ok=error is None,
+        seconds=time.monotonic() - started,
+        invariants=run.checker.summary() if run.checker is not None else {},
+        error=error,
+        violations=violations,
+        scenario_toml=header + "\n\n".join(s.to_toml() for s in recorded) + "\n",
+        work_dir=None if error is None else str(work_dir),
+    )
+
+
+def simulate(
+    config: SimulationConfig,
+    *,
+    zk: str | None = None,
+    on_step: Callable[[WalkStep], None] | None = None,
+    on_shrink: Callable[[int, bool], None] | None = None,
+) -> SimulationResult:
+    """Run one walk; when it fails, re-run shorter prefixes to find the shortest failing one."""
+    index = ReleaseIndex(config.releases_dir)
+    index.versions()  # load errors surface before any process starts
+    with ZooKeeperTarget.open(zk) as target:
+        result = _run_walk(config, target, index, config.steps, on_step)
+        if result.ok:
+            return result
+        failing = len(result.walk)
+        shortest, best = failing, result
+        low = 1
+        runs: list[tuple[int, bool]] = []
+        while low < shortest and len(runs) < config.shrink_runs:
+            middle = (low + shortest) // 2
+            again = _run_walk(config, target, index, middle, None)
+            runs.append((middle, not again.ok))
+            if on_shrink is not None:
+                on_shrink(middle, not again.ok)
+            if again.ok:
+                low = middle + 1
+            else:
+                shortest, best = len(again.walk), again
+        return attrs.evolve(
+            best,
+            shortest_prefix=shortest,
+            shrink_runs=tuple(runs),
+            steps_requested=config.steps,
+        )
