@@ -1,4 +1,4 @@
-"""One exception hierarchy for catalog-upgrade (DESIGN.md section 3).
+"""One exception hierarchy for catalog-upgrade (docs/design.md section 3).
 
 Every error carries the data that explains it (path, field, version, generation) and maps onto
 one documented exit code, so the CLI catches only :class:`CatalogError` and translates it:
@@ -84,7 +84,7 @@ class MigrationRefusedError(CatalogError):
 
 
 class SchemaIncompatibleError(MigrationRefusedError):
-    """A schema change breaks a rule of DESIGN.md section 6.
+    """A schema change breaks a rule of docs/design.md section 6.
 
     ``rule`` is a stable id (e.g. ``type-changed``), ``path`` the dotted field path (``s.items.x``),
     ``old``/``new`` the types involved and ``suggestion`` a fix an engineer can apply.

@@ -1,4 +1,4 @@
-"""The data pipeline: snapshot with lazy migration, compaction, and the REWRITE copy (DESIGN §7).
+"""The data pipeline: snapshot with lazy migration, compaction, and the REWRITE copy.
 
 Every job exists on two engines behind one interface, :class:`Engine`:
 

@@ -36,7 +36,7 @@ _GLOBAL_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 class Mechanism(enum.Enum):
-    """How a collection is migrated (DESIGN.md section 2)."""
+    """How a collection is migrated (docs/design.md section 2)."""
 
     EVOLUTION = "evolution"
     REPLACEMENT = "replacement"

@@ -65,7 +65,7 @@ class MigrationContext:
 
 @attrs.frozen(hash=False)
 class CheckResult:
-    """Outcome of the read-only run (step 4 of DESIGN.md section 5)."""
+    """Outcome of the read-only run (step 3 of docs/design.md section 5)."""
 
     bootstrap: bool
     catalog_version: str | None

@@ -177,7 +177,7 @@ class RunCore:
             self._changed.wait(min(remaining, 0.2))
 
     def _confirm_readyz(self, process: SidecarProcess, deadline: float) -> None:
-        """The node says ready/serving: /readyz must agree (DESIGN.md section 8)."""
+        """The node says ready/serving: /readyz must agree (docs/design.md section 8)."""
         limit = max(deadline, time.monotonic() + READYZ_GRACE)
         while True:
             answer = process.request("GET", "/readyz?verbose", timeout=2.0)

@@ -1,6 +1,6 @@
 """The sidecar's HTTP server: health, readiness, status, metrics, promotion and the data plane.
 
-Endpoints (DESIGN.md section 8)::
+Endpoints (docs/design.md section 8)::
 
     GET  /healthz                      200 while the process runs
     GET  /readyz[?verbose]             200 only in state ready or serving, else 503;

@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 STATES = ("starting", "checking", "ready", "migrating", "serving", "fenced", "failed")
 
-# ZooKeeper on loopback answers a get in ~1 ms and a 100-op multi in ~20 ms (DESIGN.md section 9).
+# ZooKeeper on loopback answers a get in ~1 ms and a 100-op multi in ~20 ms.
 ZK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 

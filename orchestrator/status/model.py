@@ -161,7 +161,7 @@ class UpgradeStatus:
     warnings: tuple[str, ...] = ()  # parts that could not be read (shown, never fatal)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` document (DESIGN.md section 8, plus extra fields)."""
+        """The ``status --json`` document (docs/design.md section 8, plus extra fields)."""
         return {
             "environment": self.environment,
             "bootstrapped": self.bootstrapped,

@@ -119,7 +119,7 @@ def test_public_names_are_what_we_export() -> None:
 
 
 def test_release_module_imports_neither_kazoo_nor_pyspark() -> None:
-    """catalog.release stays engine- and coordination-agnostic (DESIGN.md section 3)."""
+    """catalog.release stays engine- and coordination-agnostic (docs/design.md section 3)."""
     source = Path(cr.__file__).read_text()
     assert "kazoo" not in source
     assert "pyspark" not in source
