@@ -48,3 +48,7 @@ def configure_logging(
     logging.getLogger("kazoo.client").setLevel(
         logging.DEBUG if numeric <= logging.DEBUG else logging.ERROR
     )
+    # werkzeug logs one line per HTTP request at INFO: only when debugging.
+    logging.getLogger("werkzeug").setLevel(
+        logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING
+    )

@@ -19,19 +19,23 @@ or ``{"error": ..., "message": ...}``.
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import structlog
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.wrappers import Request, Response
 
 from catalog.errors import (
     BadInputError,
     CatalogError,
+    ConfigurationError,
     ConnectionLostError,
     FencedError,
     MigrationRefusedError,
@@ -72,13 +76,20 @@ class Readiness:
         return "\n".join(lines) + "\n"
 
 
-class HttpError(Exception):
-    """A request the API refuses with a specific status (409 read-only, 503 paused, ...)."""
+class HttpError(CatalogError):
+    """A request the API refuses with a specific status (409 read-only, 503 paused, ...).
+
+    Part of the one hierarchy; its JSON body names the refusal (``error``) instead of the class.
+    """
 
     def __init__(self, status: HTTPStatus, error: str, message: str, **details: Any) -> None:
-        super().__init__(message)
+        super().__init__(message, **details)
         self.status = status
-        self.body = {"error": error, "message": message, **details}
+        self.error = error
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {"error": self.error, "message": self.message, **self.details}
 
 
 class SidecarApi(Protocol):
@@ -120,149 +131,140 @@ def status_for(exc: CatalogError) -> HTTPStatus:
     return HTTPStatus.INTERNAL_SERVER_ERROR
 
 
-def _make_handler(api: SidecarApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "catalog-upgrade-sidecar"
-        protocol_version = "HTTP/1.1"
+ROUTES = Map(
+    [
+        Rule("/healthz", endpoint="healthz", methods=["GET"]),
+        Rule("/readyz", endpoint="readyz", methods=["GET"]),
+        Rule("/status", endpoint="status", methods=["GET"]),
+        Rule("/metrics", endpoint="metrics", methods=["GET"]),
+        Rule("/read", endpoint="read", methods=["GET"]),
+        Rule("/promote", endpoint="promote", methods=["POST"]),
+        Rule("/append", endpoint="append", methods=["POST"]),
+    ],
+    strict_slashes=False,
+)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http_request", client=self.client_address[0], line=format % args)
+_TEXT = "text/plain; charset=utf-8"
 
-        # -- plumbing ---------------------------------------------------------------------
 
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+def _json(status: HTTPStatus, value: Any) -> Response:
+    return Response(json.dumps(value, indent=2) + "\n", status=status, content_type=JSON_TYPE)
 
-        def _json(self, status: HTTPStatus, value: Any) -> None:
-            self._send(status, (json.dumps(value, indent=2) + "\n").encode(), JSON_TYPE)
 
-        def _body(self) -> bytes:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                raise HttpError(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                    "body-too-large",
-                    f"request body of {length} bytes is above the {MAX_BODY_BYTES} limit",
-                )
-            return self.rfile.read(length) if length else b""
+def _body(request: Request) -> bytes:
+    length = request.content_length or 0
+    if length > MAX_BODY_BYTES:
+        raise HttpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            "body-too-large",
+            f"request body of {length} bytes is above the {MAX_BODY_BYTES} limit",
+        )
+    return request.get_data(cache=False)
 
-        def _dispatch(self, routes: Mapping[str, Any]) -> None:
-            url = urlsplit(self.path)
-            query = parse_qs(url.query, keep_blank_values=True)
-            route = routes.get(url.path.rstrip("/") or "/")
-            try:
-                if route is None:
-                    allowed = {"GET": GET_PATHS, "POST": POST_PATHS}
-                    other = "POST" if self.command in ("GET", "HEAD") else "GET"
-                    if url.path.rstrip("/") in allowed[other]:
-                        raise HttpError(
-                            HTTPStatus.METHOD_NOT_ALLOWED,
-                            "method-not-allowed",
-                            f"{url.path} takes {other}",
-                        )
-                    raise HttpError(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint {url.path}")
-                route(query)
-            except HttpError as exc:
-                self._json(exc.status, exc.body)
-            except CatalogError as exc:
-                self._json(status_for(exc), exc.to_json())
-            except Exception as exc:  # a bug: answer 500 and keep serving
-                log.exception("http_handler_failed", path=url.path)
-                self._json(
-                    HTTPStatus.INTERNAL_SERVER_ERROR,
-                    {"error": type(exc).__name__, "message": str(exc)},
-                )
 
-        # -- endpoints --------------------------------------------------------------------
+@attrs.frozen
+class SidecarApp:
+    """The WSGI application: routes a request to one endpoint, errors to status codes."""
 
-        def healthz(self, _query: Mapping[str, list[str]]) -> None:
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+    api: SidecarApi
 
-        def readyz(self, query: Mapping[str, list[str]]) -> None:
-            readiness = api.readiness()
-            status = HTTPStatus.OK if readiness.ok else HTTPStatus.SERVICE_UNAVAILABLE
-            if "verbose" in query:
-                body = readiness.render()
-            elif readiness.ok:
-                body = "ok\n"
-            else:
-                body = f"not ready: {', '.join(c.name for c in readiness.checks if not c.ok)}\n"
-            self._send(status, body.encode(), "text/plain; charset=utf-8")
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self.respond(request)
+        return response(environ, start_response)
 
-        def status(self, _query: Mapping[str, list[str]]) -> None:
-            self._json(HTTPStatus.OK, api.status_json())
-
-        def metrics(self, _query: Mapping[str, list[str]]) -> None:
-            self._send(HTTPStatus.OK, api.metrics_text(), METRICS_CONTENT_TYPE)
-
-        def promote(self, query: Mapping[str, list[str]]) -> None:
-            body = self._body()
-            generation = _int_param(query, "deploy_generation")
-            if generation is None and body.strip():
-                try:
-                    data = json.loads(body)
-                except json.JSONDecodeError as exc:
-                    raise HttpError(
-                        HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
-                    ) from exc
-                raw = data.get("deploy_generation") if isinstance(data, dict) else data
-                generation = _as_int(raw, "deploy_generation")
-            self._json(HTTPStatus.OK, api.promote(generation))
-
-        def append(self, query: Mapping[str, list[str]]) -> None:
-            collection = _required(query, "collection")
-            self._json(HTTPStatus.OK, api.append(collection, self._body()))
-
-        def read(self, query: Mapping[str, list[str]]) -> None:
-            collection = _required(query, "collection")
-            rows = api.read(collection, _int_param(query, "as_of"))
-            body = "".join(json.dumps(row, default=str) + "\n" for row in rows).encode()
-            self._send(HTTPStatus.OK, body, JSON_LINES_TYPE)
-
-        # -- verbs ------------------------------------------------------------------------
-
-        def do_GET(self) -> None:
-            self._dispatch(
-                {
-                    "/healthz": self.healthz,
-                    "/readyz": self.readyz,
-                    "/status": self.status,
-                    "/metrics": self.metrics,
-                    "/read": self.read,
-                }
+    def respond(self, request: Request) -> Response:
+        try:
+            endpoint, _args = ROUTES.bind_to_environ(request.environ).match()
+            handler: Callable[[Request], Response] = getattr(self, endpoint)
+            return handler(request)
+        except MethodNotAllowed as exc:
+            allowed = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
+            return _json(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                {"error": "method-not-allowed", "message": f"{request.path} takes {allowed}"},
+            )
+        except NotFound:
+            return _json(
+                HTTPStatus.NOT_FOUND,
+                {"error": "not-found", "message": f"no endpoint {request.path}"},
+            )
+        except HTTPException as exc:
+            return _json(
+                HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description}
+            )
+        except HttpError as exc:
+            return _json(exc.status, exc.body)
+        except CatalogError as exc:
+            return _json(status_for(exc), exc.to_json())
+        except Exception as exc:  # a bug: answer 500 and keep serving
+            log.exception("http_handler_failed", path=request.path)
+            return _json(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                {"error": type(exc).__name__, "message": str(exc)},
             )
 
-        do_HEAD = do_GET
+    # -- endpoints --------------------------------------------------------------------------
 
-        def do_POST(self) -> None:
-            self._dispatch({"/promote": self.promote, "/append": self.append})
+    def healthz(self, _request: Request) -> Response:
+        return Response("ok\n", content_type=_TEXT)
 
-    return Handler
+    def readyz(self, request: Request) -> Response:
+        readiness = self.api.readiness()
+        status = HTTPStatus.OK if readiness.ok else HTTPStatus.SERVICE_UNAVAILABLE
+        if "verbose" in request.args:
+            body = readiness.render()
+        elif readiness.ok:
+            body = "ok\n"
+        else:
+            body = f"not ready: {', '.join(c.name for c in readiness.checks if not c.ok)}\n"
+        return Response(body, status=status, content_type=_TEXT)
+
+    def status(self, _request: Request) -> Response:
+        return _json(HTTPStatus.OK, self.api.status_json())
+
+    def metrics(self, _request: Request) -> Response:
+        return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)
+
+    def promote(self, request: Request) -> Response:
+        body = _body(request)
+        generation = _int_param(request.args, "deploy_generation")
+        if generation is None and body.strip():
+            try:
+                data = json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
+                ) from exc
+            raw = data.get("deploy_generation") if isinstance(data, dict) else data
+            generation = _as_int(raw, "deploy_generation")
+        return _json(HTTPStatus.OK, self.api.promote(generation))
+
+    def append(self, request: Request) -> Response:
+        collection = _required(request.args, "collection")
+        return _json(HTTPStatus.OK, self.api.append(collection, _body(request)))
+
+    def read(self, request: Request) -> Response:
+        collection = _required(request.args, "collection")
+        rows = self.api.read(collection, _int_param(request.args, "as_of"))
+        body = "".join(json.dumps(row, default=str) + "\n" for row in rows)
+        return Response(body, content_type=JSON_LINES_TYPE)
 
 
-GET_PATHS = frozenset({"/healthz", "/readyz", "/status", "/metrics", "/read"})
-POST_PATHS = frozenset({"/promote", "/append"})
-
-
-def _required(query: Mapping[str, list[str]], name: str) -> str:
-    values = query.get(name)
-    if not values or not values[0]:
+def _required(query: Mapping[str, str], name: str) -> str:
+    value = query.get(name)
+    if not value:
         raise HttpError(
             HTTPStatus.BAD_REQUEST, "missing-parameter", f"query parameter {name} is required"
         )
-    return values[0]
+    return value
 
 
-def _int_param(query: Mapping[str, list[str]], name: str) -> int | None:
-    values = query.get(name)
-    if not values or values[0] == "":
+def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    value = query.get(name)
+    if value is None or value == "":
         return None
-    return _as_int(values[0], name)
+    return _as_int(value, name)
 
 
 def _as_int(value: Any, name: str) -> int | None:
@@ -280,12 +282,12 @@ def _as_int(value: Any, name: str) -> int | None:
 
 @attrs.define
 class SidecarHttpServer:
-    """A threading HTTP server on its own daemon thread; ``address`` is the bound one."""
+    """werkzeug's threaded WSGI server on its own daemon thread; ``address`` is the bound one."""
 
     api: SidecarApi
     host: str = "127.0.0.1"
     port: int = 0
-    _server: ThreadingHTTPServer | None = attrs.field(default=None, init=False)
+    _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
 
     @property
@@ -298,16 +300,19 @@ class SidecarHttpServer:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self) -> SidecarHttpServer:
+        # Bind here, so a taken port is our error (werkzeug would print and exit the process).
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            server = ThreadingHTTPServer((self.host, self.port), _make_handler(self.api))
+            listener = socket.create_server((self.host, self.port), family=family)
         except OSError as exc:
-            from catalog.errors import ConfigurationError
-
             raise ConfigurationError(
                 f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}",
                 address=f"{self.host}:{self.port}",
             ) from exc
-        server.daemon_threads = True
+        with listener:
+            server = make_server(
+                self.host, self.port, SidecarApp(self.api), threaded=True, fd=listener.fileno()
+            )
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
