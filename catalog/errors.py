@@ -142,6 +142,14 @@ class ConnectionLostError(ConsensusError):
     """ZooKeeper did not answer; the outcome of the last write is unknown."""
 
 
+class CorruptStateError(ConsensusError):
+    """A znode's value cannot be decoded: names the ``key`` and what is wrong with it."""
+
+    def __init__(self, message: str, *, key: str, **details: Any) -> None:
+        super().__init__(message, key=key, **details)
+        self.key = key
+
+
 class BlobError(CatalogError):
     """Blob storage failed."""
 

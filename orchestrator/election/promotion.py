@@ -38,6 +38,7 @@ from catalog.errors import (
 from catalog.retry import CasRetry
 from orchestrator.election.values import _catalog_generation, _promotion_of
 from orchestrator.events import record_event
+from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState
 
 log = structlog.get_logger(__name__)
 
@@ -99,9 +100,6 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
             )
 
 
-FAILED_STATES: Final = frozenset({"failed", "fenced"})
-
-
 # Errors after which the outcome of a read is unknown but a later look may succeed.
 _TRANSIENT: Final[tuple[type[BaseException], ...]] = (ConnectionLostError, *CONNECTION_ERRORS)
 
@@ -119,18 +117,18 @@ def _error_message(error: Any) -> str:
     return str(error)
 
 
-def _failure(process: Mapping[str, Any], deploy_generation: int) -> CatalogError:
+def _failure(process: ProcessNode, deploy_generation: int) -> CatalogError:
     """The error a waiting ``promote`` reports for a failed process of the promoted generation."""
-    error = process.get("error")
+    error = process.error
     code = _error_exit_code(error)
     message = (
-        f"generation {deploy_generation}: process {process.get('id')} "
-        f"{process.get('state')}: {_error_message(error) if error else 'no reason given'}"
+        f"generation {deploy_generation}: process {process.id} "
+        f"{process.state}: {_error_message(error) if error else 'no reason given'}"
     )
-    details = {"process_id": process.get("id"), "state": process.get("state"), "cause": error}
+    details = {"process_id": process.id, "state": process.state, "cause": error}
     if code == EXIT_REFUSED:
         return MigrationRefusedError(message, deploy_generation=deploy_generation, **details)
-    if code == EXIT_FENCED or process.get("state") == "fenced":
+    if code == EXIT_FENCED or process.process_state is ProcessState.FENCED:
         return FencedError(message, deploy_generation=deploy_generation, **details)
     return CatalogError(message, deploy_generation=deploy_generation, reason="failed", **details)
 
@@ -218,7 +216,7 @@ def _promotion_progress(
     processes = _generation_processes(consensus, client, deploy_generation, watcher)
     leader_id = epoch.get("leader") if isinstance(epoch, dict) else None
     if not isinstance(epoch, dict) or int(epoch.get("deploy_generation", -1)) != deploy_generation:
-        if processes and all(p.get("state") in FAILED_STATES for p in processes.values()):
+        if processes and all(p.in_states(FINAL_STATES) for p in processes.values()):
             first = processes[min(processes)]
             return _failure(first, deploy_generation), "every process failed"
         return None, (
@@ -228,16 +226,16 @@ def _promotion_progress(
     leader = processes.get(str(leader_id))
     if leader is None:
         return None, f"leader {leader_id} of generation {deploy_generation} is not registered"
-    state = leader.get("state")
-    if state in FAILED_STATES:
+    state = leader.state
+    if leader.in_states(FINAL_STATES):
         return _failure(leader, deploy_generation), f"leader {leader_id} {state}"
     if (
         catalog is not None
         and catalog.deploy_generation == deploy_generation
-        and (state == "serving")
+        and leader.process_state is ProcessState.SERVING
     ):
         return True, f"leader {leader_id} serving"
-    phase = leader.get("phase")
+    phase = leader.phase
     return None, f"leader {leader_id} is {state}" + (f" ({phase})" if phase else "")
 
 
@@ -246,7 +244,7 @@ def _generation_processes(
     client: KazooClient,
     deploy_generation: int,
     watcher: Callable[[WatchedEvent | None], None],
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ProcessNode]:
     base = consensus.path(PROCESSES_KEY)
     try:
         names = client.get_children(base, watch=watcher)
@@ -255,13 +253,13 @@ def _generation_processes(
             watcher(None)
         return {}
     pending = [(name, client.get_async(f"{base}/{name}", watch=watcher)) for name in names]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ProcessNode] = {}
     for name, result in pending:
         try:
             data, _stat = result.get()
         except NoNodeError:
             continue
-        value = decode_json(data)
-        if isinstance(value, dict) and value.get("deploy_generation") == deploy_generation:
-            out[name] = {"id": name, **value}
+        node = ProcessNode.decode(f"{PROCESSES_KEY}/{name}", data)
+        if node.deploy_generation == deploy_generation:
+            out[name] = node
     return out

@@ -17,12 +17,10 @@ from catalog.environment import (
     SHARDS_KEY,
     read_catalog,
 )
-from catalog.errors import (
-    ShardError,
-    VersionMismatchError,
-)
+from catalog.errors import CorruptStateError, ShardError, VersionMismatchError
 from catalog.shard import ShardState, shard_key
 from orchestrator.migrate.context import MigrationContext
+from orchestrator.process_node import CREATING_STATES, ProcessNode
 
 log = structlog.get_logger(__name__)
 
@@ -67,10 +65,6 @@ def finalize_pending(
 ORPHAN_GRACE_SECONDS = 600.0
 
 
-# Process states in which a process may hold shards it created but has not named yet.
-_CREATING_STATES = frozenset({"starting", "checking", "migrating"})
-
-
 _ORPHAN_CHUNK = 50
 
 
@@ -79,14 +73,15 @@ def _creation_in_flight(consensus: Consensus, process_id: str) -> str | None:
     names = [n for n in consensus.children(PROCESSES_KEY) if n != process_id]
     found = consensus.get_many([f"{PROCESSES_KEY}/{n}" for n in names])
     for name in names:
-        value = found[f"{PROCESSES_KEY}/{name}"]
+        key = f"{PROCESSES_KEY}/{name}"
+        value = found[key]
         if value is None:
             continue
         try:
-            state = value.json().get("state")
-        except ValueError:
-            state = None
-        if state in _CREATING_STATES or state is None:
+            node = ProcessNode.decode(key, value.value)
+        except CorruptStateError:
+            return name  # unreadable: it may be creating shards, so wait
+        if node.in_states(CREATING_STATES):
             return name
     return None
 

@@ -23,7 +23,9 @@ from catalog.environment import (
     PROCESSES_KEY,
     PROMOTION_KEY,
 )
+from catalog.errors import EXIT_FENCED, EXIT_OK
 from catalog.release import Release
+from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState
 from orchestrator.scenario.fleet import Fleet, HttpAnswer, SidecarProcess
 from orchestrator.scenario.format import (
     Step,
@@ -76,8 +78,8 @@ class RunCore:
 
         return read_status(self.consensus).to_json()
 
-    def process_node(self, name: str, *, watch: bool = False) -> dict[str, Any] | None:
-        """The process node's JSON (None when absent), optionally leaving a watch on it."""
+    def process_node(self, name: str, *, watch: bool = False) -> ProcessNode | None:
+        """The process node (None when absent), optionally leaving a watch on it."""
         path = self.consensus.path(f"{PROCESSES_KEY}/{name}")
         watcher = self._on_change if watch else None
         try:
@@ -86,8 +88,7 @@ class RunCore:
             if watch and self.client.exists(path, watch=watcher) is not None:
                 self._changed.set()
             return None
-        value = json.loads(data) if data else None
-        return value if isinstance(value, dict) else None
+        return ProcessNode.decode(f"{PROCESSES_KEY}/{name}", data)
 
     def _on_change(self, _event: object) -> None:
         self._changed.set()
@@ -143,7 +144,7 @@ class RunCore:
             if code is None:
                 raise StepFailed(f"{process.name} still runs after {timeout:g} s")
             return f"exited with code {code}"
-        last: dict[str, Any] | None = None
+        last: ProcessNode | None = None
         while True:
             self._changed.clear()
             try:
@@ -152,22 +153,25 @@ class RunCore:
                 node = None  # ZooKeeper restarting: the watch re-arms on the next turn
             if node is not None:
                 last = node
-                if node.get("state") == state:
-                    if state in ("ready", "serving"):
+                if node.state == state:
+                    if node.in_states(READY_STATES):
                         self._confirm_readyz(process, deadline)
                     return f"{state} after {time.monotonic() - started:.2f} s"
             code = process.returncode
             if code is not None:
-                if (state == "fenced" and code == 3) or (state == "failed" and code not in (0, 3)):
+                fenced, failed = ProcessState.FENCED.value, ProcessState.FAILED.value
+                if (state == fenced and code == EXIT_FENCED) or (
+                    state == failed and code not in (EXIT_OK, EXIT_FENCED)
+                ):
                     return f"exited with code {code} ({state})"
-                seen = f" (last state {last.get('state')})" if last else ""
+                seen = f" (last state {last.state})" if last else ""
                 raise StepFailed(
                     f"{process.name} exited with code {code} while waiting for {state}{seen}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                seen = "no process node" if last is None else f"state {last.get('state')}"
-                error = last.get("error") if last else None
+                seen = "no process node" if last is None else f"state {last.state}"
+                error = last.error if last else None
                 raise StepFailed(
                     f"{process.name} did not reach {state} within {timeout:g} s ({seen}"
                     + (f", error {json.dumps(error)}" if error else "")

@@ -14,7 +14,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Create, Fence, SetData, encode_json
+from catalog.consensus import Consensus, Create, Fence, SetData
 from catalog.environment import PROCESSES_KEY
 from catalog.errors import (
     ConfigurationError,
@@ -29,6 +29,7 @@ from orchestrator.migrate import (
     CheckResult,
     MigrationContext,
 )
+from orchestrator.process_node import ProcessMode, ProcessNode
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.http import SidecarApi, SidecarHttpServer
 from orchestrator.sidecar.metrics import SidecarMetrics
@@ -36,7 +37,6 @@ from orchestrator.sidecar.states import (
     _RESTING_PHASES,
     State,
 )
-from orchestrator.status import ProcessStatus
 
 log = structlog.get_logger(__name__)
 
@@ -113,13 +113,15 @@ class SidecarCore:
     def _node_key(self) -> str:
         return f"{PROCESSES_KEY}/{self.config.process_id}"
 
-    def status(self) -> ProcessStatus:
+    def status(self) -> ProcessNode:
         """The live status (what the process node holds)."""
-        return ProcessStatus(
+        return ProcessNode(
             id=self.config.process_id,
             version=str(self.release.version),
             deploy_generation=self.config.deploy_generation,
-            mode="leader" if self._leadership is not None else "read-only",
+            mode=(
+                ProcessMode.LEADER if self._leadership is not None else ProcessMode.READ_ONLY
+            ).value,
             state=self._state.value,
             phase=self._phase,
             phase_since=self._phase_since,
@@ -137,7 +139,7 @@ class SidecarCore:
     def _register(self) -> None:
         assert self._consensus is not None
         self._consensus.ensure(PROCESSES_KEY)
-        value = encode_json(self.status().to_json())
+        value = self.status().encode()
         try:
             self._consensus.commit([Create(self._node_key, value, ephemeral=True)])
         except VersionMismatchError as exc:
@@ -151,7 +153,7 @@ class SidecarCore:
     def _write_status(self) -> None:
         if self._consensus is None or not self._registered or not self._connected.is_set():
             return
-        value = encode_json(self.status().to_json())
+        value = self.status().encode()
         try:
             self._consensus.commit([SetData(self._node_key, value, -1)])
         except VersionMismatchError:  # our session's node vanished: it comes back on reconnect

@@ -23,14 +23,11 @@ from orchestrator import election as election_mod
 from orchestrator.migrate import (
     find_schema_id,
 )
+from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.core import SidecarCore
 from orchestrator.sidecar.http import HttpError, Readiness, ReadinessCheck
 from orchestrator.sidecar.rows import jsonable, rows_to_table
-from orchestrator.sidecar.states import (
-    READY_STATES,
-    State,
-    _Promote,
-)
+from orchestrator.sidecar.states import State, _Promote
 from orchestrator.status import read_status
 
 log = structlog.get_logger(__name__)

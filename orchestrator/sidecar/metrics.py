@@ -13,7 +13,9 @@ import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-STATES = ("starting", "checking", "ready", "migrating", "serving", "fenced", "failed")
+from orchestrator.process_node import ProcessState
+
+STATES = tuple(state.value for state in ProcessState)
 
 # ZooKeeper on loopback answers a get in ~1 ms and a 100-op multi in ~20 ms.
 ZK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

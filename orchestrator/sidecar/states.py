@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import enum
 from concurrent.futures import Future
 from typing import Any
 
 import attrs
 
+from orchestrator.process_node import ProcessState
 
-class State(enum.Enum):
-    STARTING = "starting"
-    CHECKING = "checking"
-    READY = "ready"
-    MIGRATING = "migrating"
-    SERVING = "serving"
-    FENCED = "fenced"
-    FAILED = "failed"
-
-
-READY_STATES = frozenset({State.READY, State.SERVING})
+#: The sidecar's states are the process node's (one spelling, in orchestrator.process_node).
+State = ProcessState
 
 
 # Phases whose durations are migration work (a histogram each); ready/serving are resting.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from orchestrator.election import EpochInfo
 from orchestrator.events import UpgradeEvent
+from orchestrator.process_node import ProcessNode
 
 
 def _opt_int(value: Any) -> int | None:
@@ -23,50 +23,8 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-@attrs.frozen
-class ProcessStatus:
-    """One registered process, as its ephemeral ``processes/<id>`` node says."""
-
-    id: str
-    version: str | None = None
-    deploy_generation: int | None = None
-    mode: str | None = None
-    state: str | None = None
-    phase: str | None = None
-    phase_since: float | None = None
-    plan: Any = None
-    error: Any = None
-    host: str | None = None
-    pid: int | None = None
-    session: str | None = None
-    epoch: int | None = None
-    http: str | None = None
-    heartbeat: float | None = None
-    started_at: float | None = None
-
-    @classmethod
-    def from_json(cls, process_id: str, data: Mapping[str, Any]) -> ProcessStatus:
-        return cls(
-            id=str(data.get("id") or process_id),
-            version=_opt_str(data.get("version")),
-            deploy_generation=_opt_int(data.get("deploy_generation")),
-            mode=_opt_str(data.get("mode")),
-            state=_opt_str(data.get("state")),
-            phase=_opt_str(data.get("phase")),
-            phase_since=_opt_float(data.get("phase_since")),
-            plan=data.get("plan"),
-            error=data.get("error"),
-            host=_opt_str(data.get("host")),
-            pid=_opt_int(data.get("pid")),
-            session=_opt_str(data.get("session")),
-            epoch=_opt_int(data.get("epoch")),
-            http=_opt_str(data.get("http")),
-            heartbeat=_opt_float(data.get("heartbeat")),
-            started_at=_opt_float(data.get("started_at")),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self, recurse=False)
+#: One registered process, as its ephemeral ``processes/<id>`` node says (the one value).
+ProcessStatus = ProcessNode
 
 
 @attrs.frozen

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
+import structlog
 from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import CONNECTION_ERRORS, Consensus, Versioned
@@ -20,9 +21,16 @@ from catalog.environment import (
     SHARDS_KEY,
     CatalogState,
 )
-from catalog.errors import BadInputError, BlobError, ConnectionLostError, ShardError
+from catalog.errors import (
+    BadInputError,
+    BlobError,
+    ConnectionLostError,
+    CorruptStateError,
+    ShardError,
+)
 from orchestrator.election import EpochInfo
 from orchestrator.events import read_events
+from orchestrator.process_node import ProcessNode
 from orchestrator.status.model import (
     CatalogSummary,
     CollectionStatus,
@@ -37,6 +45,8 @@ DEFAULT_EVENTS: Final = 20
 
 
 UNCHANGED: Final = "unchanged"
+
+log = structlog.get_logger(__name__)
 
 
 def schema_id_of(shard_state: Any) -> int | None:
@@ -170,10 +180,14 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         shard_keys.append(migration_key)
     found = consensus.get_many([*process_keys, *shard_keys])
     processes: list[ProcessStatus] = []
-    for name, key in zip(children[PROCESSES_KEY], process_keys, strict=True):
-        data = _json_of(found[key])
-        if isinstance(data, Mapping):  # a node gone between listing and reading is skipped
-            processes.append(ProcessStatus.from_json(name, data))
+    for key in process_keys:
+        node = found[key]
+        if node is None:  # a node gone between listing and reading is skipped
+            continue
+        try:
+            processes.append(ProcessNode.decode(key, node.value))
+        except CorruptStateError as exc:
+            log.warning("process_node_unreadable", key=key, error=exc.message)
     processes.sort(key=lambda p: (p.deploy_generation or -1, p.id))
     leader = None
     if epoch is not None:

@@ -10,18 +10,10 @@ from typing import Any, Final
 import attrs
 
 from catalog.release import Release
+from orchestrator.process_node import ProcessState
 
 # States a `wait` step can wait for: the process node's states, plus `exited`.
-WAIT_STATES: Final = (
-    "starting",
-    "checking",
-    "ready",
-    "migrating",
-    "serving",
-    "fenced",
-    "failed",
-    "exited",
-)
+WAIT_STATES: Final = (*(state.value for state in ProcessState), "exited")
 
 
 COMPARATORS: Final = ("equals", "not_equals", "length", "contains", "exists")

@@ -18,6 +18,7 @@ from catalog.release import (
     plan,
     plan_path,
 )
+from orchestrator.process_node import READY_STATES, ProcessState
 from orchestrator.scenario.invariants.core import CheckerCore
 from orchestrator.scenario.invariants.view import (
     DurableView,
@@ -59,9 +60,9 @@ class DurableRules(CheckerCore):
             serving = sorted(
                 pid
                 for pid, node in view.processes.items()
-                if node.get("mode") == "leader"
-                and node.get("state") == "serving"
-                and node.get("epoch") == number
+                if node.is_leader
+                and node.process_state is ProcessState.SERVING
+                and node.epoch == number
             )
             if len(serving) > 1 or (serving and serving != [leader]):
                 found.append(
@@ -102,10 +103,10 @@ class DurableRules(CheckerCore):
         found = []
         groups: dict[tuple[str, int], dict[str, dict[str, str]]] = collections.defaultdict(dict)
         for pid, node in view.processes.items():
-            plan_ = node.get("plan")
-            if node.get("state") not in ("ready", "serving") or not isinstance(plan_, Mapping):
+            plan_ = node.plan
+            if not node.in_states(READY_STATES) or not isinstance(plan_, Mapping):
                 continue
-            key = (str(node.get("version")), int(node.get("deploy_generation", -1)))
+            key = (node.version, node.deploy_generation)
             shards = {
                 str(m["global_id"]): str(m["shard_id"])
                 for m in plan_.get("migrations") or ()

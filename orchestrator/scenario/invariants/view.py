@@ -27,6 +27,7 @@ from catalog.release import (
 )
 from catalog.schema import fingerprint
 from catalog.shard import ShardState, read_states
+from orchestrator.process_node import ProcessNode, ProcessState
 
 INVARIANTS = (
     "single-leader",
@@ -63,7 +64,7 @@ class DurableView:
     catalog_version: int | None
     epoch: Mapping[str, Any] | None
     promotion: Mapping[str, Any] | None
-    processes: Mapping[str, Mapping[str, Any]]
+    processes: Mapping[str, ProcessNode]
     states: Mapping[str, ShardState | None]  # every shard under shards/
     entries: tuple[MigrationEntry, ...]
     finalize_queue: tuple[str, ...]
@@ -88,10 +89,10 @@ class DurableView:
         nodes = consensus.get_many([f"{PROCESSES_KEY}/{n}" for n in names])
         processes = {}
         for name in names:
-            node = nodes[f"{PROCESSES_KEY}/{name}"]
-            value = node.json() if node is not None and node.value else None
-            if isinstance(value, dict):
-                processes[name] = value
+            key = f"{PROCESSES_KEY}/{name}"
+            node = nodes[key]
+            if node is not None:
+                processes[name] = ProcessNode.decode(key, node.value)
         shard_ids = consensus.children(SHARDS_KEY)
         states = read_states(consensus, shard_ids) if shard_ids else {}
         entries: tuple[MigrationEntry, ...] = ()
@@ -113,9 +114,9 @@ class DurableView:
     def read_only_keys(self) -> set[tuple[str, int]]:
         """``(version, generation)`` of every read-only process registered."""
         return {
-            (str(node.get("version")), int(node.get("deploy_generation", -1)))
+            (node.version, node.deploy_generation)
             for node in self.processes.values()
-            if node.get("mode") != "leader"
+            if not node.is_leader
         }
 
     def foreign_digest(self, own_keys: set[tuple[str, int]]) -> dict[str, Any]:
@@ -144,10 +145,12 @@ def _quiescent(view: DurableView) -> bool:
     leader = view.processes.get(str(epoch.get("leader")))
     return (
         leader is not None
-        and leader.get("state") == "serving"
-        and leader.get("epoch") == epoch.get("epoch")
+        and leader.process_state is ProcessState.SERVING
+        and leader.epoch == epoch.get("epoch")
         and promotion.get("deploy_generation") == epoch.get("deploy_generation")
-        and not any(node.get("state") == "migrating" for node in view.processes.values())
+        and not any(
+            node.process_state is ProcessState.MIGRATING for node in view.processes.values()
+        )
     )
 
 

@@ -11,6 +11,7 @@ import time
 
 from catalog.environment import EPOCH_KEY
 from catalog.release import Version
+from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
 from orchestrator.scenario.simulate.rows import make_rows
 from orchestrator.scenario.simulate.values import Member, _WalkFailed
@@ -52,20 +53,21 @@ class FaultMoves(WalkerCore):
         seen = None
         while time.monotonic() - started < self.config.timeout and process.running:
             node = self.run.process_node(name)
-            seen = node.get("state") if node else None
-            if seen in ("checking", "ready"):
+            seen = node.process_state if node else None
+            if seen in (ProcessState.CHECKING, ProcessState.READY):
                 break
             time.sleep(0.005)  # racing the process on purpose: a watch round trip is too slow
         time.sleep(delay)
-        node = self.run.process_node(name) or {}
+        node = self.run.process_node(name)
+        state, phase = (node.state, node.phase) if node else (None, None)
         self.do(
             "kill",
             processes=(name,),
             note=f"killed {time.monotonic() - started:.3f} s after start, in state "
-            f"{node.get('state')} ({node.get('phase')})",
+            f"{state} ({phase})",
         )
         self.live.pop(name)
-        return f"SIGKILL {name} ({version} g{generation}) in state {node.get('state')}"
+        return f"SIGKILL {name} ({version} g{generation}) in state {state}"
 
     def _kill_follower(self, rng: random.Random) -> str:
         name = rng.choice(self.followers())
@@ -103,8 +105,9 @@ class FaultMoves(WalkerCore):
             # The other crash point: once the new leader reports it is migrating.
             with contextlib.suppress(StepFailed):
                 self.run.wait_state(self.run.fleet.get(victim), "migrating", 5.0)
-        node = self.run.process_node(victim) or {}
-        self.do("kill", processes=(victim,), note=f"killed in state {node.get('state')}")
+        node = self.run.process_node(victim)
+        state, phase = (node.state, node.phase) if node else (None, None)
+        self.do("kill", processes=(victim,), note=f"killed in state {state}")
         self.live.pop(victim, None)
         # The promotion fences lower generations at once; refusals wait for the catalog switch,
         # which only the successor (a follower, or a restart) completes.
@@ -113,7 +116,7 @@ class FaultMoves(WalkerCore):
         self._promoted(version, generation)
         return (
             f"promote {version} g{generation}, SIGKILL its leader {victim} "
-            f"(state {node.get('state')}, phase {node.get('phase')}); {recovered}"
+            f"(state {state}, phase {phase}); {recovered}"
         )
 
     def _zombie(self, rng: random.Random) -> str:
