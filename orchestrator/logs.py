@@ -38,7 +38,9 @@ def configure_logging(
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        # One write per line (PrintLogger writes the newline separately, so a stdlib record from
+        # another thread could land between a message and its newline).
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
     # kazoo is chatty at INFO about every reconnect; its warnings still matter.

@@ -6,6 +6,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 import pytest
@@ -45,6 +46,7 @@ from orchestrator.election import (
     wait_promoted,
 )
 from orchestrator.events import read_events
+from orchestrator.process_node import ProcessNode
 from support.zookeeper import ZkEnv, expire_session
 
 pytestmark = pytest.mark.integration
@@ -453,9 +455,12 @@ def test_promote_only_raises_the_target(store: Consensus, zk_env: ZkEnv) -> None
     assert [(e.kind, e.fields["deploy_generation"]) for e in events] == [("promoted", 5)]
 
 
-def write_process(store: Consensus, process_id: str, **fields: object) -> None:
+def write_process(store: Consensus, process_id: str, **fields: Any) -> None:
+    """Write a process node the way a sidecar does (through the one codec)."""
     key = f"{PROCESSES_KEY}/{process_id}"
-    value = encode_json({"id": process_id, **fields})
+    node: dict[str, Any] = {"version": "0.1.0", "mode": "read-only", "state": "starting"}
+    node.update(fields)
+    value = ProcessNode(id=process_id, **node).encode()
     found = store.get(key)
     if found is None:
         store.ensure(PROCESSES_KEY)

@@ -14,7 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Create, Fence, Op, SetData, encode_json
+from catalog.consensus import Consensus, Create, Fence, Op, SetData
 from catalog.environment import FINALIZE_KEY, PROCESSES_KEY, read_catalog
 from catalog.errors import FencedError, MigrationRefusedError, PlanError
 from catalog.migration import MigrationShard
@@ -28,6 +28,7 @@ from orchestrator.migrate import (
     finalize_pending,
     migrate_as_leader,
 )
+from orchestrator.process_node import ProcessNode
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -501,7 +502,11 @@ def test_orphan_collection_waits_while_another_process_is_checking(
     consensus = leader_ctx.consensus
     consensus.ensure(PROCESSES_KEY)
     node = f"{PROCESSES_KEY}/other"
-    consensus.commit([Create(node, encode_json({"state": "checking"}), ephemeral=True)])
+    other = ProcessNode(
+        id="other", version="0.11.0", deploy_generation=2, mode="read-only", state="checking"
+    )
+    consensus.commit([Create(node, other.encode(), ephemeral=True)])
     assert collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0) == []
-    consensus.commit([SetData(node, encode_json({"state": "ready"}), -1)])
+    ready = attrs.evolve(other, state="ready")
+    consensus.commit([SetData(node, ready.encode(), -1)])
     assert collect_orphan_shards(leader_ctx, leadership.fence, grace_seconds=0) == orphans
