@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-__all__ = ["NOT_YET", "Watch", "WaitTimeout", "wait_until", "watched_children", "watched_data"]
+__all__ = ["NOT_YET", "WaitTimeout", "Watch", "wait_until", "watched_children", "watched_data"]
 
 T = TypeVar("T")
 
