@@ -22,7 +22,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-__all__ = ["NOT_YET", "WaitTimeout", "Watch", "wait_until", "watched_children", "watched_data"]
+__all__ = [
+    "NOT_YET",
+    "NotYet",
+    "WaitTimeout",
+    "Watch",
+    "wait_until",
+    "watched_children",
+    "watched_data",
+]
 
 T = TypeVar("T")
 
@@ -30,13 +38,13 @@ T = TypeVar("T")
 Watch = Callable[[Any], None]
 
 
-class _NotYet:
+class NotYet:
     def __repr__(self) -> str:
         return "NOT_YET"
 
 
 #: What ``look`` returns while the condition does not hold yet.
-NOT_YET: Final = _NotYet()
+NOT_YET: Final = NotYet()
 
 
 class WaitTimeout(Exception):
@@ -48,7 +56,7 @@ class WaitTimeout(Exception):
 
 
 def wait_until(
-    look: Callable[[Watch], T | _NotYet],
+    look: Callable[[Watch], T | NotYet],
     timeout: float | None,
     *,
     safety: float | None = 5.0,
@@ -68,7 +76,7 @@ def wait_until(
     while True:
         changed.clear()  # before the read: a change after it is never missed
         result = look(watch)
-        if not isinstance(result, _NotYet):
+        if not isinstance(result, NotYet):
             return result
         remaining = None if timeout is None else started + timeout - time.monotonic()
         if remaining is not None and remaining <= 0:

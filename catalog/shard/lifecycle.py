@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 
@@ -32,6 +31,14 @@ from catalog.shard.state import (
     blob_prefix,
 )
 from catalog.shard.write import ShardWrites
+from catalog.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_children,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -88,34 +95,32 @@ class ShardLifecycle(ShardWrites):
         self._log.info("shard_discarded")
 
     def _wait_for_no_leases(self, wait: float | None) -> None:
-        changed = threading.Event()
-        deadline = None if wait is None else time.monotonic() + wait
         path = self.consensus.path(self.key)
-        while True:
-            changed.clear()  # before reading, so a change after the read is never missed
+        leases: list[str] = []
+
+        def look(watch: Watch) -> NotYet | None:
+            nonlocal leases
             try:
-                children = self.consensus.client.get_children(
-                    path, watch=lambda _event: changed.set()
-                )
-            except NoNodeError:
-                return
+                children = watched_children(self.consensus.client, path, watch)
             except CONNECTION_ERRORS as exc:
                 raise ConnectionLostError(
                     f"ZooKeeper did not answer listing leases of {self.shard_id}"
                 ) from exc
-            leases = sorted(c for c in children if c.startswith(LEASE_PREFIX))
+            leases = sorted(c for c in children or () if c.startswith(LEASE_PREFIX))
             if not leases:
-                return
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise _shard_error(
-                    f"shard {self.shard_id} is still leased by {len(leases)} readers",
-                    self.shard_id,
-                    "leased",
-                    leases=leases,
-                )
+                return None
             self._log.info("finalize_waiting_for_leases", leases=len(leases))
-            changed.wait(remaining)
+            return NOT_YET
+
+        try:
+            wait_until(look, wait, safety=None)
+        except WaitTimeout:
+            raise _shard_error(
+                f"shard {self.shard_id} is still leased by {len(leases)} readers",
+                self.shard_id,
+                "leased",
+                leases=leases,
+            ) from None
 
     @contextlib.contextmanager
     def lease(self, holder: str = "") -> Iterator[Lease]:

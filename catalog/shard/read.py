@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
-from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import (
     CONNECTION_ERRORS,
@@ -39,6 +36,14 @@ from catalog.shard.state import (
     _shard_error,
     update_schema,
 )
+from catalog.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_data,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -49,26 +54,28 @@ class ShardReads(ShardCore):
     __slots__ = ()
 
     def _wait_for_upper(self, as_of: int, timeout: float) -> ShardState:
-        changed = threading.Event()
-        deadline = time.monotonic() + timeout
+        """The state once its upper passed ``as_of`` (or it was finalized), else at timeout."""
         path = self.consensus.path(self.key)
-        while True:
-            changed.clear()
+        latest: ShardState | None = None
+
+        def look(watch: Watch) -> ShardState | NotYet:
+            nonlocal latest
             try:
-                data, stat = self.consensus.client.get(path, watch=lambda _event: changed.set())
-            except NoNodeError as exc:
-                raise _shard_error(
-                    f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
-                ) from exc
+                found = watched_data(self.consensus.client, path, watch)
             except CONNECTION_ERRORS as exc:
                 raise ConnectionLostError(f"ZooKeeper did not answer for {self.shard_id}") from exc
-            state = ShardState.decode(data, stat.version)
-            if state.upper > as_of or state.finalized:
-                return state
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return state
-            changed.wait(remaining)
+            if found is None:
+                raise _shard_error(
+                    f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
+                )
+            latest = ShardState.decode(found[0], found[1].version)
+            return latest if latest.upper > as_of or latest.finalized else NOT_YET
+
+        try:
+            return wait_until(look, timeout, safety=None)
+        except WaitTimeout:
+            assert latest is not None
+            return latest
 
     def snapshot(
         self,

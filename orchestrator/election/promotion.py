@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -36,6 +35,7 @@ from catalog.errors import (
     MigrationRefusedError,
 )
 from catalog.retry import CasRetry
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.election.values import _catalog_generation, _promotion_of
 from orchestrator.events import record_event
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState
@@ -144,47 +144,33 @@ def wait_promoted(consensus: Consensus, deploy_generation: int, timeout: float) 
     the catalog, epoch, promotion and process nodes; no polling loop.
     """
     client = consensus.client
-    changed = threading.Event()
-
-    def watcher(_event: WatchedEvent | None) -> None:
-        changed.set()
-
-    deadline = time.monotonic() + timeout
     last = "nothing observed yet"
-    while True:
-        changed.clear()
+
+    def look(watch: Watch) -> bool | NotYet:
+        nonlocal last
         try:
-            outcome, last = _promotion_progress(consensus, client, deploy_generation, watcher)
+            outcome, last = _promotion_progress(consensus, client, deploy_generation, watch)
         except _TRANSIENT:
             outcome, last = None, "ZooKeeper connection lost; waiting for it to come back"
-        if outcome is True:
-            return
         if isinstance(outcome, CatalogError):
             raise outcome
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise CatalogError(
-                f"generation {deploy_generation} did not finish its migration within "
-                f"{timeout:g} s: {last}",
-                deploy_generation=deploy_generation,
-                reason="timeout",
-                last_observed=last,
-            )
-        # A safety net against a watch lost in a reconnection, not a polling interval.
-        changed.wait(min(remaining, 5.0))
+        return True if outcome is True else NOT_YET
 
-
-def _get_watched(
-    client: KazooClient, path: str, watcher: Callable[[WatchedEvent | None], None]
-) -> bytes | None:
     try:
-        data, _stat = client.get(path, watch=watcher)
-    except NoNodeError:
-        # exists() leaves a watch that fires on creation; a create in between re-reads next turn
-        if client.exists(path, watch=watcher) is not None:
-            watcher(None)
-        return None
-    return bytes(data)
+        wait_until(look, timeout)
+    except WaitTimeout:
+        raise CatalogError(
+            f"generation {deploy_generation} did not finish its migration within "
+            f"{timeout:g} s: {last}",
+            deploy_generation=deploy_generation,
+            reason="timeout",
+            last_observed=last,
+        ) from None
+
+
+def _get_watched(client: KazooClient, path: str, watch: Watch) -> bytes | None:
+    found = watched_data(client, path, watch)
+    return None if found is None else found[0]
 
 
 def _promotion_progress(

@@ -11,6 +11,7 @@ from typing import Any
 
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.scenario.fleet import child_environment
 from orchestrator.scenario.format import (
     Step,
@@ -200,28 +201,31 @@ class ProcessActions(RunCore):
 
     def _do_expect_status(self, step: Step) -> str:
         assert step.path is not None
-        deadline = time.monotonic() + (step.timeout or 0.0)
-        while True:
-            self._changed.clear()
+        path = step.path
+        problem: str | None = None
+
+        def look(watch: Watch) -> str | NotYet:
+            nonlocal problem
             if step.timeout is not None:
                 with contextlib.suppress(*CONNECTION_ERRORS):
-                    self._arm_status_watches()
+                    self._arm_status_watches(watch)
             value: Any = None
-            problem: str | None
             try:
                 document = self.status()
             except CatalogError as exc:
                 problem = f"status unreadable: {exc.message}"
             else:
-                value = resolve_path(document, step.path)
+                value = resolve_path(document, path)
                 problem = compare(value, step.comparator or "equals", step.expected)
             if problem is None:
                 shown = "absent" if is_missing(value) else json.dumps(value, default=str)[:200]
-                return f"{step.path} = {shown}"
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise StepFailed(f"status {step.path}: {problem}")
-            self._changed.wait(min(remaining, 0.5))
+                return f"{path} = {shown}"
+            return NOT_YET
+
+        try:
+            return wait_until(look, step.timeout or 0.0, safety=0.5)
+        except WaitTimeout:
+            raise StepFailed(f"status {path}: {problem}") from None
 
     def _do_sleep(self, step: Step) -> str:
         assert step.seconds is not None

@@ -7,6 +7,7 @@ import time
 
 from kazoo.protocol.states import KazooState
 
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.scenario.format import (
     Step,
 )
@@ -48,17 +49,15 @@ class FaultActions(RunCore):
         timeout = self._timeout(step, process.session_timeout * 4 + 10)
         started = time.monotonic()
         process.pause()
+        def look(watch: Watch) -> bool | NotYet:
+            return True if self.process_node(process.name, watch=watch) is None else NOT_YET
+
         try:
-            while True:
-                self._changed.clear()
-                if self.process_node(process.name, watch=True) is None:
-                    break
-                remaining = started + timeout - time.monotonic()
-                if remaining <= 0:
-                    raise StepFailed(
-                        f"the session of {process.name} did not expire within {timeout:g} s"
-                    )
-                self._changed.wait(min(remaining, 1.0))
+            wait_until(look, timeout, safety=1.0)
+        except WaitTimeout:
+            raise StepFailed(
+                f"the session of {process.name} did not expire within {timeout:g} s"
+            ) from None
         finally:
             process.resume()
         return f"session expired after {time.monotonic() - started:.2f} s paused"

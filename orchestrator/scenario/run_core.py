@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from catalog.environment import (
 )
 from catalog.errors import EXIT_FENCED, EXIT_OK
 from catalog.release import Release
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState
 from orchestrator.scenario.fleet import Fleet, HttpAnswer, SidecarProcess
 from orchestrator.scenario.format import (
@@ -58,7 +58,6 @@ class RunCore:
     client: KazooClient = attrs.field(init=False)
     consensus: Consensus = attrs.field(init=False)
     acked: list[AppendRecord] = attrs.field(factory=list, init=False)
-    _changed: threading.Event = attrs.field(factory=threading.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.fleet = Fleet(
@@ -78,35 +77,33 @@ class RunCore:
 
         return read_status(self.consensus).to_json()
 
-    def process_node(self, name: str, *, watch: bool = False) -> ProcessNode | None:
-        """The process node (None when absent), optionally leaving a watch on it."""
-        path = self.consensus.path(f"{PROCESSES_KEY}/{name}")
-        watcher = self._on_change if watch else None
+    def process_node(self, name: str, *, watch: Watch | None = None) -> ProcessNode | None:
+        """The process node (None when absent), optionally leaving ``watch`` on it."""
+        key = f"{PROCESSES_KEY}/{name}"
+        path = self.consensus.path(key)
+        if watch is not None:
+            found = watched_data(self.client, path, watch)
+            return None if found is None else ProcessNode.decode(key, found[0])
         try:
-            data, _stat = self.client.get(path, watch=watcher)
+            data, _stat = self.client.get(path)
         except NoNodeError:
-            if watch and self.client.exists(path, watch=watcher) is not None:
-                self._changed.set()
             return None
-        return ProcessNode.decode(f"{PROCESSES_KEY}/{name}", data)
+        return ProcessNode.decode(key, data)
 
-    def _on_change(self, _event: object) -> None:
-        self._changed.set()
-
-    def _arm_status_watches(self) -> None:
+    def _arm_status_watches(self, watch: Watch) -> None:
         for key in (CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY):
-            self.client.exists(self.consensus.path(key), watch=self._on_change)
+            self.client.exists(self.consensus.path(key), watch=watch)
         for key in (PROCESSES_KEY, FINALIZE_KEY):
             path = self.consensus.path(key)
             try:
-                names = self.client.get_children(path, watch=self._on_change)
+                names = self.client.get_children(path, watch=watch)
             except NoNodeError:
-                self.client.exists(path, watch=self._on_change)
+                self.client.exists(path, watch=watch)
                 continue
             if key == PROCESSES_KEY:
                 for name in names:
                     with contextlib.suppress(NoNodeError):
-                        self.client.get(f"{path}/{name}", watch=self._on_change)
+                        self.client.get(f"{path}/{name}", watch=watch)
 
     def check_invariants(self, step: Step, *, rows: bool = False) -> list[Violation]:
         """The invariants after ``step`` (none when the run checks none)."""
@@ -145,10 +142,11 @@ class RunCore:
                 raise StepFailed(f"{process.name} still runs after {timeout:g} s")
             return f"exited with code {code}"
         last: ProcessNode | None = None
-        while True:
-            self._changed.clear()
+
+        def look(watch: Watch) -> str | NotYet:
+            nonlocal last
             try:
-                node = self.process_node(process.name, watch=True)
+                node = self.process_node(process.name, watch=watch)
             except CONNECTION_ERRORS:
                 node = None  # ZooKeeper restarting: the watch re-arms on the next turn
             if node is not None:
@@ -168,17 +166,19 @@ class RunCore:
                 raise StepFailed(
                     f"{process.name} exited with code {code} while waiting for {state}{seen}"
                 )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                seen = "no process node" if last is None else f"state {last.state}"
-                error = last.error if last else None
-                raise StepFailed(
-                    f"{process.name} did not reach {state} within {timeout:g} s ({seen}"
-                    + (f", error {json.dumps(error)}" if error else "")
-                    + ")"
-                )
-            # The watch wakes us on any change; the cap notices the child exiting.
-            self._changed.wait(min(remaining, 0.2))
+            return NOT_YET
+
+        try:
+            # The watch wakes us on any change; the safety interval notices the child exiting.
+            return wait_until(look, timeout, safety=0.2)
+        except WaitTimeout:
+            seen = "no process node" if last is None else f"state {last.state}"
+            error = last.error if last else None
+            raise StepFailed(
+                f"{process.name} did not reach {state} within {timeout:g} s ({seen}"
+                + (f", error {json.dumps(error)}" if error else "")
+                + ")"
+            ) from None
 
     def _confirm_readyz(self, process: SidecarProcess, deadline: float) -> None:
         """The node says ready/serving: /readyz must agree (docs/design.md section 8)."""

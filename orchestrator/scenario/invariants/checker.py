@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
 import structlog
-from kazoo.exceptions import NoNodeError
 
 from catalog.environment import (
     FINALIZE_KEY,
 )
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_children
 from orchestrator.scenario.invariants.durable import DurableRules
 from orchestrator.scenario.invariants.rows import RowRules
 from orchestrator.scenario.invariants.view import (
@@ -115,19 +114,14 @@ class InvariantChecker(DurableRules, RowRules):
         return self._count("unreferenced-cleaned", found)
 
     def _wait_queue_empty(self, timeout: float) -> None:
-        changed = threading.Event()
-        deadline = time.monotonic() + timeout
+        """Until the finalization queue is empty, at most ``timeout`` seconds."""
         path = self.consensus.path(FINALIZE_KEY)
-        while True:
-            changed.clear()
-            try:
-                queued = self.consensus.client.get_children(path, watch=lambda _e: changed.set())
-            except NoNodeError:
-                return
-            remaining = deadline - time.monotonic()
-            if not queued or remaining <= 0:
-                return
-            changed.wait(min(remaining, 1.0))
+
+        def look(watch: Watch) -> bool | NotYet:
+            return NOT_YET if watched_children(self.consensus.client, path, watch) else True
+
+        with contextlib.suppress(WaitTimeout):  # the cleanup invariant reports what is left
+            wait_until(look, timeout, safety=1.0)
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -4,12 +4,9 @@ that follows each."""
 from __future__ import annotations
 
 import contextlib
-import json
 import random
-import threading
 import time
 
-from catalog.environment import EPOCH_KEY
 from catalog.release import Version
 from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
@@ -88,18 +85,7 @@ class FaultMoves(WalkerCore):
         (version, generation), members = rng.choice(list(self.pending().items()))
         old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
         self.do("promote", processes=(rng.choice(members),), generation=generation)
-        changed = threading.Event()
-        deadline = time.monotonic() + self.config.timeout
-        path = self.run.consensus.path(EPOCH_KEY)
-        while True:
-            changed.clear()
-            data, _ = self.run.client.get(path, watch=lambda _e: changed.set())
-            epoch = json.loads(data)
-            if epoch["epoch"] > old_epoch and epoch["deploy_generation"] == generation:
-                break
-            if time.monotonic() > deadline:
-                raise StepFailed(f"generation {generation} took no leadership after promotion")
-            changed.wait(0.5)
+        epoch = self.await_epoch(old_epoch, generation, safety=0.5)
         victim = str(epoch["leader"])
         if rng.random() < 0.5:
             # The other crash point: once the new leader reports it is migrating.

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import collections
 import json
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +11,7 @@ import attrs
 
 from catalog.environment import EPOCH_KEY
 from catalog.release import Release, Version
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.scenario import ScenarioRun, StepFailed
 from orchestrator.scenario.format import Step
 from orchestrator.scenario.invariants import InvariantChecker
@@ -90,23 +89,8 @@ class WalkerCore:
     def wait_takeover(self, after_epoch: int, generation: int) -> str:
         """Wait (on a watch of the epoch) for a leader of ``generation`` newer than
         ``after_epoch``; wait for it to serve; its name."""
-        changed = threading.Event()
-        deadline = time.monotonic() + self.config.timeout
-        path = self.run.consensus.path(EPOCH_KEY)
-        while True:
-            changed.clear()
-            data, _ = self.run.client.get(path, watch=lambda _e: changed.set())
-            epoch = json.loads(data)
-            if epoch["epoch"] > after_epoch and epoch["deploy_generation"] == generation:
-                leader = str(epoch["leader"])
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise StepFailed(
-                    f"no leader of generation {generation} took over after epoch {after_epoch} "
-                    f"within {self.config.timeout:g} s (epoch {epoch})"
-                )
-            changed.wait(min(remaining, 1.0))
+        epoch = self.await_epoch(after_epoch, generation)
+        leader = str(epoch["leader"])
         if leader not in self.live:
             raise StepFailed(f"epoch {epoch['epoch']} names {leader}, which the walk never started")
         self.wait(leader, "serving")
@@ -153,3 +137,27 @@ class WalkerCore:
                 and Version.parse(member.version) < target
             ):
                 self.expect_exit(name, 4)
+
+    def await_epoch(
+        self, after_epoch: int, generation: int, *, safety: float = 1.0
+    ) -> dict[str, Any]:
+        """The epoch record once a leader of ``generation`` took over after ``after_epoch``
+        (on a watch of the epoch node); StepFailed after the walk's timeout."""
+        path = self.run.consensus.path(EPOCH_KEY)
+        seen: dict[str, Any] | None = None
+
+        def look(watch: Watch) -> dict[str, Any] | NotYet:
+            nonlocal seen
+            found = watched_data(self.run.client, path, watch)
+            seen = None if found is None else json.loads(found[0])
+            if seen and seen["epoch"] > after_epoch and seen["deploy_generation"] == generation:
+                return seen
+            return NOT_YET
+
+        try:
+            return wait_until(look, self.config.timeout, safety=safety)
+        except WaitTimeout:
+            raise StepFailed(
+                f"no leader of generation {generation} took over after epoch {after_epoch} "
+                f"within {self.config.timeout:g} s (epoch {seen})"
+            ) from None
