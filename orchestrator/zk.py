@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
@@ -41,6 +42,29 @@ def default_connect_timeout() -> float:
     return value
 
 
+def reconnect_retry(session_timeout: float) -> KazooRetry:
+    """kazoo's reconnection policy for a session of ``session_timeout`` seconds: retry for ever,
+    backing off to at most a quarter of the session timeout, so that after an outage (a lost
+    quorum) the client is back well before the server expires a session it kept."""
+    return KazooRetry(
+        max_tries=-1, delay=0.1, backoff=2, max_jitter=0.1, max_delay=max(0.5, session_timeout / 4)
+    )
+
+
+def new_client(zk: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> KazooClient:
+    """An unstarted client for ``zk``; BadInputError (exit 2) for a malformed string."""
+    if not zk or not zk.strip():
+        raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
+    try:
+        return KazooClient(
+            hosts=zk,
+            timeout=session_timeout,
+            connection_retry=reconnect_retry(session_timeout),
+        )
+    except ValueError as exc:
+        raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
+
+
 def connect(
     zk: str,
     timeout: float = DEFAULT_CONNECT_TIMEOUT,
@@ -53,12 +77,7 @@ def connect(
     ``timeout`` seconds, and BadInputError (exit 2) for a malformed connection string. The caller
     owns the client: ``close(client)`` when done.
     """
-    if not zk or not zk.strip():
-        raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
-    try:
-        client = KazooClient(hosts=zk, timeout=session_timeout)
-    except ValueError as exc:
-        raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
+    client = new_client(zk, session_timeout=session_timeout)
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, OSError) as exc:

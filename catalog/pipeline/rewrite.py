@@ -17,6 +17,7 @@ from catalog.errors import (
 )
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.pipeline.updates import _update_schema, read_updates
+from catalog.retry import Retry
 from catalog.shard import (
     DIFF,
     TS,
@@ -40,6 +41,10 @@ def transform_table(
         apply_transforms(b, transforms, new_schema) for b in table.to_batches() if b.num_rows
     ]
     return pa.Table.from_batches(batches, schema=_update_schema(new_schema))
+
+
+class _AppendRaced(Exception):
+    """Another copier moved the target's upper first."""
 
 
 class _SourceMoved(Exception):
@@ -117,19 +122,14 @@ def _copy(
     A lost append race (another copier of the same version and generation moved the target
     first) re-plans from the new upper, so each source update lands exactly once.
     """
-    for _ in range(_COPY_ATTEMPTS):
+    plan: _CopyPlan | None = None
+
+    def attempt() -> int:
+        nonlocal plan
         plan = _plan_copy(source, target)
         if plan is None:
             return 0
-        try:
-            out = produce(plan)
-        except (CorruptBlobError, _SourceMoved) as exc:
-            # Compaction replaced the batches under the read: plan again from the new state.
-            vanished = isinstance(exc, _SourceMoved) or exc.details.get("reason") == "missing"
-            if not vanished or source.state().version == plan.source.version:
-                raise
-            log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
-            continue
+        out = produce(plan)
         result = target.compare_and_append(out, plan.lower, plan.upper, fence=fence)
         log.info(
             "rewrite_append",
@@ -142,11 +142,36 @@ def _copy(
             by_diff=plan.by_diff,
             ok=result.ok,
         )
-        if result.ok:
-            return out.num_rows
-    raise ShardError(
-        f"copying {source.shard_id} into {target.shard_id} kept losing append races",
-        reason="contended",
-        shard_id=target.shard_id,
-        source=source.shard_id,
+        if not result.ok:
+            raise _AppendRaced()
+        return out.num_rows
+
+    def replan(exc: Exception) -> bool:
+        """A lost append race, or compaction replacing the batches under the read: plan again
+        from the new state (never when the source did not move: that error is real)."""
+        if isinstance(exc, _AppendRaced):
+            return True
+        vanished = isinstance(exc, _SourceMoved) or (
+            isinstance(exc, CorruptBlobError) and exc.details.get("reason") == "missing"
+        )
+        if not vanished or plan is None or source.state().version == plan.source.version:
+            return False
+        log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
+        return True
+
+    retry = Retry(
+        retryable=(_AppendRaced, _SourceMoved, CorruptBlobError),
+        max_attempts=_COPY_ATTEMPTS,
+        deadline=None,
+        base_delay=0.0,
+        should_retry=replan,
     )
+    try:
+        return retry(attempt)
+    except _AppendRaced:
+        raise ShardError(
+            f"copying {source.shard_id} into {target.shard_id} kept losing append races",
+            reason="contended",
+            shard_id=target.shard_id,
+            source=source.shard_id,
+        ) from None

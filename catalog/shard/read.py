@@ -20,6 +20,7 @@ from catalog.errors import (
     ConnectionLostError,
     CorruptBlobError,
 )
+from catalog.retry import Retry
 from catalog.schema import (
     check_reader,
     migrate_batch,
@@ -97,22 +98,35 @@ class ShardReads(ShardCore):
         :meth:`lease` to keep finalization away during long reads.
         """
         state = self.state()
-        for _ in range(_READ_ATTEMPTS):
+
+        def attempt() -> pa.Table:
+            nonlocal state
             if as_of is not None and as_of >= state.upper and timeout:
                 state = self._wait_for_upper(as_of, timeout)
-            try:
-                return self._snapshot(state, as_of, reader_schema)
-            except CorruptBlobError as exc:
-                if exc.details.get("reason") != "missing":
-                    raise
-                current = self.state()
-                if current.finalized:
-                    raise _finalized(current) from exc
-                if current.version == state.version:
-                    raise
-                self._log.info("snapshot_state_moved", version=current.version)
-                state = current
-        return self._snapshot(state, as_of, reader_schema)
+            return self._snapshot(state, as_of, reader_schema)
+
+        def moved(exc: Exception) -> bool:
+            """Blobs vanished under the read: retry on the newer state, if there is one."""
+            nonlocal state
+            if not isinstance(exc, CorruptBlobError) or exc.details.get("reason") != "missing":
+                return False
+            current = self.state()
+            if current.finalized:
+                raise _finalized(current) from exc
+            if current.version == state.version:
+                return False
+            self._log.info("snapshot_state_moved", version=current.version)
+            state = current
+            return True
+
+        retry = Retry(
+            retryable=(CorruptBlobError,),
+            max_attempts=_READ_ATTEMPTS + 1,
+            deadline=None,
+            base_delay=0.0,
+            should_retry=moved,
+        )
+        return retry(attempt)
 
     def snapshot_of(
         self,

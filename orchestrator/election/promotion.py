@@ -38,6 +38,7 @@ from catalog.retry import CasRetry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.election.values import _catalog_generation, _promotion_of
 from orchestrator.events import record_event
+from orchestrator.fencing import generation_fence
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState
 
 log = structlog.get_logger(__name__)
@@ -53,25 +54,16 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
     def attempt() -> bool:
         found = consensus.get_many([CATALOG_KEY, PROMOTION_KEY])
         current = _catalog_generation(found[CATALOG_KEY])
-        if current is not None and deploy_generation < current:
-            raise FencedError(
-                f"cannot promote generation {deploy_generation}: the catalog is already at "
-                f"generation {current}",
-                deploy_generation=deploy_generation,
-                catalog_generation=current,
-                suggestion=f"promote generation {current} or higher",
-            )
         promoted = found[PROMOTION_KEY]
         target = _promotion_of(promoted)
-        if target is not None and deploy_generation < target:
-            raise FencedError(
-                f"cannot promote generation {deploy_generation}: generation {target} is already "
-                f"promoted",
-                deploy_generation=deploy_generation,
-                promotion_target=target,
-                catalog_generation=current,
-                suggestion=f"promote generation {target} or higher",
-            )
+        fenced = generation_fence(
+            deploy_generation,
+            catalog=current,
+            promoted=target,
+            acting=f"cannot promote generation {deploy_generation}",
+        )
+        if fenced is not None:
+            raise fenced
         if target == deploy_generation:
             return False
         value = encode_json(
@@ -182,21 +174,22 @@ def _promotion_progress(
     """One look at the environment, leaving watches on everything read."""
     target_data = _get_watched(client, consensus.path(PROMOTION_KEY), watcher)
     target = decode_json(target_data)["deploy_generation"] if target_data else None
-    if target is not None and int(target) > deploy_generation:
-        return FencedError(
-            f"generation {target} was promoted while waiting for generation {deploy_generation}",
-            deploy_generation=deploy_generation,
-            promotion_target=int(target),
-        ), f"generation {target} promoted"
+    waiting = f"waiting for generation {deploy_generation}"
+    fenced = generation_fence(
+        deploy_generation, promoted=None if target is None else int(target), acting=waiting
+    )
+    if fenced is not None:
+        return fenced, f"generation {target} promoted"
     catalog_data = _get_watched(client, consensus.path(CATALOG_KEY), watcher)
     catalog = CatalogState.decode(catalog_data) if catalog_data else None
-    if catalog is not None and catalog.deploy_generation > deploy_generation:
-        return FencedError(
-            f"the catalog moved to generation {catalog.deploy_generation} while waiting for "
-            f"generation {deploy_generation}",
-            deploy_generation=deploy_generation,
-            catalog_generation=catalog.deploy_generation,
-        ), f"catalog at generation {catalog.deploy_generation}"
+    fenced = generation_fence(
+        deploy_generation,
+        catalog=None if catalog is None else catalog.deploy_generation,
+        acting=waiting,
+    )
+    if fenced is not None:
+        assert catalog is not None
+        return fenced, f"catalog at generation {catalog.deploy_generation}"
     epoch_data = _get_watched(client, consensus.path(EPOCH_KEY), watcher)
     epoch = decode_json(epoch_data) if epoch_data else None
     processes = _generation_processes(consensus, client, deploy_generation, watcher)

@@ -41,6 +41,7 @@ from orchestrator.election.values import (
     candidate_key,
 )
 from orchestrator.events import record_event
+from orchestrator.fencing import generation_fence
 
 log = structlog.get_logger(__name__)
 
@@ -115,22 +116,16 @@ class Takeover(CandidateCore):
             target = _promotion_of(promotion)
         if target is None or promotion is None:
             return None
-        if target > self.deploy_generation:
-            raise FencedError(
-                f"generation {target} is promoted; generation {self.deploy_generation} can no "
-                "longer lead",
-                deploy_generation=self.deploy_generation,
-                promotion_target=target,
-            )
+        fenced = generation_fence(
+            self.deploy_generation,
+            catalog=None if catalog is None else catalog.deploy_generation,
+            promoted=target,
+            acting="cannot take over",
+        )
+        if fenced is not None:
+            raise fenced
         if target < self.deploy_generation:
             return None
-        if catalog is not None and catalog.deploy_generation > self.deploy_generation:
-            raise FencedError(
-                f"the catalog is at generation {catalog.deploy_generation}; generation "
-                f"{self.deploy_generation} is fenced",
-                deploy_generation=self.deploy_generation,
-                catalog_generation=catalog.deploy_generation,
-            )
         names = self.consensus.children(candidate_key(self.deploy_generation))
         own = candidate.rsplit("/", 1)[-1]
         if not names or min(names, key=_seq) != own:

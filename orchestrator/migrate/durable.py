@@ -11,7 +11,6 @@ from catalog.environment import (
     CollectionRef,
 )
 from catalog.errors import (
-    FencedError,
     MigrationRefusedError,
     SchemaIncompatibleError,
 )
@@ -22,6 +21,7 @@ from catalog.release import (
 )
 from catalog.schema import fingerprint
 from catalog.shard import ShardState, evolve_op, read_states
+from orchestrator.fencing import generation_fence
 from orchestrator.migrate.context import MigrationContext
 
 
@@ -121,13 +121,9 @@ def _widen(latest: pa.DataType, old: pa.DataType | None, new: pa.DataType) -> pa
 
 
 def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
-    if ctx.deploy_generation < catalog.deploy_generation:
-        raise FencedError(
-            f"deploy generation {ctx.deploy_generation} is fenced: the catalog is at generation "
-            f"{catalog.deploy_generation}",
-            deploy_generation=ctx.deploy_generation,
-            catalog_generation=catalog.deploy_generation,
-        )
+    fenced = generation_fence(ctx.deploy_generation, catalog=catalog.deploy_generation)
+    if fenced is not None:
+        raise fenced
     if ctx.version < Version.parse(catalog.version):
         raise MigrationRefusedError(
             f"release {ctx.version} is older than the catalog's durable version {catalog.version}; "

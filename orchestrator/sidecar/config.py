@@ -43,8 +43,6 @@ class SidecarConfig:
     # older than orphan_grace seconds (orchestrator.migrate.collect_orphan_shards).
     orphan_interval: float = 60.0
     orphan_grace: float = ORPHAN_GRACE_SECONDS
-    connect_attempt_timeout: float = 5.0
-    max_backoff: float = 5.0
 
     def __attrs_post_init__(self) -> None:
         if not self.process_id or "/" in self.process_id or self.process_id in {".", ".."}:

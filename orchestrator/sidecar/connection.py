@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 
 import structlog
 from kazoo.client import KazooClient, KazooState
 
 from catalog.errors import (
-    ConnectionLostError,
     FencedError,
 )
 from orchestrator.sidecar.core import SidecarCore
@@ -18,7 +18,7 @@ from orchestrator.sidecar.states import (
     _Stopping,
     _ZkState,
 )
-from orchestrator.zk import connect
+from orchestrator.zk import close, new_client
 
 log = structlog.get_logger(__name__)
 
@@ -28,33 +28,39 @@ class SidecarConnection(SidecarCore):
     re-registers the process node after a session loss."""
 
     def _connect(self) -> KazooClient:
-        """Connect, retrying with exponential backoff until ZooKeeper answers or we are stopped."""
-        delay = 0.1
-        attempt = 0
-        while True:
+        """Connect, waiting until ZooKeeper answers or we are stopped.
+
+        kazoo's own connection retry (:func:`orchestrator.zk.reconnect_retry`) does the backoff;
+        this only waits for the first CONNECTED, staying responsive to SIGTERM, and says every
+        so often that the hosts do not answer.
+        """
+        client = new_client(self.config.zk, session_timeout=self.config.session_timeout)
+        connected = threading.Event()
+
+        def first_connection(state: str) -> bool:
+            if state == KazooState.CONNECTED:
+                connected.set()
+                return True  # kazoo removes a listener that returns True
+            return False
+
+        client.add_listener(first_connection)
+        client.start_async()
+        started = time.monotonic()
+        report_at = 1.0
+        while not connected.wait(0.1):
             if self._stopping:
+                close(client)
                 raise _Stopping()
-            attempt += 1
-            try:
-                # Short first attempts keep SIGTERM prompt; later ones allow a slow server.
-                client = connect(
-                    self.config.zk,
-                    min(float(attempt), self.config.connect_attempt_timeout),
-                    session_timeout=self.config.session_timeout,
-                )
-            except ConnectionLostError:
-                self._log.warning(
-                    "zookeeper_unreachable", zk=self.config.zk, attempt=attempt, retry_in=delay
-                )
-                self._sleep(delay)
-                delay = min(delay * 2, self.config.max_backoff)
-                continue
-            self._client = client
-            self._connected.set()
-            self.metrics.zookeeper_connected.set(1)
-            client.add_listener(self._zk_listener)
-            self._log.info("zookeeper_connected", zk=self.config.zk, session=self._session())
-            return client
+            waited = time.monotonic() - started
+            if waited >= report_at:
+                self._log.warning("zookeeper_unreachable", zk=self.config.zk, waited=round(waited))
+                report_at = min(report_at * 2, report_at + 30.0)
+        self._client = client
+        self._connected.set()
+        self.metrics.zookeeper_connected.set(1)
+        client.add_listener(self._zk_listener)
+        self._log.info("zookeeper_connected", zk=self.config.zk, session=self._session())
+        return client
 
     def _sleep(self, seconds: float) -> None:
         """Wait, but wake for a stop request (and keep other messages for later)."""

@@ -12,7 +12,9 @@ from catalog.errors import (
     ConnectionLostError,
     FencedError,
 )
+from catalog.retry import Retry
 from orchestrator import election as election_mod
+from orchestrator.fencing import generation_fence
 from orchestrator.migrate import (
     LeaderResult,
     check_read_only,
@@ -59,20 +61,13 @@ class SidecarMachine(SidecarConnection):
         catalog = found[0] if found else None
         self._epoch = epoch.epoch if epoch is not None else None
         self.metrics.set_epoch(self._epoch)
-        if catalog is not None and catalog.deploy_generation > generation:
-            raise FencedError(
-                f"fenced: the catalog is at deploy generation {catalog.deploy_generation}, "
-                f"above this process's {generation}",
-                deploy_generation=generation,
-                catalog_generation=catalog.deploy_generation,
-            )
-        if promotion is not None and promotion > generation:
-            raise FencedError(
-                f"fenced: deploy generation {promotion} was promoted, above this process's "
-                f"{generation}",
-                deploy_generation=generation,
-                promoted_generation=promotion,
-            )
+        fenced = generation_fence(
+            generation,
+            catalog=None if catalog is None else catalog.deploy_generation,
+            promoted=promotion,
+        )
+        if fenced is not None:
+            raise fenced
         if self._leadership is not None:
             if epoch is None or epoch.epoch != self._leadership.epoch:
                 raise FencedError(
@@ -165,15 +160,21 @@ class SidecarMachine(SidecarConnection):
 
     def _migrate(self, leadership: election_mod.Leadership) -> LeaderResult:
         """``migrate_as_leader``, re-run after a lost connection (every step is idempotent)."""
-        assert self._ctx is not None
-        for attempt in range(1, 4):
-            try:
-                return migrate_as_leader(self._ctx, leadership)
-            except ConnectionLostError:
-                if attempt == 3 or not self._connected.wait(self.config.session_timeout):
-                    raise
-                self._log.warning("migration_retry", attempt=attempt, reason="connection lost")
-        raise AssertionError("unreachable")  # pragma: no cover
+        ctx = self._ctx
+        assert ctx is not None
+
+        def reconnected(_exc: Exception) -> bool:
+            self._log.warning("migration_retry", reason="connection lost")
+            return self._connected.wait(self.config.session_timeout)
+
+        retry = Retry(
+            retryable=(ConnectionLostError,),
+            max_attempts=3,
+            deadline=None,
+            base_delay=0.0,
+            should_retry=reconnected,
+        )
+        return retry(lambda: migrate_as_leader(ctx, leadership))
 
     def _finalize(self) -> None:
         leadership = self._leadership

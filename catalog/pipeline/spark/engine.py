@@ -35,6 +35,7 @@ from catalog.pipeline.spark.workers import (
 )
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import _overlaps, _update_schema
+from catalog.retry import Retry
 from catalog.schema import check_reader
 from catalog.shard import (
     DIFF,
@@ -163,20 +164,39 @@ class SparkEngine:
         self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
     ) -> pa.Table:
         """``Shard.snapshot`` computed by Spark: the same rows and exactly the same schema."""
-        for _ in range(_READ_ATTEMPTS):
-            state = shard.state()
+        state = shard.state()
+
+        def attempt() -> pa.Table:
             frame, reader = self.snapshot_frame(shard, as_of, reader_schema, state=state)
-            try:
-                return restore_table(self._collect(frame), update_schema(reader))
-            except _spark_errors() as exc:
-                if shard.state().version == state.version:
-                    raise
-                log.info("spark_snapshot_state_moved", shard=shard.shard_id, error=str(exc)[:200])
-        raise ShardError(
-            f"shard {shard.shard_id} kept changing under a Spark snapshot",
-            shard_id=shard.shard_id,
-            reason="contended",
+            return restore_table(self._collect(frame), update_schema(reader))
+
+        def moved(exc: Exception) -> bool:
+            """Blobs vanished under the read: retry on the newer state, if there is one."""
+            nonlocal state
+            current = shard.state()
+            if current.version == state.version:
+                return False
+            log.info("spark_snapshot_state_moved", shard=shard.shard_id, error=str(exc)[:200])
+            state = current
+            return True
+
+        retry = Retry(
+            retryable=_spark_errors(),
+            max_attempts=_READ_ATTEMPTS,
+            deadline=None,
+            base_delay=0.0,
+            should_retry=moved,
         )
+        try:
+            return retry(attempt)
+        except _spark_errors() as exc:
+            if retry.retries < _READ_ATTEMPTS:
+                raise
+            raise ShardError(
+                f"shard {shard.shard_id} kept changing under a Spark snapshot",
+                shard_id=shard.shard_id,
+                reason="contended",
+            ) from exc
 
     def _collect(self, frame: Any) -> pa.Table:
         with warnings.catch_warnings():
@@ -289,7 +309,7 @@ def _spark_arrow_schema(struct: Any) -> pa.Schema:
     return to_arrow_schema(struct, timezone="UTC")
 
 
-def _spark_errors() -> tuple[type[BaseException], ...]:
+def _spark_errors() -> tuple[type[Exception], ...]:
     """The exceptions a failed Spark job raises in the driver."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
