@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
-from catalog.errors import BadInputError, BlobError, CorruptBlobError
+from catalog.errors import BadInputError, BlobError, BlobMissingError, CorruptBlobError
 
 __all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore", "local_uri"]
 
@@ -165,13 +165,13 @@ class BlobStore:
                 pre_buffer=True,
             )
         except FileNotFoundError as exc:
-            raise CorruptBlobError(
-                f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+            raise BlobMissingError(
+                f"blob {key} is missing", key=key, uri=self.uri
             ) from exc
         except (pa.ArrowException, OSError, ValueError) as exc:
             if not self.exists(key):
-                raise CorruptBlobError(
-                    f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+                raise BlobMissingError(
+                    f"blob {key} is missing", key=key, uri=self.uri
                 ) from exc
             raise CorruptBlobError(
                 f"blob {key} is partial or not valid Parquet: {exc}",
@@ -242,8 +242,8 @@ class BlobStore:
             with self.filesystem.open_input_stream(self.path(key)) as source:
                 return bytes(source.read())
         except FileNotFoundError as exc:
-            raise CorruptBlobError(
-                f"blob {key} is missing", key=key, uri=self.uri, reason="missing"
+            raise BlobMissingError(
+                f"blob {key} is missing", key=key, uri=self.uri
             ) from exc
         except OSError as exc:
             raise BlobError(f"reading blob {key} failed: {exc}", key=key, uri=self.uri) from exc

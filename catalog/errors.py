@@ -158,9 +158,28 @@ class CorruptBlobError(BlobError):
     """A stored batch is missing, partial or not valid Parquet."""
 
 
+class BlobMissingError(CorruptBlobError):
+    """A blob that a state names is gone (usually replaced by a compaction under the read)."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **{"reason": "missing", **details})
+
+
 class ShardError(CatalogError):
     """A shard operation was invalid (finalized, rows outside the frontier, unknown schema)."""
 
 
 class ShardFinalizedError(ShardError):
     """The shard is sealed or finalized: no more writes."""
+
+
+class ShardNotFoundError(ShardError):
+    """The shard does not exist (never created, or discarded)."""
+
+
+class ShardGuardMovedError(ShardError):
+    """An append's guard (a version check of another key) moved: nothing was appended."""
+
+
+class ShardLeasedError(ShardError):
+    """Finalization waited in vain: readers still hold leases on the shard."""

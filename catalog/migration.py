@@ -25,7 +25,11 @@ import structlog
 from catalog.blob import BlobStore
 from catalog.consensus import Check, Consensus, Fence
 from catalog.environment import MIGRATION_SHARD_ID
-from catalog.errors import ShardError, VersionMismatchError
+from catalog.errors import (
+    ShardGuardMovedError,
+    ShardNotFoundError,
+    VersionMismatchError,
+)
 from catalog.retry import CasRetry
 from catalog.shard import (
     DIFF,
@@ -106,18 +110,15 @@ class MigrationShard:
         """Create the migration shard if it does not exist yet; its state either way."""
         try:
             return self.shard.state()
-        except ShardError as exc:
-            if exc.details.get("reason") != "not-found":
-                raise
+        except ShardNotFoundError:
+            pass
         return self.shard.create(MIGRATION_SCHEMA, fence=fence, exist_ok=True)
 
     def _read(self, as_of: int | None = None) -> tuple[list[MigrationEntry], ShardState | None]:
         """The live entries as of ``as_of`` (default: the upper) and the state they come from."""
         try:
             state = self.shard.state()
-        except ShardError as exc:
-            if exc.details.get("reason") != "not-found":
-                raise
+        except ShardNotFoundError:
             return [], None
         table = self.shard.snapshot_of(state, as_of)
         out: list[MigrationEntry] = []
@@ -276,9 +277,7 @@ class MigrationShard:
                     fence=fence,
                     guards=guards,
                 )
-            except ShardError as exc:
-                if exc.details.get("reason") != "guard-moved":
-                    raise
+            except ShardGuardMovedError as exc:
                 raise VersionMismatchError(
                     f"replacement shards changed before their entries landed: {exc}",
                     key=self.shard.key,

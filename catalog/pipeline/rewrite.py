@@ -12,6 +12,7 @@ import structlog
 
 from catalog.consensus import Fence
 from catalog.errors import (
+    BlobMissingError,
     CorruptBlobError,
     ShardError,
 )
@@ -151,9 +152,7 @@ def _copy(
         from the new state (never when the source did not move: that error is real)."""
         if isinstance(exc, _AppendRaced):
             return True
-        vanished = isinstance(exc, _SourceMoved) or (
-            isinstance(exc, CorruptBlobError) and exc.details.get("reason") == "missing"
-        )
+        vanished = isinstance(exc, (_SourceMoved, BlobMissingError))
         if not vanished or plan is None or source.state().version == plan.source.version:
             return False
         log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)

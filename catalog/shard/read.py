@@ -17,6 +17,7 @@ from catalog.consolidate import (
     consolidate,
 )
 from catalog.errors import (
+    BlobMissingError,
     ConnectionLostError,
     CorruptBlobError,
 )
@@ -108,7 +109,7 @@ class ShardReads(ShardCore):
         def moved(exc: Exception) -> bool:
             """Blobs vanished under the read: retry on the newer state, if there is one."""
             nonlocal state
-            if not isinstance(exc, CorruptBlobError) or exc.details.get("reason") != "missing":
+            if not isinstance(exc, BlobMissingError):
                 return False
             current = self.state()
             if current.finalized:

@@ -21,6 +21,9 @@ from catalog.consolidate import (
 from catalog.environment import SHARDS_KEY
 from catalog.errors import (
     ShardError,
+    ShardGuardMovedError,
+    ShardLeasedError,
+    ShardNotFoundError,
 )
 from catalog.schema import (
     live_schema,
@@ -79,8 +82,17 @@ def update_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
+# The reasons code branches on have their own error class; the rest are data of ShardError.
+_ERROR_KINDS: dict[str, type[ShardError]] = {
+    "not-found": ShardNotFoundError,
+    "guard-moved": ShardGuardMovedError,
+    "leased": ShardLeasedError,
+}
+
+
 def _shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
-    return ShardError(message, shard_id=shard_id, reason=reason, **details)
+    kind = _ERROR_KINDS.get(reason, ShardError)
+    return kind(message, shard_id=shard_id, reason=reason, **details)
 
 
 @attrs.frozen

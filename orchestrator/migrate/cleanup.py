@@ -17,7 +17,12 @@ from catalog.environment import (
     SHARDS_KEY,
     read_catalog,
 )
-from catalog.errors import CorruptStateError, ShardError, VersionMismatchError
+from catalog.errors import (
+    CorruptStateError,
+    ShardLeasedError,
+    ShardNotFoundError,
+    VersionMismatchError,
+)
 from catalog.shard import ShardState, shard_key
 from orchestrator.migrate.context import MigrationContext
 from orchestrator.process_node import CREATING_STATES, ProcessNode
@@ -49,11 +54,10 @@ def finalize_pending(
         if shard_id not in referenced:
             try:
                 ctx.shard(shard_id).finalize(fence=fence, wait=lease_timeout)
-            except ShardError as exc:
-                if exc.details.get("reason") == "leased":
-                    continue  # readers still hold leases: a later call finishes it
-                if exc.details.get("reason") != "not-found":
-                    raise
+            except ShardLeasedError:
+                continue  # readers still hold leases: a later call finishes it
+            except ShardNotFoundError:
+                pass
             finalized.append(shard_id)
         ctx.consensus.commit([Delete(marker)], fence=fence)
     if finalized:
