@@ -12,6 +12,7 @@ from catalog.errors import (
 )
 from catalog.release import Transform
 from catalog.schema import is_backward_compatible, migrate
+from catalog.schema.conform import Mismatch, conform
 from catalog.shard import (
     DIFF,
     TS,
@@ -33,35 +34,14 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, what: str) -> pa.Rec
     Column names and order must match and types must be equal (list element names aside); a
     column with nulls under a non-nullable field is refused. ``what`` names the producer.
     """
-    if batch.schema.names != schema.names:
+    columns = conform(batch.schema.names, batch.columns, schema)
+    if isinstance(columns, Mismatch):
         raise ShardError(
-            f"{what} returned columns {batch.schema.names}, the new schema has {schema.names}",
+            f"{what} returned {columns.text}",
             reason="transform-output",
             transform=what,
-            columns=batch.schema.names,
-            expected=schema.names,
+            **columns.details,
         )
-    columns = []
-    for field, column in zip(schema, batch.columns, strict=True):
-        if column.type != field.type:
-            raise ShardError(
-                f"{what} returned column {field.name} as {column.type}, the new schema has "
-                f"{field.type}",
-                reason="transform-output",
-                transform=what,
-                column=field.name,
-                type=str(column.type),
-                expected=str(field.type),
-            )
-        if not field.nullable and column.null_count:
-            raise ShardError(
-                f"{what} returned nulls in non-nullable column {field.name}",
-                reason="transform-output",
-                transform=what,
-                column=field.name,
-            )
-        # Equal types may still differ in list element names, which from_arrays rejects.
-        columns.append(column if column.type.equals(field.type) else column.cast(field.type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

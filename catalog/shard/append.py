@@ -13,6 +13,7 @@ from catalog.consolidate import (
 from catalog.schema import (
     schema_diff,
 )
+from catalog.schema.conform import Mismatch, conform
 from catalog.shard.state import BatchRef, ShardState, _shard_error, update_schema
 
 
@@ -72,35 +73,20 @@ def _prepare_append(
                 column=column,
             )
     data_names = [n for n in names if n not in (TS, DIFF)]
-    if data_names != live.names:
+    conformed = conform(data_names, [table.column(n) for n in data_names], live)
+    if isinstance(conformed, Mismatch):
+        reason = {
+            "columns": "columns-mismatch",
+            "type": "type-mismatch",
+            "null": "null-in-non-null",
+        }
         raise _shard_error(
-            f"batch columns {data_names} do not match the schema's {live.names}",
+            f"batch for shard {shard_id} has {conformed.text}",
             shard_id,
-            "columns-mismatch",
-            expected=live.names,
-            actual=data_names,
+            reason[conformed.kind],
+            **conformed.details,
         )
-    columns: list[pa.ChunkedArray] = []
-    for field in live:
-        column = table.column(field.name)
-        if not column.type.equals(field.type):
-            raise _shard_error(
-                f"column {field.name} is {column.type}, the schema says {field.type}",
-                shard_id,
-                "type-mismatch",
-                column=field.name,
-                expected=str(field.type),
-                actual=str(column.type),
-            )
-        if not field.nullable and column.null_count:
-            raise _shard_error(
-                f"column {field.name} is not nullable but has {column.null_count} nulls",
-                shard_id,
-                "null-in-non-null",
-                column=field.name,
-            )
-        # Equal types may still differ in list element names; take the registered ones.
-        columns.append(column.cast(field.type) if str(column.type) != str(field.type) else column)
+    columns: list[pa.ChunkedArray] = conformed
     times, diffs = table.column(TS), table.column(DIFF)
     for column, name in ((times, TS), (diffs, DIFF)):
         if not pa.types.is_integer(column.type) or column.null_count:
