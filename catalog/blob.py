@@ -32,7 +32,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
-from catalog.errors import BadInputError, BlobError, BlobMissingError, CorruptBlobError
+from catalog.errors import (
+    BadInputError,
+    BlobError,
+    BlobMissingError,
+    ConfigurationError,
+    CorruptBlobError,
+)
 
 __all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore", "local_uri"]
 
@@ -317,3 +323,23 @@ class BlobStore:
 def local_uri(path: str | os.PathLike[str]) -> str:
     """The blob URI of a local directory (what ``--blob DIR`` records)."""
     return str(Path(path).expanduser().resolve())
+
+
+def normalize_uri(uri: str) -> str:
+    """The form a blob URI is recorded and compared in: a local path absolute and resolved,
+    any other URI (``s3://``, ``file://``...) as given without a trailing slash."""
+    return uri.rstrip("/") if "://" in uri else local_uri(uri)
+
+
+def agreed_uri(given: str | None, recorded: str) -> str:
+    """The environment's recorded blob URI, after checking that ``given`` (``--blob``, may be
+    None) does not contradict it: ConfigurationError (exit 2) when it does."""
+    if given is not None and normalize_uri(given) != normalize_uri(recorded):
+        raise ConfigurationError(
+            f"--blob {given} differs from the blob URI {recorded} this environment recorded "
+            "at bootstrap",
+            given=normalize_uri(given),
+            recorded=recorded,
+            suggestion=f"omit --blob, or pass --blob {recorded}",
+        )
+    return recorded

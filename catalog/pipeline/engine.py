@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
 
-from catalog.blob import BlobStore
+from catalog.blob import BlobStore, agreed_uri
 from catalog.consensus import Consensus, Fence
 from catalog.environment import read_catalog
 from catalog.errors import (
     BadInputError,
-    ConfigurationError,
 )
 from catalog.pipeline.arrow import ArrowEngine
 from catalog.pipeline.spark.engine import SparkEngine
@@ -105,10 +103,6 @@ def copy_transformed(
     return chosen.copy_transformed(source, target, transforms, new_schema, fence=fence)
 
 
-def _normal_uri(uri: str) -> str:
-    return str(Path(uri).expanduser().resolve()) if "://" not in uri else uri.rstrip("/")
-
-
 def collection_shard(consensus: Consensus, collection: str, blob_uri: str | None = None) -> Shard:
     """The shard the environment's catalog names for ``collection`` (``SCHEMA.NAME``).
 
@@ -133,10 +127,5 @@ def collection_shard(consensus: Consensus, collection: str, blob_uri: str | None
             collection=collection,
             known=sorted(by_name)[:50],
         )
-    if blob_uri is not None and _normal_uri(blob_uri) != _normal_uri(catalog.blob_uri):
-        raise ConfigurationError(
-            f"blob URI {blob_uri} differs from {catalog.blob_uri}, which the environment recorded",
-            blob_uri=blob_uri,
-            recorded=catalog.blob_uri,
-        )
-    return Shard(consensus, BlobStore.from_uri(catalog.blob_uri), ref.shard_id)
+    uri = agreed_uri(blob_uri, catalog.blob_uri)
+    return Shard(consensus, BlobStore.from_uri(uri), ref.shard_id)

@@ -30,7 +30,6 @@ from __future__ import annotations
 from orchestrator.sidecar.config import (
     SidecarConfig,
     default_process_id,
-    normalize_blob_uri,
     resolve_blob_uri,
 )
 from orchestrator.sidecar.process import Sidecar, run_sidecar
@@ -43,7 +42,6 @@ __all__ = [
     "State",
     "default_process_id",
     "jsonable",
-    "normalize_blob_uri",
     "resolve_blob_uri",
     "rows_to_table",
     "run_sidecar",

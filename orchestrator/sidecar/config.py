@@ -8,10 +8,9 @@ from pathlib import Path
 
 import attrs
 
-from catalog.blob import local_uri
+from catalog.blob import agreed_uri, local_uri, normalize_uri
 from catalog.errors import (
     BadInputError,
-    ConfigurationError,
 )
 from orchestrator.migrate import (
     ORPHAN_GRACE_SECONDS,
@@ -62,25 +61,11 @@ def default_process_id() -> str:
     return f"{socket.gethostname().split('.')[0] or 'host'}-{os.getpid()}"
 
 
-def normalize_blob_uri(uri: str) -> str:
-    """The form a blob URI is recorded in: local paths absolute, other URIs as given."""
-    return uri if "://" in uri else local_uri(uri)
-
-
 def resolve_blob_uri(given: str | None, recorded: str | None, env: str) -> str:
     """The blob URI to use: the recorded one, which a different ``--blob`` may not contradict.
 
     An environment not bootstrapped yet takes ``given``, or ``./var/blob/<env>`` made absolute.
     """
-    wanted = normalize_blob_uri(given) if given else None
     if recorded is not None:
-        if wanted is not None and wanted != recorded:
-            raise ConfigurationError(
-                f"--blob {given} differs from the blob URI {recorded} this environment recorded "
-                "at bootstrap",
-                given=wanted,
-                recorded=recorded,
-                suggestion=f"omit --blob, or pass --blob {recorded}",
-            )
-        return recorded
-    return wanted or local_uri(DEFAULT_BLOB_DIR / env)
+        return agreed_uri(given, recorded)
+    return normalize_uri(given) if given else local_uri(DEFAULT_BLOB_DIR / env)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from catalog.blob import agreed_uri, normalize_uri
 from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.sidecar import (
     SidecarConfig,
     jsonable,
-    normalize_blob_uri,
     resolve_blob_uri,
     rows_to_table,
 )
@@ -50,9 +50,14 @@ def test_blob_different_from_recorded_is_refused(tmp_path: Path) -> None:
     assert caught.value.details["given"] == str(tmp_path / "other")
 
 
-def test_blob_uris_with_a_scheme_are_kept_as_given() -> None:
-    """s3://, gs://, file:// URIs are recorded as given; only plain paths are resolved."""
-    assert normalize_blob_uri("s3://bucket/catalog") == "s3://bucket/catalog"
+def test_blob_uris_with_a_scheme_are_kept_as_given(tmp_path: Path) -> None:
+    """s3://, gs://, file:// URIs are recorded as given (no trailing slash); only plain paths
+    are resolved; the sidecar and the data commands compare them the same way."""
+    assert normalize_uri("s3://bucket/catalog/") == "s3://bucket/catalog"
+    assert normalize_uri(str(tmp_path / "a" / ".." / "b")) == str(tmp_path / "b")
+    assert agreed_uri("s3://bucket/catalog/", "s3://bucket/catalog") == "s3://bucket/catalog"
+    with pytest.raises(ConfigurationError):
+        agreed_uri("s3://bucket/other", "s3://bucket/catalog")
 
 
 def test_rows_to_table_builds_the_schema() -> None:
