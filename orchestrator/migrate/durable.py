@@ -20,6 +20,7 @@ from catalog.release import (
     Version,
 )
 from catalog.schema import fingerprint
+from catalog.schema.widen import widen
 from catalog.shard import ShardState, evolve_op, read_states
 from orchestrator.fencing import generation_fence
 from orchestrator.migrate.context import MigrationContext
@@ -81,43 +82,14 @@ def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa
     after them); ``new`` reads it as a projection. When that is not a valid evolution, ``new``
     is registered after all.
     """
-    latest = state.live_schema
-    wider_type = _widen(pa.struct(list(latest)), pa.struct(list(old)), pa.struct(list(new)))
-    if wider_type.equals(pa.struct(list(new))):
+    wider = widen(state.live_schema, old, new)
+    if wider.equals(new):
         return new
-    wider = pa.schema(list(wider_type), metadata=new.metadata)
     try:
         evolve_op(state, wider)
     except SchemaIncompatibleError:
         return new
     return wider
-
-
-def _widen(latest: pa.DataType, old: pa.DataType | None, new: pa.DataType) -> pa.DataType:
-    """``new`` with the fields of ``latest`` that neither ``old`` nor ``new`` has, recursively
-    through structs and list elements (see :func:`registration_schema`)."""
-    if pa.types.is_struct(latest) and pa.types.is_struct(new):
-        olds = {f.name: f for f in old} if old is not None and pa.types.is_struct(old) else {}
-        news = {f.name: f for f in new}
-        fields: list[pa.Field] = []
-        for field in latest:
-            if field.name in news:
-                mine = news[field.name]
-                before = olds[field.name].type if field.name in olds else None
-                fields.append(mine.with_type(_widen(field.type, before, mine.type)))
-            elif field.name not in olds:
-                fields.append(field)  # added by someone else since the catalog's schema
-        fields += [f for f in new if latest.get_field_index(f.name) < 0]
-        return pa.struct(fields)
-    for is_list, make in (
-        (pa.types.is_list, pa.list_),
-        (pa.types.is_large_list, pa.large_list),
-    ):
-        if is_list(latest) and is_list(new):
-            before = old.value_field.type if old is not None and is_list(old) else None
-            inner = _widen(latest.value_field.type, before, new.value_field.type)
-            return make(new.value_field.with_type(inner))
-    return new
 
 
 def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:

@@ -102,3 +102,25 @@ def test_nested_fields_of_a_crashed_newer_leader_are_kept() -> None:
     _, after = evolve_op(state, wider)
     check_reader(after.schema, mine)  # the release reads its own schema as a projection
     check_reader(after.schema, newer)  # and the crashed release can still read (and start)
+
+
+def test_map_value_fields_of_a_crashed_newer_leader_are_kept() -> None:
+    """Map values widen like structs and list elements (they were skipped before widening
+    became a schema visitor)."""
+
+    def labels(*fields: pa.Field) -> pa.Schema:
+        value = pa.struct(list(fields))
+        return pa.schema([pa.field("id", pa.string(), nullable=False), pa.field(
+            "labels", pa.map_(pa.string(), value))])  # fmt: skip
+
+    text = pa.field("text", pa.string())
+    base = labels(text)
+    newer = labels(text, pa.field("lang", pa.string()))
+    mine = labels(text, pa.field("color", pa.string()))
+    state = shard(base, newer)
+    wider = registration_schema(state, base, mine)
+    value = wider.field("labels").type.item_type
+    assert [f.name for f in value] == ["text", "lang", "color"]
+    op, registered = evolve_op(state, wider)
+    assert op is not None
+    check_reader(registered.schema, mine)  # the release reads it as a projection
