@@ -19,29 +19,26 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 from kazoo.client import KazooClient
-from kazoo.recipe.watchers import DataWatch
 from rich.console import Console
 from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
-from catalog.consensus import env_root
+from catalog.errors import EXIT_FENCED
 from catalog.release import Release, load_release_dir
+from orchestrator.harness import SidecarExited, SidecarProcess
 from orchestrator.logs import configure_logging
+from orchestrator.process_node import ProcessNode
 from orchestrator.zk import close, connect
 from orchestrator.zkserver import EmbeddedZooKeeper
 
@@ -79,23 +76,6 @@ class DemoError(Exception):
 
 
 @attrs.define
-class Sidecar:
-    """A sidecar child process of the demo."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_file: Path
-    http: str = ""
-
-    def url(self, path: str) -> str:
-        return f"http://{self.http}{path}"
-
-    def log_tail(self, lines: int = 15) -> str:
-        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@attrs.define
 class Demo:
     """The demo's resources; ``close()`` releases every one of them."""
 
@@ -104,7 +84,7 @@ class Demo:
     releases: tuple[Path, Path]
     zookeeper: EmbeddedZooKeeper | None = None
     client: KazooClient | None = None
-    sidecars: list[Sidecar] = attrs.field(factory=list)
+    sidecars: list[SidecarProcess] = attrs.field(factory=list)
 
     @property
     def hosts(self) -> str:
@@ -151,90 +131,50 @@ class Demo:
         self.zookeeper = EmbeddedZooKeeper(data_dir=self.workdir / "zookeeper").start()
         self.client = connect(self.hosts)
 
-    def start_sidecar(self, name: str, release: Path, generation: int, *flags: str) -> Sidecar:
-        log_file = self.workdir / f"{name}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "--log-json",
-            "sidecar",
-            "--zk",
-            self.hosts,
-            "--env",
-            ENV,
-            "--release",
-            str(release),
-            "--deploy-generation",
-            str(generation),
-            "--blob",
-            str(self.workdir / "blob"),
-            "--http",
-            "127.0.0.1:0",
-            "--process-id",
-            name,
-            "--session-timeout",
-            "4",
-            *flags,
-        ]
+    def start_sidecar(
+        self, name: str, release: Path, generation: int, *flags: str
+    ) -> SidecarProcess:
         self.say(
             f"[dim]$[/dim] [bold]catalog-upgrade sidecar --release {release.name} "
             f"--deploy-generation {generation} {' '.join(flags)}[/bold]  [dim](as {name})[/dim]"
         )
-        with log_file.open("wb") as log:
-            process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        sidecar = Sidecar(name=name, process=process, log_file=log_file)
+        sidecar = SidecarProcess.start(
+            zk=self.hosts,
+            env=ENV,
+            name=name,
+            version=release.stem,
+            release_file=release,
+            deploy_generation=generation,
+            log_path=self.workdir / f"{name}.log",
+            blob=self.workdir / "blob",
+            session_timeout=4.0,
+            extra=flags,
+        )
         self.sidecars.append(sidecar)
         return sidecar
 
-    def wait_state(self, sidecar: Sidecar, *states: str, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_state(
+        self, sidecar: SidecarProcess, *states: str, timeout: float = 30.0
+    ) -> ProcessNode:
         """Block on a ZooKeeper watch of the process node until its state is one of ``states``."""
         assert self.client is not None
-        matched = threading.Event()
-        seen: dict[str, Any] = {}
-
-        def watch(data: bytes | None, _stat: object) -> bool:
-            if data:
-                seen.clear()
-                seen.update(json.loads(data))
-                if seen.get("state") in states:
-                    matched.set()
-                    return False
-            return not matched.is_set()
-
-        DataWatch(self.client, f"{env_root(ENV)}/processes/{sidecar.name}", watch)
-        deadline = time.monotonic() + timeout
-        while not matched.wait(0.2):
-            if sidecar.process.poll() is not None:
-                raise DemoError(
-                    f"{sidecar.name} exited with code {sidecar.process.returncode}:\n"
-                    f"{sidecar.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise DemoError(f"{sidecar.name} not {'/'.join(states)} after {timeout:g} s")
-        sidecar.http = str(seen.get("http", ""))
-        return dict(seen)
-
-    def http(self, method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-        request = urllib.request.Request(url, data=body, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+            return sidecar.wait_state(self.client, *states, timeout=timeout)
+        except SidecarExited as exc:
+            raise DemoError(str(exc)) from None
+
+    def http(
+        self, sidecar: SidecarProcess, method: str, path: str, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        answer = sidecar.request(method, path, body, timeout=30.0)
+        return answer.status, answer.body
 
     def close(self) -> None:
         for sidecar in self.sidecars:
-            if sidecar.process.poll() is None:
-                sidecar.process.send_signal(signal.SIGTERM)
+            sidecar.terminate()
         for sidecar in self.sidecars:
-            try:
-                sidecar.process.wait(10)
-            except subprocess.TimeoutExpired:
-                sidecar.process.kill()
-                sidecar.process.wait()
+            if sidecar.wait_exit(10) is None:
+                sidecar.kill()
         if self.client is not None:
             close(self.client)
         if self.zookeeper is not None:
@@ -286,13 +226,13 @@ def run_story(demo: Demo) -> None:
     blue = demo.start_sidecar("blue-1", old, 1, "--auto-promote")
     node = demo.wait_state(blue, "serving")
     demo.say(
-        f"blue-1 is the {node['mode']} (epoch {node['epoch']}), state {node['state']}, "
+        f"blue-1 is the {node.mode} (epoch {node.epoch}), state {node.state}, "
         f"HTTP on {blue.http}: the empty environment was bootstrapped"
     )
 
     demo.section("3. Writes through the leader's POST /append")
     for collection, rows in ((TABLES, TABLE_ROWS), (ROLES, ROLE_ROWS)):
-        status, body = demo.http("POST", blue.url(f"/append?collection={collection}"), _lines(rows))
+        status, body = demo.http(blue, "POST", f"/append?collection={collection}", _lines(rows))
         if status != 200:
             raise DemoError(f"append to {collection} answered {status}: {body.decode()}")
         answer = json.loads(body)
@@ -304,14 +244,12 @@ def run_story(demo: Demo) -> None:
     demo.section(f"4. Blue-green: release {new.stem}, deploy generation 2, read-only")
     green = demo.start_sidecar("green-2", new, 2)
     node = demo.wait_state(green, "ready")
-    plan = node.get("plan") or {}
+    plan = node.plan or {}
     demo.say(
-        f"green-2 is {node['state']} ({node['mode']}); its plan {plan.get('from')} -> "
+        f"green-2 is {node.state} ({node.mode}); its plan {plan.get('from')} -> "
         f"{plan.get('to')}: {plan.get('counts')}"
     )
-    status, body = demo.http(
-        "POST", green.url(f"/append?collection={TABLES}"), _lines(TABLE_ROWS[:1])
-    )
+    status, body = demo.http(green, "POST", f"/append?collection={TABLES}", _lines(TABLE_ROWS[:1]))
     demo.say(
         f"POST /append on the read-only green-2 -> {status} "
         f"({json.loads(body).get('error')}): only the leader writes"
@@ -320,22 +258,21 @@ def run_story(demo: Demo) -> None:
 
     demo.section("5. Promote generation 2")
     demo.command("promote", "--deploy-generation", "2", "--wait", "30")
-    try:
-        code = blue.process.wait(30)
-    except subprocess.TimeoutExpired as exc:
-        raise DemoError("blue-1 did not exit after the promotion") from exc
-    if code != 3:
-        raise DemoError(f"blue-1 exited with {code}, not 3 (fenced):\n{blue.log_tail()}")
+    code = blue.wait_exit(30)
+    if code is None:
+        raise DemoError("blue-1 did not exit after the promotion")
+    if code != EXIT_FENCED:
+        raise DemoError(f"blue-1 exited with {code}, not 3 (fenced):\n{blue.tail_log()}")
     demo.say(f"blue-1 exited with code {code}: fenced by the newer generation")
     node = demo.wait_state(green, "serving")
-    demo.say(f"green-2 is the {node['mode']} now (epoch {node['epoch']})")
+    demo.say(f"green-2 is the {node.mode} now (epoch {node.epoch})")
 
     demo.section("6. The same rows, read through the new leader in the new schema")
     for collection, note in (
         (TABLES, "evolution: the added source_id reads as null"),
         (ROLES, "rewrite: numeric role ids became 'u7', 'u8'"),
     ):
-        status, body = demo.http("GET", green.url(f"/read?collection={collection}"))
+        status, body = demo.http(green, "GET", f"/read?collection={collection}")
         if status != 200:
             raise DemoError(f"read of {collection} answered {status}: {body.decode()}")
         demo.say(f"GET /read?collection={collection}  [dim]({note})[/dim]")
@@ -345,8 +282,8 @@ def run_story(demo: Demo) -> None:
     demo.command("status")
 
     demo.section("8. Shutdown")
-    green.process.send_signal(signal.SIGTERM)
-    code = green.process.wait(15)
+    green.terminate()
+    code = green.wait_exit(15)
     demo.say(f"SIGTERM: green-2 stepped down, deregistered and exited with code {code}")
     demo.say(f"Story told in {time.monotonic() - timer:.1f} s")
 
@@ -381,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if demo is not None:
             for sidecar in demo.sidecars:
                 console.print(f"[dim]--- {sidecar.name} log tail ---[/dim]")
-                console.print(sidecar.log_tail(), markup=False, highlight=False)
+                console.print(sidecar.tail_log(), markup=False, highlight=False)
         return 1
     finally:
         if demo is not None:

@@ -12,7 +12,7 @@ from typing import Any
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
-from orchestrator.scenario.fleet import child_environment
+from orchestrator.harness import child_environment
 from orchestrator.scenario.format import (
     Step,
     is_missing,

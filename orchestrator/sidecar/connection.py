@@ -48,10 +48,16 @@ class SidecarConnection(SidecarCore):
         started = time.monotonic()
         report_at = 1.0
         while not connected.wait(0.1):
+            waited = time.monotonic() - started
             if self._stopping:
+                self._log.warning(
+                    "zookeeper_unreachable",
+                    zk=self.config.zk,
+                    waited=round(waited, 1),
+                    stopping=True,
+                )
                 close(client)
                 raise _Stopping()
-            waited = time.monotonic() - started
             if waited >= report_at:
                 self._log.warning("zookeeper_unreachable", zk=self.config.zk, waited=round(waited))
                 report_at = min(report_at * 2, report_at + 30.0)

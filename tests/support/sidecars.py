@@ -1,8 +1,8 @@
-"""Real sidecar processes for integration tests, and waits driven by ZooKeeper watches.
+"""Real sidecar processes for integration tests, through the package harness.
 
-``SidecarProcess.start`` runs ``python -m orchestrator.cli sidecar ...`` with its logs in a file;
-``wait_state`` blocks on a kazoo ``DataWatch`` of the process node (never a fixed sleep) and
-fails fast, with the log tail, when the process exits instead.
+:class:`SidecarProcess` binds :class:`orchestrator.harness.SidecarProcess` (the one way the
+project starts and talks to sidecars) to the test's ZooKeeper client; waits are on watches of
+the process node and fail fast, with the log tail, when the process exits instead.
 """
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +21,10 @@ from typing import Any
 import attrs
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.recipe.watchers import DataWatch
+
+from catalog.consensus import env_root
+from catalog.environment import PROCESSES_KEY
+from orchestrator import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "scenarios" / "releases"
@@ -49,12 +48,10 @@ def cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
 
 @attrs.define
 class SidecarProcess:
-    """One running ``catalog-upgrade sidecar`` child process."""
+    """A harness sidecar (:class:`orchestrator.harness.SidecarProcess`) bound to the test's
+    ZooKeeper client, with the shapes the tests assert on (node JSON, status and body)."""
 
-    process_id: str
-    process: subprocess.Popen[bytes]
-    log_file: Path
-    node_path: str
+    sidecar: harness.SidecarProcess
     client: KazooClient
 
     @classmethod
@@ -71,132 +68,87 @@ class SidecarProcess:
         blob: Path | str | None = None,
         auto_promote: bool = False,
         session_timeout: float = 4.0,
-        http: str = "127.0.0.1:0",
+        http: str | None = None,
         release: str | None = None,
         extra: Sequence[str] = (),
     ) -> SidecarProcess:
-        args = [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "--log-level",
-            "DEBUG",
-            "--log-json",
-            "sidecar",
-            "--zk",
-            hosts,
-            "--env",
-            env,
-            "--release",
-            release or str(release_file(version)),
-            "--deploy-generation",
-            str(generation),
-            "--http",
-            http,
-            "--process-id",
-            process_id,
-            "--session-timeout",
-            str(session_timeout),
-        ]
-        if blob is not None:
-            args += ["--blob", str(blob)]
-        if auto_promote:
-            args.append("--auto-promote")
-        args += list(extra)
-        log_file = log_dir / f"{process_id}.log"
-        with log_file.open("wb") as log:
-            process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=log_dir
-            )
-        return cls(
-            process_id=process_id,
-            process=process,
-            log_file=log_file,
-            node_path=f"/catalog-upgrade/{env}/processes/{process_id}",
-            client=client,
+        sidecar = harness.SidecarProcess.start(
+            zk=hosts,
+            env=env,
+            name=process_id,
+            version=version,
+            release_file=Path(release) if release else release_file(version),
+            deploy_generation=generation,
+            log_path=log_dir / f"{process_id}.log",
+            blob=blob,
+            session_timeout=session_timeout,
+            auto_promote=auto_promote,
+            log_level="DEBUG",
+            extra=extra,
+            cwd=log_dir,
+            http=http,
         )
+        return cls(sidecar=sidecar, client=client)
 
-    # -- waiting ------------------------------------------------------------------------------
+    @property
+    def process_id(self) -> str:
+        return self.sidecar.name
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.sidecar.popen
+
+    @property
+    def node_path(self) -> str:
+        return f"{env_root(self.sidecar.env)}/{PROCESSES_KEY}/{self.process_id}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.sidecar.log_path
 
     def log_tail(self, lines: int = 30) -> str:
-        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        return self.sidecar.tail_log(lines)
 
     def wait_node(
         self, predicate: Callable[[Mapping[str, Any]], bool], timeout: float = 30.0
     ) -> dict[str, Any]:
-        """The process node's value once ``predicate`` holds (a DataWatch, not polling)."""
-        matched = threading.Event()
-        seen: dict[str, Any] = {}
-
-        def watch(data: bytes | None, _stat: object, _event: object = None) -> bool:
-            if matched.is_set():
-                return False
-            if data:
-                value = json.loads(data)
-                seen.clear()
-                seen.update(value)
-                if predicate(value):
-                    matched.set()
-                    return False
-            return True
-
-        DataWatch(self.client, self.node_path, watch)
-        deadline = time.monotonic() + timeout
-        # Wake now and then only to notice a process that died instead of changing state.
-        while not matched.wait(min(0.25, max(0.0, deadline - time.monotonic()))):
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"{self.process_id} exited with {self.process.returncode} while waited on; "
-                    f"last node {seen}\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{self.process_id}: condition not met within {timeout} s; last node {seen}\n"
-                    f"{self.log_tail()}"
-                )
-        return dict(seen)
+        """The process node's JSON once ``predicate`` holds (on a watch, not polling)."""
+        node = self.sidecar.wait_node(
+            self.client, lambda node: predicate(node.to_json()), timeout
+        )
+        return node.to_json()
 
     def wait_state(self, *states: str, timeout: float = 30.0) -> dict[str, Any]:
         return self.wait_node(lambda node: node.get("state") in states, timeout)
 
     def wait_exit(self, timeout: float = 30.0) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
+        code = self.sidecar.wait_exit(timeout)
+        if code is None:
             raise AssertionError(
                 f"{self.process_id} did not exit within {timeout} s\n{self.log_tail()}"
-            ) from None
-
-    # -- HTTP ---------------------------------------------------------------------------------
-
-    def base_url(self) -> str:
-        data, _ = self.client.get(self.node_path)
-        return f"http://{json.loads(data)['http']}"
+            )
+        return code
 
     def http(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        return http_call(method, self.base_url() + path, body)
-
-    # -- stopping -----------------------------------------------------------------------------
+        answer = self.sidecar.request(method, path, body, timeout=30.0)
+        return answer.status, answer.body
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
+        if self.sidecar.running:
+            self.sidecar.send_signal(signum)
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        if self.sidecar.running:
+            self.sidecar.kill()
 
 
 def http_call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
-    """One HTTP request; (status, body) for success and error statuses alike."""
-    request = urllib.request.Request(url, data=body, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    """One HTTP request; (status, body) for success and error statuses alike, OSError when
+    nothing answers."""
+    answer = harness.http_request(method, url, body, timeout=30.0)
+    if answer.status == 0:
+        raise OSError(answer.error)
+    return answer.status, answer.body
 
 
 def json_lines(body: bytes) -> list[dict[str, Any]]:

@@ -1,0 +1,332 @@
+"""The sidecar harness: real ``catalog-upgrade sidecar`` child processes, started, signalled,
+waited for and asked over HTTP. Shipped in the package (the way kazoo ships its test harness),
+so the demo, the scenario fleet and the test suite start and talk to sidecars one way.
+
+Every child is ``python -m orchestrator.cli sidecar ...`` with its own ZooKeeper session, HTTP
+port and log file; nothing is simulated in-process. Faults are real signals: SIGKILL (crash),
+SIGSTOP/SIGCONT (a paused "zombie"), SIGTERM (graceful stop). Waiting for a state watches the
+process node (:func:`catalog.watch.wait_until`) and fails fast, with the log's tail, when the
+child exits instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+from kazoo.client import KazooClient
+
+from catalog.consensus import env_root
+from catalog.environment import PROCESSES_KEY
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
+from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV
+from orchestrator.process_node import ProcessNode
+from orchestrator.zkserver import free_port
+
+__all__ = [
+    "HttpAnswer",
+    "SidecarExited",
+    "SidecarProcess",
+    "child_environment",
+    "http_request",
+    "sidecar_command",
+]
+
+# The directory holding the `catalog` and `orchestrator` packages, so children import the same
+# code as their parent even when the project is not installed.
+_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child ``catalog-upgrade`` process: this one, importing the same
+    source, with no ZooKeeper, environment name or failpoint inherited (children get them as
+    flags, and a failpoint only through ``extra``)."""
+    environment = dict(os.environ)
+    paths = [str(_SOURCE_ROOT), *filter(None, [environment.get("PYTHONPATH")])]
+    environment["PYTHONPATH"] = os.pathsep.join(paths)
+    for name in ("CATALOG_UPGRADE_ZK", "CATALOG_UPGRADE_ENV", CRASH_BEFORE_WRITE_ENV):
+        environment.pop(name, None)
+    environment.update(extra or {})
+    return environment
+
+
+def sidecar_command(
+    *,
+    zk: str,
+    env: str,
+    release: Path | str,
+    deploy_generation: int,
+    process_id: str,
+    http: str,
+    blob: Path | str | None = None,
+    session_timeout: float = 4.0,
+    auto_promote: bool = False,
+    log_level: str = "INFO",
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    """The exact command line of a sidecar child."""
+    command = [python, "-m", "orchestrator.cli", "--log-json", "--log-level", log_level]
+    command += ["sidecar", "--zk", zk, "--env", env, "--release", str(release)]
+    command += ["--deploy-generation", str(deploy_generation), "--process-id", process_id]
+    command += ["--http", http, "--session-timeout", f"{session_timeout:g}"]
+    if blob is not None:
+        command += ["--blob", str(blob)]
+    if auto_promote:
+        command.append("--auto-promote")
+    return command + list(extra)
+
+
+@attrs.frozen
+class HttpAnswer:
+    """An HTTP answer; ``status`` 0 when the process could not be reached at all."""
+
+    status: int
+    body: bytes
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+    def json_lines(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.body.splitlines() if line.strip()]
+
+    def summary(self) -> str:
+        """One line for a step's outcome: the status and the body, JSON compacted."""
+        if self.status == 0:
+            return f"unreachable ({self.error})"
+        body = self.text().strip()
+        with contextlib.suppress(ValueError):
+            body = json.dumps(json.loads(body), separators=(",", ":"))
+        body = body.replace("\n", " ")
+        return f"HTTP {self.status}" + (f": {body[:300]}" if body else "")
+
+
+def http_request(
+    method: str, url: str, body: bytes | None = None, *, timeout: float = 10.0
+) -> HttpAnswer:
+    """One HTTP request (never raises for HTTP or socket errors: status 0 when unreachable)."""
+    request = urllib.request.Request(url, data=body, method=method)
+    if body is not None:
+        request.add_header("Content-Type", "application/x-ndjson")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return HttpAnswer(status=answer.status, body=answer.read())
+    except urllib.error.HTTPError as exc:
+        return HttpAnswer(status=exc.code, body=exc.read())
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return HttpAnswer(status=0, body=b"", error=f"{type(exc).__name__}: {reason}")
+
+
+class SidecarExited(AssertionError):
+    """The child exited (or never got there) while a state was awaited; the log tail says why."""
+
+
+@attrs.define
+class SidecarProcess:
+    """One sidecar child process and what its parent knows about it."""
+
+    name: str
+    env: str
+    version: str
+    release_file: Path
+    deploy_generation: int
+    session_timeout: float
+    http: str
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+    started_at: float
+    paused: bool = False
+    # Set once an expectation (stop, expect_exit, kill) accounted for how it ended.
+    exit_expected: bool = False
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        zk: str,
+        env: str,
+        name: str,
+        version: str,
+        release_file: Path,
+        deploy_generation: int,
+        log_path: Path,
+        blob: Path | str | None = None,
+        session_timeout: float = 4.0,
+        auto_promote: bool = False,
+        crash_before_write: int | None = None,
+        log_level: str = "INFO",
+        extra: Sequence[str] = (),
+        cwd: Path | None = None,
+        http: str | None = None,
+    ) -> SidecarProcess:
+        """Start one child; its output (stdout and stderr) goes to ``log_path``. With
+        ``crash_before_write`` it kills itself before that leader write
+        (:mod:`orchestrator.failpoints`). ``http`` defaults to a free loopback port."""
+        http = http or f"127.0.0.1:{free_port()}"
+        command = sidecar_command(
+            zk=zk,
+            env=env,
+            release=release_file,
+            deploy_generation=deploy_generation,
+            process_id=name,
+            http=http,
+            blob=blob,
+            session_timeout=session_timeout,
+            auto_promote=auto_promote,
+            log_level=log_level,
+            extra=extra,
+        )
+        failpoint = {} if crash_before_write is None else {
+            CRASH_BEFORE_WRITE_ENV: str(crash_before_write)
+        }  # fmt: skip
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as out:
+            popen = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=child_environment(failpoint),
+                cwd=cwd,
+            )
+        return cls(
+            name=name,
+            env=env,
+            version=version,
+            release_file=release_file,
+            deploy_generation=deploy_generation,
+            session_timeout=session_timeout,
+            http=http,
+            log_path=log_path,
+            popen=popen,
+            started_at=time.monotonic(),
+        )
+
+    @property
+    def process_id(self) -> str:
+        """The id the sidecar registers under (``processes/<id>``)."""
+        return self.name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    @property
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    # -- signals --------------------------------------------------------------------------
+
+    def send_signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signum)
+
+    def kill(self) -> int:
+        """SIGKILL and reap; the exit code (-9, or the code it had already exited with)."""
+        self.send_signal(signal.SIGKILL)
+        self.paused = False
+        return self.popen.wait()
+
+    def pause(self) -> None:
+        self.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def terminate(self) -> None:
+        if self.paused:
+            self.resume()
+        self.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once it exits within ``timeout`` seconds, else None."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # -- what it says ---------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail_log(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, timeout: float = 10.0
+    ) -> HttpAnswer:
+        """One HTTP request to the process's server."""
+        return http_request(method, f"http://{self.http}{path}", body, timeout=timeout)
+
+    def wait_node(
+        self,
+        client: KazooClient,
+        predicate: Callable[[ProcessNode], bool],
+        timeout: float = 30.0,
+    ) -> ProcessNode:
+        """The process node once ``predicate`` holds, on a watch of the node; SidecarExited
+        (with the log's tail) when the child exits first or the time runs out."""
+        key = f"{PROCESSES_KEY}/{self.name}"
+        path = f"{env_root(self.env)}/{key}"
+        last: ProcessNode | None = None
+
+        def look(watch: Watch) -> ProcessNode | NotYet:
+            nonlocal last
+            found = watched_data(client, path, watch)
+            if found is not None:
+                last = ProcessNode.decode(key, found[0])
+                if predicate(last):
+                    return last
+            if not self.running:
+                raise SidecarExited(
+                    f"{self.name} exited with {self.returncode} while waited on; last node "
+                    f"{None if last is None else last.to_json()}\n{self.tail_log()}"
+                )
+            return NOT_YET
+
+        try:
+            # A watch wakes us on every change; the safety interval notices an exit.
+            return wait_until(look, timeout, safety=0.25)
+        except WaitTimeout:
+            raise SidecarExited(
+                f"{self.name}: condition not met within {timeout:g} s; last node "
+                f"{None if last is None else last.to_json()}\n{self.tail_log()}"
+            ) from None
+
+    def wait_state(self, client: KazooClient, *states: str, timeout: float = 30.0) -> ProcessNode:
+        """The process node once its state is one of ``states``."""
+        return self.wait_node(client, lambda node: node.state in states, timeout)
+
+    def describe(self) -> str:
+        state = "paused" if self.paused else ("running" if self.running else "exited")
+        code = "" if self.running else f" code {self.returncode}"
+        return (
+            f"{self.name} ({self.version} g{self.deploy_generation}, pid {self.pid}, "
+            f"http {self.http}): {state}{code}"
+        )
