@@ -50,6 +50,41 @@ from catalog.watch import (
 log = structlog.get_logger(__name__)
 
 
+def snapshot_reader(state: ShardState, reader_schema: pa.Schema | None) -> pa.Schema:
+    """The schema a snapshot of ``state`` returns: ``reader_schema`` once fenced against the
+    stored schemas (default: the latest live schema); a finalized shard is refused."""
+    if state.finalized:
+        raise _finalized(state)
+    if reader_schema is None:
+        return state.live_schema
+    check_reader(state.schema, reader_schema)
+    return reader_schema
+
+
+def snapshot_time(state: ShardState, as_of: int | None) -> int | None:
+    """``as_of`` checked against the frontiers (default ``upper - 1``; None: an empty shard):
+    it must be complete (below ``upper``) and not compacted away (at or above ``since``)."""
+    if as_of is None:
+        return None if state.upper == 0 else state.upper - 1
+    if as_of >= state.upper:
+        raise _shard_error(
+            f"as_of {as_of} not yet complete: upper is {state.upper}",
+            state.shard_id,
+            "not-complete",
+            as_of=as_of,
+            upper=state.upper,
+        )
+    if as_of < state.since:
+        raise _shard_error(
+            f"as_of {as_of} is below since {state.since}: those times were compacted",
+            state.shard_id,
+            "compacted",
+            as_of=as_of,
+            since=state.since,
+        )
+    return as_of
+
+
 class ShardReads(ShardCore):
     """Snapshots: batches up to ``as_of``, migrated lazily to the reader schema, consolidated."""
 
@@ -145,34 +180,12 @@ class ShardReads(ShardCore):
     def _snapshot(
         self, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
     ) -> pa.Table:
-        if state.finalized:
-            raise _finalized(state)
-        if reader_schema is None:
-            reader = state.live_schema
-        else:
-            check_reader(state.schema, reader_schema)
-            reader = reader_schema
+        reader = snapshot_reader(state, reader_schema)
         result_schema = update_schema(reader)
-        if as_of is None:
-            if state.upper == 0:
-                return result_schema.empty_table()
-            as_of = state.upper - 1
-        if as_of >= state.upper:
-            raise _shard_error(
-                f"as_of {as_of} not yet complete: upper is {state.upper}",
-                self.shard_id,
-                "not-complete",
-                as_of=as_of,
-                upper=state.upper,
-            )
-        if as_of < state.since:
-            raise _shard_error(
-                f"as_of {as_of} is below since {state.since}: those times were compacted",
-                self.shard_id,
-                "compacted",
-                as_of=as_of,
-                since=state.since,
-            )
+        time = snapshot_time(state, as_of)
+        if time is None:
+            return result_schema.empty_table()
+        as_of = time
         refs = [b for b in self.batches(state) if b.lower <= as_of]
         tables = self._load(state, refs, reader, as_of=as_of, times=False)
         if not tables:

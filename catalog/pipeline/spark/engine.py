@@ -14,7 +14,6 @@ import structlog
 from catalog.consensus import Fence
 from catalog.errors import (
     ShardError,
-    ShardFinalizedError,
 )
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, _SourceMoved
 from catalog.pipeline.spark.expressions import (
@@ -36,7 +35,6 @@ from catalog.pipeline.spark.workers import (
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import _overlaps, _update_schema
 from catalog.retry import Retry
-from catalog.schema import check_reader
 from catalog.shard import (
     DIFF,
     TS,
@@ -46,41 +44,14 @@ from catalog.shard import (
     ShardState,
     update_schema,
 )
+from catalog.shard.ops import _finalized
+from catalog.shard.read import snapshot_reader, snapshot_time
 
 log = structlog.get_logger(__name__)
 
 
 # A Spark snapshot whose blobs vanished under it (compaction) re-reads this often.
 _READ_ATTEMPTS = 5
-
-
-def _finalized(state: ShardState) -> ShardFinalizedError:
-    return ShardFinalizedError(
-        f"shard {state.shard_id} is finalized", shard_id=state.shard_id, reason="finalized"
-    )
-
-
-def _snapshot_time(state: ShardState, as_of: int | None) -> int | None:
-    """``as_of`` checked against the frontiers like ``Shard.snapshot`` (None: empty shard)."""
-    if as_of is None:
-        return None if state.upper == 0 else state.upper - 1
-    if as_of >= state.upper:
-        raise ShardError(
-            f"as_of {as_of} not yet complete: upper is {state.upper}",
-            shard_id=state.shard_id,
-            reason="not-complete",
-            as_of=as_of,
-            upper=state.upper,
-        )
-    if as_of < state.since:
-        raise ShardError(
-            f"as_of {as_of} is below since {state.since}: those times were compacted",
-            shard_id=state.shard_id,
-            reason="compacted",
-            as_of=as_of,
-            since=state.since,
-        )
-    return as_of
 
 
 @attrs.define
@@ -145,14 +116,8 @@ class SparkEngine:
         from pyspark.sql import functions as F
 
         state = shard.state() if state is None else state
-        if state.finalized:
-            raise _finalized(state)
-        if reader_schema is None:
-            reader = state.live_schema
-        else:
-            check_reader(state.schema, reader_schema)
-            reader = reader_schema
-        time = _snapshot_time(state, as_of)
+        reader = snapshot_reader(state, reader_schema)
+        time = snapshot_time(state, as_of)
         if time is None:
             return self.spark.createDataFrame([], spark_schema(reader)), reader
         refs = [b for b in shard.batches(state) if b.lower <= time]
