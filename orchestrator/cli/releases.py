@@ -9,15 +9,18 @@ import click
 
 from orchestrator.cli.root import handle_errors, main
 
-
-@main.command("plan")
-@click.option(
+#: The release directory that plan and validate read.
+releases_option = click.option(
     "--releases",
     "releases_dir",
     required=True,
     type=click.Path(path_type=Path),
     help="Directory of release files (*.py defining RELEASE).",
 )
+
+
+@main.command("plan")
+@releases_option
 @click.option("--from", "from_version", required=True, help="Version the catalog is at.")
 @click.option("--to", "to_version", required=True, help="Version to upgrade to.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
@@ -37,13 +40,7 @@ def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json
 
 
 @main.command("validate")
-@click.option(
-    "--releases",
-    "releases_dir",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Directory of release files (*.py defining RELEASE).",
-)
+@releases_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @handle_errors
 def validate_command(releases_dir: Path, as_json: bool) -> None:

@@ -18,6 +18,7 @@ from catalog.errors import BadInputError, CatalogError
 from orchestrator.scenario.format import (
     ReleaseIndex,
     Scenario,
+    Step,
     load_scenario,
 )
 from orchestrator.scenario.invariants import describe
@@ -71,27 +72,9 @@ def run_scenario(
                 else:
                     message = exc.message if isinstance(exc, CatalogError) else repr(exc)
                 error = f"step {step.number} (line {step.line}) {step.action}: {message}"
-                result = StepResult(
-                    step.number,
-                    step.line,
-                    step.action,
-                    step.describe(),
-                    False,
-                    time.monotonic() - step_started,
-                    error=message,
-                    note=step.note,
-                )
+                result = _result(step, step_started, error=message)
             else:
-                result = StepResult(
-                    step.number,
-                    step.line,
-                    step.action,
-                    step.describe(),
-                    True,
-                    time.monotonic() - step_started,
-                    detail=detail,
-                    note=step.note,
-                )
+                result = _result(step, step_started, detail=detail)
             results.append(result)
             if on_step is not None:
                 on_step(result)
@@ -170,3 +153,20 @@ def run_files(
             if on_done is not None:
                 on_done(result)
     return results
+
+
+def _result(
+    step: Step, started: float, *, error: str | None = None, detail: str = ""
+) -> StepResult:
+    """The outcome of one step: failed when ``error`` says why, else passed with ``detail``."""
+    return StepResult(
+        step.number,
+        step.line,
+        step.action,
+        step.describe(),
+        error is None,
+        time.monotonic() - started,
+        detail=detail,
+        error=error,
+        note=step.note,
+    )
