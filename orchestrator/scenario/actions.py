@@ -14,9 +14,19 @@ from catalog.errors import CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.harness import child_environment
 from orchestrator.scenario.format import (
-    Step,
     is_missing,
     resolve_path,
+)
+from orchestrator.scenario.format.steps import (
+    AppendStep,
+    ExpectExitStep,
+    ExpectStatusStep,
+    PromoteStep,
+    ReadStep,
+    SleepStep,
+    StartStep,
+    StopStep,
+    WaitStep,
 )
 from orchestrator.scenario.results import (
     AppendRecord,
@@ -31,7 +41,7 @@ class ProcessActions(RunCore):
 
     __slots__ = ()
 
-    def _do_start(self, step: Step) -> str:
+    def _do_start(self, step: StartStep) -> str:
         assert step.release is not None and step.generation is not None
         release_file = self.release_files[step.release]
         names = list(step.processes)
@@ -50,12 +60,12 @@ class ProcessActions(RunCore):
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)
 
-    def _do_wait(self, step: Step) -> str:
+    def _do_wait(self, step: WaitStep) -> str:
         assert step.state is not None
         process = self._process(step)
         return self.wait_state(process, step.state, self._timeout(step))
 
-    def _do_promote(self, step: Step) -> str:
+    def _do_promote(self, step: PromoteStep) -> str:
         assert step.generation is not None
         if step.process:
             process = self._process(step)
@@ -109,7 +119,7 @@ class ProcessActions(RunCore):
         shown = lines[0] if done.returncode else (lines[-1] if lines else "")
         return f"exit {done.returncode}" + (f": {shown.strip()}" if shown else "")
 
-    def _do_append(self, step: Step) -> str:
+    def _do_append(self, step: AppendStep) -> str:
         assert step.collection is not None
         process = self._process(step)
         body = "".join(json.dumps(row, default=_json_default) + "\n" for row in step.rows)
@@ -138,7 +148,7 @@ class ProcessActions(RunCore):
             return f"HTTP {answer.status}: ts {data.get('ts')}, shard {data.get('shard_id')}"
         return answer.summary()
 
-    def _do_read(self, step: Step) -> str:
+    def _do_read(self, step: ReadStep) -> str:
         assert step.collection is not None
         process = self._process(step)
         answer, rows = self.read_rows(
@@ -170,7 +180,7 @@ class ProcessActions(RunCore):
                 )
         return f"{count} row(s)"
 
-    def _do_stop(self, step: Step) -> str:
+    def _do_stop(self, step: StopStep) -> str:
         process = self._process(step)
         process.terminate()
         timeout = self._timeout(step, 15.0)
@@ -183,7 +193,7 @@ class ProcessActions(RunCore):
             raise StepFailed(f"{process.name} exited with code {code}, expected {expected}")
         return f"exited {code}"
 
-    def _do_expect_exit(self, step: Step) -> str:
+    def _do_expect_exit(self, step: ExpectExitStep) -> str:
         assert step.code is not None
         process = self._process(step)
         timeout = self._timeout(step)
@@ -199,7 +209,7 @@ class ProcessActions(RunCore):
             raise StepFailed(f"the log of {process.name} does not mention {step.log_contains!r}")
         return f"exited {code}"
 
-    def _do_expect_status(self, step: Step) -> str:
+    def _do_expect_status(self, step: ExpectStatusStep) -> str:
         assert step.path is not None
         path = step.path
         problem: str | None = None
@@ -227,7 +237,7 @@ class ProcessActions(RunCore):
         except WaitTimeout:
             raise StepFailed(f"status {path}: {problem}") from None
 
-    def _do_sleep(self, step: Step) -> str:
+    def _do_sleep(self, step: SleepStep) -> str:
         assert step.seconds is not None
         time.sleep(step.seconds)  # deliberate: the scenario lets time pass
         return f"slept {step.seconds:g} s"

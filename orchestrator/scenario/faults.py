@@ -8,8 +8,12 @@ import time
 from kazoo.protocol.states import KazooState
 
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
-from orchestrator.scenario.format import (
-    Step,
+from orchestrator.scenario.format.steps import (
+    ExpireStep,
+    KillStep,
+    PauseStep,
+    RestartZooKeeperStep,
+    ResumeStep,
 )
 from orchestrator.scenario.results import (
     StepFailed,
@@ -22,26 +26,26 @@ class FaultActions(RunCore):
 
     __slots__ = ()
 
-    def _do_kill(self, step: Step) -> str:
+    def _do_kill(self, step: KillStep) -> str:
         process = self._process(step)
         was_running = process.running
         code = process.kill()
         process.exit_expected = True
         return f"killed (exit {code})" if was_running else f"had already exited with {code}"
 
-    def _do_pause(self, step: Step) -> str:
+    def _do_pause(self, step: PauseStep) -> str:
         process = self._process(step)
         if not process.running:
             raise StepFailed(f"{process.name} is not running (exit {process.returncode})")
         process.pause()
         return f"SIGSTOP pid {process.pid}"
 
-    def _do_resume(self, step: Step) -> str:
+    def _do_resume(self, step: ResumeStep) -> str:
         process = self._process(step)
         process.resume()
         return f"SIGCONT pid {process.pid}"
 
-    def _do_expire(self, step: Step) -> str:
+    def _do_expire(self, step: ExpireStep) -> str:
         """SIGSTOP until the server expires the session (its ephemeral node goes), SIGCONT."""
         process = self._process(step)
         if self.process_node(process.name) is None:
@@ -62,7 +66,7 @@ class FaultActions(RunCore):
             process.resume()
         return f"session expired after {time.monotonic() - started:.2f} s paused"
 
-    def _do_restart_zookeeper(self, step: Step) -> str:
+    def _do_restart_zookeeper(self, step: RestartZooKeeperStep) -> str:
         server = self.zookeeper.server
         if server is None:
             raise StepFailed(

@@ -126,8 +126,11 @@ class RunCore:
         return handler(step)
 
     def _timeout(self, step: Step, default: float | None = None) -> float:
-        if step.timeout is not None:
-            return step.timeout
+        """The step's own ``timeout`` (for kinds that take one), else ``default``, else the
+        scenario's."""
+        timeout: float | None = getattr(step, "timeout", None)
+        if timeout is not None:
+            return timeout
         return default if default is not None else self.default_timeout
 
     def _process(self, step: Step) -> SidecarProcess:

@@ -27,17 +27,11 @@ from __future__ import annotations
 from orchestrator.scenario.format.parse import load_scenario, parse_scenario
 from orchestrator.scenario.format.paths import PathPart, is_missing, parse_path, resolve_path
 from orchestrator.scenario.format.releases import ReleaseIndex
-from orchestrator.scenario.format.steps import (
-    ACTIONS,
-    WAIT_STATES,
-    Defaults,
-    Problem,
-    Scenario,
-    Step,
-)
+from orchestrator.scenario.format.steps import STEP_KINDS, Step
+from orchestrator.scenario.format.values import WAIT_STATES, Defaults, Problem, Scenario
 
 __all__ = [
-    "ACTIONS",
+    "STEP_KINDS",
     "WAIT_STATES",
     "Defaults",
     "PathPart",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from orchestrator.scenario.format.steps import WAIT_STATES
+from orchestrator.scenario.format.values import WAIT_STATES
 
 
 def _is_int(value: Any) -> bool:

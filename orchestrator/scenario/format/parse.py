@@ -12,18 +12,16 @@ import attrs
 
 from catalog.errors import BadInputError, CatalogError
 from catalog.release import Release, Version
-from orchestrator.scenario.format.fields import FIELDS, _boolean, _number
-from orchestrator.scenario.format.paths import parse_path
+from orchestrator.scenario.format.fields import _boolean, _number
 from orchestrator.scenario.format.releases import ReleaseIndex
-from orchestrator.scenario.format.steps import (
-    ACTIONS,
-    COMPARATORS,
+from orchestrator.scenario.format.steps import StartStep, Step
+from orchestrator.scenario.format.structure import build_step
+from orchestrator.scenario.format.values import (
     DEFAULT_KEYS,
     TOP_LEVEL_KEYS,
     Defaults,
     Problem,
     Scenario,
-    Step,
 )
 
 _STEP_HEADER = re.compile(r"^\s*\[\[\s*step\s*\]\]")
@@ -222,109 +220,13 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
 
 
 def _step(number: int, raw: Mapping[str, Any], found: _Collector) -> Step | None:
-    action = raw.get("action")
-    if action is None:
-        found.add(f"missing 'action' (one of: {', '.join(ACTIONS)})", step=number)
-        return None
-    if action not in ACTIONS:
-        found.add(
-            f"unknown action {action!r} (one of: {', '.join(ACTIONS)})",
-            step=number,
-            field="action",
-        )
-        return None
-    spec = ACTIONS[action]
-    ok = True
-    for key in sorted(set(raw) - spec.allowed):
-        hint = (
-            f" ({key!r} belongs to {', '.join(a for a, s in ACTIONS.items() if key in s.allowed)})"
-            if key in FIELDS
-            else ""
-        )
-        found.add(
-            f"unknown field {key!r} for action {action!r}{hint}; allowed: "
-            f"{', '.join(sorted(spec.allowed - {'action'}))}",
-            step=number,
-            field=key,
-        )
-        ok = False
-    for key in sorted(spec.required - set(raw)):
-        found.add(f"action {action!r} needs field {key!r}", step=number, field=None)
-        ok = False
-    for key, value in raw.items():
-        checker = FIELDS.get(key)
-        if checker is None or key not in spec.allowed:
-            continue
-        problem = checker(value)
-        if problem:
-            found.add(f"{key} {problem}", step=number, field=key)
-            ok = False
-    if not ok:
-        return None
-    return _build_step(number, found, action, raw)
-
-
-def _build_step(number: int, found: _Collector, action: str, raw: Mapping[str, Any]) -> Step | None:
     span = found.spans[number - 1] if number <= len(found.spans) else (0, 0)
-    process = raw.get("process")
-    processes = tuple(process) if isinstance(process, list) else ((process,) if process else ())
-    if len(processes) > 1 and action != "start":
-        found.add("only start takes several processes", step=number, field="process")
-        return None
-    comparators = [c for c in COMPARATORS if c in raw]
-    if action == "expect_status" and len(comparators) != 1:
-        found.add(
-            f"expect_status needs exactly one of {', '.join(COMPARATORS)}"
-            + (f" (got {', '.join(comparators)})" if comparators else ""),
-            step=number,
-        )
-        return None
-    if action == "start" and raw["generation"] < 1:
-        found.add("generation must be at least 1 for start", step=number, field="generation")
-        return None
-    if action == "append" and raw.get("refused") and "expect_http" in raw:
-        found.add("give refused or expect_http, not both", step=number, field="refused")
-        return None
-    if "path" in raw:
-        try:
-            parse_path(raw["path"])
-        except BadInputError as exc:
-            found.add(exc.message, step=number, field="path")
-            return None
-    http = raw.get("expect_http")
-    return Step(
-        number=number,
-        line=span[0],
-        action=action,
-        processes=processes,
-        release=raw.get("release"),
-        generation=raw.get("generation"),
-        auto_promote=bool(raw.get("auto_promote", False)),
-        session_timeout=_opt_float(raw.get("session_timeout")),
-        crash_before_write=raw.get("crash_before_write"),
-        state=raw.get("state"),
-        timeout=_opt_float(raw.get("timeout")),
-        collection=raw.get("collection"),
-        rows=tuple(raw.get("rows", ())),
-        expect_rows=tuple(raw["expect_rows"]) if "expect_rows" in raw else None,
-        expect_count=raw.get("expect_count"),
-        expect_http=None if http is None else tuple(http if isinstance(http, list) else [http]),
-        refused=bool(raw.get("refused", False)),
-        code=raw.get("code"),
-        path=raw.get("path"),
-        comparator=comparators[0] if comparators else None,
-        expected=raw[comparators[0]] if comparators else None,
-        seconds=_opt_float(raw.get("seconds")),
-        wait=_opt_float(raw.get("wait")),
-        log_contains=raw.get("log_contains"),
-        as_of=raw.get("as_of"),
-        down=_opt_float(raw.get("down")),
-        note=raw.get("note"),
-    )
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+    built = build_step(number, span[0], raw)
+    if isinstance(built, Step):
+        return built
+    for problem in built:
+        found.add(problem.message, step=number, field=problem.field)
+    return None
 
 
 def _check_semantics(
@@ -334,7 +236,7 @@ def _check_semantics(
     started: dict[str, int] = {}
     release_files: dict[str, Path] = {}
     for step in steps:
-        if step.action == "start":
+        if isinstance(step, StartStep):
             for name in step.processes:
                 if name in started:
                     found.add(
@@ -344,12 +246,11 @@ def _check_semantics(
                         field="process",
                     )
                 started[name] = step.number
-            assert step.release is not None
             if index is not None and step.release not in release_files:
                 resolved = _resolve_release(step.release, index, file, found, step.number)
                 if resolved is not None:
                     release_files[step.release] = resolved
-        elif step.processes and step.process not in started:
+        elif step.process_names and step.process not in started:
             found.add(
                 f"process {step.process!r} is not started by an earlier step",
                 step=step.number,

@@ -1,249 +1,284 @@
-"""Scenario values: actions and their fields, steps, defaults, problems; steps written as TOML."""
+"""Scenario steps: one class per action, each with exactly the fields that action takes.
+
+A step is one of the classes in :data:`STEP_KINDS` (a tagged union on ``action``). Every field
+names the check of :mod:`orchestrator.scenario.format.fields` that its values must pass
+(``metadata={"check": ...}``); :mod:`orchestrator.scenario.format.structure` builds steps from
+TOML tables with cattrs and reports every problem by field. ``number`` counts from 1 and
+``line`` is the step's ``[[step]]`` header; both are 0 for steps built in code (simulation).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
-from catalog.release import Release
-from orchestrator.process_node import ProcessState
+__all__ = [
+    "STEP_KINDS",
+    "AppendStep",
+    "ExpectExitStep",
+    "ExpectStatusStep",
+    "ExpireStep",
+    "KillStep",
+    "PauseStep",
+    "PromoteStep",
+    "ReadStep",
+    "RestartZooKeeperStep",
+    "ResumeStep",
+    "SleepStep",
+    "StartStep",
+    "Step",
+    "StopStep",
+    "WaitStep",
+]
 
-# States a `wait` step can wait for: the process node's states, plus `exited`.
-WAIT_STATES: Final = (*(state.value for state in ProcessState), "exited")
+
+def _field(check: str, **kwargs: Any) -> Any:
+    """An attrs field whose raw value must pass the ``check`` of ``fields.FIELDS``."""
+    return attrs.field(metadata={"check": check}, **kwargs)
 
 
-COMPARATORS: Final = ("equals", "not_equals", "length", "contains", "exists")
+@attrs.frozen(kw_only=True)
+class Step:
+    """What every step has; the subclasses add their action's fields."""
 
-
-@attrs.frozen
-class ActionSpec:
-    """Which fields an action requires and which it accepts (``note`` is accepted everywhere)."""
-
-    required: frozenset[str]
-    optional: frozenset[str] = frozenset()
-    help: str = ""
+    action: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    number: int = 0
+    line: int = 0
+    note: str | None = _field("note", default=None)
 
     @property
-    def allowed(self) -> frozenset[str]:
-        return self.required | self.optional | {"action", "note"}
-
-
-def _spec(required: str = "", optional: str = "", help: str = "") -> ActionSpec:
-    return ActionSpec(frozenset(required.split()), frozenset(optional.split()), help)
-
-
-ACTIONS: Final[Mapping[str, ActionSpec]] = {
-    "start": _spec(
-        "process release generation",
-        "auto_promote session_timeout crash_before_write",
-        "start sidecar process(es) of a release at a deploy generation",
-    ),
-    "wait": _spec("process state", "timeout", "wait until a process reaches a state"),
-    "promote": _spec(
-        "generation",
-        "process wait code expect_http timeout",
-        "promote a generation (CLI `promote`, or POST /promote on `process`)",
-    ),
-    "append": _spec(
-        "process collection rows",
-        "expect_http refused timeout",
-        "POST /append rows to a process",
-    ),
-    "read": _spec(
-        "process collection",
-        "as_of expect_rows expect_count expect_http timeout",
-        "GET /read from a process and compare the rows",
-    ),
-    "kill": _spec("process", "", "SIGKILL a process"),
-    "pause": _spec("process", "", "SIGSTOP a process (a zombie until resumed)"),
-    "resume": _spec("process", "", "SIGCONT a paused process"),
-    "expire": _spec(
-        "process",
-        "timeout",
-        "expire a process's ZooKeeper session (SIGSTOP until the server expires it, then SIGCONT)",
-    ),
-    "restart_zookeeper": _spec("", "down", "stop and start the embedded ZooKeeper server"),
-    "stop": _spec("process", "code timeout", "SIGTERM a process and expect its exit code"),
-    "expect_status": _spec(
-        "path", " ".join(COMPARATORS) + " timeout", "check a field of `status --json`"
-    ),
-    "expect_exit": _spec(
-        "process code", "timeout log_contains", "wait for a process to exit with a code"
-    ),
-    "sleep": _spec("seconds", "", "let time pass on purpose (e.g. for a zombie)"),
-}
-
-
-TOP_LEVEL_KEYS: Final = frozenset({"name", "description", "releases", "defaults", "step"})
-
-
-DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants"})
-
-
-DEFAULT_SESSION_TIMEOUT: Final = 2.0
-
-
-DEFAULT_TIMEOUT: Final = 30.0
-
-
-@attrs.frozen
-class Problem:
-    """One thing wrong with a scenario file, located."""
-
-    message: str
-    step: int | None = None
-    line: int | None = None
-    field: str | None = None
-
-    def render(self, file: str) -> str:
-        where = file
-        if self.line is not None:
-            where += f":{self.line}"
-        if self.step is not None:
-            where += f": step {self.step}"
-        return f"{where}: {self.message}"
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-@attrs.frozen
-class Defaults:
-    session_timeout: float = DEFAULT_SESSION_TIMEOUT
-    timeout: float = DEFAULT_TIMEOUT
-    invariants: bool = True  # check orchestrator.scenario.invariants after every step
-
-
-@attrs.frozen
-class Step:
-    """One validated step. ``number`` counts from 1; ``line`` is its ``[[step]]`` header."""
-
-    number: int
-    line: int
-    action: str
-    processes: tuple[str, ...] = ()
-    release: str | None = None
-    generation: int | None = None
-    auto_promote: bool = False
-    session_timeout: float | None = None
-    crash_before_write: int | None = None
-    state: str | None = None
-    timeout: float | None = None
-    collection: str | None = None
-    rows: tuple[Mapping[str, Any], ...] = ()
-    expect_rows: tuple[Mapping[str, Any], ...] | None = None
-    expect_count: int | None = None
-    expect_http: tuple[int, ...] | None = None
-    refused: bool = False
-    code: int | None = None
-    path: str | None = None
-    comparator: str | None = None
-    expected: Any = None
-    seconds: float | None = None
-    wait: float | None = None
-    log_contains: str | None = None
-    as_of: int | None = None
-    down: float | None = None
-    note: str | None = None
+    def process_names(self) -> tuple[str, ...]:
+        """The processes the step acts on (empty for steps without one)."""
+        names: tuple[str, ...] = getattr(self, "processes", ())
+        return names
 
     @property
     def process(self) -> str:
         """The single process the step acts on ('' for steps without one)."""
-        return self.processes[0] if self.processes else ""
+        names = self.process_names
+        return names[0] if names else ""
 
     def describe(self) -> str:
         """A one-line summary for the timeline."""
-        who = ",".join(self.processes)
-        a = self.action
-        if a == "start":
-            extra = " auto-promote" if self.auto_promote else ""
-            if self.crash_before_write is not None:
-                extra += f", crashing before leader write {self.crash_before_write}"
-            return f"start {who}: {self.release} generation {self.generation}{extra}"
-        if a == "wait":
-            return f"wait {who} {self.state}"
-        if a == "promote":
-            via = f" via {who}" if who else ""
-            return f"promote generation {self.generation}{via}"
-        if a in ("append", "read"):
-            n = f" {len(self.rows)} row(s)" if a == "append" else ""
-            return f"{a}{n} {self.collection} @ {who}"
-        if a == "expect_status":
-            return f"expect status {self.path} {self.comparator} {self.expected!r}"
-        if a == "expect_exit":
-            return f"expect {who} exits {self.code}"
-        if a == "sleep":
-            return f"sleep {self.seconds:g} s"
-        if a == "restart_zookeeper":
-            return "restart ZooKeeper" + (f" (down {self.down:g} s)" if self.down else "")
-        return f"{a} {who}".strip()
+        return f"{self.action} {','.join(self.process_names)}".strip()
 
     def to_toml(self) -> str:
         """This step as a ``[[step]]`` table (simulate prints failing walks this way)."""
         out = ["[[step]]", f"action = {_toml_value(self.action)}"]
-        if self.processes:
-            value: Any = self.processes[0] if len(self.processes) == 1 else list(self.processes)
-            out.append(f"process = {_toml_value(value)}")
-        for name in [
-            "release",
-            "generation",
-            "session_timeout",
-            "crash_before_write",
-            "state",
-            "timeout",
-            "collection",
-            "code",
-            "path",
-            "seconds",
-            "wait",
-            "log_contains",
-            "as_of",
-            "down",
-            "expect_count",
-            "note",
-        ]:
-            value = getattr(self, name)
-            if value is not None:
-                out.append(f"{name} = {_toml_value(value)}")
-        if self.auto_promote:
-            out.append("auto_promote = true")
-        if self.refused:
-            out.append("refused = true")
-        if self.expect_http is not None:
-            http: Any = self.expect_http[0] if len(self.expect_http) == 1 else self.expect_http
-            out.append(f"expect_http = {_toml_value(http)}")
-        if self.comparator is not None:
-            out.append(f"{self.comparator} = {_toml_value(self.expected)}")
-        if self.rows:
-            out.append(f"rows = {_toml_value(list(self.rows))}")
-        if self.expect_rows is not None:
-            out.append(f"expect_rows = {_toml_value(list(self.expect_rows))}")
+        for field in attrs.fields(type(self)):
+            if field.name in ("number", "line"):
+                continue
+            value = getattr(self, field.name)
+            if value is None or value == field.default or (value == () and field.name != "rows"):
+                continue
+            out += _toml_entries(field.name, value)
         return "\n".join(out)
 
 
-@attrs.frozen
-class Scenario:
-    """A validated scenario file."""
+@attrs.frozen(kw_only=True)
+class _ProcessStep(Step):
+    processes: tuple[str, ...] = _field("process")
 
-    path: Path
-    name: str
-    description: str
-    releases_dir: Path
-    defaults: Defaults
-    steps: tuple[Step, ...]
-    release_files: Mapping[str, Path] = attrs.field(factory=dict)  # step release -> file
-    history: tuple[Release, ...] = ()  # every release of the directory, oldest first
 
-    def release_file(self, release: str) -> Path:
-        return self.release_files[release]
+@attrs.frozen(kw_only=True)
+class StartStep(_ProcessStep):
+    action: ClassVar[str] = "start"
+    help: ClassVar[str] = "start sidecar process(es) of a release at a deploy generation"
+    release: str = _field("release")
+    generation: int = _field("generation")
+    auto_promote: bool = _field("auto_promote", default=False)
+    session_timeout: float | None = _field("session_timeout", default=None)
+    crash_before_write: int | None = _field("crash_before_write", default=None)
 
-    @property
-    def uses_zookeeper_restart(self) -> bool:
-        return any(step.action == "restart_zookeeper" for step in self.steps)
+    def describe(self) -> str:
+        extra = " auto-promote" if self.auto_promote else ""
+        if self.crash_before_write is not None:
+            extra += f", crashing before leader write {self.crash_before_write}"
+        who = ",".join(self.processes)
+        return f"start {who}: {self.release} generation {self.generation}{extra}"
+
+
+@attrs.frozen(kw_only=True)
+class WaitStep(_ProcessStep):
+    action: ClassVar[str] = "wait"
+    help: ClassVar[str] = "wait until a process reaches a state"
+    state: str = _field("state")
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        return f"wait {self.process} {self.state}"
+
+
+@attrs.frozen(kw_only=True)
+class PromoteStep(Step):
+    action: ClassVar[str] = "promote"
+    help: ClassVar[str] = "promote a generation (CLI `promote`, or POST /promote on `process`)"
+    generation: int = _field("generation")
+    processes: tuple[str, ...] = _field("process", default=())
+    wait: float | None = _field("wait", default=None)
+    code: int | None = _field("code", default=None)
+    expect_http: tuple[int, ...] | None = _field("expect_http", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        via = f" via {self.process}" if self.processes else ""
+        return f"promote generation {self.generation}{via}"
+
+
+@attrs.frozen(kw_only=True)
+class AppendStep(_ProcessStep):
+    action: ClassVar[str] = "append"
+    help: ClassVar[str] = "POST /append rows to a process"
+    collection: str = _field("collection")
+    rows: tuple[Mapping[str, Any], ...] = _field("rows")
+    expect_http: tuple[int, ...] | None = _field("expect_http", default=None)
+    refused: bool = _field("refused", default=False)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        return f"append {len(self.rows)} row(s) {self.collection} @ {self.process}"
+
+
+@attrs.frozen(kw_only=True)
+class ReadStep(_ProcessStep):
+    action: ClassVar[str] = "read"
+    help: ClassVar[str] = "GET /read from a process and compare the rows"
+    collection: str = _field("collection")
+    as_of: int | None = _field("as_of", default=None)
+    expect_rows: tuple[Mapping[str, Any], ...] | None = _field("expect_rows", default=None)
+    expect_count: int | None = _field("expect_count", default=None)
+    expect_http: tuple[int, ...] | None = _field("expect_http", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        return f"read {self.collection} @ {self.process}"
+
+
+@attrs.frozen(kw_only=True)
+class KillStep(_ProcessStep):
+    action: ClassVar[str] = "kill"
+    help: ClassVar[str] = "SIGKILL a process"
+
+
+@attrs.frozen(kw_only=True)
+class PauseStep(_ProcessStep):
+    action: ClassVar[str] = "pause"
+    help: ClassVar[str] = "SIGSTOP a process (a zombie until resumed)"
+
+
+@attrs.frozen(kw_only=True)
+class ResumeStep(_ProcessStep):
+    action: ClassVar[str] = "resume"
+    help: ClassVar[str] = "SIGCONT a paused process"
+
+
+@attrs.frozen(kw_only=True)
+class ExpireStep(_ProcessStep):
+    action: ClassVar[str] = "expire"
+    help: ClassVar[str] = (
+        "expire a process's ZooKeeper session (SIGSTOP until the server expires it, then SIGCONT)"
+    )
+    timeout: float | None = _field("timeout", default=None)
+
+
+@attrs.frozen(kw_only=True)
+class RestartZooKeeperStep(Step):
+    action: ClassVar[str] = "restart_zookeeper"
+    help: ClassVar[str] = "stop and start the embedded ZooKeeper server"
+    down: float | None = _field("down", default=None)
+
+    def describe(self) -> str:
+        return "restart ZooKeeper" + (f" (down {self.down:g} s)" if self.down else "")
+
+
+@attrs.frozen(kw_only=True)
+class StopStep(_ProcessStep):
+    action: ClassVar[str] = "stop"
+    help: ClassVar[str] = "SIGTERM a process and expect its exit code"
+    code: int | None = _field("code", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+
+@attrs.frozen(kw_only=True)
+class ExpectStatusStep(Step):
+    """``path`` compared by one comparator (``equals = ...``, ``length = ...``, ...)."""
+
+    action: ClassVar[str] = "expect_status"
+    help: ClassVar[str] = "check a field of `status --json`"
+    path: str = _field("path")
+    comparator: str = attrs.field()
+    expected: Any = attrs.field()
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        return f"expect status {self.path} {self.comparator} {self.expected!r}"
+
+    def to_toml(self) -> str:
+        lines = ["[[step]]", f"action = {_toml_value(self.action)}"]
+        lines.append(f"path = {_toml_value(self.path)}")
+        lines.append(f"{self.comparator} = {_toml_value(self.expected)}")
+        for name in ("timeout", "note"):
+            value = getattr(self, name)
+            if value is not None:
+                lines.append(f"{name} = {_toml_value(value)}")
+        return "\n".join(lines)
+
+
+@attrs.frozen(kw_only=True)
+class ExpectExitStep(_ProcessStep):
+    action: ClassVar[str] = "expect_exit"
+    help: ClassVar[str] = "wait for a process to exit with a code"
+    code: int = _field("code")
+    timeout: float | None = _field("timeout", default=None)
+    log_contains: str | None = _field("log_contains", default=None)
+
+    def describe(self) -> str:
+        return f"expect {self.process} exits {self.code}"
+
+
+@attrs.frozen(kw_only=True)
+class SleepStep(Step):
+    action: ClassVar[str] = "sleep"
+    help: ClassVar[str] = "let time pass on purpose (e.g. for a zombie)"
+    seconds: float = _field("seconds")
+
+    def describe(self) -> str:
+        return f"sleep {self.seconds:g} s"
+
+
+#: Every step kind by its action name: the tag of the union.
+STEP_KINDS: Final[Mapping[str, type[Step]]] = {
+    kind.action: kind
+    for kind in (
+        StartStep,
+        WaitStep,
+        PromoteStep,
+        AppendStep,
+        ReadStep,
+        KillStep,
+        PauseStep,
+        ResumeStep,
+        ExpireStep,
+        RestartZooKeeperStep,
+        StopStep,
+        ExpectStatusStep,
+        ExpectExitStep,
+        SleepStep,
+    )
+}
+
+
+def _toml_entries(name: str, value: Any) -> list[str]:
+    """``name = value`` as written in a scenario file (one process and one status unwrapped)."""
+    if name == "processes":
+        name, value = "process", value[0] if len(value) == 1 else list(value)
+    elif name == "expect_http" and len(value) == 1:
+        value = value[0]
+    return [f"{name} = {_toml_value(value)}"]
 
 
 def _toml_value(value: Any) -> str:

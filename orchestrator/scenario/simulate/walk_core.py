@@ -13,7 +13,7 @@ from catalog.environment import EPOCH_KEY
 from catalog.release import Release, Version
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.scenario import ScenarioRun, StepFailed
-from orchestrator.scenario.format import Step
+from orchestrator.scenario.format import STEP_KINDS, Step
 from orchestrator.scenario.invariants import InvariantChecker
 from orchestrator.scenario.simulate.values import Member, SimulationConfig
 
@@ -48,7 +48,7 @@ class WalkerCore:
         return next(r for r in self.history if str(r.version) == version)
 
     def do(self, action: str, **fields: Any) -> str:
-        step = Step(number=len(self.recorded) + 1, line=0, action=action, **fields)
+        step = STEP_KINDS[action](number=len(self.recorded) + 1, **fields)
         self.recorded.append(step)
         self._current.append(step)
         return self.run.execute(step)

@@ -1,0 +1,82 @@
+"""Scenario values: the file's defaults, problems found in it, and the validated scenario."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from catalog.release import Release
+from orchestrator.process_node import ProcessState
+
+if TYPE_CHECKING:
+    from orchestrator.scenario.format.steps import Step
+
+# States a `wait` step can wait for: the process node's states, plus `exited`.
+WAIT_STATES: Final = (*(state.value for state in ProcessState), "exited")
+
+
+COMPARATORS: Final = ("equals", "not_equals", "length", "contains", "exists")
+
+
+TOP_LEVEL_KEYS: Final = frozenset({"name", "description", "releases", "defaults", "step"})
+
+
+DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants"})
+
+
+DEFAULT_SESSION_TIMEOUT: Final = 2.0
+
+
+DEFAULT_TIMEOUT: Final = 30.0
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a scenario file, located."""
+
+    message: str
+    step: int | None = None
+    line: int | None = None
+    field: str | None = None
+
+    def render(self, file: str) -> str:
+        where = file
+        if self.line is not None:
+            where += f":{self.line}"
+        if self.step is not None:
+            where += f": step {self.step}"
+        return f"{where}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Defaults:
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    timeout: float = DEFAULT_TIMEOUT
+    invariants: bool = True  # check orchestrator.scenario.invariants after every step
+
+
+@attrs.frozen
+class Scenario:
+    """A validated scenario file."""
+
+    path: Path
+    name: str
+    description: str
+    releases_dir: Path
+    defaults: Defaults
+    steps: tuple[Step, ...]
+    release_files: Mapping[str, Path] = attrs.field(factory=dict)  # step release -> file
+    history: tuple[Release, ...] = ()  # every release of the directory, oldest first
+
+    def release_file(self, release: str) -> Path:
+        return self.release_files[release]
+
+    @property
+    def uses_zookeeper_restart(self) -> bool:
+        return any(step.action == "restart_zookeeper" for step in self.steps)
