@@ -6,10 +6,9 @@ import attrs
 import pyarrow as pa
 
 from catalog.schema.evolution import check_backward_compatible
-from catalog.schema.history import _child, is_tombstone
+from catalog.schema.history import FieldPartnerVisitor, is_tombstone
 from catalog.schema.walk import (
     _KEY,
-    PartnerVisitor,
     _as_type,
     _fields,
     _join,
@@ -19,29 +18,13 @@ from catalog.schema.walk import (
 
 
 @attrs.define
-class _Diff(PartnerVisitor[pa.Field, None, None]):
+class _Diff(FieldPartnerVisitor[None, None]):
     """Collects the dotted paths added, dropped, relaxed and otherwise changed from old to new."""
 
     added_paths: list[str] = attrs.Factory(list)
     dropped: list[str] = attrs.Factory(list)
     relaxed: list[str] = attrs.Factory(list)
     changed: list[str] = attrs.Factory(list)
-
-    def partner_type(self, partner: pa.Field) -> pa.DataType:
-        return partner.type
-
-    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
-        child = _child(partner.type, field.name)
-        return None if child is None or is_tombstone(child) else child
-
-    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.value_field
-
-    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.key_field
-
-    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.item_field
 
     def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         self.changed.append(path)

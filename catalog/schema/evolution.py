@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema.history import (
-    _child,
+    FieldPartnerVisitor,
     _describe,
     _describe_field,
     _rebuild_list,
@@ -29,7 +29,6 @@ from catalog.schema.walk import (
     _ITEMS,
     _KEY,
     _VALUE,
-    PartnerVisitor,
     _as_type,
     _fields,
     _join,
@@ -61,27 +60,14 @@ def migration_type(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
-class _Evolve(PartnerVisitor[pa.Field, pa.DataType, pa.Field]):
+class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     """Checks a new live type against a migration type and builds the next migration type.
 
     The partner is the migration-type field; ``before`` enforces the field rules top-down, the
     bottom-up callbacks rebuild the type with tombstones kept and added fields appended.
     """
 
-    def partner_type(self, partner: pa.Field) -> pa.DataType:
-        return partner.type
-
-    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
-        return _child(partner.type, field.name)
-
-    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.value_field
-
-    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.key_field
-
-    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.item_field
+    live_only = False  # a tombstone is the partner that refuses re-adding its name
 
     def before(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         kind = _kind(dtype)

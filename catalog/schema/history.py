@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pyarrow as pa
 
 from catalog.errors import BadInputError
-from catalog.schema.walk import TypeVisitor, _as_type, _fields, _Kind, _kind, visit
+from catalog.schema.walk import (
+    F,
+    PartnerVisitor,
+    T,
+    TypeVisitor,
+    _as_type,
+    _fields,
+    _Kind,
+    _kind,
+    visit,
+)
 
 TOMBSTONE_KEY = b"catalog.deleted"
 
@@ -109,3 +121,29 @@ def _reject_tombstones(schema: pa.Schema, what: str) -> None:
             "pass a live schema",
             paths=paths,
         )
+
+
+class FieldPartnerVisitor(PartnerVisitor[pa.Field, T, F]):
+    """A partner visitor whose partner is the older schema's field at the same path: struct
+    children are matched by name, ``live_only`` skipping tombstones (a deleted field has no
+    partner), list elements and map keys and values by position."""
+
+    live_only: ClassVar[bool] = True
+
+    def partner_type(self, partner: pa.Field) -> pa.DataType:
+        return partner.type
+
+    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
+        child = _child(partner.type, field.name)
+        if child is None or (self.live_only and is_tombstone(child)):
+            return None
+        return child
+
+    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.value_field
+
+    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.key_field
+
+    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
+        return partner.type.item_field

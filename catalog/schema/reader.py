@@ -6,7 +6,13 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import ReaderFencedError, SchemaIncompatibleError
-from catalog.schema.history import _child, _describe, _describe_field, is_tombstone
+from catalog.schema.history import (
+    FieldPartnerVisitor,
+    _child,
+    _describe,
+    _describe_field,
+    is_tombstone,
+)
 from catalog.schema.rules import (
     RULE_FIELD_ADDED_NOT_NULLABLE,
     RULE_FIELD_READDED,
@@ -23,7 +29,6 @@ from catalog.schema.walk import (
     _ITEMS,
     _KEY,
     _VALUE,
-    PartnerVisitor,
     _as_type,
     _fields,
     _join,
@@ -70,7 +75,7 @@ _PROJECTION_RULES = _TargetRules(
 
 
 @attrs.frozen
-class _TargetCheck(PartnerVisitor[pa.Field, None, None]):
+class _TargetCheck(FieldPartnerVisitor[None, None]):
     """Checks that a target (a reader schema) is a projection of a source's migration target.
 
     Fields are matched by name at every depth, in any order; a target field may be nullable over
@@ -79,22 +84,6 @@ class _TargetCheck(PartnerVisitor[pa.Field, None, None]):
     """
 
     rules: _TargetRules
-
-    def partner_type(self, partner: pa.Field) -> pa.DataType:
-        return partner.type
-
-    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
-        child = _child(partner.type, field.name)
-        return None if child is None or is_tombstone(child) else child
-
-    def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.value_field
-
-    def key_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.key_field
-
-    def value_partner(self, partner: pa.Field, path: str) -> pa.Field:
-        return partner.type.item_field
 
     def _refuse(self, rule: str, path: str, what: str, old: str | None, new: str | None) -> None:
         raise _refuse(rule, path, what, old, new, self.rules.error)
