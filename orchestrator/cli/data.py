@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -94,6 +95,25 @@ def _with_progress(job: Callable[[], Any], engine: Any, description: str) -> Any
     return outcome["result"]
 
 
+@contextlib.contextmanager
+def _collection(
+    ctx: click.Context,
+    zk: str,
+    env: str,
+    collection: str,
+    blob_uri: str | None,
+    engine: str,
+    spark_master: str | None,
+) -> Iterator[tuple[Any, Any]]:
+    """The collection's shard and the engine chosen for it, while connected to ZooKeeper."""
+    from catalog.pipeline import collection_shard, engine_for
+    from orchestrator.zk import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        shard = collection_shard(consensus, collection, blob_uri)
+        yield shard, engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "[dim]null[/dim]"
@@ -127,13 +147,9 @@ def read_command(
     from rich.console import Console
     from rich.table import Table
 
-    from catalog.pipeline import collection_shard, engine_for
     from catalog.shard import DIFF, TS
-    from orchestrator.zk import open_consensus
 
-    with open_consensus(zk, env) as consensus:
-        shard = collection_shard(consensus, collection, blob_uri)
-        chosen = engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
+    with _collection(ctx, zk, env, collection, blob_uri, engine, spark_master) as (shard, chosen):
         table = _with_progress(
             lambda: chosen.snapshot(shard, as_of), chosen, f"reading {collection}"
         )
@@ -174,13 +190,8 @@ def compact_command(
     env: str,
 ) -> None:
     """Merge a collection's batches into its latest schema (reads are unchanged)."""
-    from catalog.pipeline import collection_shard, engine_for
-    from orchestrator.zk import open_consensus
-
-    with open_consensus(zk, env) as consensus:
-        shard = collection_shard(consensus, collection, blob_uri)
+    with _collection(ctx, zk, env, collection, blob_uri, engine, spark_master) as (shard, chosen):
         state = shard.state()
-        chosen = engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
         description = (
             f"compacting {collection}: {state.batch_count} batches, {state.row_count} rows"
         )
