@@ -22,7 +22,7 @@ from catalog.errors import (
     VersionMismatchError,
 )
 from catalog.release import Release
-from catalog.retry import CasRetry
+from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
 from orchestrator.migrate import (
@@ -137,18 +137,38 @@ class SidecarCore:
         )
 
     def _register(self) -> None:
-        assert self._consensus is not None
-        self._consensus.ensure(PROCESSES_KEY)
-        value = self.status().encode()
-        try:
-            self._consensus.commit([Create(self._node_key, value, ephemeral=True)])
-        except VersionMismatchError as exc:
-            raise ConfigurationError(
-                f"process id {self.config.process_id} is in use by another live process",
-                process_id=self.config.process_id,
-                suggestion="pass a unique --process-id",
-            ) from exc
+        """Create this process's node. A create whose answer was lost may have landed: a node
+        found under our id that our own session owns is ours, not another process's."""
+        consensus = self._consensus
+        assert consensus is not None
+        consensus.ensure(PROCESSES_KEY)
+
+        def attempt() -> None:
+            try:
+                consensus.commit([Create(self._node_key, self.status().encode(), ephemeral=True)])
+            except VersionMismatchError as exc:
+                if not self._owns_node():
+                    raise ConfigurationError(
+                        f"process id {self.config.process_id} is in use by another live process",
+                        process_id=self.config.process_id,
+                        suggestion="pass a unique --process-id",
+                    ) from exc
+                self._log.info("registration_recovered", reason="our earlier create landed")
+
+        Retry(
+            retryable=(ConnectionLostError,),
+            max_attempts=10,
+            deadline=self.config.session_timeout,
+            base_delay=0.05,
+        )(attempt)
         self._registered = True
+
+    def _owns_node(self) -> bool:
+        """The process node exists and is an ephemeral of this client's current session."""
+        assert self._consensus is not None and self._client is not None
+        stat = self._client.exists(self._consensus.path(self._node_key))
+        session = self._client.client_id
+        return stat is not None and session is not None and stat.ephemeralOwner == session[0]
 
     def _write_status(self) -> None:
         if self._consensus is None or not self._registered or not self._connected.is_set():
@@ -199,3 +219,17 @@ class SidecarCore:
         except ConnectionLostError as exc:
             self._pending = True
             self._log.warning("deferred_until_reconnected", reason=exc.message)
+
+    def _guarded(self, failpoint: Callable[[str], None] | None) -> Callable[[str], None]:
+        """The hook run before every fenced write: while this process leads, the election's
+        guard must pass (a SUSPENDED session stops writes at once, inside a step, with a
+        retryable ConnectionLostError and nothing sent); then the crash failpoint, if any."""
+
+        def before_fenced_write(key: str) -> None:
+            election = self._election
+            if self._leadership is not None and election is not None:
+                election.leadership_guard()
+            if failpoint is not None:
+                failpoint(key)
+
+        return before_fenced_write

@@ -99,6 +99,7 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
         client = self._connect()
         consensus = consensus_for(client, self.config.env)
         consensus.observer = self.metrics.observe_zookeeper
+        consensus.before_fenced_write = self._guarded(consensus.before_fenced_write)
         found = read_catalog(consensus)
         blob_uri = resolve_blob_uri(
             self.config.blob, found[0].blob_uri if found else None, self.config.env

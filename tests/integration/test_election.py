@@ -35,6 +35,7 @@ from catalog.errors import (
     FencedError,
     MigrationRefusedError,
 )
+from catalog.release import Release
 from orchestrator.cli import main
 from orchestrator.election import (
     ElectionEvent,
@@ -47,6 +48,7 @@ from orchestrator.election import (
 )
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
+from orchestrator.sidecar import Sidecar, SidecarConfig
 from support.zookeeper import ZkEnv, expire_session
 
 pytestmark = pytest.mark.integration
@@ -378,6 +380,43 @@ def test_suspended_session_pauses_writes_until_verified(
     assert leader.election.leadership_guard() == leadership
     assert not leader.election.paused
     store.commit([SetData(CATALOG_KEY, b"{}", -1)], fence=leadership.fence)
+
+
+def test_a_sidecar_leader_stops_writing_within_a_step_once_suspended(
+    store: Consensus, new_candidate: Callable[..., Candidate], zk_env: ZkEnv
+) -> None:
+    """The sidecar's commit path consults the election: on SUSPENDED a fenced write inside a
+    step is refused at once (retryable ConnectionLostError, nothing sent), not only between
+    steps; once the session is re-verified, writes go through."""
+    write_catalog(store, generation=1)
+    set_promotion(store, 2)
+    sidecar = Sidecar(
+        SidecarConfig(zk=zk_env.hosts, env=zk_env.name, release_ref="-", deploy_generation=2),
+        Release(version="0.1.0", builtins=[], migrations=[]),
+    )
+    guarded = attrs.evolve(store, before_fenced_write=sidecar._guarded(None))
+    refused: list[ConnectionLostError] = []
+
+    def on_change(event: ElectionEvent) -> None:
+        if event.kind == "suspended" and sidecar._leadership is not None:
+            try:
+                guarded.commit(
+                    [SetData(CATALOG_KEY, b"{}", -1)], fence=sidecar._leadership.fence
+                )
+            except ConnectionLostError as exc:
+                refused.append(exc)
+
+    leader = new_candidate("p", 2, on_change)
+    leadership = leader.election.try_take_over(bootstrap=False)
+    assert leadership is not None
+    sidecar._election, sidecar._leadership = leader.election, leadership
+    before = store.get(CATALOG_KEY)
+    leader.client._call(_CONNECTION_DROP, leader.client.handler.async_result())
+    leader.wait_for("suspended")
+    leader.wait_for("resumed")
+    assert len(refused) == 1 and "suspended" in refused[0].message
+    assert store.get(CATALOG_KEY) == before  # nothing was sent
+    guarded.commit([SetData(CATALOG_KEY, b"{}", -1)], fence=leadership.fence)
 
 
 def test_step_down_hands_over_within_a_second(
