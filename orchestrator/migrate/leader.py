@@ -33,6 +33,7 @@ from catalog.release import (
 )
 from catalog.shard import ShardState, evolve_op
 from orchestrator.election import Leadership
+from orchestrator.events import drop_events_of
 from orchestrator.migrate.context import (
     PHASE_FINALIZING,
     PHASE_REPLACEMENTS,
@@ -262,5 +263,8 @@ def _retract_stale_entries(
     if queued:
         ctx.consensus.commit_chunked(queued, fence=fence)
     migration.retract(stale, fence=fence)
+    own = (str(ctx.version), ctx.deploy_generation)
+    retracted = {(e.version, e.deploy_generation) for e in stale} - {own}
+    drop_events_of(ctx.consensus, retracted, fence=fence)
     log.info("entries_retracted", entries=len(stale), queued=len(to_queue))
     return len(stale), to_queue

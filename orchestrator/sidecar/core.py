@@ -94,8 +94,16 @@ class SidecarCore:
         if self._consensus is None or not self._connected.is_set():
             return
         try:
+            # Unfenced (read-only) events go to this release's own log (the read-only rule).
+            own = (str(self.release.version), self.config.deploy_generation)
+            owner = None if fence is not None else own
             record_event(
-                self._consensus, kind, fence=fence, process_id=self.config.process_id, **fields
+                self._consensus,
+                kind,
+                fence=fence,
+                owner=owner,
+                process_id=self.config.process_id,
+                **fields,
             )
         except ConnectionLostError:
             self._log.warning("event_not_recorded", kind=kind)

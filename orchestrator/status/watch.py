@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ def _arm_watches(consensus: Consensus, changed: threading.Event) -> None:
         for key in (PROCESSES_KEY, FINALIZE_KEY, EVENTS_KEY)
     ]
     names: list[str] = []
+    logs: list[str] = []
     try:
         for result in pending:
             result.get()
@@ -49,11 +51,17 @@ def _arm_watches(consensus: Consensus, changed: threading.Event) -> None:
                 continue
             if key == PROCESSES_KEY:
                 names = list(listed)
+            elif key == EVENTS_KEY:  # the read-only processes' own logs
+                logs = [f"{EVENTS_KEY}/{name}" for name in listed if not name.startswith("e-")]
         for result in [
-            client.exists_async(consensus.path(f"{PROCESSES_KEY}/{name}"), watch=fire)
-            for name in names
+            *(
+                client.exists_async(consensus.path(f"{PROCESSES_KEY}/{name}"), watch=fire)
+                for name in names
+            ),
+            *(client.get_children_async(consensus.path(key), watch=fire) for key in logs),
         ]:
-            result.get()
+            with contextlib.suppress(NoNodeError):
+                result.get()
     except CONNECTION_ERRORS as exc:
         raise ConnectionLostError("ZooKeeper did not answer setting status watches") from exc
 

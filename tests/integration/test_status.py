@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, encode_json
+from catalog.consensus import Consensus, Fence, encode_json
 from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
@@ -33,7 +33,7 @@ from catalog.errors import EXIT_OK
 from catalog.migration import MigrationEntry as Entry
 from catalog.migration import MigrationShard
 from orchestrator.cli import main
-from orchestrator.events import KEEP_EVENTS, read_events, record_event
+from orchestrator.events import KEEP_EVENTS, drop_events_of, own_key, read_events, record_event
 from orchestrator.status import UpgradeStatus, read_status, watch_status
 from support.zookeeper import ZkEnv
 
@@ -251,6 +251,23 @@ def test_events_are_trimmed_to_the_newest(store: Consensus) -> None:
     newest = read_events(store, limit=3)
     assert [e.fields["n"] for e in newest] == [KEEP_EVENTS + 22, KEEP_EVENTS + 23, KEEP_EVENTS + 24]
     assert all(e.at > 0 for e in newest)
+
+
+def test_read_only_events_go_to_their_own_log(store: Consensus) -> None:
+    """A read-only process writes events only below its own (version, generation) key and
+    trims only there; reading merges every log by time; the leader drops retracted logs."""
+    record_event(store, "promoted", deploy_generation=2)
+    for i in range(KEEP_EVENTS + 25):
+        record_event(store, "ready", owner=("0.11.0", 2), n=i)
+    record_event(store, "fenced", owner=("0.10.0", 1))
+    assert [n for n in store.children(EVENTS_KEY) if n.startswith("e-")] == ["e-0000000000"]
+    assert KEEP_EVENTS <= len(store.children(own_key("0.11.0", 2))) <= KEEP_EVENTS + 25
+    kinds = [e.kind for e in read_events(store, limit=3)]
+    assert kinds == ["ready", "ready", "fenced"]
+    assert read_events(store, limit=KEEP_EVENTS + 50)[0].kind == "promoted"
+    epoch = store.cas(EPOCH_KEY, encode_json({"epoch": 1}), -1)
+    drop_events_of(store, [("0.10.0", 1)], fence=Fence(EPOCH_KEY, epoch))
+    assert not store.exists(own_key("0.10.0", 1)) and store.exists(own_key("0.11.0", 2))
 
 
 def test_migration_entries_come_from_the_migration_shard(
