@@ -21,9 +21,10 @@ Errors say what happened and whether retrying makes sense:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -42,7 +43,13 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from catalog.errors import ConnectionLostError, ConsensusError, FencedError, VersionMismatchError
+from catalog.errors import (
+    ConnectionLostError,
+    ConsensusError,
+    CorruptStateError,
+    FencedError,
+    VersionMismatchError,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -76,8 +83,32 @@ def encode_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
-def decode_json(data: bytes) -> Any:
-    return json.loads(data.decode()) if data else None
+def decode_json(data: bytes, key: str = "") -> Any:
+    """The JSON value of ``data`` (None when empty); CorruptStateError naming ``key`` when the
+    bytes are not JSON."""
+    if not data:
+        return None
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptStateError(
+            f"{key or 'a value'} is not JSON: {exc}", key=key, reason="not-json"
+        ) from exc
+
+
+@contextlib.contextmanager
+def decoding(key: str, what: str) -> Iterator[None]:
+    """Translate a decoder's failure on a malformed value (a missing or mistyped field) into
+    CorruptStateError naming ``key`` and what it should have held."""
+    try:
+        yield
+    except CorruptStateError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise CorruptStateError(
+            f"{key} does not hold a valid {what}: {detail}", key=key, reason="invalid"
+        ) from exc
 
 
 @attrs.frozen
@@ -87,9 +118,10 @@ class Versioned:
     value: bytes
     version: int
     created: float = 0.0  # when the key was created (seconds since the epoch; 0: unknown)
+    key: str = ""
 
     def json(self) -> Any:
-        return decode_json(self.value)
+        return decode_json(self.value, self.key)
 
 
 @attrs.frozen
@@ -170,7 +202,7 @@ class Consensus:
             raise ConnectionLostError(f"ZooKeeper did not answer reading {key}", key=key) from exc
         finally:
             self._observe("get", started)
-        return Versioned(value=data, version=stat.version, created=stat.ctime / 1000)
+        return Versioned(value=data, version=stat.version, created=stat.ctime / 1000, key=key)
 
     def get_json(self, key: str) -> tuple[Any, int] | None:
         found = self.get(key)
@@ -189,7 +221,7 @@ class Consensus:
                     out[key] = None
                 else:
                     created = stat.ctime / 1000
-                    out[key] = Versioned(value=data, version=stat.version, created=created)
+                    out[key] = Versioned(value=data, version=stat.version, created=created, key=key)
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError("ZooKeeper did not answer a batched read") from exc
         finally:

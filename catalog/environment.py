@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import pyarrow as pa
 
-from catalog.consensus import Consensus, Create, Op, SetData, decode_json, encode_json
+from catalog.consensus import Consensus, Create, Op, SetData, decode_json, decoding, encode_json
 from catalog.schema import schema_from_bytes, schema_to_bytes
 
 CATALOG_KEY = "catalog"
@@ -122,8 +122,13 @@ class CatalogState:
         return encode_json(self.to_json())
 
     @classmethod
-    def decode(cls, data: bytes) -> CatalogState:
-        return cls.from_json(decode_json(data))
+    def decode(cls, data: bytes, key: str = CATALOG_KEY) -> CatalogState:
+        """The catalog stored at ``key``; CorruptStateError naming it when it is not one."""
+        value = decode_json(data, key)
+        with decoding(key, "catalog"):
+            if not isinstance(value, Mapping):
+                raise TypeError(f"expected an object, found {type(value).__name__}")
+            return cls.from_json(value)
 
 
 def read_catalog(consensus: Consensus) -> tuple[CatalogState, int] | None:

@@ -84,7 +84,7 @@ class ShardCore:
         found = self.consensus.get(self.key)
         if found is None:
             raise _shard_error(f"shard {self.shard_id} does not exist", self.shard_id, "not-found")
-        return ShardState.decode(found.value, found.version)
+        return ShardState.decode(found.value, found.version, self.key)
 
     def exists(self) -> bool:
         return self.consensus.exists(self.key)

@@ -58,7 +58,10 @@ def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, Sha
     out: dict[str, ShardState | None] = {}
     for shard_id in shard_ids:
         value = found[shard_key(shard_id)]
-        out[shard_id] = None if value is None else ShardState.decode(value.value, value.version)
+        if value is None:
+            out[shard_id] = None
+        else:
+            out[shard_id] = ShardState.decode(value.value, value.version, value.key)
     return out
 
 

@@ -105,7 +105,7 @@ class ShardReads(ShardCore):
                 raise _shard_error(
                     f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
                 )
-            latest = ShardState.decode(found[0], found[1].version)
+            latest = ShardState.decode(found[0], found[1].version, self.key)
             return latest if latest.upper > as_of or latest.finalized else NOT_YET
 
         try:

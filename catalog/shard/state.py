@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from catalog.consensus import (
     decode_json,
+    decoding,
     encode_json,
 )
 from catalog.consolidate import (
@@ -253,8 +254,14 @@ class ShardState:
         return encode_json(self.to_json())
 
     @classmethod
-    def decode(cls, data: bytes, version: int = -1) -> ShardState:
-        raw = decode_json(data)
+    def decode(cls, data: bytes, version: int = -1, key: str = "a shard state") -> ShardState:
+        """The shard state stored at ``key``; CorruptStateError naming it when it is not one."""
+        raw = decode_json(data, key)
+        with decoding(key, "shard state"):
+            return cls._from_json(raw, version)
+
+    @classmethod
+    def _from_json(cls, raw: Any, version: int) -> ShardState:
         return cls(
             shard_id=raw["shard_id"],
             schemas=tuple(schema_from_bytes(base64.b64decode(s)) for s in raw["schemas"]),

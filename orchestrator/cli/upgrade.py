@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
 
+from catalog.errors import EXIT_UNEXPECTED
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 
@@ -76,6 +78,8 @@ def status_command(
                 click.echo(json.dumps(status.to_json(), indent=2))
             else:
                 console.print(render_table(status, all_rows=all_rows))
+            if status.errors:  # shown above; unreadable state is never a quiet success
+                sys.exit(EXIT_UNEXPECTED)
             return
         stop = threading.Event()
         last: list[dict[str, Any]] = []

@@ -17,6 +17,7 @@ from catalog.consensus import (
     CONNECTION_ERRORS,
     Consensus,
     decode_json,
+    decoding,
     encode_json,
 )
 from catalog.environment import (
@@ -173,7 +174,10 @@ def _promotion_progress(
 ) -> tuple[bool | CatalogError | None, str]:
     """One look at the environment, leaving watches on everything read."""
     target_data = _get_watched(client, consensus.path(PROMOTION_KEY), watcher)
-    target = decode_json(target_data)["deploy_generation"] if target_data else None
+    target = None
+    if target_data:
+        with decoding(PROMOTION_KEY, "promotion target"):
+            target = decode_json(target_data, PROMOTION_KEY)["deploy_generation"]
     waiting = f"waiting for generation {deploy_generation}"
     fenced = generation_fence(
         deploy_generation, promoted=None if target is None else int(target), acting=waiting
@@ -191,7 +195,7 @@ def _promotion_progress(
         assert catalog is not None
         return fenced, f"catalog at generation {catalog.deploy_generation}"
     epoch_data = _get_watched(client, consensus.path(EPOCH_KEY), watcher)
-    epoch = decode_json(epoch_data) if epoch_data else None
+    epoch = decode_json(epoch_data, EPOCH_KEY) if epoch_data else None
     processes = _generation_processes(consensus, client, deploy_generation, watcher)
     leader_id = epoch.get("leader") if isinstance(epoch, dict) else None
     if not isinstance(epoch, dict) or int(epoch.get("deploy_generation", -1)) != deploy_generation:

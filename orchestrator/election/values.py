@@ -12,6 +12,7 @@ from catalog.consensus import (
     Consensus,
     Fence,
     Versioned,
+    decoding,
 )
 from catalog.environment import (
     ELECTION_KEY,
@@ -80,15 +81,24 @@ class EpochInfo:
 
     @classmethod
     def from_versioned(cls, found: Versioned) -> EpochInfo | None:
+        """The epoch record (None for an empty node); CorruptStateError naming the key when
+        the node holds something else."""
         data = found.json()
-        if not isinstance(data, dict):
+        if data is None:
             return None
+        with decoding(found.key or EPOCH_KEY, "epoch record"):
+            if not isinstance(data, dict):
+                raise TypeError(f"expected an object, found {type(data).__name__}")
+            return cls._of(data, found.version)
+
+    @classmethod
+    def _of(cls, data: dict[str, Any], version: int) -> EpochInfo:
         return cls(
             epoch=int(data.get("epoch", 0)),
             leader=data.get("leader"),
             deploy_generation=int(data.get("deploy_generation", 0)),
             session=data.get("session"),
-            version=found.version,
+            version=version,
             host=data.get("host"),
             pid=data.get("pid"),
             taken_over_at=data.get("taken_over_at"),
@@ -122,18 +132,22 @@ def read_epoch(consensus: Consensus) -> EpochInfo | None:
     return None if found is None else EpochInfo.from_versioned(found)
 
 
-def _promotion_of(found: Versioned | None) -> int | None:
-    if found is None:
-        return None
-    data = found.json()
-    return int(data["deploy_generation"]) if isinstance(data, dict) else None
-
-
-def _catalog_generation(found: Versioned | None) -> int | None:
+def _generation_in(found: Versioned | None, what: str) -> int | None:
+    """The ``deploy_generation`` a node holds (None: absent or empty); CorruptStateError naming
+    the node when it holds something else."""
     if found is None or not found.value:
         return None
     data = found.json()
-    return int(data["deploy_generation"]) if isinstance(data, dict) else None
+    with decoding(found.key, what):
+        return int(data["deploy_generation"])
+
+
+def _promotion_of(found: Versioned | None) -> int | None:
+    return _generation_in(found, "promotion target")
+
+
+def _catalog_generation(found: Versioned | None) -> int | None:
+    return _generation_in(found, "catalog")
 
 
 def read_promotion(consensus: Consensus) -> int | None:

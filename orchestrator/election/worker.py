@@ -15,6 +15,7 @@ from catalog.consensus import (
     Versioned,
     decode_json,
 )
+from catalog.environment import CATALOG_KEY, EPOCH_KEY
 from orchestrator.election.core import _WORKER_ERRORS, _seq
 from orchestrator.election.takeover import Takeover
 from orchestrator.election.values import (
@@ -148,7 +149,7 @@ class ElectionWorker(Takeover):
         info = (
             None
             if data is None or version is None
-            else EpochInfo.from_versioned(Versioned(data, version))
+            else EpochInfo.from_versioned(Versioned(data, version, key=EPOCH_KEY))
         )
         events = [self._event("epoch", epoch=info)]
         leadership = self._leadership
@@ -159,7 +160,7 @@ class ElectionWorker(Takeover):
         return events
 
     def _apply_catalog(self, data: bytes | None) -> list[ElectionEvent]:
-        value = decode_json(data) if data else None
+        value = decode_json(data, CATALOG_KEY) if data else None
         if not isinstance(value, dict):
             return [self._event("catalog")]
         return [

@@ -133,7 +133,7 @@ def collect_orphan_shards(
         value = values[shard_key(shard_id)]
         if value is None:
             continue
-        state = ShardState.decode(value.value, value.version)
+        state = ShardState.decode(value.value, value.version, value.key)
         if state.finalized:
             if known_finalized is not None:
                 known_finalized.add(shard_id)

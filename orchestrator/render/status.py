@@ -212,4 +212,6 @@ def render_table(
         parts.append(_events_table(status))
     for warning in status.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
+    for error in status.errors:
+        parts.append(Text(f"error: {error['error']}", style="bold red"))
     return Group(*parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -117,6 +118,8 @@ class UpgradeStatus:
     read_at: float
     plan_source: str | None = None  # the process whose plan gave the collections' mechanisms
     warnings: tuple[str, ...] = ()  # parts that could not be read (shown, never fatal)
+    # Nodes whose values are not what their writers write: {"key", "error"} (exit 1)
+    errors: tuple[Mapping[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` document (docs/design.md section 8, plus extra fields)."""
@@ -133,4 +136,5 @@ class UpgradeStatus:
             "events": [e.to_json() for e in self.events],
             "plan_source": self.plan_source,
             "warnings": list(self.warnings),
+            "errors": [dict(e) for e in self.errors],
         }

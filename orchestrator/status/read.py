@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar
 
 import attrs
 import structlog
@@ -29,6 +29,7 @@ from catalog.errors import (
     ShardError,
 )
 from orchestrator.election import EpochInfo
+from orchestrator.election.values import _promotion_of
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
 from orchestrator.status.model import (
@@ -38,7 +39,6 @@ from orchestrator.status.model import (
     MigrationEntry,
     ProcessStatus,
     UpgradeStatus,
-    _opt_int,
 )
 
 DEFAULT_EVENTS: Final = 20
@@ -97,6 +97,25 @@ def _children_many(consensus: Consensus, keys: Iterable[str]) -> dict[str, list[
     except CONNECTION_ERRORS as exc:
         raise ConnectionLostError("ZooKeeper did not answer listing the environment") from exc
     return out
+
+
+T = TypeVar("T")
+
+
+@attrs.define
+class _Readable:
+    """Runs a decode; a CorruptStateError becomes an error entry of the status (None), so the
+    rest of the environment is still shown."""
+
+    errors: list[dict[str, str]]
+
+    def __call__(self, decode: Callable[[], T]) -> T | None:
+        try:
+            return decode()
+        except CorruptStateError as exc:
+            log.warning("node_unreadable", key=exc.key, error=exc.message)
+            self.errors.append({"key": exc.key, "error": exc.message})
+            return None
 
 
 def _json_of(found: Versioned | None) -> Any:
@@ -161,16 +180,17 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     # Round trip 1: the headline nodes and the directories.
     heads = consensus.get_many([CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY])
     children = _children_many(consensus, [PROCESSES_KEY, FINALIZE_KEY])
-    catalog_json = _json_of(heads[CATALOG_KEY])
-    catalog = CatalogState.from_json(catalog_json) if isinstance(catalog_json, Mapping) else None
+    errors: list[dict[str, str]] = []
+    readable = _Readable(errors)
+    catalog_found = heads[CATALOG_KEY]
+    catalog = None
+    if catalog_found is not None and catalog_found.value:
+        catalog = readable(lambda: CatalogState.decode(catalog_found.value, CATALOG_KEY))
     epoch_found = heads[EPOCH_KEY]
-    epoch = EpochInfo.from_versioned(epoch_found) if epoch_found is not None else None
-    promotion_json = _json_of(heads[PROMOTION_KEY])
-    promotion = (
-        _opt_int(promotion_json.get("deploy_generation"))
-        if isinstance(promotion_json, Mapping)
-        else None
-    )
+    epoch = None
+    if epoch_found is not None:
+        epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
+    promotion = readable(lambda: _promotion_of(heads[PROMOTION_KEY]))
     # Round trip 2: every process node and every referenced shard's state.
     process_keys = [f"{PROCESSES_KEY}/{name}" for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
@@ -184,10 +204,9 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         node = found[key]
         if node is None:  # a node gone between listing and reading is skipped
             continue
-        try:
-            processes.append(ProcessNode.decode(key, node.value))
-        except CorruptStateError as exc:
-            log.warning("process_node_unreadable", key=key, error=exc.message)
+        decoded = readable(lambda: ProcessNode.decode(key, node.value))  # noqa: B023
+        if decoded is not None:
+            processes.append(decoded)
     processes.sort(key=lambda p: (p.deploy_generation or -1, p.id))
     leader = None
     if epoch is not None:
@@ -228,7 +247,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     return UpgradeStatus(
         environment=_environment_name(consensus),
         catalog=summary,
-        bootstrapped=catalog is not None,
+        bootstrapped=catalog is not None or catalog_found is not None,
         leader=leader,
         processes=tuple(processes),
         collections=tuple(collections),
@@ -238,4 +257,5 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         read_at=read_at,
         plan_source=focus.id if focus is not None else None,
         warnings=(warning,) if warning else (),
+        errors=tuple(errors),
     )

@@ -29,7 +29,7 @@ from catalog.environment import (
     CatalogState,
     CollectionRef,
 )
-from catalog.errors import EXIT_OK
+from catalog.errors import EXIT_OK, CorruptStateError
 from catalog.migration import MigrationEntry as Entry
 from catalog.migration import MigrationShard
 from orchestrator.cli import main
@@ -268,6 +268,31 @@ def test_read_only_events_go_to_their_own_log(store: Consensus) -> None:
     epoch = store.cas(EPOCH_KEY, encode_json({"epoch": 1}), -1)
     drop_events_of(store, [("0.10.0", 1)], fence=Fence(EPOCH_KEY, epoch))
     assert not store.exists(own_key("0.10.0", 1)) and store.exists(own_key("0.11.0", 2))
+
+
+def test_corrupt_nodes_are_errors_never_an_empty_environment(
+    store: Consensus, zk_env: ZkEnv
+) -> None:
+    """A catalog overwritten by hand (``{not json``) and an epoch that is not an object are
+    shown as errors naming their keys (exit 1); --json still prints what could be read."""
+    store.ensure()
+    store.cas(CATALOG_KEY, b"{not json", -1)
+    store.cas(EPOCH_KEY, b"[1]", -1)
+    record_event(store, "promoted", deploy_generation=2)
+    status = read_status(store)
+    assert status.bootstrapped
+    assert {e["key"] for e in status.errors} == {CATALOG_KEY, EPOCH_KEY}
+    assert any("catalog is not JSON" in e["error"] for e in status.errors)
+    shown = run_cli(zk_env, "status")
+    assert shown.exit_code == 1 and "not JSON" in shown.output and "empty" not in shown.output
+    document = run_cli(zk_env, "status", "--json")
+    assert document.exit_code == 1
+    parsed = json.loads(document.stdout)
+    assert [e["key"] for e in parsed["errors"]] == [CATALOG_KEY, EPOCH_KEY]
+    assert parsed["events"][-1]["kind"] == "promoted"
+    with pytest.raises(CorruptStateError) as caught:
+        CatalogState.decode(b'{"version": "1.0.0"}')
+    assert caught.value.key == CATALOG_KEY and "deploy_generation" in caught.value.message
 
 
 def test_migration_entries_come_from_the_migration_shard(
