@@ -18,6 +18,7 @@ from catalog.errors import (
 def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
     """Parse JSON lines into a table of ``schema``; BadInputError naming the line and field."""
     rows: list[dict[str, Any]] = []
+    lines: list[int] = []
     names = set(schema.names)
     for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
@@ -43,12 +44,41 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
                     field=field.name,
                 )
         rows.append(row)
+        lines.append(number)
     if not rows:
         raise BadInputError("no rows: send JSON lines, one object per row")
     try:
         return pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-        raise BadInputError(f"rows do not match the schema: {exc}", problem=str(exc)) from exc
+    except _CONVERSION_ERRORS as exc:
+        at_line, at_field = _locate(rows, lines, schema)
+        where = f"line {at_line}: field {at_field}: " if at_field is not None else ""
+        raise BadInputError(
+            f"{where}value does not match the schema: {exc}",
+            problem=str(exc),
+            line=at_line,
+            field=at_field,
+        ) from exc
+
+
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def _locate(
+    rows: list[dict[str, Any]], lines: list[int], schema: pa.Schema
+) -> tuple[int | None, str | None]:
+    """The line and field of the first value that does not convert to its field's type."""
+    for field in schema:
+        try:
+            pa.array([row.get(field.name) for row in rows], type=field.type)
+            continue
+        except _CONVERSION_ERRORS:
+            pass
+        for row, line in zip(rows, lines, strict=True):
+            try:
+                pa.array([row.get(field.name)], type=field.type)
+            except _CONVERSION_ERRORS:
+                return line, field.name
+    return None, None
 
 
 def jsonable(value: Any) -> Any:

@@ -75,6 +75,8 @@ def test_rows_to_table_builds_the_schema() -> None:
         (b'{"id": "a"}\n', "oid", 1),
         (b'{"id": "a", "oid": 1}\n{"id": "b", "oid": 2, "extra": 1}\n', "extra", 2),
         (b'{"id": null, "oid": 1}\n', "id", 1),
+        (b'{"id": "a", "oid": 1}\n\n{"id": "b", "oid": "two"}\n', "oid", 3),
+        (b'{"id": 7, "oid": 1}\n', "id", 1),
     ],
 )
 def test_rows_to_table_names_the_bad_field_and_line(body: bytes, field: str, line: int) -> None:
