@@ -175,6 +175,9 @@ class Consensus:
     #: Called with the first key of every fenced transaction just before it is sent: the
     #: orchestrator injects its crash failpoints here (the durable model keeps no such state).
     before_fenced_write: Callable[[str], None] | None = None
+    #: Called with the first key of every fenced transaction that landed, before returning
+    #: (the orchestrator's lost-answer failpoint raises ConnectionLostError here).
+    after_fenced_write: Callable[[str], None] | None = None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -312,6 +315,8 @@ class Consensus:
             if isinstance(res, KazooException) and not isinstance(res, RolledBackError)
         ]
         if not failed:
+            if fence is not None and self.after_fenced_write is not None:
+                self.after_fenced_write(ops[0].key)
             return list(results[1:] if fence is not None else results)
         op, error = failed[0]
         if fence is not None and op is all_ops[0]:

@@ -1,4 +1,4 @@
-"""Crash failpoints for rehearsing crashes at exact points in real processes.
+"""Failpoints for rehearsing crashes and lost answers at exact points in real processes.
 
 A process started with ``CATALOG_UPGRADE_CRASH_BEFORE_WRITE=N`` kills itself with SIGKILL right
 before its N-th *fenced* ZooKeeper transaction: the N-th durable write it makes as a leader
@@ -6,7 +6,11 @@ before its N-th *fenced* ZooKeeper transaction: the N-th durable write it makes 
 read-only shard creation -- do not count, so N names the same point of a migration on every
 run). Nothing is flushed and no handler runs, exactly as if an operator had sent ``kill -9``.
 
-The failpoint is an object the orchestrator injects into its
+``CATALOG_UPGRADE_LOSE_ANSWER_AFTER_WRITE=N`` lets the N-th fenced write land and then raises
+the ConnectionLostError a lost answer produces: the outcome is unknown to the writer although
+the write is durable, which is what the write's own identity must resolve.
+
+The failpoints are objects the orchestrator injects into its
 :class:`~catalog.consensus.Consensus` (``before_fenced_write``); the durable model itself calls
 no failpoint and keeps no state. Scenario files set it with ``crash_before_write`` on a
 ``start`` step. In the spirit of FoundationDB's simulation failpoints: the crash happens at a
@@ -24,16 +28,27 @@ from collections.abc import Mapping
 import attrs
 import structlog
 
-__all__ = ["CRASH_BEFORE_WRITE_ENV", "CrashFailpoint", "crash_point"]
+from catalog.errors import ConnectionLostError
+
+__all__ = [
+    "CRASH_BEFORE_WRITE_ENV",
+    "LOSE_ANSWER_AFTER_WRITE_ENV",
+    "CrashFailpoint",
+    "LostAnswerFailpoint",
+    "crash_point",
+]
 
 CRASH_BEFORE_WRITE_ENV = "CATALOG_UPGRADE_CRASH_BEFORE_WRITE"
+LOSE_ANSWER_AFTER_WRITE_ENV = "CATALOG_UPGRADE_LOSE_ANSWER_AFTER_WRITE"
 
 log = structlog.get_logger(__name__)
 
 
-def crash_point(environ: Mapping[str, str] = os.environ) -> int | None:
-    """The fenced write this process dies before (None: no failpoint), from the environment."""
-    value = environ.get(CRASH_BEFORE_WRITE_ENV, "").strip()
+def crash_point(
+    environ: Mapping[str, str] = os.environ, variable: str = CRASH_BEFORE_WRITE_ENV
+) -> int | None:
+    """The fenced write a failpoint of ``variable`` acts on (None: no failpoint)."""
+    value = environ.get(variable, "").strip()
     if not value:
         return None
     try:
@@ -68,3 +83,32 @@ class CrashFailpoint:
         for stream in (sys.stdout, sys.stderr):  # the log line above, for whoever investigates
             stream.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+@attrs.define
+class LostAnswerFailpoint:
+    """Counts fenced writes that landed; after write number ``lose_at``, raises the
+    ConnectionLostError of a lost answer (once), so the caller cannot know the write landed."""
+
+    lose_at: int
+    writes: int = 0
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] = os.environ
+    ) -> LostAnswerFailpoint | None:
+        at = crash_point(environ, LOSE_ANSWER_AFTER_WRITE_ENV)
+        return None if at is None else cls(at)
+
+    def __call__(self, key: str = "") -> None:
+        with self._lock:
+            self.writes += 1
+            if self.writes != self.lose_at:
+                return
+        log.warning("failpoint_lost_answer", after_fenced_write=self.writes, key=key)
+        raise ConnectionLostError(
+            "ZooKeeper did not answer a transaction; its outcome is unknown (failpoint)",
+            keys=[key],
+            failpoint=LOSE_ANSWER_AFTER_WRITE_ENV,
+        )

@@ -29,7 +29,7 @@ from kazoo.client import KazooClient
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV
+from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode
 from orchestrator.zkserver import free_port
 
@@ -54,7 +54,12 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     environment = dict(os.environ)
     paths = [str(_SOURCE_ROOT), *filter(None, [environment.get("PYTHONPATH")])]
     environment["PYTHONPATH"] = os.pathsep.join(paths)
-    for name in ("CATALOG_UPGRADE_ZK", "CATALOG_UPGRADE_ENV", CRASH_BEFORE_WRITE_ENV):
+    for name in (
+        "CATALOG_UPGRADE_ZK",
+        "CATALOG_UPGRADE_ENV",
+        CRASH_BEFORE_WRITE_ENV,
+        LOSE_ANSWER_AFTER_WRITE_ENV,
+    ):
         environment.pop(name, None)
     environment.update(extra or {})
     return environment
@@ -170,6 +175,7 @@ class SidecarProcess:
         session_timeout: float = 4.0,
         auto_promote: bool = False,
         crash_before_write: int | None = None,
+        lose_answer_after_write: int | None = None,
         log_level: str = "INFO",
         extra: Sequence[str] = (),
         cwd: Path | None = None,
@@ -192,9 +198,14 @@ class SidecarProcess:
             log_level=log_level,
             extra=extra,
         )
-        failpoint = {} if crash_before_write is None else {
-            CRASH_BEFORE_WRITE_ENV: str(crash_before_write)
-        }  # fmt: skip
+        failpoints = {
+            variable: str(value)
+            for variable, value in (
+                (CRASH_BEFORE_WRITE_ENV, crash_before_write),
+                (LOSE_ANSWER_AFTER_WRITE_ENV, lose_answer_after_write),
+            )
+            if value is not None
+        }
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as out:
             popen = subprocess.Popen(
@@ -202,7 +213,7 @@ class SidecarProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=child_environment(failpoint),
+                env=child_environment(failpoints),
                 cwd=cwd,
             )
         return cls(

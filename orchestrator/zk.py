@@ -19,7 +19,7 @@ from kazoo.retry import KazooRetry
 
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
-from orchestrator.failpoints import CrashFailpoint
+from orchestrator.failpoints import CrashFailpoint, LostAnswerFailpoint
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -103,7 +103,10 @@ def consensus_for(client: KazooClient, env: str) -> Consensus:
     """The store of environment ``env`` (validates the name; creates nothing), with this
     process's crash failpoint, if its environment sets one."""
     return Consensus(
-        client=client, root=env_root(env), before_fenced_write=CrashFailpoint.from_environment()
+        client=client,
+        root=env_root(env),
+        before_fenced_write=CrashFailpoint.from_environment(),
+        after_fenced_write=LostAnswerFailpoint.from_environment(),
     )
 
 

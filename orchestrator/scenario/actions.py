@@ -56,6 +56,7 @@ class ProcessActions(RunCore):
                 auto_promote=step.auto_promote,
                 session_timeout=step.session_timeout or self.default_session_timeout,
                 crash_before_write=step.crash_before_write,
+                lose_answer_after_write=step.lose_answer_after_write,
             )
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)

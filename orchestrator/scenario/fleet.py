@@ -43,6 +43,7 @@ class Fleet:
         auto_promote: bool = False,
         session_timeout: float = 2.0,
         crash_before_write: int | None = None,
+        lose_answer_after_write: int | None = None,
     ) -> SidecarProcess:
         """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``."""
         if name in self.processes:
@@ -59,6 +60,7 @@ class Fleet:
             session_timeout=session_timeout,
             auto_promote=auto_promote,
             crash_before_write=crash_before_write,
+            lose_answer_after_write=lose_answer_after_write,
             log_level=self.log_level,
         )
         self.processes[name] = process

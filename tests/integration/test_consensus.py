@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
+import attrs
 import pytest
 from kazoo.client import KazooClient
 
@@ -21,6 +22,7 @@ from catalog.consensus import (
 )
 from catalog.errors import (
     BadInputError,
+    ConnectionLostError,
     ConsensusError,
     FencedError,
     VersionMismatchError,
@@ -156,3 +158,23 @@ def test_env_root_rejects_bad_names() -> None:
     assert env_root("prod") == "/catalog-upgrade/prod"
     with pytest.raises(BadInputError):
         env_root("a/b")
+
+
+def test_a_lost_answer_failpoint_lets_the_write_land(store: Consensus) -> None:
+    """After the Nth fenced write lands, the lost-answer failpoint raises the unknown outcome
+    a dropped connection gives; the write is durable all the same (and only once)."""
+    from orchestrator.failpoints import LOSE_ANSWER_AFTER_WRITE_ENV, LostAnswerFailpoint
+
+    failpoint = LostAnswerFailpoint.from_environment({LOSE_ANSWER_AFTER_WRITE_ENV: "2"})
+    assert failpoint is not None
+    epoch = store.cas("epoch", b"1", -1)
+    lossy = attrs.evolve(store, after_fenced_write=failpoint)
+    fence = Fence("epoch", epoch)
+    lossy.commit([Create("a", b"1")], fence=fence)
+    with pytest.raises(ConnectionLostError) as lost:
+        lossy.commit([Create("b", b"2")], fence=fence)
+    assert lost.value.details["keys"] == ["b"]
+    found = store.get("b")
+    assert found is not None and found.value == b"2"  # it landed
+    lossy.commit([Create("c", b"3")], fence=fence)  # only the chosen write loses its answer
+    assert LostAnswerFailpoint.from_environment({}) is None

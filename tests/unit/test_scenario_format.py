@@ -140,6 +140,7 @@ def test_every_problem_is_reported_at_once(scenario_dir: Path) -> None:
         ("release", '""'),
         ("crash_before_write", "0"),
         ("crash_before_write", '"3"'),
+        ("lose_answer_after_write", "0"),
     ],
 )
 def test_wrongly_typed_start_fields_are_refused(scenario_dir: Path, field: str, value: str) -> None:
@@ -341,6 +342,15 @@ def test_crash_before_write_parses_and_round_trips(scenario_dir: Path) -> None:
     assert isinstance(step, StartStep) and step.crash_before_write == 3
     assert "crashing before leader write 3" in step.describe()
     assert "crash_before_write = 3" in step.to_toml()
+
+
+def test_lose_answer_after_write_parses_and_round_trips(scenario_dir: Path) -> None:
+    """A start step's lost-answer failpoint is kept, shown and printed back as TOML."""
+    text = HEADER + START + "lose_answer_after_write = 2\n"
+    (step,) = parse_scenario(text, scenario_dir / "s.toml").steps
+    assert isinstance(step, StartStep) and step.lose_answer_after_write == 2
+    assert "losing the answer of leader write 2" in step.describe()
+    assert "lose_answer_after_write = 2" in step.to_toml()
 
 
 def test_expect_exit_takes_a_signal_as_a_negative_code(scenario_dir: Path) -> None:

@@ -96,6 +96,7 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "auto_promote": _boolean,
     "session_timeout": _number(1.0),
     "crash_before_write": _integer(1),
+    "lose_answer_after_write": _integer(1),
     "state": _state,
     "timeout": _number(0.1),
     "collection": _collection,

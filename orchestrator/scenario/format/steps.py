@@ -93,11 +93,14 @@ class StartStep(_ProcessStep):
     auto_promote: bool = _field("auto_promote", default=False)
     session_timeout: float | None = _field("session_timeout", default=None)
     crash_before_write: int | None = _field("crash_before_write", default=None)
+    lose_answer_after_write: int | None = _field("lose_answer_after_write", default=None)
 
     def describe(self) -> str:
         extra = " auto-promote" if self.auto_promote else ""
         if self.crash_before_write is not None:
             extra += f", crashing before leader write {self.crash_before_write}"
+        if self.lose_answer_after_write is not None:
+            extra += f", losing the answer of leader write {self.lose_answer_after_write}"
         who = ",".join(self.processes)
         return f"start {who}: {self.release} generation {self.generation}{extra}"
 
