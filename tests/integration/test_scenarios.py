@@ -116,6 +116,25 @@ def test_crash_points_cover_every_leader_write(zookeeper: ZooKeeperTarget) -> No
     assert failed.action == "expect_exit" and "still runs" in (failed.error or ""), explain(result)
 
 
+LOST_SCENARIO = SCENARIOS / "leader_lost_answer_at_a_write.toml"
+LOST_SETTING = "lose_answer_after_write = 4"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("write", range(1, LEADER_WRITES + 1))
+def test_leader_lost_answer_at_every_write(write: int, zookeeper: ZooKeeperTarget) -> None:
+    """The answer of each leader write in turn is lost although the write landed: the same
+    leader recognises its own durable writes, completes the upgrade with every row and every
+    invariant, and its log shows the failpoint fired."""
+    text = LOST_SCENARIO.read_text()
+    assert LOST_SETTING in text
+    scenario = parse_scenario(
+        text.replace(LOST_SETTING, f"lose_answer_after_write = {write}"), LOST_SCENARIO
+    )
+    result = run_scenario(scenario, zookeeper, seed=write)
+    assert result.ok, explain(result)
+
+
 def test_suite_covers_the_issue_list() -> None:
     """The suite holds at least the twelve scenarios the issue asks for."""
     assert len(SUITE) >= 12
