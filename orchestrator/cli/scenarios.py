@@ -22,16 +22,20 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
 
 
-@scenario_group.command("run")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--seed", type=int, default=None, help="Seed of the run (default: random).")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
-@click.option(
+#: --zk for rehearsals: an external ZooKeeper, or (by default) an embedded one for the run.
+external_zk_option = click.option(
     "--zk",
     envvar="CATALOG_UPGRADE_ZK",
     default=None,
     help="External ZooKeeper (default: an embedded server started for the run).",
 )
+
+
+@scenario_group.command("run")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--seed", type=int, default=None, help="Seed of the run (default: random).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@external_zk_option
 @handle_errors
 def scenario_run_command(
     files: tuple[Path, ...], seed: int | None, as_json: bool, zk: str | None
@@ -103,12 +107,7 @@ def scenario_run_command(
     help="At most this many re-runs of shorter prefixes after a failure.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-@click.option(
-    "--zk",
-    envvar="CATALOG_UPGRADE_ZK",
-    default=None,
-    help="External ZooKeeper (default: an embedded server started for the run).",
-)
+@external_zk_option
 @handle_errors
 def scenario_simulate_command(
     releases_dir: Path,
