@@ -64,6 +64,7 @@ class SidecarCore:
         self._ctx: MigrationContext | None = None
         self._election: election_mod.LeaderElection | None = None
         self._leadership: election_mod.Leadership | None = None
+        self._led = False  # led at some point: its exit events belong to the environment
         self._check: CheckResult | None = None
         self._checked_at: tuple[int | None, int | None] | None = None
         self._epoch: int | None = None
@@ -94,9 +95,10 @@ class SidecarCore:
         if self._consensus is None or not self._connected.is_set():
             return
         try:
-            # Unfenced (read-only) events go to this release's own log (the read-only rule).
+            # A read-only process's events go to its release's own log (the read-only rule);
+            # a leader's, and those of a process that led (its exit), to the environment's.
             own = (str(self.release.version), self.config.deploy_generation)
-            owner = None if fence is not None else own
+            owner = None if fence is not None or self._led else own
             record_event(
                 self._consensus,
                 kind,

@@ -126,6 +126,7 @@ class SidecarMachine(SidecarConnection):
         if leadership is None:
             return
         self._leadership = leadership
+        self._led = True
         self._epoch = leadership.epoch
         self.metrics.set_epoch(leadership.epoch)
         self.metrics.leader.set(1)
