@@ -26,6 +26,7 @@ from catalog.shard.append import (
     _time_bounds,
     advance_times,
 )
+from catalog.shard.core import ShardCore
 from catalog.shard.ops import _finalized
 from catalog.shard.read import ShardReads
 from catalog.shard.state import (
@@ -35,6 +36,15 @@ from catalog.shard.state import (
 )
 
 log = structlog.get_logger(__name__)
+
+
+def compaction_inputs(shard: ShardCore) -> tuple[ShardState, list[BatchRef]]:
+    """The state and the batches a compaction merges (both engines); a finalized shard is
+    refused."""
+    state = shard.state()
+    if state.finalized:
+        raise _finalized(state)
+    return state, shard.batches(state)
 
 
 class ShardCompaction(ShardReads):
@@ -50,10 +60,7 @@ class ShardCompaction(ShardReads):
         appends that landed meanwhile are kept. When the inputs were replaced by another
         compaction first, the output is deleted and ``applied`` is False.
         """
-        state = self.state()
-        if state.finalized:
-            raise _finalized(state)
-        inputs = self.batches(state)
+        state, inputs = compaction_inputs(self)
         if not inputs:
             return CompactionResult(True, 0, None, state)
         target = state.live_schema

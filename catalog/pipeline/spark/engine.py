@@ -44,7 +44,7 @@ from catalog.shard import (
     ShardState,
     update_schema,
 )
-from catalog.shard.ops import _finalized
+from catalog.shard.compact import compaction_inputs
 from catalog.shard.read import snapshot_reader, snapshot_time
 
 log = structlog.get_logger(__name__)
@@ -183,10 +183,7 @@ class SparkEngine:
         """
         from pyspark.sql import functions as F
 
-        state = shard.state()
-        if state.finalized:
-            raise _finalized(state)
-        inputs = shard.batches(state)
+        state, inputs = compaction_inputs(shard)
         if not inputs:
             return CompactionResult(True, 0, None, state)
         target = state.live_schema
