@@ -142,6 +142,11 @@ class ConnectionLostError(ConsensusError):
     """ZooKeeper did not answer; the outcome of the last write is unknown."""
 
 
+class WriteOutcomeUnknownError(ConsensusError):
+    """A write's answer was lost and nothing durable tells whether it landed; never retry it
+    blindly (it may be a duplicate)."""
+
+
 class CorruptStateError(ConsensusError):
     """A znode's value cannot be decoded: names the ``key`` and what is wrong with it."""
 

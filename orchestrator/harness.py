@@ -99,6 +99,7 @@ class HttpAnswer:
     status: int
     body: bytes
     error: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -122,17 +123,24 @@ class HttpAnswer:
 
 
 def http_request(
-    method: str, url: str, body: bytes | None = None, *, timeout: float = 10.0
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    *,
+    timeout: float = 10.0,
+    headers: Mapping[str, str] | None = None,
 ) -> HttpAnswer:
     """One HTTP request (never raises for HTTP or socket errors: status 0 when unreachable)."""
-    request = urllib.request.Request(url, data=body, method=method)
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
     if body is not None:
         request.add_header("Content-Type", "application/x-ndjson")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return HttpAnswer(status=answer.status, body=answer.read())
+            return HttpAnswer(
+                status=answer.status, body=answer.read(), headers=dict(answer.headers)
+            )
     except urllib.error.HTTPError as exc:
-        return HttpAnswer(status=exc.code, body=exc.read())
+        return HttpAnswer(status=exc.code, body=exc.read(), headers=dict(exc.headers))
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
         return HttpAnswer(status=0, body=b"", error=f"{type(exc).__name__}: {reason}")
@@ -290,10 +298,17 @@ class SidecarProcess:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, *, timeout: float = 10.0
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpAnswer:
         """One HTTP request to the process's server."""
-        return http_request(method, f"http://{self.http}{path}", body, timeout=timeout)
+        url = f"http://{self.http}{path}"
+        return http_request(method, url, body, timeout=timeout, headers=headers)
 
     def wait_node(
         self,

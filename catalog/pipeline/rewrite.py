@@ -131,7 +131,11 @@ def _copy(
         if plan is None:
             return 0
         out = produce(plan)
-        result = target.compare_and_append(out, plan.lower, plan.upper, fence=fence)
+        # The source's write ledger travels with its data: an append whose answer was lost
+        # before the switch is still recognised by its id on the replacement shard.
+        result = target.compare_and_append(
+            out, plan.lower, plan.upper, fence=fence, carry=plan.source.writes
+        )
         log.info(
             "rewrite_append",
             engine=engine,

@@ -27,7 +27,10 @@ Invariants:
 * the state stays far below ZooKeeper's 1 MB limit: batch entries are a few dozen bytes, and
   when more than :data:`ROLLUP_THRESHOLD` are inline they move into an immutable rollup blob that
   the state references by name;
-* sealed shards take no appends; finalized shards take nothing and keep a tombstone state.
+* sealed shards take no appends; finalized shards take nothing and keep a tombstone state;
+* every append records its identity in the state's write ledger in the same transaction
+  (:mod:`catalog.shard.ledger`), so an append whose answer was lost is resolved by its id, never
+  by comparing frontiers, and is applied exactly once.
 
 Consolidation (snapshot and compaction) sums ``_diff`` over identical ``(row, _ts)`` and drops
 zeros (``catalog.consolidate``). A snapshot goes by runs of one numeric key column when one
@@ -40,6 +43,7 @@ from __future__ import annotations
 from catalog.consolidate import DIFF, TS, consolidate
 from catalog.shard.append import advance_times
 from catalog.shard.handle import Shard
+from catalog.shard.ledger import WRITE_MEMORY, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op, read_states
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
@@ -66,6 +70,7 @@ __all__ = [
     "MAX_ROLLUPS",
     "ROLLUP_THRESHOLD",
     "TS",
+    "WRITE_MEMORY",
     "AppendResult",
     "BatchRef",
     "CompactionResult",
@@ -74,6 +79,8 @@ __all__ = [
     "RollupRef",
     "Shard",
     "ShardState",
+    "WriteLedger",
+    "WriteMark",
     "advance_times",
     "blob_prefix",
     "consolidate",

@@ -18,6 +18,7 @@ from catalog.errors import (
     VersionMismatchError,
 )
 from catalog.retry import CasRetry
+from catalog.shard.ledger import WRITE_MEMORY
 from catalog.shard.ops import create_op, evolve_op
 from catalog.shard.state import (
     MAX_ROLLUPS,
@@ -38,8 +39,9 @@ class ShardCore:
     """What every concern of a :class:`~catalog.shard.Shard` handle builds on.
 
     Handles are cheap and hold no durable state (only a cache of immutable rollups); create one
-    per thread or share one. ``rollup_threshold`` and ``max_rollups`` exist for tests; every
-    writer of a shard should use the same values (any values are correct, only sizes differ).
+    per thread or share one. ``rollup_threshold``, ``max_rollups`` and ``write_memory`` exist for
+    tests; every writer of a shard should use the same values (any values are correct, only
+    sizes, and how long a lost answer stays resolvable, differ).
     """
 
     consensus: Consensus
@@ -48,6 +50,7 @@ class ShardCore:
     retry: Callable[[], CasRetry] = CasRetry
     rollup_threshold: int = ROLLUP_THRESHOLD
     max_rollups: int = MAX_ROLLUPS
+    write_memory: int = WRITE_MEMORY
     _rollups: dict[str, tuple[BatchRef, ...]] = attrs.field(factory=dict, init=False)
 
     @property

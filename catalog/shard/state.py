@@ -32,6 +32,7 @@ from catalog.schema import (
     schema_from_bytes,
     schema_to_bytes,
 )
+from catalog.shard.ledger import WriteLedger, WriteMark
 
 LEASE_PREFIX = "l-"
 
@@ -171,7 +172,8 @@ class ShardState:
     ``schemas`` are migration types (tombstones kept); ``batches`` are the inline batch entries
     and ``rollups`` the blobs holding older ones (:meth:`Shard.batches` resolves both).
     ``finalized`` with batches still listed means finalization is under way (no new leases);
-    a finalized state without batches or rollups is the tombstone.
+    a finalized state without batches or rollups is the tombstone. ``writes`` is the ledger of
+    recent append identities (:mod:`catalog.shard.ledger`).
     """
 
     shard_id: str
@@ -182,6 +184,7 @@ class ShardState:
     since: int = 0
     sealed: bool = False
     finalized: bool = False
+    writes: WriteLedger = attrs.field(factory=WriteLedger)
     version: int = attrs.field(default=-1, eq=False)
 
     @property
@@ -247,6 +250,7 @@ class ShardState:
             "since": self.since,
             "sealed": self.sealed,
             "finalized": self.finalized,
+            "writes": self.writes.to_json(),
         }
 
     def encode(self) -> bytes:
@@ -271,6 +275,7 @@ class ShardState:
             since=int(raw["since"]),
             sealed=bool(raw["sealed"]),
             finalized=bool(raw["finalized"]),
+            writes=WriteLedger.from_json(raw.get("writes"), int(raw["upper"])),
             version=version,
         )
 
@@ -281,12 +286,16 @@ class AppendResult:
 
     ``ok``: the batch is durable and ``upper`` is the new upper. Otherwise the shard's upper was
     not ``expected_upper``: nothing was written and ``upper`` is the current one (persist's
-    ``UpperMismatch``); re-read, and retry with it if appropriate.
+    ``UpperMismatch``); re-read, and retry with it if appropriate. ``mark``: the ledger entry
+    of the append (when ok); ``replayed``: it had landed before this call saw it (an earlier
+    attempt whose answer was lost, or an earlier call with the same write id).
     """
 
     ok: bool
     upper: int
     state: ShardState
+    mark: WriteMark | None = None
+    replayed: bool = False
 
 
 @attrs.frozen

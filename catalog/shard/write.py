@@ -16,12 +16,14 @@ from catalog.consensus import (
 from catalog.errors import (
     ConnectionLostError,
     VersionMismatchError,
+    WriteOutcomeUnknownError,
 )
 from catalog.shard.append import (
     _prepare_append,
     _time_bounds,
 )
 from catalog.shard.core import ShardCore
+from catalog.shard.ledger import WriteLedger, WriteMark
 from catalog.shard.ops import _finalized
 from catalog.shard.state import (
     AppendResult,
@@ -47,6 +49,8 @@ class ShardWrites(ShardCore):
         schema_id: int | None = None,
         fence: Fence | None = None,
         guards: Sequence[Check] = (),
+        write_id: str | None = None,
+        carry: WriteLedger | None = None,
     ) -> AppendResult:
         """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
@@ -60,6 +64,14 @@ class ShardWrites(ShardCore):
         a compaction) are retried internally. ``guards`` are version checks of other keys made
         in the same transaction: when one of them moved, ShardError (reason ``guard-moved``,
         with the ``keys``) is raised and nothing is appended.
+
+        Exactly once: the append records ``write_id`` (default: a fresh one) in the shard's
+        write ledger in the same transaction. A call whose id the ledger holds returns that
+        append (``replayed``) and writes nothing; an attempt whose answer was lost is resolved
+        by looking its id up, whatever moved the batch meanwhile. When the ledger no longer
+        covers ``expected_upper`` the outcome cannot be known: WriteOutcomeUnknownError.
+        ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
+        copy, which keeps the source's times).
         """
         if new_upper < expected_upper:
             raise _shard_error(
@@ -69,7 +81,11 @@ class ShardWrites(ShardCore):
                 expected_upper=expected_upper,
                 new_upper=new_upper,
             )
+        write_id = uuid.uuid4().hex if write_id is None else write_id
         initial = self.state()
+        landed = initial.writes.find(write_id)
+        if landed is not None:
+            return AppendResult(True, landed.upper, initial, landed, replayed=True)
         if initial.sealed or initial.finalized:
             raise _finalized(initial)
         if initial.upper != expected_upper:
@@ -83,6 +99,7 @@ class ShardWrites(ShardCore):
             lower, upper = _time_bounds(stored)
             ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
             self.blob.put_batch(ref.key(self.shard_id), stored)
+        mark = WriteMark(write_id, expected_upper, new_upper, stored.num_rows)
         uncertain = False
         pending = [initial]
         replaced: list[str] = []
@@ -90,13 +107,20 @@ class ShardWrites(ShardCore):
         def attempt() -> AppendResult:
             nonlocal uncertain
             current = pending.pop() if pending else self.state()
-            if uncertain and ref is not None and ref in current.batches:
-                return AppendResult(True, current.upper, current)  # our lost answer did land
+            if uncertain:
+                found = current.writes.find(write_id)
+                if found is not None:  # our lost answer did land
+                    return AppendResult(True, found.upper, current, found, replayed=True)
+                if current.upper != expected_upper and not current.writes.covers(expected_upper):
+                    raise _unknown_outcome(self.shard_id, write_id, expected_upper, current)
+                uncertain = False  # the ledger proves it did not land
             if current.sealed or current.finalized:
                 raise _finalized(current)
             if current.upper != expected_upper:
                 return AppendResult(False, current.upper, current)
             new, written, old_rollups = self._appended(current, ref, new_upper)
+            writes = new.writes if carry is None else new.writes.carried(carry, self.write_memory)
+            new = attrs.evolve(new, writes=writes.recorded([mark], self.write_memory))
             try:
                 result = self._cas(current, new, fence, guards)
             except VersionMismatchError:
@@ -107,7 +131,7 @@ class ShardWrites(ShardCore):
                 uncertain = True
                 raise
             replaced[:] = old_rollups
-            return AppendResult(True, new_upper, result)
+            return AppendResult(True, new_upper, result, mark)
 
         try:
             result = self.retry()(attempt)
@@ -115,11 +139,13 @@ class ShardWrites(ShardCore):
             if ref is not None and not uncertain:
                 self.blob.delete(ref.key(self.shard_id))
             raise
-        if not result.ok and ref is not None and not uncertain:
+        if not result.ok and ref is not None:
             self.blob.delete(ref.key(self.shard_id))
         if result.ok:
             self.blob.delete_many(replaced)
-            self._log.debug("appended", upper=result.upper, rows=stored.num_rows)
+            self._log.debug(
+                "appended", upper=result.upper, rows=stored.num_rows, replayed=result.replayed
+            )
         return result
 
     def _appended(
@@ -177,3 +203,18 @@ class ShardWrites(ShardCore):
         state = self._update(change, fence)
         self._log.info("shard_sealed", upper=state.upper)
         return state
+
+
+def _unknown_outcome(
+    shard_id: str, write_id: str, expected_upper: int, state: ShardState
+) -> WriteOutcomeUnknownError:
+    return WriteOutcomeUnknownError(
+        f"append {write_id} to shard {shard_id} lost its answer and the write ledger no longer "
+        f"covers its upper {expected_upper} (it remembers appends past {state.writes.horizon}): "
+        "whether it landed cannot be known",
+        shard_id=shard_id,
+        write_id=write_id,
+        expected_upper=expected_upper,
+        horizon=state.writes.horizon,
+        upper=state.upper,
+    )

@@ -18,7 +18,7 @@ from catalog.errors import (
 )
 from catalog.release import Builtin
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Shard
+from catalog.shard import DIFF, TS, AppendResult, Shard
 from orchestrator import election as election_mod
 from orchestrator.migrate import (
     find_schema_id,
@@ -26,6 +26,7 @@ from orchestrator.migrate import (
 from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.core import SidecarCore
 from orchestrator.sidecar.http import HttpError, Readiness, ReadinessCheck
+from orchestrator.sidecar.idempotency import WriteIdentity
 from orchestrator.sidecar.rows import jsonable, rows_to_table
 from orchestrator.sidecar.states import State, _Promote
 from orchestrator.status import read_status
@@ -84,7 +85,17 @@ class SidecarDataPlane(SidecarCore):
                 "the process did not handle the promotion within 30 s (migrating?)",
             ) from None
 
-    def append(self, collection: str, body: bytes) -> Mapping[str, Any]:
+    def append(
+        self, collection: str, body: bytes, idempotency_key: str | None = None
+    ) -> Mapping[str, Any]:
+        """Append the JSON-lines rows of ``body`` to ``collection`` exactly once.
+
+        The append's identity is recorded in the shard's write ledger with the rows, so a lost
+        answer is resolved by it. With ``idempotency_key`` the identity derives from the key
+        (and the body): a retry with the same key and body returns the first answer
+        (``replayed``) and writes nothing, while its append is among the last
+        ``WRITE_MEMORY`` of the collection; the same key with another body is refused (422).
+        """
         leadership = self._leadership
         if leadership is None:
             raise HttpError(
@@ -102,11 +113,21 @@ class SidecarDataPlane(SidecarCore):
             )
         self._require_writable(leadership)
         builtin = self._builtin(collection)
+        identity = WriteIdentity.of(idempotency_key, body)
         table = rows_to_table(body, builtin.schema)
         shard = self._shard_of(builtin)
+        earlier: list[AppendResult] = []
 
-        def attempt() -> tuple[int, int]:
+        def attempt() -> AppendResult:
             state = shard.state()
+            identity.check_reuse(state.writes.marks, collection)
+            if not earlier and identity.key_prefix is not None:
+                # Only an append that landed before this request is a replay; one whose answer
+                # this request lost is this request's own write.
+                landed = state.writes.find(identity.write_id)
+                earlier.append(AppendResult(landed is not None, state.upper, state, landed, True))
+                if landed is not None:
+                    return earlier[0]
             upper = state.upper
             batch = table.append_column(
                 pa.field(TS, pa.uint64(), nullable=False),
@@ -125,7 +146,12 @@ class SidecarDataPlane(SidecarCore):
                 schema_id = state.schema_id
                 batch = migrate_batch(batch, builtin.schema, state.live_schema, projection=True)
             result = shard.compare_and_append(
-                batch, upper, upper + 1, schema_id=schema_id, fence=leadership.fence
+                batch,
+                upper,
+                upper + 1,
+                schema_id=schema_id,
+                fence=leadership.fence,
+                write_id=identity.write_id,
             )
             if not result.ok:
                 raise VersionMismatchError(
@@ -133,16 +159,20 @@ class SidecarDataPlane(SidecarCore):
                     key=shard.key,
                     upper=result.upper,
                 )
-            return upper, result.upper
+            return result
 
-        ts, upper = self._append_retry(attempt)
-        self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
+        result = self._append_retry(attempt)
+        assert result.mark is not None
+        replayed = bool(earlier) and earlier[0].ok
+        if not replayed:
+            self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
         return {
             "collection": collection,
             "shard_id": shard.shard_id,
-            "rows": table.num_rows,
-            "ts": ts,
-            "upper": upper,
+            "rows": result.mark.rows,
+            "ts": result.mark.lower,
+            "upper": result.mark.upper,
+            "replayed": replayed,
         }
 
     def _require_writable(self, leadership: election_mod.Leadership) -> None:

@@ -8,7 +8,9 @@ Endpoints (docs/design.md section 8)::
     GET  /status                       the ``status --json`` object
     GET  /metrics                      Prometheus text format
     POST /promote[?deploy_generation=G]   (or JSON body {"deploy_generation": G}; default: own)
-    POST /append?collection=SCHEMA.NAME   JSON lines of rows; leader only (409 on read-only)
+    POST /append?collection=SCHEMA.NAME   JSON lines of rows; leader only (409 on read-only);
+                                       an ``Idempotency-Key`` header makes a retry return the
+                                       first answer (``Idempotent-Replayed: true``), no write
     GET  /read?collection=SCHEMA.NAME[&as_of=T]   JSON lines, migrated to this release's schema
 
 The server only translates HTTP to calls on a :class:`SidecarApi` and errors to status codes; it
@@ -103,7 +105,9 @@ class SidecarApi(Protocol):
 
     def promote(self, deploy_generation: int | None) -> Mapping[str, Any]: ...
 
-    def append(self, collection: str, body: bytes) -> Mapping[str, Any]: ...
+    def append(
+        self, collection: str, body: bytes, idempotency_key: str | None = None
+    ) -> Mapping[str, Any]: ...
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]: ...
 
@@ -145,6 +149,10 @@ ROUTES = Map(
 )
 
 _TEXT = "text/plain; charset=utf-8"
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def _json(status: HTTPStatus, value: Any) -> Response:
@@ -190,9 +198,7 @@ class SidecarApp:
                 {"error": "not-found", "message": f"no endpoint {request.path}"},
             )
         except HTTPException as exc:
-            return _json(
-                HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description}
-            )
+            return _json(HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description})
         except HttpError as exc:
             return _json(exc.status, exc.body)
         except CatalogError as exc:
@@ -242,7 +248,12 @@ class SidecarApp:
 
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
-        return _json(HTTPStatus.OK, self.api.append(collection, _body(request)))
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        answer = self.api.append(collection, _body(request), key)
+        response = _json(HTTPStatus.OK, answer)
+        if answer.get("replayed"):
+            response.headers[REPLAYED_HEADER] = "true"
+        return response
 
     def read(self, request: Request) -> Response:
         collection = _required(request.args, "collection")

@@ -399,3 +399,48 @@ def test_leader_collects_the_orphans_of_a_crashed_read_only_process(
         if line.startswith("{")
     ]
     assert "orphan_shards_queued" in kinds
+
+
+# --- exactly-once appends --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_idempotency_key_survives_compaction_and_a_change_of_leader(
+    launch: Launch, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """A client that lost the answer of its append retries with the same Idempotency-Key:
+    after a compaction and after another process took over the leadership it gets the first
+    answer back (marked replayed) and the rows exist once; the key with another body is 422."""
+    first = bootstrap(launch, "blue-a")
+    second = launch(V1, 1, "blue-b")
+    second.wait_state("ready")
+    key = {"Idempotency-Key": "order-7"}
+    body = lines(TABLE_ROWS)
+    answer = first.sidecar.request("POST", f"/append?collection={TABLES}", body, headers=key)
+    assert answer.status == 200, answer.summary()
+    original = json.loads(answer.body)
+    assert original["replayed"] is False and "Idempotent-Replayed" not in answer.headers
+
+    compacted = cli(
+        "compact", "--collection", TABLES, "--blob", str(tmp_path / "blob"),
+        "--zk", zk_env.hosts, "--env", zk_env.name,
+    )  # fmt: skip
+    assert compacted.returncode == EXIT_OK, compacted.stderr
+    retried = first.sidecar.request("POST", f"/append?collection={TABLES}", body, headers=key)
+    assert retried.status == 200, retried.summary()
+    assert json.loads(retried.body) == {**original, "replayed": True}
+    assert retried.headers.get("Idempotent-Replayed") == "true"
+
+    first.signal(signal.SIGTERM)
+    assert first.wait_exit() == EXIT_OK
+    second.wait_state("serving", timeout=10)
+    again = second.sidecar.request("POST", f"/append?collection={TABLES}", body, headers=key)
+    assert again.status == 200, again.summary()
+    assert json.loads(again.body) == {**original, "replayed": True}
+    other = second.sidecar.request(
+        "POST", f"/append?collection={TABLES}", lines(TABLE_ROWS[:1]), headers=key
+    )
+    assert other.status == 422 and json.loads(other.body)["error"] == "idempotency-key-reused"
+    status, read = second.http("GET", f"/read?collection={TABLES}")
+    assert status == 200
+    assert sorted(r["name"] for r in json_lines(read)) == ["items", "orders"]

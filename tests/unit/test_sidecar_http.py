@@ -31,6 +31,7 @@ class ScriptedApi:
     metrics_: SidecarMetrics = attrs.field(factory=SidecarMetrics)
     promoted: list[int | None] = attrs.field(factory=list)
     appended: list[tuple[str, bytes]] = attrs.field(factory=list)
+    keys: list[str | None] = attrs.field(factory=list)
     append_error: Exception | None = None
 
     def readiness(self) -> Readiness:
@@ -53,11 +54,14 @@ class ScriptedApi:
             raise FencedError("stale", deploy_generation=0, catalog_generation=1)
         return {"deploy_generation": deploy_generation}
 
-    def append(self, collection: str, body: bytes) -> Mapping[str, Any]:
+    def append(
+        self, collection: str, body: bytes, idempotency_key: str | None = None
+    ) -> Mapping[str, Any]:
         if self.append_error is not None:
             raise self.append_error
         self.appended.append((collection, body))
-        return {"rows": body.count(b"\n"), "upper": 3}
+        self.keys.append(idempotency_key)
+        return {"rows": body.count(b"\n"), "upper": 3, "replayed": idempotency_key == "seen"}
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]
@@ -119,6 +123,25 @@ def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
     api.append_error = BadInputError("bad row", line=1)
     status, body = call(f"{base}/append?collection=s.t", b"{}")
     assert status == 400 and json.loads(body)["line"] == 1
+
+
+def test_append_passes_the_idempotency_key_and_marks_a_replay(
+    served: tuple[ScriptedApi, str],
+) -> None:
+    """The Idempotency-Key header reaches the data plane; a replayed answer says so in a header."""
+    api, base = served
+    for key in ("fresh", "seen"):
+        request = urllib.request.Request(
+            f"{base}/append?collection=s.t",
+            data=b'{"id": 1}\n',
+            method="POST",
+            headers={"Idempotency-Key": key},
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            replayed = response.headers.get("Idempotent-Replayed")
+            assert json.loads(response.read())["replayed"] is (key == "seen")
+        assert replayed == ("true" if key == "seen" else None)
+    assert api.keys == ["fresh", "seen"]
 
 
 def test_unknown_paths_and_wrong_methods(served: tuple[ScriptedApi, str]) -> None:
