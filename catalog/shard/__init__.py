@@ -44,7 +44,14 @@ from catalog.consolidate import DIFF, TS, consolidate
 from catalog.shard.append import advance_times
 from catalog.shard.handle import Shard
 from catalog.shard.ledger import WRITE_MEMORY, WriteLedger, WriteMark
-from catalog.shard.ops import create_op, evolve_op, read_states
+from catalog.shard.ops import (
+    clear_contraction_op,
+    contract_op,
+    create_op,
+    evolve_op,
+    expand_op,
+    read_states,
+)
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
@@ -53,6 +60,7 @@ from catalog.shard.state import (
     AppendResult,
     BatchRef,
     CompactionResult,
+    Contraction,
     EvolveResult,
     Lease,
     RollupRef,
@@ -74,6 +82,7 @@ __all__ = [
     "AppendResult",
     "BatchRef",
     "CompactionResult",
+    "Contraction",
     "EvolveResult",
     "Lease",
     "RollupRef",
@@ -83,9 +92,12 @@ __all__ = [
     "WriteMark",
     "advance_times",
     "blob_prefix",
+    "clear_contraction_op",
     "consolidate",
+    "contract_op",
     "create_op",
     "evolve_op",
+    "expand_op",
     "new_shard_id",
     "read_states",
     "shard_key",

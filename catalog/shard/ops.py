@@ -20,7 +20,7 @@ from catalog.schema import (
     evolve,
     migration_type,
 )
-from catalog.shard.state import ShardState, shard_key
+from catalog.shard.state import Contraction, ShardState, shard_key
 
 
 def create_op(shard_id: str, schema: pa.Schema) -> tuple[Op, ShardState]:
@@ -49,6 +49,42 @@ def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardSta
     if mtype.equals(state.schema, check_metadata=True):
         return None, state
     new = attrs.evolve(state, schemas=(*state.schemas, mtype), version=state.version + 1)
+    return SetData(state.key, new.encode(), state.version), new
+
+
+def expand_op(
+    state: ShardState, schema: pa.Schema, contraction: Contraction
+) -> tuple[Op | None, ShardState]:
+    """The op registering expansion ``schema`` and recording ``contraction`` with it.
+
+    Refuses (SchemaIncompatibleError) unless both halves are valid evolutions: the contraction
+    is checked against the history with the expansion in it, so nothing is written for an
+    evolution whose second half would later be refused. ``(None, state)`` when both are there.
+    """
+    _, expanded = evolve_op(state, schema)
+    evolve(expanded.schema, contraction.schema)
+    if expanded.schema.equals(state.schema, check_metadata=True) and state.contraction == (
+        contraction
+    ):
+        return None, state
+    new = attrs.evolve(expanded, contraction=contraction, version=state.version + 1)
+    return SetData(state.key, new.encode(), state.version), new
+
+
+def contract_op(state: ShardState) -> tuple[Op | None, ShardState]:
+    """The op registering ``state``'s recorded contraction and clearing the record."""
+    if state.contraction is None:
+        return None, state
+    _, contracted = evolve_op(state, state.contraction.schema)
+    new = attrs.evolve(contracted, contraction=None, version=state.version + 1)
+    return SetData(state.key, new.encode(), state.version), new
+
+
+def clear_contraction_op(state: ShardState) -> tuple[Op | None, ShardState]:
+    """The op dropping a contraction record without registering it (an aborted upgrade's)."""
+    if state.contraction is None:
+        return None, state
+    new = attrs.evolve(state, contraction=None, version=state.version + 1)
     return SetData(state.key, new.encode(), state.version), new
 
 

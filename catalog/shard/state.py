@@ -159,6 +159,40 @@ class RollupRef:
         return cls(name, int(batches), int(rows), int(lower), int(upper))
 
 
+@attrs.frozen
+class Contraction:
+    """The second half of an evolution, recorded with its first (expand, then contract).
+
+    A leader of ``(version, generation)`` registers the expansion before its catalog switch and
+    records here the ``schema`` it registers once the switch is durable (its release's schema,
+    with its deletions and relaxed nullability). Recorded, because after the switch the catalog
+    no longer says what the release deleted: any later leader of the same version (a restart,
+    or a later generation of it) redoes it from here; a leader of another version drops it.
+    """
+
+    version: str
+    generation: int
+    schema: pa.Schema = attrs.field(eq=attrs.cmp_using(eq=lambda a, b: a.equals(b)))
+
+    def of(self, version: str) -> bool:
+        """Whether a leader of ``version`` owes it (once its catalog switch is durable)."""
+        return self.version == version
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "generation": self.generation,
+            "schema": base64.b64encode(schema_to_bytes(self.schema)).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Contraction | None:
+        if data is None:
+            return None
+        schema = schema_from_bytes(base64.b64decode(data["schema"]))
+        return cls(str(data["version"]), int(data["generation"]), schema)
+
+
 def _schemas_equal(a: tuple[pa.Schema, ...], b: tuple[pa.Schema, ...]) -> bool:
     return len(a) == len(b) and all(
         x.equals(y, check_metadata=True) for x, y in zip(a, b, strict=True)
@@ -173,7 +207,8 @@ class ShardState:
     and ``rollups`` the blobs holding older ones (:meth:`Shard.batches` resolves both).
     ``finalized`` with batches still listed means finalization is under way (no new leases);
     a finalized state without batches or rollups is the tombstone. ``writes`` is the ledger of
-    recent append identities (:mod:`catalog.shard.ledger`).
+    recent append identities (:mod:`catalog.shard.ledger`); ``contraction`` the second half of
+    an evolution whose first half is registered (:class:`Contraction`).
     """
 
     shard_id: str
@@ -185,6 +220,7 @@ class ShardState:
     sealed: bool = False
     finalized: bool = False
     writes: WriteLedger = attrs.field(factory=WriteLedger)
+    contraction: Contraction | None = None
     version: int = attrs.field(default=-1, eq=False)
 
     @property
@@ -251,6 +287,7 @@ class ShardState:
             "sealed": self.sealed,
             "finalized": self.finalized,
             "writes": self.writes.to_json(),
+            **({"contraction": self.contraction.to_json()} if self.contraction else {}),
         }
 
     def encode(self) -> bytes:
@@ -276,6 +313,7 @@ class ShardState:
             sealed=bool(raw["sealed"]),
             finalized=bool(raw["finalized"]),
             writes=WriteLedger.from_json(raw.get("writes"), int(raw["upper"])),
+            contraction=Contraction.from_json(raw.get("contraction")),
             version=version,
         )
 

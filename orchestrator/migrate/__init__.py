@@ -12,15 +12,19 @@ read-only
 
 leader (every write carries the epoch check)
     1. the same replacement shards (plus shards for builtins new in this release);
-    2. ``compare_and_evolve_schema`` for evolutions: a schema already registered is reused;
-       otherwise evolve; on a lost race re-read: same schema -> done, compatible -> retry,
+    2. evolutions, first half: the *expansion* (the shard's latest schema plus the release's
+       added fields) with the contraction it owes recorded in the same write; a schema already
+       registered is reused; on a lost race re-read: same schema -> done, compatible -> retry,
        otherwise halt. Fields a newer release's crashed leader registered are kept, not
        deleted (:func:`registration_schema`), so that release can still start later;
     3. rewrite targets receive the delta of their source shard since the read-only copy;
     4. **one** transaction switches the catalog (version, generation, collection -> shard,
        fingerprints) and queues the replaced and removed shards for finalization, so a crash
        can never leave a queued shard that the catalog still names;
-    5. migration-shard entries of earlier versions (and of this version at lower generations)
+    5. evolutions, second half: the recorded *contractions* (deletions, relaxed nullability) of
+       this leader's version, and the records of aborted upgrades to other versions dropped
+       (:mod:`orchestrator.migrate.evolution`);
+    6. migration-shard entries of earlier versions (and of this version at lower generations)
        are retracted, and their shards queued for finalization unless the catalog names them.
 
 Every step is idempotent: a leader killed between any two writes is succeeded by a process that
@@ -52,7 +56,8 @@ from orchestrator.migrate.context import (
     MigrationContext,
 )
 from orchestrator.migrate.durable import registration_schema
-from orchestrator.migrate.leader import find_schema_id, migrate_as_leader
+from orchestrator.migrate.evolution import find_schema_id
+from orchestrator.migrate.leader import migrate_as_leader
 from orchestrator.migrate.read_only import check_read_only
 
 __all__ = [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import attrs
-import pyarrow as pa
 import structlog
 
 from catalog.consensus import Create, Fence, Op
@@ -20,24 +19,19 @@ from catalog.environment import (
     read_catalog,
 )
 from catalog.errors import (
-    FencedError,
     MigrationRefusedError,
-    SchemaIncompatibleError,
 )
 from catalog.migration import MigrationEntry
 from catalog.release import (
     Mechanism,
-    PlannedMigration,
     Version,
     plan,
 )
-from catalog.shard import ShardState, evolve_op
 from orchestrator.election import Leadership
 from orchestrator.events import drop_events_of
 from orchestrator.migrate.context import (
     PHASE_FINALIZING,
     PHASE_REPLACEMENTS,
-    PHASE_SCHEMAS,
     PHASE_SWITCH,
     LeaderResult,
     MigrationContext,
@@ -46,70 +40,11 @@ from orchestrator.migrate.durable import (
     _read_shard_states,
     _refuse_fenced_or_older,
     _snapshot,
-    registration_schema,
 )
+from orchestrator.migrate.evolution import contract_all, expand_all, keeps_release_schema
 from orchestrator.migrate.read_only import _copy_rewrites, _ensure_shards, _replacement_targets
 
 log = structlog.get_logger(__name__)
-
-
-def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
-    """The id under which live ``schema`` is registered on the shard, if it is.
-
-    A release may keep an older schema the shard has since evolved past (an older release
-    starting after a newer leader registered schemas and crashed): it then reads and writes
-    with that older id, and nothing needs registering.
-    """
-    for schema_id in range(len(state.schemas) - 1, -1, -1):
-        if state.live(schema_id).equals(schema, check_metadata=False):
-            return schema_id
-    return None
-
-
-def _evolve_all(
-    ctx: MigrationContext, evolutions: list[PlannedMigration], catalog: CatalogState, fence: Fence
-) -> list[str]:
-    """Register each evolution's schema on its shard, batched, with done/retry/halt."""
-    pending = {m.global_id: m for m in evolutions}
-    done: list[str] = []
-
-    def attempt() -> None:
-        states = _read_shard_states(ctx, {catalog.collections[gid].shard_id for gid in pending})
-        ops: list[Op] = []
-        batch: list[str] = []
-        for gid, m in list(pending.items()):
-            shard_id = catalog.collections[gid].shard_id
-            state = states[shard_id]
-            target = registration_schema(state, m.old_schema, m.new_schema)
-            if find_schema_id(state, m.new_schema) is not None or (
-                find_schema_id(state, target) is not None
-            ):
-                # Already registered (an earlier run, or an older schema this release keeps).
-                pending.pop(gid)
-                done.append(m.name)
-                continue
-            try:
-                op, _ = evolve_op(state, target)
-            except SchemaIncompatibleError as exc:
-                # The shard moved to a schema ours is not compatible with: halt (fenced).
-                raise FencedError(
-                    f"collection {m.name}: shard {shard_id} holds a schema newer than this "
-                    f"release can evolve ({exc.message})",
-                    collection=m.name,
-                    shard_id=shard_id,
-                ) from exc
-            if op is not None:
-                ops.append(op)
-            batch.append(gid)
-        if ops:
-            ctx.consensus.commit_chunked(ops, fence=fence)
-        for gid in batch:
-            done.append(pending.pop(gid).name)
-
-    if pending:
-        ctx.on_phase(PHASE_SCHEMAS)
-        ctx.retry(attempt)
-    return sorted(done)
 
 
 def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) -> LeaderResult:
@@ -163,7 +98,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     leadership.check()
     replacements = _ensure_shards(ctx, wanted, fence=fence)
     leadership.check()
-    evolved = _evolve_all(
+    evolved = expand_all(
         ctx, [m for m in plan_.migrations if m.mechanism is Mechanism.EVOLUTION], catalog, fence
     )
     leadership.check()
@@ -186,7 +121,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     current = _read_shard_states(ctx, {collections[gid].shard_id for gid in kept})
     for gid in kept:
         ref = collections[gid]
-        if find_schema_id(current[ref.shard_id], release_schemas[gid]) is None:
+        if keeps_release_schema(ctx, current[ref.shard_id], release_schemas[gid]):
             collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
     new_state = CatalogState(
         version=str(ctx.version),
@@ -209,6 +144,10 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         replaced=len(replacements),
         evolved=len(evolved),
     )
+    leadership.check()
+    # The second half of every evolution, once the switch is durable (also redone here by a
+    # leader that took over after it).
+    contract_all(ctx, new_state, fence)
     leadership.check()
     retracted, more_queued = _retract_stale_entries(ctx, new_state, fence)
     return LeaderResult(

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +13,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, Create, Fence, Op, SetData
+from catalog.consensus import Create, SetData
 from catalog.environment import FINALIZE_KEY, PROCESSES_KEY, read_catalog
 from catalog.errors import FencedError, MigrationRefusedError, PlanError
 from catalog.migration import MigrationShard
 from catalog.release import Release, load_release_dir
 from catalog.shard import Shard
-from orchestrator.election import LeaderElection, Leadership, promote
 from orchestrator.migrate import (
     MigrationContext,
     check_read_only,
@@ -29,6 +27,7 @@ from orchestrator.migrate import (
     migrate_as_leader,
 )
 from orchestrator.process_node import ProcessNode
+from support.migrations import Env, SimulatedCrash, bootstrap
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -41,85 +40,11 @@ def releases() -> dict[str, Release]:
     return {str(r.version): r for r in load_release_dir(RELEASES_DIR)}
 
 
-class SimulatedCrash(BaseException):
-    """Raised instead of a durable write: the process 'dies' right before it."""
-
-
-@attrs.define
-class CrashingConsensus(Consensus):
-    """A real Consensus that dies before its (crash_after+1)-th transaction.
-
-    Every durable write of the orchestrator is one ``commit``, so crashing before commit N
-    covers the crash point "between write N-1 and write N".
-    """
-
-    crash_after: int | None = None
-    commits: int = 0
-
-    def commit(self, ops: Sequence[Op], *, fence: Fence | None = None) -> list[Any]:
-        if self.crash_after is not None and self.commits >= self.crash_after:
-            raise SimulatedCrash(f"crash before write {self.commits + 1}")
-        self.commits += 1
-        return super().commit(ops, fence=fence)
-
-
-@attrs.define
-class Env:
-    """One environment: its ZooKeeper store, its blob store, and started elections."""
-
-    client: KazooClient
-    root: str
-    blob: BlobStore
-    elections: list[LeaderElection] = attrs.field(factory=list)
-    counter: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
-
-    def consensus(self, crash_after: int | None = None) -> CrashingConsensus:
-        return CrashingConsensus(self.client, self.root, crash_after=crash_after)
-
-    def ctx(
-        self, release: Release, generation: int, *, crash_after: int | None = None
-    ) -> MigrationContext:
-        return MigrationContext(
-            consensus=self.consensus(crash_after),
-            blob=self.blob,
-            release=release,
-            deploy_generation=generation,
-            process_id=f"p{next(self.counter)}",
-        )
-
-    def lead(self, ctx: MigrationContext) -> Leadership:
-        """Join the election of ctx's generation, promote it, and take over (real election)."""
-        election = LeaderElection(
-            Consensus(self.client, self.root),
-            ctx.process_id,
-            ctx.deploy_generation,
-            on_change=lambda _event: None,
-        )
-        election.start()
-        self.elections.append(election)
-        bootstrap = read_catalog(ctx.consensus) is None
-        if not bootstrap:
-            promote(Consensus(self.client, self.root), ctx.deploy_generation, requested_by="test")
-        leadership = election.try_take_over(bootstrap=bootstrap)
-        assert leadership is not None
-        return leadership
-
-    def close(self) -> None:
-        for election in self.elections:
-            election.stop()
-
-
 @pytest.fixture
 def env(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Iterator[Env]:
     made = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
     yield made
     made.close()
-
-
-def bootstrap(env: Env, release: Release, generation: int = 1) -> MigrationContext:
-    ctx = env.ctx(release, generation)
-    migrate_as_leader(ctx, env.lead(ctx))
-    return ctx
 
 
 def durable_digest(client: KazooClient, root: str, skip: set[str]) -> dict[str, str]:

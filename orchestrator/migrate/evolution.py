@@ -1,0 +1,138 @@
+"""Evolutions in two halves (docs/design.md section 5, step 6): expand before the switch,
+contract after it.
+
+Before its catalog switch a leader registers on each evolved shard only the *expansion*: the
+shard's latest schema plus the fields its release adds (:func:`catalog.schema.expand.expansion`),
+recording in the same write the *contraction* it owes (its release's schema, with deletions and
+relaxed nullability). A crash before the switch so leaves every older release its fields, values
+and nullability. Once the switch is durable the leader registers the recorded contractions of its
+own version and clears the records of aborted upgrades to other versions; a leader of the same
+version that took over (a restart, or a later generation) redoes it from the records, since the
+switched catalog no longer says what the release deleted.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import structlog
+
+from catalog.consensus import Fence, Op
+from catalog.environment import CatalogState
+from catalog.errors import FencedError, SchemaIncompatibleError
+from catalog.release import PlannedMigration
+from catalog.schema.expand import expansion
+from catalog.shard import (
+    Contraction,
+    ShardState,
+    clear_contraction_op,
+    contract_op,
+    evolve_op,
+    expand_op,
+)
+from orchestrator.migrate.context import PHASE_SCHEMAS, MigrationContext
+from orchestrator.migrate.durable import _read_shard_states, registration_schema
+
+__all__ = ["contract_all", "expand_all", "find_schema_id", "keeps_release_schema"]
+
+log = structlog.get_logger(__name__)
+
+
+def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
+    """The id under which live ``schema`` is registered on the shard, if it is.
+
+    A release may keep an older schema the shard has since evolved past (an older release
+    starting after a newer leader registered schemas and crashed): it then reads and writes
+    with that older id, and nothing needs registering.
+    """
+    for schema_id in range(len(state.schemas) - 1, -1, -1):
+        if state.live(schema_id).equals(schema, check_metadata=False):
+            return schema_id
+    return None
+
+
+def _expand_op(ctx: MigrationContext, m: PlannedMigration, state: ShardState) -> Op | None:
+    """The write registering ``m``'s expansion (and recording its contraction), if one is due."""
+    target = registration_schema(state, m.old_schema, m.new_schema)
+    if find_schema_id(state, m.new_schema) is not None or find_schema_id(state, target) is not None:
+        return None  # contracted already, or an older schema this release keeps
+    expanded = expansion(state.live_schema, m.new_schema)
+    try:
+        if expanded.equals(target):  # only additions: one half is the whole evolution
+            return evolve_op(state, target)[0]
+        owed = Contraction(str(ctx.version), ctx.deploy_generation, target)
+        return expand_op(state, expanded, owed)[0]
+    except SchemaIncompatibleError as exc:
+        # The shard moved to a schema ours is not compatible with: halt (fenced).
+        raise FencedError(
+            f"collection {m.name}: shard {state.shard_id} holds a schema newer than this "
+            f"release can evolve ({exc.message})",
+            collection=m.name,
+            shard_id=state.shard_id,
+        ) from exc
+
+
+def expand_all(
+    ctx: MigrationContext, evolutions: list[PlannedMigration], catalog: CatalogState, fence: Fence
+) -> list[str]:
+    """Register each evolution's expansion on its shard, batched; the evolved collections."""
+    pending = {m.global_id: m for m in evolutions}
+    done: list[str] = []
+
+    def attempt() -> None:
+        states = _read_shard_states(ctx, {catalog.collections[gid].shard_id for gid in pending})
+        ops: list[Op] = []
+        for gid, m in list(pending.items()):
+            op = _expand_op(ctx, m, states[catalog.collections[gid].shard_id])
+            if op is not None:
+                ops.append(op)
+        if ops:
+            ctx.consensus.commit_chunked(ops, fence=fence)
+        done.extend(pending.pop(gid).name for gid in list(pending))
+
+    if pending:
+        ctx.on_phase(PHASE_SCHEMAS)
+        ctx.retry(attempt)
+    return sorted(done)
+
+
+def keeps_release_schema(ctx: MigrationContext, state: ShardState, schema: pa.Schema) -> bool:
+    """Whether the switched catalog must keep the release's ``schema`` for this shard: it is
+    not registered as such, nor will its owed contraction register exactly it (the shard
+    keeps fields an aborted newer leader added: see registration_schema)."""
+    owed = state.contraction
+    if owed is not None and owed.of(str(ctx.version)):
+        return not owed.schema.equals(schema)
+    return find_schema_id(state, schema) is None
+
+
+def contract_all(ctx: MigrationContext, catalog: CatalogState, fence: Fence) -> int:
+    """After the switch: register the contractions owed by this leader's version and drop the
+    records of others (aborted upgrades to other versions); the shards contracted."""
+    me = str(ctx.version)
+    contracted = 0
+
+    def attempt() -> None:
+        nonlocal contracted
+        states = _read_shard_states(ctx, catalog.shard_ids())
+        owed = [s for s in states.values() if s.contraction is not None]
+        if not owed:
+            return
+        ctx.on_phase(PHASE_SCHEMAS)
+        ops: list[Op] = []
+        mine = 0
+        for state in owed:
+            assert state.contraction is not None
+            if state.contraction.of(me):
+                op = contract_op(state)[0]
+                mine += 1
+            else:
+                op = clear_contraction_op(state)[0]
+            if op is not None:
+                ops.append(op)
+        ctx.consensus.commit_chunked(ops, fence=fence)
+        contracted = mine
+
+    ctx.retry(attempt)
+    if contracted:
+        log.info("schemas_contracted", shards=contracted, version=me)
+    return contracted
