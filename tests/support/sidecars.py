@@ -71,6 +71,7 @@ class SidecarProcess:
         http: str | None = None,
         release: str | None = None,
         extra: Sequence[str] = (),
+        crash_before_write: int | None = None,
     ) -> SidecarProcess:
         sidecar = harness.SidecarProcess.start(
             zk=hosts,
@@ -85,6 +86,7 @@ class SidecarProcess:
             auto_promote=auto_promote,
             log_level="DEBUG",
             extra=extra,
+            crash_before_write=crash_before_write,
             cwd=log_dir,
             http=http,
         )
