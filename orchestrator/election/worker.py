@@ -16,6 +16,7 @@ from catalog.consensus import (
     decode_json,
 )
 from catalog.environment import CATALOG_KEY, EPOCH_KEY
+from catalog.errors import CorruptStateError
 from orchestrator.election.core import _WORKER_ERRORS, _seq
 from orchestrator.election.takeover import Takeover
 from orchestrator.election.values import (
@@ -160,7 +161,10 @@ class ElectionWorker(Takeover):
         return events
 
     def _apply_catalog(self, data: bytes | None) -> list[ElectionEvent]:
-        value = decode_json(data, CATALOG_KEY) if data else None
+        try:
+            value = decode_json(data, CATALOG_KEY) if data else None
+        except CorruptStateError:
+            value = None  # still an event: the sidecar re-reads and reports the bad node
         if not isinstance(value, dict):
             return [self._event("catalog")]
         return [

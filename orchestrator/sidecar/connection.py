@@ -12,7 +12,7 @@ from kazoo.client import KazooClient, KazooState
 from catalog.errors import (
     FencedError,
 )
-from orchestrator.sidecar.core import SidecarCore
+from orchestrator.sidecar.health import SidecarHealth
 from orchestrator.sidecar.states import (
     _Stop,
     _Stopping,
@@ -23,7 +23,7 @@ from orchestrator.zk import close, new_client
 log = structlog.get_logger(__name__)
 
 
-class SidecarConnection(SidecarCore):
+class SidecarConnection(SidecarHealth):
     """Connects (retrying until stopped), follows kazoo's session states through the inbox, and
     re-registers the process node after a session loss."""
 

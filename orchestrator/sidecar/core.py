@@ -19,6 +19,7 @@ from catalog.environment import PROCESSES_KEY
 from catalog.errors import (
     ConfigurationError,
     ConnectionLostError,
+    CorruptStateError,
     VersionMismatchError,
 )
 from catalog.release import Release
@@ -75,6 +76,11 @@ class SidecarCore:
         self._known_finalized: set[str] = set()
         self._auto_promoted = False
         self._pending = False
+        # A durable node this process cannot decode (orchestrator.sidecar.health), and the state
+        # it left for CHECKING because of it.
+        self._unreadable: CorruptStateError | None = None
+        self._resume_state: State | None = None
+        self._degraded_by: str | None = None
         self._connected = threading.Event()
         self._writes_paused = threading.Event()
         # The concrete Sidecar (core plus data plane) is what the HTTP server calls.
@@ -221,14 +227,6 @@ class SidecarCore:
                 f"not connected to ZooKeeper at {self.config.zk}", zk=self.config.zk
             )
         return self._consensus
-
-    def _deferring(self, action: Callable[[], None]) -> None:
-        """Run ``action``; when ZooKeeper does not answer, retry it once reconnected."""
-        try:
-            action()
-        except ConnectionLostError as exc:
-            self._pending = True
-            self._log.warning("deferred_until_reconnected", reason=exc.message)
 
     def _guarded(self, failpoint: Callable[[str], None] | None) -> Callable[[str], None]:
         """The hook run before every fenced write: while this process leads, the election's

@@ -52,6 +52,14 @@ class SidecarDataPlane(SidecarCore):
                 f"state is {state.value}" + (f" ({self._phase})" if self._phase else ""),
             ),
         ]
+        unreadable = self._unreadable
+        checks.append(
+            ReadinessCheck(
+                "durable-state",
+                unreadable is None,
+                "" if unreadable is None else f"cannot read {unreadable.key}: {unreadable.message}",
+            )
+        )
         if self._leadership is not None:
             checks.append(
                 ReadinessCheck(

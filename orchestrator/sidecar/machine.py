@@ -10,6 +10,7 @@ from catalog.environment import read_catalog
 from catalog.errors import (
     CatalogError,
     ConnectionLostError,
+    CorruptStateError,
     FencedError,
 )
 from catalog.retry import Retry
@@ -57,7 +58,11 @@ class SidecarMachine(SidecarConnection):
         generation = self.config.deploy_generation
         promotion = election_mod.read_promotion(consensus)
         epoch = election_mod.read_epoch(consensus)
-        found = read_catalog(consensus)
+        unreadable: CorruptStateError | None = None
+        try:
+            found = read_catalog(consensus)
+        except CorruptStateError as exc:  # still fence below: that needs no catalog
+            found, unreadable = None, exc
         catalog = found[0] if found else None
         self._epoch = epoch.epoch if epoch is not None else None
         self.metrics.set_epoch(self._epoch)
@@ -76,9 +81,15 @@ class SidecarMachine(SidecarConnection):
                     epoch=self._leadership.epoch,
                     current_epoch=None if epoch is None else epoch.epoch,
                 )
-            if self._state is State.MIGRATING:  # interrupted by a lost connection: resume
+            if unreadable is not None:
+                raise unreadable
+            # Interrupted by a lost connection or an unreadable node: resume.
+            if State.MIGRATING in (self._state, self._resume_state):
                 self._complete_migration(self._leadership)
+            self._recover("_evaluate")
             return
+        if unreadable is not None:
+            raise unreadable
         seen = (found[1] if found else None, self._epoch)
         if force_check or self._checked_at != seen or self._check is None:
             self._run_check(seen)
@@ -92,6 +103,7 @@ class SidecarMachine(SidecarConnection):
                 self._promote(self.config.deploy_generation)
             self._auto_promoted = True
             promotion = election_mod.read_promotion(consensus)
+        self._recover("_evaluate")
         if self._should_take_over(promotion):
             self._take_over()
 
@@ -179,7 +191,8 @@ class SidecarMachine(SidecarConnection):
 
     def _finalize(self) -> None:
         leadership = self._leadership
-        if leadership is None or self._state is not State.SERVING or self._ctx is None:
+        serving = State.SERVING in (self._state, self._resume_state)
+        if leadership is None or not serving or self._ctx is None:
             return
         if self._writes_paused.is_set():
             return
@@ -197,6 +210,7 @@ class SidecarMachine(SidecarConnection):
             finalized = finalize_pending(self._ctx, leadership.fence, lease_timeout=0.0)
         except ConnectionLostError:
             return
+        self._recover("_finalize")
         if finalized:
             self._event("finalized", fence=leadership.fence, shards=finalized)
 

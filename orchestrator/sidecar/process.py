@@ -44,7 +44,6 @@ log = structlog.get_logger(__name__)
 class Sidecar(SidecarMachine, SidecarDataPlane):
     """One sidecar process; ``run()`` returns the exit code."""
 
-
     def run(self) -> int:
         """Serve until stopped, fenced or failed; the exit code."""
         structlog.contextvars.bind_contextvars(
@@ -136,6 +135,8 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
             now = time.monotonic()
             if now >= next_heartbeat:
                 self._write_status()
+                if self._unreadable is not None:
+                    self._pending = True  # look again: the bad node may be repaired
                 next_heartbeat = now + self.config.heartbeat_interval
             if now >= next_finalize:
                 self._deferring(self._finalize)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -444,3 +445,61 @@ def test_idempotency_key_survives_compaction_and_a_change_of_leader(
     status, read = second.http("GET", f"/read?collection={TABLES}")
     assert status == 200
     assert sorted(r["name"] for r in json_lines(read)) == ["items", "orders"]
+
+
+# --- unreadable durable state ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_unreadable_catalog_degrades_the_leader_which_still_steps_down_when_superseded(
+    launch: Launch, zk_env: ZkEnv, zk_client: KazooClient
+) -> None:
+    """A catalog overwritten with ``{not json``: leader and follower leave serving and ready
+    (readyz 503 naming the key, the error in their nodes, no appends) but keep running; when
+    repaired they return. Superseded while it cannot read the catalog, the leader steps down
+    (exit 3), and the follower of the promoted generation takes over once the catalog reads."""
+    leader = bootstrap(launch, "blue-a")
+    follower = launch(V2, 2, "green-a")
+    follower.wait_state("ready")
+    catalog_path = f"{zk_env.root}/catalog"
+    good, _ = zk_client.get(catalog_path)
+
+    def degraded(node: Mapping[str, Any]) -> bool:
+        error = node.get("error")
+        return (
+            node.get("state") == "checking"
+            and node.get("phase") == "durable state unreadable"
+            and isinstance(error, dict)
+            and error.get("key") == "catalog"
+        )
+
+    zk_client.set(catalog_path, b"{not json")
+    leader.wait_node(degraded, timeout=15)
+    follower.wait_node(degraded, timeout=15)
+    status, body = leader.http("GET", "/readyz?verbose")
+    assert status == 503 and b"[-]durable-state" in body and b"catalog" in body
+    assert leader.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))[0] == 503
+    assert leader.process.poll() is None and follower.process.poll() is None
+
+    zk_client.set(catalog_path, good)
+    node = leader.wait_state("serving", timeout=15)
+    assert node["error"] is None
+    follower.wait_state("ready", timeout=15)
+    assert leader.http("GET", "/readyz")[0] == 200
+    status, body = leader.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+    assert status == 200, body
+
+    zk_client.set(catalog_path, b"{not json")
+    leader.wait_node(degraded, timeout=15)
+    follower.wait_node(degraded, timeout=15)
+    # Promotion of generation 2 (written as `promote` would, which refuses an unreadable catalog).
+    zk_client.set(
+        f"{zk_env.root}/promotion",
+        json.dumps({"deploy_generation": 2, "requested_by": "test", "previous": None}).encode(),
+    )
+    assert leader.wait_exit(timeout=15) == EXIT_FENCED
+    assert follower.process.poll() is None
+    zk_client.set(catalog_path, good)
+    follower.wait_state("serving", timeout=30)
+    status, body = follower.http("GET", f"/read?collection={TABLES}")
+    assert status == 200 and len(json_lines(body)) == 2
