@@ -309,13 +309,18 @@ class MigrationShard:
         self, schemas: Mapping[str, pa.Schema], created: dict[str, str], fence: Fence | None
     ) -> None:
         """Create many empty shards with batched multi-ops (one round trip per chunk, not per
-        shard); fills ``created`` as each chunk lands."""
+        shard); fills ``created`` before each chunk is sent.
+
+        A chunk's shard ids are its identity: when its answer is lost, the retry reads those
+        shards (see ensure_replacement_shards) and reuses the ones that landed instead of
+        creating others, which would leak the first ones as orphans.
+        """
         pending = [(gid, new_shard_id(), schema) for gid, schema in sorted(schemas.items())]
         for start in range(0, len(pending), _CREATE_CHUNK):
             chunk = pending[start : start + _CREATE_CHUNK]
             ops = [create_op(sid, schema)[0] for _, sid, schema in chunk]
-            self.consensus.commit(ops, fence=fence)
             created.update({gid: sid for gid, sid, _ in chunk})
+            self.consensus.commit(ops, fence=fence)
 
     def _create_shard(self, fence: Fence | None) -> CreateShard:
         def create(global_id: str, schema: pa.Schema) -> str:

@@ -12,8 +12,9 @@ from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
 from catalog.environment import CONTAINER_KEYS, EPOCH_KEY, MIGRATION_SHARD_ID, SHARDS_KEY
-from catalog.errors import FencedError
+from catalog.errors import ConnectionLostError, FencedError
 from catalog.migration import MIGRATION_SCHEMA, MigrationEntry, MigrationShard
+from catalog.retry import CasRetry
 from catalog.shard import Shard, new_shard_id
 from support.zookeeper import ZkEnv
 
@@ -152,3 +153,32 @@ def test_racing_processes_of_one_generation_agree(
     assert len(migration.entries()) == len(wanted)
     shards = set(consensus.children(SHARDS_KEY)) - {MIGRATION_SHARD_ID}
     assert shards == set(results[0].values())
+
+
+@pytest.mark.parametrize("lost_write", [1, 2, 3])
+def test_lost_answer_of_any_write_leaves_no_orphan_shard(
+    consensus: Consensus, blob: BlobStore, lost_write: int
+) -> None:
+    """The answer of a write (the migration shard's creation, the shards' creation, the entry
+    append) is lost after it landed: re-run as a leader re-runs its migration, the shards the
+    lost write named are reused, so every shard created is the one its entry names."""
+    consensus.cas(EPOCH_KEY, b"1", -1)
+    lossy = Consensus(consensus.client, consensus.root)
+    writes: list[str] = []
+
+    def lose(key: str) -> None:
+        writes.append(key)
+        if len(writes) == lost_write:
+            raise ConnectionLostError("answer lost after the commit landed", keys=[key])
+
+    lossy.after_fenced_write = lose
+    wanted = {f"s{i}": SCHEMA for i in range(3)}
+    migration = MigrationShard(lossy, blob)
+    mapping = CasRetry()(
+        lambda: migration.ensure_replacement_shards("0.2.0", 2, wanted, fence=Fence(EPOCH_KEY, 0))
+    )
+    assert len(writes) >= lost_write, "the lost write happened"
+    shards = set(consensus.children(SHARDS_KEY)) - {MIGRATION_SHARD_ID}
+    assert shards == set(mapping.values()) and len(shards) == 3
+    names = {e.global_id: e.shard_id for e in MigrationShard(consensus, blob).entries()}
+    assert names == mapping

@@ -14,8 +14,9 @@ by ``random.Random(f"{seed}:{index}")`` from what the environment looks like:
 * faults, with probability ``fault_probability``: SIGKILL of a new process while it checks
   read-only, of a follower, of the leader, or of a new leader in the middle of its migration;
   a zombie leader (SIGSTOP until a follower took over, then SIGCONT and a write that must be
-  refused); ZooKeeper session expiry of the leader or of a follower. A lost leader is
-  replaced by a follower of its generation or, if none is left, by a restart of the same
+  refused); ZooKeeper session expiry of the leader or of a follower; a new leader that loses
+  the answer of one of its fenced writes (it landed; ``lose_answer_after_write``). A lost
+  leader is replaced by a follower of its generation or, if none is left, by a restart of the same
   release.
 
 Every action is expressed as ordinary scenario steps executed by

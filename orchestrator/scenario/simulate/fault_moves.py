@@ -14,6 +14,10 @@ from orchestrator.scenario.simulate.rows import make_rows
 from orchestrator.scenario.simulate.values import Member, _WalkFailed
 from orchestrator.scenario.simulate.walk_core import WalkerCore
 
+# The lost-answer fault picks its write among the first this many of the new leader (about what
+# a migration of the example history makes, so late picks land on appends and finalizations).
+LOST_ANSWER_WRITES = 16
+
 
 class FaultMoves(WalkerCore):
     """One method per fault kind; each recovers the environment before returning."""
@@ -104,6 +108,24 @@ class FaultMoves(WalkerCore):
             f"promote {version} g{generation}, SIGKILL its leader {victim} "
             f"(state {state}, phase {phase}); {recovered}"
         )
+
+    def _lost_answer(self, rng: random.Random) -> str:
+        """Upgrade with one process whose Nth fenced write lands but whose answer is lost (the
+        ConnectionLoss of a dropped reply), and promote it: it must recognise its own write,
+        during its migration or, for a late N, at a finalization or an append it serves."""
+        assert self.catalog_version is not None
+        current = Version.parse(self.catalog_version)
+        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
+        generation = self.next_generation
+        self.next_generation += 1
+        write = rng.randint(1, LOST_ANSWER_WRITES)
+        (name,) = self.start(version, generation, 1, lose_answer_after_write=write)
+        self.wait(name, "ready")
+        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+        self.do("promote", processes=(name,), generation=generation)
+        self.leader = self.wait_takeover(old_epoch, generation)
+        self._promoted(version, generation)
+        return f"promote {version} g{generation}: {name} loses the answer of fenced write {write}"
 
     def _zombie(self, rng: random.Random) -> str:
         assert self.leader is not None and self.catalog_version is not None

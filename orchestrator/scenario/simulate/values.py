@@ -20,6 +20,7 @@ FAULT_KINDS = (
     "zombie",
     "expire_follower",
     "expire_leader",
+    "lost_answer",
 )
 
 

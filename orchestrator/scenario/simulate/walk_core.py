@@ -61,7 +61,15 @@ class WalkerCore:
         self.counter += 1
         return f"p{self.counter}-{version.replace('.', '_')}-g{generation}"
 
-    def start(self, version: str, generation: int, count: int, *, auto: bool = False) -> list[str]:
+    def start(
+        self,
+        version: str,
+        generation: int,
+        count: int,
+        *,
+        auto: bool = False,
+        lose_answer_after_write: int | None = None,
+    ) -> list[str]:
         names = [self._name(version, generation) for _ in range(count)]
         self.do(
             "start",
@@ -70,6 +78,7 @@ class WalkerCore:
             generation=generation,
             auto_promote=auto,
             session_timeout=self.config.session_timeout,
+            lose_answer_after_write=lose_answer_after_write,
         )
         for name in names:
             self.live[name] = Member(name, version, generation)

@@ -19,7 +19,7 @@ class Walker(UpgradeMoves, FaultMoves):
         if rng.random() < self.config.fault_probability:
             faults = ["kill_leader", "zombie", "expire_leader"]
             if room >= 1:
-                faults.append("kill_checking")
+                faults += ["kill_checking", "lost_answer"]
             if self.followers():
                 faults += ["kill_follower", "expire_follower"]
             if self.pending():
