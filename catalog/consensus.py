@@ -43,6 +43,14 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from catalog.budget import (
+    MAX_OPS_PER_TRANSACTION,
+    op_bytes,
+    plan_chunks,
+    request_budget,
+    request_bytes,
+    too_large,
+)
 from catalog.errors import (
     ConnectionLostError,
     ConsensusError,
@@ -59,7 +67,6 @@ ROOT = "/catalog-upgrade"
 # Keep values far below ZooKeeper's 1 MB jute.maxbuffer; callers split or roll up above this.
 MAX_VALUE_BYTES = 512 * 1024
 # A multi-op request is bounded by jute.maxbuffer as well; callers chunk above this many ops.
-MAX_OPS_PER_TRANSACTION = 200
 
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionLoss,
@@ -178,6 +185,8 @@ class Consensus:
     #: Called with the first key of every fenced transaction that landed, before returning
     #: (the orchestrator's lost-answer failpoint raises ConnectionLostError here).
     after_fenced_write: Callable[[str], None] | None = None
+    #: The most bytes one request may take (catalog.budget): never sent over it.
+    max_request_bytes: int = attrs.field(factory=request_budget)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -286,6 +295,7 @@ class Consensus:
                     key=op.key,
                     size=len(op.value),
                 )
+        self._check_budget(all_ops)
         if fence is not None and self.before_fenced_write is not None:
             self.before_fenced_write(ops[0].key)
         started = time.perf_counter()
@@ -337,16 +347,31 @@ class Consensus:
             f"transaction failed on {op.key}: {type(error).__name__}", key=op.key
         ) from error
 
+    def _check_budget(self, ops: Sequence[Op]) -> None:
+        """TransactionTooLargeError, before anything is sent, for a request over budget."""
+        total = request_bytes(ops, self.path)
+        if total <= self.max_request_bytes:
+            return
+        sizes = {op.key: op_bytes(op, self.path(op.key)) for op in ops}
+        biggest = max(sizes, key=lambda k: sizes[k])
+        error = too_large(biggest, total, self.max_request_bytes)
+        error.details.update(ops=len(ops), largest_op=sizes[biggest])
+        raise error
+
     def commit_chunked(
         self, ops: Sequence[Op], *, fence: Fence | None = None, size: int = MAX_OPS_PER_TRANSACTION
     ) -> None:
-        """Apply many ops as consecutive fenced transactions of at most ``size`` ops.
+        """Apply many ops as consecutive fenced transactions, each under the request budget
+        (by bytes, catalog.budget) and at most ``size`` ops.
 
         Only for ops that are individually idempotent-by-check: each chunk is atomic, the whole
         is not, so a crash between chunks must leave a state the caller's re-run completes.
         """
-        for start in range(0, len(ops), size):
-            self.commit(ops[start : start + size], fence=fence)
+        fixed = (
+            0 if fence is None else op_bytes(Check(fence.key, fence.version), self.path(fence.key))
+        )
+        for chunk in plan_chunks(ops, self.path, self.max_request_bytes, fixed=fixed, max_ops=size):
+            self.commit(chunk, fence=fence)
 
     def delete_tree(self, key: str) -> None:
         """Remove ``key`` and everything below it (test and cleanup helper)."""

@@ -142,6 +142,11 @@ class ConnectionLostError(ConsensusError):
     """ZooKeeper did not answer; the outcome of the last write is unknown."""
 
 
+class TransactionTooLargeError(ConsensusError):
+    """A transaction (or one op of it) would exceed ZooKeeper's request limit: never sent,
+    never retried (the server would drop the connection, and a resend would fail alike)."""
+
+
 class WriteOutcomeUnknownError(ConsensusError):
     """A write's answer was lost and nothing durable tells whether it landed; never retry it
     blindly (it may be a duplicate)."""

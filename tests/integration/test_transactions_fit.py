@@ -1,0 +1,99 @@
+"""Transactions that fit ZooKeeper's request limit, against a real ZooKeeper 3.9.
+
+Registering schemas on many shards whose states list hundreds of batches is the write that broke
+at scale: one multi of whole shard states passed ``jute.maxbuffer`` (1 MiB), the server dropped
+the connection ("Len error") and every resend failed the same way. Here 60 evolved shards of 500
+inline batch entries (about 30 KB of state each, 1.8 MB together) are upgraded by a real leader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus, SetData
+from catalog.environment import read_catalog
+from catalog.errors import TransactionTooLargeError
+from catalog.release import Builtin, Mechanism, Migration, Release
+from catalog.shard import BatchRef, ShardState, shard_key
+from orchestrator.migrate import check_read_only, migrate_as_leader
+from support.migrations import Env, bootstrap
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+COLLECTIONS = 60
+BATCHES = 500  # the roll-up threshold: the most a state lists inline
+V1 = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False)]
+    + [pa.field(f"c{i}", pa.string()) for i in range(14)]
+)
+V2 = pa.schema([*V1, pa.field("added", pa.string())])
+
+
+def release(version: str, schema: pa.Schema, evolves: bool) -> Release:
+    builtins = [
+        Builtin("mz_catalog", f"t{i}", "table", f"s{i}", schema) for i in range(COLLECTIONS)
+    ]
+    migrations = [
+        Migration("1.1.0", "mz_catalog", f"t{i}", "table", Mechanism.EVOLUTION)
+        for i in range(COLLECTIONS)
+    ]
+    return Release(version=version, builtins=builtins, migrations=migrations if evolves else [])
+
+
+def fill(consensus: Consensus, shard_id: str) -> int:
+    """Give the shard's state ``BATCHES`` inline entries (the registration rewrites the state,
+    never these batches' data, so their blobs are not written); the state's size."""
+    found = consensus.get(shard_key(shard_id))
+    assert found is not None
+    state = ShardState.decode(found.value, found.version)
+    refs = tuple(BatchRef(f"{i:032x}", 0, 10, i, i + 1) for i in range(BATCHES))
+    full = attrs.evolve(state, batches=refs, upper=BATCHES)
+    value = full.encode()
+    consensus.commit([SetData(shard_key(shard_id), value, found.version)])
+    return len(value)
+
+
+def test_registration_on_many_large_shards_is_planned_under_the_request_limit(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    env = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
+    try:
+        old = bootstrap(env, release("1.0.0", V1, evolves=False))
+        found = read_catalog(old.consensus)
+        assert found is not None
+        sizes = [fill(old.consensus, ref.shard_id) for ref in found[0].collections.values()]
+        assert sum(sizes) > 1_048_575, "together the states pass jute.maxbuffer"
+        new = env.ctx(release("1.1.0", V2, evolves=True), 2)
+        check_read_only(new)
+        result = migrate_as_leader(new, env.lead(new))
+        assert len(result.evolved) == COLLECTIONS
+        switched = read_catalog(new.consensus)
+        assert switched is not None and switched[0].version == "1.1.0"
+        for ref in switched[0].collections.values():
+            state = new.shard(ref.shard_id).state()
+            assert state.live_schema.equals(V2) and len(state.batches) == BATCHES
+    finally:
+        env.close()
+
+
+def test_a_transaction_over_the_budget_is_refused_before_it_is_sent(
+    zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
+    """Not an unknown outcome: a clear error naming the largest key, and nothing written."""
+    consensus = Consensus(zk_client, zk_env.root)
+    consensus.ensure("big")
+    ops = [SetData("big", b"x" * 400_000, -1) for _ in range(3)]
+    with pytest.raises(TransactionTooLargeError) as caught:
+        consensus.commit(ops)
+    assert caught.value.details["key"] == "big" and caught.value.details["ops"] == 3
+    assert caught.value.details["size"] > consensus.max_request_bytes
+    found = consensus.get("big")
+    assert found is not None and found.version == 0
+    assert zk_client.connected
