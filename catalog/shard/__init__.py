@@ -44,6 +44,7 @@ from catalog.consolidate import DIFF, TS, consolidate
 from catalog.shard.append import advance_times
 from catalog.shard.handle import Shard
 from catalog.shard.ledger import WRITE_MEMORY, WriteLedger, WriteMark
+from catalog.shard.listing import blob_prefix
 from catalog.shard.ops import (
     clear_contraction_op,
     contract_op,
@@ -65,7 +66,6 @@ from catalog.shard.state import (
     Lease,
     RollupRef,
     ShardState,
-    blob_prefix,
     new_shard_id,
     shard_key,
     update_schema,

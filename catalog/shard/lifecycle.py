@@ -21,6 +21,7 @@ from catalog.errors import (
     ConnectionLostError,
     ShardError,
 )
+from catalog.shard.listing import blob_prefix
 from catalog.shard.ops import _finalized
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
@@ -28,7 +29,6 @@ from catalog.shard.state import (
     Lease,
     ShardState,
     _shard_error,
-    blob_prefix,
 )
 from catalog.shard.write import ShardWrites
 from catalog.watch import (

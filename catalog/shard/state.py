@@ -33,6 +33,7 @@ from catalog.schema import (
     schema_to_bytes,
 )
 from catalog.shard.ledger import WriteLedger, WriteMark
+from catalog.shard.listing import BatchListing, BatchRef, RollupRef
 
 LEASE_PREFIX = "l-"
 
@@ -60,11 +61,6 @@ _STATE_FORMAT = 1
 def shard_key(shard_id: str) -> str:
     """The consensus key of a shard's state."""
     return f"{SHARDS_KEY}/{shard_id}"
-
-
-def blob_prefix(shard_id: str) -> str:
-    """The blob directory holding every batch and rollup of a shard."""
-    return f"shards/{shard_id}"
 
 
 def new_shard_id() -> str:
@@ -95,68 +91,6 @@ _ERROR_KINDS: dict[str, type[ShardError]] = {
 def _shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
     kind = _ERROR_KINDS.get(reason, ShardError)
     return kind(message, shard_id=shard_id, reason=reason, **details)
-
-
-@attrs.frozen
-class BatchRef:
-    """One batch: blob ``name`` (``shards/<id>/<name>.parquet``), schema id, rows, time bounds.
-
-    Every row has ``lower <= _ts < upper``. ``ordered``: the rows are sorted by all their columns
-    in the batch's own schema (compaction output whose columns are all sortable); whether the
-    order survives a migration is :meth:`ShardState.is_ordered_in`. ``consolidated``: no two
-    rows share ``(row, _ts)`` and no diff is zero (compaction output), so a snapshot of this
-    batch alone at a single time needs no consolidation pass.
-    """
-
-    name: str
-    schema_id: int
-    rows: int
-    lower: int
-    upper: int
-    ordered: bool = False
-    consolidated: bool = False
-
-    def key(self, shard_id: str) -> str:
-        return f"{blob_prefix(shard_id)}/{self.name}.parquet"
-
-    def to_json(self) -> list[Any]:
-        flags = int(self.ordered) | (int(self.consolidated) << 1)
-        return [self.name, self.schema_id, self.rows, self.lower, self.upper, flags]
-
-    @classmethod
-    def from_json(cls, data: Sequence[Any]) -> BatchRef:
-        name, schema_id, rows, lower, upper, flags = data
-        return cls(
-            name,
-            int(schema_id),
-            int(rows),
-            int(lower),
-            int(upper),
-            ordered=bool(flags & 1),
-            consolidated=bool(flags & 2),
-        )
-
-
-@attrs.frozen
-class RollupRef:
-    """An immutable blob ``shards/<id>/rollup-<name>.json`` holding older batch entries."""
-
-    name: str
-    batches: int
-    rows: int
-    lower: int
-    upper: int
-
-    def key(self, shard_id: str) -> str:
-        return f"{blob_prefix(shard_id)}/rollup-{self.name}.json"
-
-    def to_json(self) -> list[Any]:
-        return [self.name, self.batches, self.rows, self.lower, self.upper]
-
-    @classmethod
-    def from_json(cls, data: Sequence[Any]) -> RollupRef:
-        name, batches, rows, lower, upper = data
-        return cls(name, int(batches), int(rows), int(lower), int(upper))
 
 
 @attrs.frozen
@@ -213,7 +147,7 @@ class ShardState:
 
     shard_id: str
     schemas: tuple[pa.Schema, ...] = attrs.field(eq=attrs.cmp_using(eq=_schemas_equal))
-    batches: tuple[BatchRef, ...] = ()
+    batches: Sequence[BatchRef] = ()
     rollups: tuple[RollupRef, ...] = ()
     upper: int = 0
     since: int = 0
@@ -280,7 +214,7 @@ class ShardState:
             "format": _STATE_FORMAT,
             "shard_id": self.shard_id,
             "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
-            "batches": [b.to_json() for b in self.batches],
+            "batches": BatchListing.json_of(self.batches),
             "rollups": [r.to_json() for r in self.rollups],
             "upper": self.upper,
             "since": self.since,
@@ -306,7 +240,7 @@ class ShardState:
         return cls(
             shard_id=raw["shard_id"],
             schemas=tuple(schema_from_bytes(base64.b64decode(s)) for s in raw["schemas"]),
-            batches=tuple(BatchRef.from_json(b) for b in raw["batches"]),
+            batches=BatchListing(raw["batches"]),
             rollups=tuple(RollupRef.from_json(r) for r in raw["rollups"]),
             upper=int(raw["upper"]),
             since=int(raw["since"]),

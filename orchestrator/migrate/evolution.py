@@ -50,17 +50,20 @@ def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
     return None
 
 
-def _expand_op(ctx: MigrationContext, m: PlannedMigration, state: ShardState) -> Op | None:
-    """The write registering ``m``'s expansion (and recording its contraction), if one is due."""
+def _expand_op(
+    ctx: MigrationContext, m: PlannedMigration, state: ShardState
+) -> tuple[Op | None, ShardState]:
+    """The write registering ``m``'s expansion (and recording its contraction), if one is due,
+    and the state it leaves."""
     target = registration_schema(state, m.old_schema, m.new_schema)
     if find_schema_id(state, m.new_schema) is not None or find_schema_id(state, target) is not None:
-        return None  # contracted already, or an older schema this release keeps
+        return None, state  # contracted already, or an older schema this release keeps
     expanded = expansion(state.live_schema, m.new_schema)
     try:
         if expanded.equals(target):  # only additions: one half is the whole evolution
-            return evolve_op(state, target)[0]
+            return evolve_op(state, target)
         owed = Contraction(str(ctx.version), ctx.deploy_generation, target)
-        return expand_op(state, expanded, owed)[0]
+        return expand_op(state, expanded, owed)
     except SchemaIncompatibleError as exc:
         # The shard moved to a schema ours is not compatible with: halt (fenced).
         raise FencedError(
@@ -71,22 +74,47 @@ def _expand_op(ctx: MigrationContext, m: PlannedMigration, state: ShardState) ->
         ) from exc
 
 
+def _states(
+    ctx: MigrationContext, shard_ids: set[str], known: dict[str, ShardState], fresh: bool
+) -> dict[str, ShardState]:
+    """The states of ``shard_ids``: those the leader last read or wrote (``known``, kept up to
+    date), the others read; all read when ``fresh`` (a retry after a lost race)."""
+    missing = shard_ids if fresh else shard_ids - known.keys()
+    if missing:
+        known.update(_read_shard_states(ctx, missing))
+    return {sid: known[sid] for sid in shard_ids}
+
+
 def expand_all(
-    ctx: MigrationContext, evolutions: list[PlannedMigration], catalog: CatalogState, fence: Fence
+    ctx: MigrationContext,
+    evolutions: list[PlannedMigration],
+    catalog: CatalogState,
+    fence: Fence,
+    known: dict[str, ShardState],
 ) -> list[str]:
-    """Register each evolution's expansion on its shard, batched; the evolved collections."""
+    """Register each evolution's expansion on its shard, batched; the evolved collections.
+
+    ``known``: shard states as last read (every op is version-checked, so a stale one only
+    costs a retry, which reads); updated with the states the expansion leaves."""
     pending = {m.global_id: m for m in evolutions}
     done: list[str] = []
+    attempts = 0
 
     def attempt() -> None:
-        states = _read_shard_states(ctx, {catalog.collections[gid].shard_id for gid in pending})
+        nonlocal attempts
+        attempts += 1
+        ids = {catalog.collections[gid].shard_id for gid in pending}
+        states = _states(ctx, ids, known, fresh=attempts > 1)
         ops: list[Op] = []
+        written: list[ShardState] = []
         for gid, m in list(pending.items()):
-            op = _expand_op(ctx, m, states[catalog.collections[gid].shard_id])
+            op, new = _expand_op(ctx, m, states[catalog.collections[gid].shard_id])
             if op is not None:
                 ops.append(op)
+                written.append(new)
         if ops:
             ctx.consensus.commit_chunked(ops, fence=fence)
+        known.update({s.shard_id: s for s in written})
         done.extend(pending.pop(gid).name for gid in list(pending))
 
     if pending:
@@ -105,15 +133,20 @@ def keeps_release_schema(ctx: MigrationContext, state: ShardState, schema: pa.Sc
     return find_schema_id(state, schema) is None
 
 
-def contract_all(ctx: MigrationContext, catalog: CatalogState, fence: Fence) -> int:
+def contract_all(
+    ctx: MigrationContext, catalog: CatalogState, fence: Fence, known: dict[str, ShardState]
+) -> int:
     """After the switch: register the contractions owed by this leader's version and drop the
-    records of others (aborted upgrades to other versions); the shards contracted."""
+    records of others (aborted upgrades to other versions); the shards contracted. ``known``
+    as for :func:`expand_all`."""
     me = str(ctx.version)
     contracted = 0
+    attempts = 0
 
     def attempt() -> None:
-        nonlocal contracted
-        states = _read_shard_states(ctx, catalog.shard_ids())
+        nonlocal contracted, attempts
+        attempts += 1
+        states = _states(ctx, catalog.shard_ids(), known, fresh=attempts > 1)
         owed = [s for s in states.values() if s.contraction is not None]
         if not owed:
             return

@@ -98,8 +98,13 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     leadership.check()
     replacements = _ensure_shards(ctx, wanted, fence=fence)
     leadership.check()
+    known = dict(shards)  # the states as last read or written: every later step starts here
     evolved = expand_all(
-        ctx, [m for m in plan_.migrations if m.mechanism is Mechanism.EVOLUTION], catalog, fence
+        ctx,
+        [m for m in plan_.migrations if m.mechanism is Mechanism.EVOLUTION],
+        catalog,
+        fence,
+        known,
     )
     leadership.check()
     _copy_rewrites(ctx, plan_, catalog, replacements, fence=fence)
@@ -118,10 +123,9 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     # the catalog, so plans start from it.
     release_schemas = {b.global_id: b.schema for b in ctx.release.builtins}
     kept = [gid for gid in collections if gid not in replacements]
-    current = _read_shard_states(ctx, {collections[gid].shard_id for gid in kept})
     for gid in kept:
         ref = collections[gid]
-        if keeps_release_schema(ctx, current[ref.shard_id], release_schemas[gid]):
+        if keeps_release_schema(ctx, known[ref.shard_id], release_schemas[gid]):
             collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
     new_state = CatalogState(
         version=str(ctx.version),
@@ -147,7 +151,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     leadership.check()
     # The second half of every evolution, once the switch is durable (also redone here by a
     # leader that took over after it).
-    contract_all(ctx, new_state, fence)
+    contract_all(ctx, new_state, fence, known)
     leadership.check()
     retracted, more_queued = _retract_stale_entries(ctx, new_state, fence)
     return LeaderResult(
@@ -195,7 +199,8 @@ def _retract_stale_entries(
         return 0, []
     ctx.on_phase(PHASE_FINALIZING)
     referenced = catalog.shard_ids() | {MIGRATION_SHARD_ID}
-    remaining = {e.shard_id for e in migration.entries() if e not in stale}
+    retracting = set(stale)
+    remaining = {e.shard_id for e in migration.entries() if e not in retracting}
     to_queue = sorted({e.shard_id for e in stale} - referenced - remaining)
     queued = _queue_ops(ctx, to_queue)
     # Queue first (fenced), then retract: a crash in between leaves entries a re-run retracts.
