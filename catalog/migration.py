@@ -94,6 +94,11 @@ def _updates(entries: Iterable[MigrationEntry], ts: int, diff: int) -> pa.Table:
     )
 
 
+# The migration shard is compacted by the leader above this many batches (each upgrade appends
+# a few: entries, then their retraction).
+COMPACT_ABOVE_BATCHES = 32
+
+
 @attrs.define
 class MigrationShard:
     """The migration shard of one environment."""
@@ -205,6 +210,31 @@ class MigrationShard:
         upper = self._append(build, fence)
         log.info("migration_entries_retracted", count=len(wanted), upper=upper)
         return upper
+
+    def compact_if_needed(
+        self, *, fence: Fence | None = None, batches: int = COMPACT_ABOVE_BATCHES
+    ) -> bool:
+        """Merge the migration shard into one batch once it holds more than ``batches``.
+
+        Every reader reads the latest entries, so ``since`` first moves up to the latest
+        complete time: appended and retracted entries then cancel out, and the shard stays as
+        small as its live entries however many upgrades ran. True when it compacted.
+        """
+        try:
+            state = self.shard.state()
+        except ShardNotFoundError:
+            return False
+        if state.batch_count <= batches or state.upper == 0:
+            return False
+        self.shard.advance_since(state.upper - 1, fence=fence)
+        result = self.shard.compact(fence=fence)
+        log.info(
+            "migration_shard_compacted",
+            inputs=result.inputs,
+            rows=0 if result.output is None else result.output.rows,
+            applied=result.applied,
+        )
+        return result.applied
 
     def ensure_replacement_shards(
         self,

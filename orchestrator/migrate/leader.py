@@ -207,6 +207,7 @@ def _retract_stale_entries(
     if queued:
         ctx.consensus.commit_chunked(queued, fence=fence)
     migration.retract(stale, fence=fence)
+    migration.compact_if_needed(fence=fence)
     own = (str(ctx.version), ctx.deploy_generation)
     retracted = {(e.version, e.deploy_generation) for e in stale} - {own}
     drop_events_of(ctx.consensus, retracted, fence=fence)

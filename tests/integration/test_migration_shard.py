@@ -182,3 +182,21 @@ def test_lost_answer_of_any_write_leaves_no_orphan_shard(
     assert shards == set(mapping.values()) and len(shards) == 3
     names = {e.global_id: e.shard_id for e in MigrationShard(consensus, blob).entries()}
     assert names == mapping
+
+
+def test_compaction_keeps_the_live_entries_and_drops_retracted_ones(
+    migration: MigrationShard,
+) -> None:
+    """Twenty upgrades' worth of appends and retractions collapse into one batch holding only
+    the live entries; below the threshold nothing happens."""
+    for round_ in range(20):
+        migration.append_entries([entry("s1", f"0.{round_}.0"), entry("s2", f"0.{round_}.0")])
+        if round_:
+            migration.retract([entry("s1", f"0.{round_ - 1}.0")], fence=None)
+    live = migration.entries()
+    assert migration.shard.state().batch_count == 39
+    assert migration.compact_if_needed()
+    state = migration.shard.state()
+    assert state.batch_count == 1 and state.row_count == len(live) == 21
+    assert migration.entries() == live
+    assert not migration.compact_if_needed()
