@@ -4,7 +4,10 @@ Layout below ``/catalog-upgrade/<env>`` (keys are relative to that root)::
 
     catalog                 CatalogState JSON: durable version Vc, generation Gc, blob URI, and
                             every collection's GlobalId -> (name, shard id, fingerprint, and
-                            the release's schema when the shard registered a wider one)
+                            whether the release's schema is kept: the shard registered a wider
+                            one)
+    schemas/<fingerprint>   a kept release schema, by content (so the catalog stays small
+                            however many it keeps: ~1.3 KB each would pass the value limit)
     epoch                   {"epoch", "leader", "deploy_generation", "session"}; the fencing token.
                             Every leader write carries Check(epoch, version-at-takeover).
     promotion               {"deploy_generation"}: the promotion target
@@ -27,7 +30,17 @@ from typing import Any
 import attrs
 import pyarrow as pa
 
-from catalog.consensus import Consensus, Create, Op, SetData, decode_json, decoding, encode_json
+from catalog.consensus import (
+    Consensus,
+    Create,
+    Delete,
+    Op,
+    SetData,
+    decode_json,
+    decoding,
+    encode_json,
+)
+from catalog.errors import CorruptStateError
 from catalog.schema import schema_from_bytes, schema_to_bytes
 
 CATALOG_KEY = "catalog"
@@ -38,9 +51,10 @@ PROCESSES_KEY = "processes"
 SHARDS_KEY = "shards"
 FINALIZE_KEY = "finalize"
 EVENTS_KEY = "events"
+SCHEMAS_KEY = "schemas"
 MIGRATION_SHARD_ID = "migration"
 
-CONTAINER_KEYS = (ELECTION_KEY, PROCESSES_KEY, SHARDS_KEY, FINALIZE_KEY, EVENTS_KEY)
+CONTAINER_KEYS = (ELECTION_KEY, PROCESSES_KEY, SHARDS_KEY, FINALIZE_KEY, EVENTS_KEY, SCHEMAS_KEY)
 
 
 @attrs.frozen
@@ -50,6 +64,8 @@ class CollectionRef:
     ``schema`` is the release's schema, kept only when it is not registered as such on the
     shard: the leader then registered a wider schema (its own plus fields an aborted newer
     leader had added, which must survive for that release), and plans start from this one.
+    The catalog value only says it is kept (``kept``); the schema itself lives at
+    ``schemas/<fingerprint>`` and :func:`read_catalog` resolves it.
     """
 
     global_id: str
@@ -57,6 +73,11 @@ class CollectionRef:
     shard_id: str
     fingerprint: str
     schema: pa.Schema | None = attrs.field(default=None, eq=False)
+    kept: bool = attrs.field(default=False, eq=False)
+
+    @property
+    def keeps_schema(self) -> bool:
+        return self.schema is not None or self.kept
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -64,19 +85,20 @@ class CollectionRef:
             "shard_id": self.shard_id,
             "fingerprint": self.fingerprint,
         }
-        if self.schema is not None:
-            out["schema"] = base64.b64encode(schema_to_bytes(self.schema)).decode()
+        if self.keeps_schema:
+            out["kept_schema"] = True
         return out
 
     @classmethod
     def from_json(cls, global_id: str, data: Mapping[str, Any]) -> CollectionRef:
-        encoded = data.get("schema")
+        encoded = data.get("schema")  # written inline by earlier versions
         return cls(
             global_id=global_id,
             name=data["name"],
             shard_id=data["shard_id"],
             fingerprint=data["fingerprint"],
             schema=None if encoded is None else schema_from_bytes(base64.b64decode(encoded)),
+            kept=bool(data.get("kept_schema", False)),
         )
 
 
@@ -131,12 +153,74 @@ class CatalogState:
             return cls.from_json(value)
 
 
+def schema_key(fingerprint: str) -> str:
+    return f"{SCHEMAS_KEY}/{fingerprint}"
+
+
 def read_catalog(consensus: Consensus) -> tuple[CatalogState, int] | None:
-    """The catalog state and its znode version, or None for an environment not bootstrapped."""
-    found = consensus.get(CATALOG_KEY)
-    if found is None or not found.value:
-        return None
-    return CatalogState.decode(found.value), found.version
+    """The catalog state and its znode version, or None for an environment not bootstrapped.
+
+    Kept schemas are read from their own znodes. One missing while the catalog moved on (a
+    leader retires the schemas its switch no longer keeps) means re-read; missing under an
+    unchanged catalog, it is corrupt state naming the key.
+    """
+    for _ in range(3):
+        found = consensus.get(CATALOG_KEY)
+        if found is None or not found.value:
+            return None
+        state = CatalogState.decode(found.value)
+        wanted = [r for r in state.collections.values() if r.kept and r.schema is None]
+        if not wanted:
+            return state, found.version
+        stored = consensus.get_many([schema_key(r.fingerprint) for r in wanted])
+        resolved = dict(state.collections)
+        missing = []
+        for ref in wanted:
+            value = stored[schema_key(ref.fingerprint)]
+            if value is None:
+                missing.append(schema_key(ref.fingerprint))
+                continue
+            resolved[ref.global_id] = attrs.evolve(ref, schema=_decode_schema(value.value, ref))
+        if not missing:
+            return attrs.evolve(state, collections=resolved), found.version
+        again = consensus.get(CATALOG_KEY)
+        if again is not None and again.version == found.version:
+            raise CorruptStateError(
+                f"the catalog keeps schemas whose nodes are gone: {', '.join(missing[:5])}",
+                key=missing[0],
+                missing=missing,
+            )
+    raise CorruptStateError("the catalog kept moving while its schemas were read", key=CATALOG_KEY)
+
+
+def _decode_schema(data: bytes, ref: CollectionRef) -> pa.Schema:
+    key = schema_key(ref.fingerprint)
+    raw = decode_json(data, key)
+    with decoding(key, "kept schema"):
+        return schema_from_bytes(base64.b64decode(raw["schema"]))
+
+
+def kept_schema_ops(consensus: Consensus, state: CatalogState) -> list[Op]:
+    """Creates of the schema nodes ``state`` keeps that do not exist yet; commit them (fenced,
+    in chunks) before the catalog write that names them."""
+    existing = set(consensus.children(SCHEMAS_KEY))
+    ops: dict[str, Op] = {}
+    for ref in state.collections.values():
+        if ref.schema is not None and ref.fingerprint not in existing:
+            value = encode_json(
+                {
+                    "fingerprint": ref.fingerprint,
+                    "schema": base64.b64encode(schema_to_bytes(ref.schema)).decode(),
+                }
+            )
+            ops[ref.fingerprint] = Create(schema_key(ref.fingerprint), value)
+    return list(ops.values())
+
+
+def retired_schema_ops(consensus: Consensus, state: CatalogState) -> list[Op]:
+    """Deletes of the schema nodes ``state`` (just written) no longer keeps."""
+    kept = {r.fingerprint for r in state.collections.values() if r.keeps_schema}
+    return [Delete(schema_key(f)) for f in consensus.children(SCHEMAS_KEY) if f not in kept]
 
 
 def catalog_write_op(state: CatalogState, expected_version: int) -> Op:

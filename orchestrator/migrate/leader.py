@@ -16,7 +16,9 @@ from catalog.environment import (
     CatalogState,
     CollectionRef,
     catalog_write_op,
+    kept_schema_ops,
     read_catalog,
+    retired_schema_ops,
 )
 from catalog.errors import (
     MigrationRefusedError,
@@ -137,10 +139,18 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
     unreferenced = sorted(catalog.shard_ids() - referenced)
     queued = _queue_ops(ctx, unreferenced)
+    # Kept schemas live in their own nodes: written before the switch that names them, and
+    # those it no longer names retired after it (catalog.environment).
+    schema_nodes = kept_schema_ops(ctx.consensus, new_state)
+    if schema_nodes:
+        ctx.consensus.commit_chunked(schema_nodes, fence=fence)
     if new_state.to_json() | {"updated_at": 0} != catalog.to_json() | {"updated_at": 0}:
         ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
     elif queued:
         ctx.consensus.commit(queued, fence=fence)
+    retired = retired_schema_ops(ctx.consensus, new_state)
+    if retired:
+        ctx.consensus.commit_chunked(retired, fence=fence)
     log.info(
         "catalog_switched",
         version=new_state.version,
