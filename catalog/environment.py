@@ -6,6 +6,8 @@ Layout below ``/catalog-upgrade/<env>`` (keys are relative to that root)::
                             every collection's GlobalId -> (name, shard id, fingerprint, and
                             whether the release's schema is kept: the shard registered a wider
                             one)
+    gc/clock, gc/<shard_id> blob garbage collection: ZooKeeper's clock, and each shard's
+                            unreferenced blobs with the ZooKeeper time they were first seen
     schemas/<fingerprint>   a kept release schema, by content (so the catalog stays small
                             however many it keeps: ~1.3 KB each would pass the value limit)
     epoch                   {"epoch", "leader", "deploy_generation", "session"}; the fencing token.
@@ -52,9 +54,18 @@ SHARDS_KEY = "shards"
 FINALIZE_KEY = "finalize"
 EVENTS_KEY = "events"
 SCHEMAS_KEY = "schemas"
+GC_KEY = "gc"
 MIGRATION_SHARD_ID = "migration"
 
-CONTAINER_KEYS = (ELECTION_KEY, PROCESSES_KEY, SHARDS_KEY, FINALIZE_KEY, EVENTS_KEY, SCHEMAS_KEY)
+CONTAINER_KEYS = (
+    ELECTION_KEY,
+    PROCESSES_KEY,
+    SHARDS_KEY,
+    FINALIZE_KEY,
+    EVENTS_KEY,
+    SCHEMAS_KEY,
+    GC_KEY,
+)
 
 
 @attrs.frozen

@@ -70,6 +70,15 @@ def zookeeper(port: int, data_dir: Path) -> None:
     metavar="SECONDS",
     help="As leader, collect shards nothing names once they are this old.",
 )
+@click.option(
+    "--gc-grace",
+    type=click.FloatRange(min=0.0),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="As leader, delete blobs nothing references once unreferenced this long "
+    "(ZooKeeper time); it sweeps every grace/2, at most every 5 minutes.",
+)
 @zk_options
 @handle_errors
 def sidecar_command(
@@ -81,6 +90,7 @@ def sidecar_command(
     process_id: str | None,
     session_timeout: float,
     orphan_grace: float,
+    gc_grace: float,
     zk: str,
     env: str,
 ) -> None:
@@ -105,6 +115,8 @@ def sidecar_command(
         session_timeout=session_timeout,
         orphan_grace=orphan_grace,
         orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
+        gc_grace=gc_grace,
+        gc_interval=min(300.0, max(1.0, gc_grace / 2)),
         process_id=process_id or default_process_id(),
     )
     sys.exit(run_sidecar(config, release))

@@ -57,10 +57,12 @@ from orchestrator.migrate.context import (
 )
 from orchestrator.migrate.durable import registration_schema
 from orchestrator.migrate.evolution import find_schema_id
+from orchestrator.migrate.garbage import GC_INTERVAL_SECONDS, collect_garbage
 from orchestrator.migrate.leader import migrate_as_leader
 from orchestrator.migrate.read_only import check_read_only
 
 __all__ = [
+    "GC_INTERVAL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
     "PHASE_CHECKING",
     "PHASE_FINALIZING",
@@ -72,6 +74,7 @@ __all__ = [
     "LeaderResult",
     "MigrationContext",
     "check_read_only",
+    "collect_garbage",
     "collect_orphan_shards",
     "finalize_pending",
     "find_schema_id",

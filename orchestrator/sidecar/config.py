@@ -12,7 +12,9 @@ from catalog.blob import agreed_uri, local_uri, normalize_uri
 from catalog.errors import (
     BadInputError,
 )
+from catalog.shard import GC_GRACE_SECONDS
 from orchestrator.migrate import (
+    GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
 
@@ -42,6 +44,10 @@ class SidecarConfig:
     # older than orphan_grace seconds (orchestrator.migrate.collect_orphan_shards).
     orphan_interval: float = 60.0
     orphan_grace: float = ORPHAN_GRACE_SECONDS
+    # A leader sweeps unreferenced blobs this often, deleting those unreferenced for gc_grace
+    # seconds of ZooKeeper time (orchestrator.migrate.collect_garbage).
+    gc_interval: float = GC_INTERVAL_SECONDS
+    gc_grace: float = GC_GRACE_SECONDS
 
     def __attrs_post_init__(self) -> None:
         if not self.process_id or "/" in self.process_id or self.process_id in {".", ".."}:

@@ -73,6 +73,7 @@ class SidecarCore:
         self._ready_recorded = False
         self._joined = False
         self._next_orphan_scan = 0.0
+        self._next_gc = time.monotonic() + config.gc_interval  # not at once: after a grace
         self._known_finalized: set[str] = set()
         self._auto_promoted = False
         self._pending = False

@@ -19,6 +19,7 @@ from orchestrator.fencing import generation_fence
 from orchestrator.migrate import (
     LeaderResult,
     check_read_only,
+    collect_garbage,
     collect_orphan_shards,
     finalize_pending,
     migrate_as_leader,
@@ -207,6 +208,12 @@ class SidecarMachine(SidecarConnection):
                 )
                 if orphans:
                     self._event("orphans_queued", fence=leadership.fence, shards=orphans)
+            if time.monotonic() >= self._next_gc:
+                self._next_gc = time.monotonic() + self.config.gc_interval
+                deleted = collect_garbage(
+                    self._ctx, leadership.fence, grace_seconds=self.config.gc_grace
+                )
+                self.metrics.blobs_collected.inc(len(deleted))
             finalized = finalize_pending(self._ctx, leadership.fence, lease_timeout=0.0)
         except ConnectionLostError:
             return

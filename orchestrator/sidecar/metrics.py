@@ -37,6 +37,7 @@ class SidecarMetrics:
     zookeeper_seconds: Histogram = attrs.field(init=False)
     cas_retries: Counter = attrs.field(init=False)
     rows_appended: Counter = attrs.field(init=False)
+    blobs_collected: Counter = attrs.field(init=False)
     zookeeper_connected: Gauge = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -80,6 +81,11 @@ class SidecarMetrics:
             "catalog_upgrade_rows_appended",
             "Rows appended through POST /append, per collection",
             ["collection"],
+            registry=r,
+        )
+        self.blobs_collected = Counter(
+            "catalog_upgrade_blobs_collected",
+            "Unreferenced blobs deleted by this leader's garbage collection",
             registry=r,
         )
         self.zookeeper_connected = Gauge(

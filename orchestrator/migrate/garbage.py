@@ -1,0 +1,121 @@
+"""Blob garbage collection by the serving leader, its grace measured on ZooKeeper time.
+
+Blobs nobody references pile up: an append whose CAS failed or whose outcome stayed unknown, a
+compaction that lost its race or crashed before its commit, roll-ups a merge replaced. A blob is
+written *before* the CAS that names it, so a blob unreferenced now may be referenced a moment
+later: only one that stayed unreferenced for a grace period may go.
+
+Clocks differ between machines and blob stores, so the grace is measured on ZooKeeper's:
+
+* every sweep first touches ``gc/clock`` (a fenced write); its ``mtime`` is *now*;
+* a shard's unreferenced blobs are recorded in ``gc/<shard_id>`` as candidates, with that
+  *now* as the time they were first seen;
+* a later sweep at least ``grace`` after it deletes the candidates still unreferenced (after
+  recording the next candidates, fenced: a superseded leader deletes nothing) and records the
+  rest as new candidates.
+
+A shard with reader leases is skipped (a reader may be on blobs a compaction just replaced),
+and so is one being finalized (finalization deletes its blobs itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import structlog
+
+from catalog.consensus import Create, Delete, Fence, SetData, decode_json, decoding, encode_json
+from catalog.environment import GC_KEY, MIGRATION_SHARD_ID, read_catalog
+from catalog.errors import ShardNotFoundError, VersionMismatchError
+from catalog.shard import GC_GRACE_SECONDS
+from orchestrator.migrate.context import MigrationContext
+
+__all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
+
+log = structlog.get_logger(__name__)
+
+CLOCK_KEY = f"{GC_KEY}/clock"
+# A leader sweeps this often (sidecar --gc-interval).
+GC_INTERVAL_SECONDS = 300.0
+# Candidates recorded per shard and sweep (the rest wait for the next one).
+_MAX_CANDIDATES = 2000
+
+
+def zookeeper_now(ctx: MigrationContext, fence: Fence | None) -> float:
+    """ZooKeeper's time, in seconds: the ``mtime`` of ``gc/clock`` after touching it."""
+    consensus = ctx.consensus
+    consensus.ensure(GC_KEY)
+    if not consensus.exists(CLOCK_KEY):
+        with contextlib.suppress(VersionMismatchError):  # another sweep created it
+            consensus.commit([Create(CLOCK_KEY, b"")], fence=fence)
+    (stat,) = consensus.commit([SetData(CLOCK_KEY, b"", -1)], fence=fence)
+    return float(stat.mtime) / 1000.0
+
+
+def _candidates(data: bytes, key: str) -> tuple[float, list[str]]:
+    raw: Any = decode_json(data, key)
+    with decoding(key, "garbage candidates"):
+        return float(raw["seen_at"]), [str(k) for k in raw["candidates"]]
+
+
+def _sweep_shard(
+    ctx: MigrationContext, shard_id: str, now: float, grace: float, fence: Fence | None
+) -> list[str]:
+    shard = ctx.shard(shard_id)
+    key = f"{GC_KEY}/{shard_id}"
+    if shard.leases():
+        return []
+    prefix = f"shards/{shard_id}"
+    # List before reading the state: a blob committed after the read is then in the listing
+    # but referenced by the next sweep's read, never deleted.
+    listed = [i.key for i in ctx.blob.list_info(prefix) + ctx.blob.list_temp(prefix)]
+    try:
+        state = shard.state()
+    except ShardNotFoundError:
+        return []
+    if state.finalized:
+        return []
+    referenced = shard.referenced_keys(state)
+    unreferenced = sorted(k for k in listed if k not in referenced)
+    found = ctx.consensus.get(key)
+    if found is None:
+        if unreferenced:
+            value = encode_json({"seen_at": now, "candidates": unreferenced[:_MAX_CANDIDATES]})
+            ctx.consensus.commit([Create(key, value)], fence=fence)
+        return []
+    seen_at, candidates = _candidates(found.value, key)
+    if now - seen_at < grace:
+        return []
+    doomed = sorted(set(candidates) & set(unreferenced))
+    fresh = [k for k in unreferenced if k not in set(candidates)][:_MAX_CANDIDATES]
+    # Record first (fenced): a leader that was superseded meanwhile deletes nothing.
+    if fresh:
+        value = encode_json({"seen_at": now, "candidates": fresh})
+        ctx.consensus.commit([SetData(key, value, found.version)], fence=fence)
+    else:
+        ctx.consensus.commit([Delete(key, found.version)], fence=fence)
+    ctx.blob.delete_many(doomed)
+    return doomed
+
+
+def collect_garbage(
+    ctx: MigrationContext, fence: Fence | None, *, grace_seconds: float = GC_GRACE_SECONDS
+) -> list[str]:
+    """One sweep over every shard the catalog names and the migration shard; the blob keys
+    deleted. Candidate records of shards no longer named are dropped."""
+    found = read_catalog(ctx.consensus)
+    if found is None:
+        return []
+    now = zookeeper_now(ctx, fence)
+    shards = sorted(found[0].shard_ids() | {MIGRATION_SHARD_ID})
+    deleted: list[str] = []
+    for shard_id in shards:
+        deleted += _sweep_shard(ctx, shard_id, now, grace_seconds, fence)
+    named = set(shards) | {"clock"}
+    stale = [c for c in ctx.consensus.children(GC_KEY) if c not in named]
+    if stale:
+        ctx.consensus.commit_chunked([Delete(f"{GC_KEY}/{c}") for c in stale], fence=fence)
+    if deleted:
+        log.info("garbage_collected", blobs=len(deleted), shards=len(shards))
+    return deleted

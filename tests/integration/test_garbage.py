@@ -1,0 +1,113 @@
+"""Blob garbage collection against a real ZooKeeper and real Parquet blobs: unreferenced blobs
+go once unreferenced for the grace on ZooKeeper's clock, never while referenced or leased."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.environment import read_catalog
+from catalog.release import Builtin, Release
+from catalog.shard import DIFF, TS, Shard
+from orchestrator.migrate import MigrationContext, collect_garbage
+from orchestrator.migrate.garbage import zookeeper_now
+from support.migrations import Env, bootstrap
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+RELEASE = Release(
+    version="1.0.0", builtins=[Builtin("mz_catalog", "t", "table", "s1", SCHEMA)], migrations=[]
+)
+GRACE = 1.0
+
+
+class AfterBlobWrite(BlobStore):
+    """A real BlobStore that runs a hook right after its next batch write: the moment a writer
+    sits between its blob write and its CAS."""
+
+    hook: Any = None
+
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
+        written = super().put_batch(key, table)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return written
+
+
+def rows(*ids: int, ts: int) -> pa.Table:
+    return pa.table(
+        {"id": list(ids), TS: [ts] * len(ids), DIFF: [1] * len(ids)},
+        schema=pa.schema([*SCHEMA, pa.field(TS, pa.uint64()), pa.field(DIFF, pa.int64())]),
+    )
+
+
+def append(shard: Shard, *ids: int) -> None:
+    upper = shard.state().upper
+    assert shard.compare_and_append(rows(*ids, ts=upper), upper, upper + 1).ok
+
+
+def wait_grace(ctx: MigrationContext, since: float) -> None:
+    while zookeeper_now(ctx, None) - since < GRACE:
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def env(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Any:
+    made = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
+    yield made
+    made.close()
+
+
+def test_unreferenced_blobs_go_after_the_grace_never_while_leased(env: Env) -> None:
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard = ctx.shard(found[0].collections["s1"].shard_id)
+    append(shard, 1)
+    referenced = shard.referenced_keys()
+    # What a writer killed between its blob write and its CAS leaves behind.
+    orphan = f"shards/{shard.shard_id}/{uuid.uuid4().hex}.parquet"
+    ctx.blob.put_batch(orphan, rows(9, ts=1))
+
+    start = zookeeper_now(ctx, None)
+    assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # first seen now
+    assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # not for long enough
+    wait_grace(ctx, start)
+    with shard.lease(holder="reader"):
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # leased: left alone
+        assert ctx.blob.exists(orphan)
+    assert collect_garbage(ctx, None, grace_seconds=GRACE) == [orphan]
+    assert not ctx.blob.exists(orphan)
+    assert all(ctx.blob.exists(k) for k in referenced)
+    assert shard.snapshot().column("id").to_pylist() == [1]
+
+
+def test_a_blob_whose_cas_lands_after_it_was_seen_unreferenced_is_kept(env: Env) -> None:
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard_id = found[0].collections["s1"].shard_id
+    store = AfterBlobWrite(filesystem=ctx.blob.filesystem, root=ctx.blob.root, uri=ctx.blob.uri)
+    seen: list[float] = []
+
+    def sweep_between_blob_and_cas() -> None:
+        seen.append(zookeeper_now(ctx, None))
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
+
+    store.hook = sweep_between_blob_and_cas
+    writer = Shard(ctx.consensus, store, shard_id)
+    append(writer, 1, 2)
+    assert seen, "the sweep ran while the blob was unreferenced"
+    wait_grace(ctx, seen[0])
+    assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
+    assert sorted(writer.snapshot().column("id").to_pylist()) == [1, 2]
