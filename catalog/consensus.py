@@ -126,6 +126,7 @@ class Versioned:
     version: int
     created: float = 0.0  # when the key was created (seconds since the epoch; 0: unknown)
     key: str = ""
+    modified: float = 0.0  # when it was last written, on ZooKeeper's clock (0: unknown)
 
     def json(self) -> Any:
         return decode_json(self.value, self.key)
@@ -214,7 +215,13 @@ class Consensus:
             raise ConnectionLostError(f"ZooKeeper did not answer reading {key}", key=key) from exc
         finally:
             self._observe("get", started)
-        return Versioned(value=data, version=stat.version, created=stat.ctime / 1000, key=key)
+        return Versioned(
+            value=data,
+            version=stat.version,
+            created=stat.ctime / 1000,
+            key=key,
+            modified=stat.mtime / 1000,
+        )
 
     def get_json(self, key: str) -> tuple[Any, int] | None:
         found = self.get(key)
@@ -232,8 +239,13 @@ class Consensus:
                 except NoNodeError:
                     out[key] = None
                 else:
-                    created = stat.ctime / 1000
-                    out[key] = Versioned(value=data, version=stat.version, created=created, key=key)
+                    out[key] = Versioned(
+                        value=data,
+                        version=stat.version,
+                        created=stat.ctime / 1000,
+                        key=key,
+                        modified=stat.mtime / 1000,
+                    )
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError("ZooKeeper did not answer a batched read") from exc
         finally:

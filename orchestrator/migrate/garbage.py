@@ -16,6 +16,11 @@ Clocks differ between machines and blob stores, so the grace is measured on ZooK
 
 A shard with reader leases is skipped (a reader may be on blobs a compaction just replaced),
 and so is one being finalized (finalization deletes its blobs itself).
+
+The same sweep retires what finalization leaves: shard tombstones (a finalized state without
+batches, kept so a late reader learns "finalized" rather than "not found") once they are
+``TOMBSTONE_RETENTION_SECONDS`` old on ZooKeeper's clock, and the empty election containers of
+generations below the catalog's.
 """
 
 from __future__ import annotations
@@ -25,10 +30,17 @@ from typing import Any
 
 import structlog
 
-from catalog.consensus import Create, Delete, Fence, SetData, decode_json, decoding, encode_json
-from catalog.environment import GC_KEY, MIGRATION_SHARD_ID, read_catalog
+from catalog.consensus import Create, Delete, Fence, Op, SetData, decode_json, decoding, encode_json
+from catalog.environment import (
+    ELECTION_KEY,
+    GC_KEY,
+    MIGRATION_SHARD_ID,
+    SHARDS_KEY,
+    CatalogState,
+    read_catalog,
+)
 from catalog.errors import ShardNotFoundError, VersionMismatchError
-from catalog.shard import GC_GRACE_SECONDS
+from catalog.shard import GC_GRACE_SECONDS, ShardState, shard_key
 from orchestrator.migrate.context import MigrationContext
 
 __all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
@@ -38,6 +50,8 @@ log = structlog.get_logger(__name__)
 CLOCK_KEY = f"{GC_KEY}/clock"
 # A leader sweeps this often (sidecar --gc-interval).
 GC_INTERVAL_SECONDS = 300.0
+# Tombstones of finalized shards are retired after this long (ZooKeeper time).
+TOMBSTONE_RETENTION_SECONDS = 86_400.0
 # Candidates recorded per shard and sweep (the rest wait for the next one).
 _MAX_CANDIDATES = 2000
 
@@ -99,15 +113,57 @@ def _sweep_shard(
     return doomed
 
 
+def retire_leftovers(
+    ctx: MigrationContext,
+    catalog: CatalogState,
+    now: float,
+    fence: Fence | None,
+    *,
+    retention_seconds: float = TOMBSTONE_RETENTION_SECONDS,
+) -> list[str]:
+    """Delete tombstones older than the retention and empty election containers of older
+    generations; the keys deleted."""
+    consensus = ctx.consensus
+    named = catalog.shard_ids() | {MIGRATION_SHARD_ID}
+    named |= {e.shard_id for e in ctx.migration_shard().entries()}
+    others = [s for s in consensus.children(SHARDS_KEY) if s not in named]
+    ops: list[Op] = []
+    for key, found in consensus.get_many([shard_key(s) for s in others]).items():
+        if found is None or now - found.modified < retention_seconds:
+            continue
+        if ShardState.decode(found.value, found.version, key).is_tombstone:
+            ops.append(Delete(key, found.version))
+    for name in consensus.children(ELECTION_KEY):
+        key = f"{ELECTION_KEY}/{name}"
+        if name.isdigit() and int(name) < catalog.deploy_generation and not consensus.children(key):
+            ops.append(Delete(key))
+    retired: list[str] = []
+    for op in ops:  # one by one: a container a candidate just joined is simply kept
+        try:
+            consensus.commit([op], fence=fence)
+        except VersionMismatchError:
+            continue
+        retired.append(op.key)
+    if retired:
+        log.info("leftovers_retired", keys=len(retired))
+    return retired
+
+
 def collect_garbage(
-    ctx: MigrationContext, fence: Fence | None, *, grace_seconds: float = GC_GRACE_SECONDS
+    ctx: MigrationContext,
+    fence: Fence | None,
+    *,
+    grace_seconds: float = GC_GRACE_SECONDS,
+    retention_seconds: float = TOMBSTONE_RETENTION_SECONDS,
 ) -> list[str]:
     """One sweep over every shard the catalog names and the migration shard; the blob keys
-    deleted. Candidate records of shards no longer named are dropped."""
+    deleted. Candidate records of shards no longer named are dropped; tombstones and empty
+    election containers retire (:func:`retire_leftovers`)."""
     found = read_catalog(ctx.consensus)
     if found is None:
         return []
     now = zookeeper_now(ctx, fence)
+    retire_leftovers(ctx, found[0], now, fence, retention_seconds=retention_seconds)
     shards = sorted(found[0].shard_ids() | {MIGRATION_SHARD_ID})
     deleted: list[str] = []
     for shard_id in shards:

@@ -14,9 +14,14 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.environment import read_catalog
-from catalog.release import Builtin, Release
+from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import DIFF, TS, Shard
-from orchestrator.migrate import MigrationContext, collect_garbage
+from orchestrator.migrate import (
+    MigrationContext,
+    collect_garbage,
+    finalize_pending,
+    migrate_as_leader,
+)
 from orchestrator.migrate.garbage import zookeeper_now
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
@@ -111,3 +116,31 @@ def test_a_blob_whose_cas_lands_after_it_was_seen_unreferenced_is_kept(env: Env)
     wait_grace(ctx, seen[0])
     assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
     assert sorted(writer.snapshot().column("id").to_pylist()) == [1, 2]
+
+
+def test_tombstones_and_empty_election_containers_retire(env: Env) -> None:
+    """After a replacement, the finalized old shard's tombstone and the old generation's empty
+    election container go once past the retention; everything still named stays."""
+    ctx = bootstrap(env, RELEASE)
+    old = read_catalog(ctx.consensus)
+    assert old is not None
+    old_shard = old[0].collections["s1"].shard_id
+    replaced = Release(
+        version="1.1.0",
+        builtins=[Builtin("mz_catalog", "t", "table", "s1", pa.schema([("id", pa.string())]))],
+        migrations=[Migration("1.1.0", "mz_catalog", "t", "table", Mechanism.REPLACEMENT)],
+    )
+    new = env.ctx(replaced, 2)
+    leadership = env.lead(new)
+    migrate_as_leader(new, leadership)
+    env.elections[0].stop()  # generation 1's last candidate leaves
+    assert finalize_pending(new, leadership.fence) == [old_shard]
+    assert new.shard(old_shard).state().is_tombstone
+    assert collect_garbage(new, leadership.fence, retention_seconds=3600) == []
+    assert new.consensus.exists(f"shards/{old_shard}"), "kept within the retention"
+    collect_garbage(new, leadership.fence, retention_seconds=0)
+    assert not new.consensus.exists(f"shards/{old_shard}")
+    assert new.consensus.children("election") == ["2"]
+    current = read_catalog(new.consensus)
+    assert current is not None
+    assert all(new.consensus.exists(f"shards/{s}") for s in current[0].shard_ids())
