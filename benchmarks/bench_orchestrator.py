@@ -178,8 +178,7 @@ def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]
     release_file.write_text(
         textwrap.dedent(
             """
-            import attrs
-import pyarrow as pa
+            import pyarrow as pa
             from catalog.release import Builtin, Release
             RELEASE = Release(version="1.0.0", migrations=[], builtins=[
                 Builtin(schema_name="bench", object_name=f"c{i}", kind="table",
