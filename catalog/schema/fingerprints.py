@@ -13,32 +13,35 @@ from catalog.schema.walk import TypeVisitor, _as_type, _kind, visit
 _FINGERPRINT_VERSION = 1
 
 
-def _fixed_width_name(dtype: pa.DataType) -> str | None:
-    checks = (
-        (pa.types.is_null, "null"),
-        (pa.types.is_boolean, "bool"),
-        (pa.types.is_int8, "int8"),
-        (pa.types.is_int16, "int16"),
-        (pa.types.is_int32, "int32"),
-        (pa.types.is_int64, "int64"),
-        (pa.types.is_uint8, "uint8"),
-        (pa.types.is_uint16, "uint16"),
-        (pa.types.is_uint32, "uint32"),
-        (pa.types.is_uint64, "uint64"),
-        (pa.types.is_float16, "float16"),
-        (pa.types.is_float32, "float32"),
-        (pa.types.is_float64, "float64"),
-        (pa.types.is_string, "string"),
-        (pa.types.is_large_string, "large_string"),
-        (pa.types.is_binary, "binary"),
-        (pa.types.is_large_binary, "large_binary"),
-        (pa.types.is_date32, "date32"),
-        (pa.types.is_date64, "date64"),
+# Types named by their Arrow type id alone (one dict lookup, not nineteen predicate calls).
+_FIXED_WIDTH: dict[int, str] = {
+    dtype.id: name
+    for dtype, name in (
+        (pa.null(), "null"),
+        (pa.bool_(), "bool"),
+        (pa.int8(), "int8"),
+        (pa.int16(), "int16"),
+        (pa.int32(), "int32"),
+        (pa.int64(), "int64"),
+        (pa.uint8(), "uint8"),
+        (pa.uint16(), "uint16"),
+        (pa.uint32(), "uint32"),
+        (pa.uint64(), "uint64"),
+        (pa.float16(), "float16"),
+        (pa.float32(), "float32"),
+        (pa.float64(), "float64"),
+        (pa.string(), "string"),
+        (pa.large_string(), "large_string"),
+        (pa.binary(), "binary"),
+        (pa.large_binary(), "large_binary"),
+        (pa.date32(), "date32"),
+        (pa.date64(), "date64"),
     )
-    for check, name in checks:
-        if check(dtype):
-            return name
-    return None
+}
+
+
+def _fixed_width_name(dtype: pa.DataType) -> str | None:
+    return _FIXED_WIDTH.get(dtype.id)
 
 
 def _canonical_atomic(dtype: pa.DataType) -> dict[str, Any]:

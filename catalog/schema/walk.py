@@ -34,16 +34,18 @@ class _Kind(enum.Enum):
     ATOMIC = "atomic"
 
 
+# By Arrow type id: one dict lookup per node (the walk visits every node of every schema of
+# every collection several times per migration).
+_KINDS: dict[int, _Kind] = {
+    pa.struct([]).id: _Kind.STRUCT,
+    pa.map_(pa.string(), pa.string()).id: _Kind.MAP,
+    pa.large_list(pa.string()).id: _Kind.LARGE_LIST,
+    pa.list_(pa.string()).id: _Kind.LIST,
+}
+
+
 def _kind(dtype: pa.DataType) -> _Kind:
-    if pa.types.is_struct(dtype):
-        return _Kind.STRUCT
-    if pa.types.is_map(dtype):
-        return _Kind.MAP
-    if pa.types.is_large_list(dtype):
-        return _Kind.LARGE_LIST
-    if pa.types.is_list(dtype):
-        return _Kind.LIST
-    return _Kind.ATOMIC
+    return _KINDS.get(dtype.id, _Kind.ATOMIC)
 
 
 def _join(path: str, name: str) -> str:

@@ -156,6 +156,8 @@ class ShardState:
     writes: WriteLedger = attrs.field(factory=WriteLedger)
     contraction: Contraction | None = None
     version: int = attrs.field(default=-1, eq=False)
+    # Live schemas by id, computed once per state (the walk is the leader's hot path).
+    _live: dict[int, pa.Schema] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -174,7 +176,7 @@ class ShardState:
     @property
     def live_schema(self) -> pa.Schema:
         """The latest live schema (what writers write and readers read by default)."""
-        return live_schema(self.schemas[-1])
+        return self.live(len(self.schemas) - 1)
 
     def live(self, schema_id: int) -> pa.Schema:
         """The live schema registered as ``schema_id``; ShardError when unknown."""
@@ -186,7 +188,10 @@ class ShardState:
                 schema_id=schema_id,
                 latest_schema_id=self.schema_id,
             )
-        return live_schema(self.schemas[schema_id])
+        found = self._live.get(schema_id)
+        if found is None:
+            found = self._live[schema_id] = live_schema(self.schemas[schema_id])
+        return found
 
     def is_ordered_in(self, batch: BatchRef, schema_id: int | None = None) -> bool:
         """Whether ``batch`` is still sorted once migrated to ``schema_id`` (default: latest)."""
