@@ -15,6 +15,8 @@ from catalog.consensus import (
     Create,
     Delete,
     Fence,
+    decode_json,
+    decoding,
     encode_json,
 )
 from catalog.errors import (
@@ -123,7 +125,7 @@ class ShardLifecycle(ShardWrites):
             ) from None
 
     @contextlib.contextmanager
-    def lease(self, holder: str = "") -> Iterator[Lease]:
+    def lease(self, holder: str = "", *, as_of: int | None = None) -> Iterator[Lease]:
         """Hold a reader lease while the block runs: finalization waits until it is released.
 
         Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
@@ -132,7 +134,10 @@ class ShardLifecycle(ShardWrites):
         state = self.state()
         if state.finalized:
             raise _finalized(state)
-        body = encode_json({"holder": holder, "created": time.time()})
+        # The time this reader reads at (the latest complete one, if not given): ``since`` is
+        # never advanced past it while the lease lives (held_since).
+        holds = as_of if as_of is not None else max(state.upper - 1, 0)
+        body = encode_json({"holder": holder, "created": time.time(), "holds": holds})
         (path,) = self.consensus.commit(
             [Create(f"{self.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
         )
@@ -148,6 +153,20 @@ class ShardLifecycle(ShardWrites):
         finally:
             with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
                 self.consensus.client.delete(self.consensus.path(key))
+
+    def held_since(self) -> int | None:
+        """The lowest time a reader lease holds (None: no lease holds any): how far ``since``
+        may advance without refusing a read under way."""
+        found = self.consensus.get_many(self.leases())
+        holds = []
+        for key, value in found.items():
+            if value is None:
+                continue  # released meanwhile
+            raw = decode_json(value.value, key)
+            with decoding(key, "reader lease"):
+                if "holds" in raw:
+                    holds.append(int(raw["holds"]))
+        return min(holds, default=None)
 
     def leases(self) -> list[str]:
         """Keys of the current reader leases."""

@@ -57,6 +57,7 @@ from orchestrator.migrate.context import (
 )
 from orchestrator.migrate.durable import registration_schema
 from orchestrator.migrate.evolution import find_schema_id
+from orchestrator.migrate.frontiers import advance_frontiers
 from orchestrator.migrate.garbage import GC_INTERVAL_SECONDS, collect_garbage
 from orchestrator.migrate.leader import migrate_as_leader
 from orchestrator.migrate.read_only import check_read_only
@@ -73,6 +74,7 @@ __all__ = [
     "CheckResult",
     "LeaderResult",
     "MigrationContext",
+    "advance_frontiers",
     "check_read_only",
     "collect_garbage",
     "collect_orphan_shards",

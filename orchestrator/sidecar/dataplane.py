@@ -198,7 +198,7 @@ class SidecarDataPlane(SidecarCore):
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
-        with shard.lease(holder=self.config.process_id):
+        with shard.lease(holder=self.config.process_id, as_of=as_of):
             if as_of is None and shard.state().upper == 0:
                 return []
             table = shard.snapshot(as_of)

@@ -18,6 +18,7 @@ from orchestrator import election as election_mod
 from orchestrator.fencing import generation_fence
 from orchestrator.migrate import (
     LeaderResult,
+    advance_frontiers,
     check_read_only,
     collect_garbage,
     collect_orphan_shards,
@@ -210,6 +211,9 @@ class SidecarMachine(SidecarConnection):
                     self._event("orphans_queued", fence=leadership.fence, shards=orphans)
             if time.monotonic() >= self._next_gc:
                 self._next_gc = time.monotonic() + self.config.gc_interval
+                found = read_catalog(self._ctx.consensus)
+                if found is not None:
+                    advance_frontiers(self._ctx, found[0], leadership.fence)
                 deleted = collect_garbage(
                     self._ctx, leadership.fence, grace_seconds=self.config.gc_grace
                 )

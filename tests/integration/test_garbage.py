@@ -18,6 +18,7 @@ from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import DIFF, TS, Shard
 from orchestrator.migrate import (
     MigrationContext,
+    advance_frontiers,
     collect_garbage,
     finalize_pending,
     migrate_as_leader,
@@ -144,3 +145,28 @@ def test_tombstones_and_empty_election_containers_retire(env: Env) -> None:
     current = read_catalog(new.consensus)
     assert current is not None
     assert all(new.consensus.exists(f"shards/{s}") for s in current[0].shard_ids())
+
+
+def test_since_moves_to_the_latest_time_held_back_by_reader_leases(env: Env) -> None:
+    """The leader moves since forward as far as leases allow; compaction then cancels a row
+    inserted and deleted at different times, and reads of the latest state never change."""
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard = ctx.shard(found[0].collections["s1"].shard_id)
+    for i in range(1, 5):
+        append(shard, i)
+    upper = shard.state().upper
+    gone = rows(4, ts=upper).set_column(2, DIFF, pa.array([-1], pa.int64()))
+    assert shard.compare_and_append(gone, upper, upper + 1).ok  # row 4 deleted again
+    with shard.lease(holder="historian", as_of=1):
+        assert advance_frontiers(ctx, found[0], None) == 1
+        assert shard.state().since == 1  # held back by the read at time 1
+        assert sorted(shard.snapshot(1).column("id").to_pylist()) == [1, 2]
+    assert advance_frontiers(ctx, found[0], None) == 1
+    state = shard.state()
+    assert state.since == state.upper - 1
+    before = sorted(shard.snapshot().column("id").to_pylist())
+    result = shard.compact()
+    assert result.applied and result.output is not None and result.output.rows == 3
+    assert sorted(shard.snapshot().column("id").to_pylist()) == before == [1, 2, 3]
