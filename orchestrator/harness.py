@@ -57,6 +57,7 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     for name in (
         "CATALOG_UPGRADE_ZK",
         "CATALOG_UPGRADE_ENV",
+        "CATALOG_UPGRADE_HTTP_TOKEN_FILE",
         CRASH_BEFORE_WRITE_ENV,
         LOSE_ANSWER_AFTER_WRITE_ENV,
     ):
@@ -167,6 +168,8 @@ class SidecarProcess:
     paused: bool = False
     # Set once an expectation (stop, expect_exit, kill) accounted for how it ended.
     exit_expected: bool = False
+    # The bearer token its writing endpoints need (sent with every POST), if it has one.
+    http_token: str | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def start(
@@ -188,11 +191,15 @@ class SidecarProcess:
         extra: Sequence[str] = (),
         cwd: Path | None = None,
         http: str | None = None,
+        http_token_file: Path | None = None,
     ) -> SidecarProcess:
         """Start one child; its output (stdout and stderr) goes to ``log_path``. With
         ``crash_before_write`` it kills itself before that leader write
-        (:mod:`orchestrator.failpoints`). ``http`` defaults to a free loopback port."""
+        (:mod:`orchestrator.failpoints`). ``http`` defaults to a free loopback port; with
+        ``http_token_file`` the child requires that token and :meth:`request` sends it."""
         http = http or f"127.0.0.1:{free_port()}"
+        if http_token_file is not None:
+            extra = [*extra, "--http-token-file", str(http_token_file)]
         command = sidecar_command(
             zk=zk,
             env=env,
@@ -235,6 +242,7 @@ class SidecarProcess:
             log_path=log_path,
             popen=popen,
             started_at=time.monotonic(),
+            http_token=None if http_token_file is None else http_token_file.read_text().strip(),
         )
 
     @property
@@ -306,8 +314,10 @@ class SidecarProcess:
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
     ) -> HttpAnswer:
-        """One HTTP request to the process's server."""
+        """One HTTP request to the process's server (a POST carries its token, if it has one)."""
         url = f"http://{self.http}{path}"
+        if self.http_token is not None and method == "POST":
+            headers = {"Authorization": f"Bearer {self.http_token}", **(headers or {})}
         return http_request(method, url, body, timeout=timeout, headers=headers)
 
     def wait_node(

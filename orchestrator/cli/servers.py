@@ -59,6 +59,18 @@ def zookeeper(port: int, data_dir: Path) -> None:
 @click.option(
     "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
 )
+@click.option(
+    "--http-token-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="CATALOG_UPGRADE_HTTP_TOKEN_FILE",
+    help="File holding the bearer token POST /promote and POST /append require.",
+)
+@click.option(
+    "--http-insecure",
+    is_flag=True,
+    help="Allow listening beyond loopback without a token (anyone reaching it may write).",
+)
 @click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
 @click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
@@ -86,6 +98,8 @@ def sidecar_command(
     deploy_generation: int,
     blob: str | None,
     http: str,
+    http_token_file: str | None,
+    http_insecure: bool,
     auto_promote: bool,
     process_id: str | None,
     session_timeout: float,
@@ -111,6 +125,8 @@ def sidecar_command(
         blob=blob,
         http_host=host,
         http_port=port,
+        http_token_file=http_token_file,
+        http_insecure=http_insecure,
         auto_promote=auto_promote,
         session_timeout=session_timeout,
         orphan_grace=orphan_grace,

@@ -35,6 +35,10 @@ class SidecarConfig:
     blob: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 0
+    # POST /promote and /append need the token in this file (orchestrator.sidecar.tokens);
+    # without one, only a loopback listener is allowed unless http_insecure.
+    http_token_file: str | None = None
+    http_insecure: bool = False
     auto_promote: bool = False
     process_id: str = attrs.field(factory=lambda: default_process_id())
     session_timeout: float = 10.0

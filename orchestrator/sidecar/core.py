@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -38,6 +39,7 @@ from orchestrator.sidecar.states import (
     _RESTING_PHASES,
     State,
 )
+from orchestrator.sidecar.tokens import BearerToken, check_exposure
 
 log = structlog.get_logger(__name__)
 
@@ -85,7 +87,13 @@ class SidecarCore:
         self._connected = threading.Event()
         self._writes_paused = threading.Event()
         # The concrete Sidecar (core plus data plane) is what the HTTP server calls.
-        self._http = SidecarHttpServer(cast(SidecarApi, self), config.http_host, config.http_port)
+        token = (
+            BearerToken.from_file(Path(config.http_token_file)) if config.http_token_file else None
+        )
+        check_exposure(config.http_host, token, config.http_insecure)
+        self._http = SidecarHttpServer(
+            cast(SidecarApi, self), config.http_host, config.http_port, token
+        )
         self._retry = CasRetry(on_retry=self.metrics.count_cas_retry)
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=self.metrics.count_cas_retry

@@ -170,11 +170,20 @@ def _body(request: Request) -> bytes:
     return request.get_data(cache=False)
 
 
+# Endpoints that change the environment: they need the bearer token when one is configured.
+PROTECTED = frozenset({"promote", "append"})
+
+
+class TokenCheck(Protocol):
+    def check(self, authorization: str | None) -> None: ...
+
+
 @attrs.frozen
 class SidecarApp:
     """The WSGI application: routes a request to one endpoint, errors to status codes."""
 
     api: SidecarApi
+    token: TokenCheck | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -185,6 +194,8 @@ class SidecarApp:
         try:
             endpoint, _args = ROUTES.bind_to_environ(request.environ).match()
             handler: Callable[[Request], Response] = getattr(self, endpoint)
+            if endpoint in PROTECTED and self.token is not None:
+                self.token.check(request.headers.get("Authorization"))
             return handler(request)
         except MethodNotAllowed as exc:
             allowed = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
@@ -200,7 +211,10 @@ class SidecarApp:
         except HTTPException as exc:
             return _json(HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description})
         except HttpError as exc:
-            return _json(exc.status, exc.body)
+            response = _json(exc.status, exc.body)
+            if exc.status == HTTPStatus.UNAUTHORIZED:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'
+            return response
         except CatalogError as exc:
             return _json(status_for(exc), exc.to_json())
         except Exception as exc:  # a bug: answer 500 and keep serving
@@ -298,6 +312,7 @@ class SidecarHttpServer:
     api: SidecarApi
     host: str = "127.0.0.1"
     port: int = 0
+    token: TokenCheck | None = None
     _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
 
@@ -322,7 +337,11 @@ class SidecarHttpServer:
             ) from exc
         with listener:
             server = make_server(
-                self.host, self.port, SidecarApp(self.api), threaded=True, fd=listener.fileno()
+                self.host,
+                self.port,
+                SidecarApp(self.api, self.token),
+                threaded=True,
+                fd=listener.fileno(),
             )
         self._server = server
         self._thread = threading.Thread(

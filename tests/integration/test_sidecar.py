@@ -528,3 +528,38 @@ def test_serving_leader_collects_unreferenced_blobs(launch: Launch, tmp_path: Pa
     assert status == 200 and len(json_lines(body)) == 2
     status, body = leader.http("GET", "/metrics")
     assert b"catalog_upgrade_blobs_collected_total 1.0" in body
+
+
+# --- authenticated HTTP ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_token_protects_promote_and_append_of_a_real_sidecar(
+    launch: Launch, zk_env: ZkEnv, zk_client: KazooClient, tmp_path: Path
+) -> None:
+    """Listening on every interface, the sidecar refuses to start without a token (exit 2,
+    nothing written); with one, appends and promotions need it, probes do not."""
+    port = free_port()
+    exposed = launch(V1, 1, "open", auto_promote=True, http=f"0.0.0.0:{port}")
+    assert exposed.wait_exit() == EXIT_BAD_INPUT
+    assert "--http-token-file" in exposed.log_tail()
+    assert zk_client.exists(f"{zk_env.root}/processes/open") is None
+
+    token_file = tmp_path / "token"
+    token_file.write_text("local-test-token-0123456789\n")
+    leader = SidecarProcess.start(
+        zk_client, zk_env.hosts, zk_env.name, V1, 1,
+        process_id="guarded", log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=True,
+        http=f"0.0.0.0:{port}", http_token_file=token_file,
+    )  # fmt: skip
+    try:
+        leader.wait_state("serving")
+        url = f"http://127.0.0.1:{port}"
+        status, _ = http_call("POST", f"{url}/append?collection={TABLES}", lines(TABLE_ROWS))
+        assert status == 401
+        assert http_call("GET", f"{url}/readyz")[0] == 200
+        # The harness sends the token with every POST of a sidecar started with one.
+        status, body = leader.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+        assert status == 200, body
+    finally:
+        leader.kill()

@@ -72,6 +72,7 @@ class SidecarProcess:
         release: str | None = None,
         extra: Sequence[str] = (),
         crash_before_write: int | None = None,
+        http_token_file: Path | None = None,
     ) -> SidecarProcess:
         sidecar = harness.SidecarProcess.start(
             zk=hosts,
@@ -87,6 +88,7 @@ class SidecarProcess:
             log_level="DEBUG",
             extra=extra,
             crash_before_write=crash_before_write,
+            http_token_file=http_token_file,
             cwd=log_dir,
             http=http,
         )
@@ -115,9 +117,7 @@ class SidecarProcess:
         self, predicate: Callable[[Mapping[str, Any]], bool], timeout: float = 30.0
     ) -> dict[str, Any]:
         """The process node's JSON once ``predicate`` holds (on a watch, not polling)."""
-        node = self.sidecar.wait_node(
-            self.client, lambda node: predicate(node.to_json()), timeout
-        )
+        node = self.sidecar.wait_node(self.client, lambda node: predicate(node.to_json()), timeout)
         return node.to_json()
 
     def wait_state(self, *states: str, timeout: float = 30.0) -> dict[str, Any]:

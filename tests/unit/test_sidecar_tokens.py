@@ -1,0 +1,81 @@
+"""Bearer tokens on the sidecar's writing endpoints (the real werkzeug server, a scripted API)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
+from orchestrator.sidecar.http import SidecarHttpServer
+from orchestrator.sidecar.tokens import BearerToken, check_exposure
+from unit.test_sidecar_http import ScriptedApi
+
+TOKEN = "s3cret-token-0123456789"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[ScriptedApi, str]]:
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    api = ScriptedApi()
+    server = SidecarHttpServer(api, token=BearerToken.from_file(path)).start()
+    yield api, f"http://{server.address}"
+    server.stop()
+
+
+def call(url: str, data: bytes | None = None, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    method = "POST" if data is not None else "GET"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        error = json.loads(raw)["error"] if raw.startswith(b"{") else raw.decode()
+        return exc.code, {**dict(exc.headers), "error": error}
+
+
+def test_writing_endpoints_need_the_token_probes_and_metrics_stay_open(
+    served: tuple[ScriptedApi, str],
+) -> None:
+    api, base = served
+    append = f"{base}/append?collection=s.t"
+    status, headers = call(append, b'{"id": 1}\n')
+    assert status == 401 and headers["error"] == "unauthorized"
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    assert call(append, b'{"id": 1}\n', token="wrong-token-0123456789")[0] == 403
+    assert call(f"{base}/promote", b"", token="x")[0] == 403
+    assert api.appended == [], "nothing reached the sidecar"
+    assert call(append, b'{"id": 1}\n', token=TOKEN)[0] == 200
+    assert len(api.appended) == 1
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert call(f"{base}{path}")[0] in (200, 503), path
+
+
+@pytest.mark.parametrize("content", ["", "short", "has a space in it 0123456789"])
+def test_a_bad_token_file_is_refused_naming_it(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "token"
+    path.write_text(content)
+    with pytest.raises(ConfigurationError) as caught:
+        BearerToken.from_file(path)
+    assert caught.value.exit_code == EXIT_BAD_INPUT and str(path) in caught.value.message
+    with pytest.raises(ConfigurationError):
+        BearerToken.from_file(tmp_path / "missing")
+
+
+def test_listening_beyond_loopback_needs_a_token_or_an_explicit_insecure() -> None:
+    token = BearerToken(TOKEN.encode())
+    for host in ("127.0.0.1", "::1", "[::1]", "localhost"):
+        check_exposure(host, None, insecure=False)
+    with pytest.raises(ConfigurationError) as caught:
+        check_exposure("0.0.0.0", None, insecure=False)
+    assert caught.value.details["host"] == "0.0.0.0"
+    check_exposure("0.0.0.0", token, insecure=False)
+    check_exposure("0.0.0.0", None, insecure=True)
+    assert TOKEN not in repr(token)
