@@ -117,6 +117,10 @@ class EmbeddedZooKeeper:
     host: str = "127.0.0.1"
     tick_time_ms: int = 500
     log_level: str = "WARN"
+    # A member of an ensemble (orchestrator.ensemble): its number and every member's
+    # (client, quorum, election) ports, by number. Empty: a standalone server.
+    myid: int = 0
+    peers: tuple[tuple[int, int, int], ...] = ()
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -153,6 +157,7 @@ class EmbeddedZooKeeper:
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=*",
                     "autopurge.purgeInterval=1",
+                    *self._quorum_lines(),
                     "",
                 ]
             )
@@ -161,11 +166,35 @@ class EmbeddedZooKeeper:
         log4j.write_text(_LOG4J2_CONFIG.format(log_file=self.log_file, level=self.log_level))
         return cfg
 
+    def _quorum_lines(self) -> list[str]:
+        if not self.peers:
+            return []
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "data" / "myid").write_text(f"{self.myid}\n")
+        lines = ["initLimit=10", "syncLimit=5", "standaloneEnabled=false"]
+        for number, (_client, quorum, election) in enumerate(self.peers, start=1):
+            lines.append(f"server.{number}={self.host}:{quorum}:{election}")
+        return lines
+
     def start(self, timeout: float = 60.0) -> EmbeddedZooKeeper:
         """Start the server and return once it answers ``srvr``."""
         if self.running:
             return self
+        self.launch()
+        self.wait_serving(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the server process without waiting for it to serve (an ensemble member
+        serves only once a quorum of members runs)."""
+        if self.running:
+            return
         cfg = self._write_config()
+        main = (
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+            if self.peers
+            else "org.apache.zookeeper.server.ZooKeeperServerMain"
+        )
         command = [
             find_java(),
             "-Xms64m",
@@ -177,7 +206,7 @@ class EmbeddedZooKeeper:
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             zookeeper_classpath(),
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            main,
             str(cfg),
         ]
         stdout = (self.data_dir / "zookeeper.out").open("ab")
@@ -185,6 +214,10 @@ class EmbeddedZooKeeper:
             command, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         stdout.close()
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Return once the server reports a mode (standalone, leader or follower)."""
+        assert self._process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -196,7 +229,7 @@ class EmbeddedZooKeeper:
             # `ruok` answers imok before the server can serve; `srvr` reports a Mode only then.
             if "Mode:" in four_letter_word(self.host, self.port, "srvr", timeout=0.5):
                 log.info("zookeeper_started", hosts=self.hosts, data_dir=str(self.data_dir))
-                return self
+                return
             time.sleep(0.1)
         self.stop()
         raise ConfigurationError(f"ZooKeeper did not answer on {self.hosts} within {timeout:.0f}s")

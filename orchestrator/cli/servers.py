@@ -13,7 +13,14 @@ from orchestrator.cli.root import handle_errors, main, zk_options
 
 
 @main.command()
-@click.option("--port", type=int, default=2181, show_default=True)
+@click.option("--port", type=int, default=2181, show_default=True, help="Client port (one server).")
+@click.option(
+    "--servers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run an ensemble of this many servers (odd) on loopback, on free ports.",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -21,32 +28,41 @@ from orchestrator.cli.root import handle_errors, main, zk_options
     show_default=True,
 )
 @handle_errors
-def zookeeper(port: int, data_dir: Path) -> None:
-    """Run a real ZooKeeper server in the foreground (from the jars pyspark ships)."""
+def zookeeper(port: int, servers: int, data_dir: Path) -> None:
+    """Run a real ZooKeeper server, or an ensemble, in the foreground (from pyspark's jars)."""
+    from orchestrator.ensemble import ZooKeeperEnsemble
     from orchestrator.zkserver import EmbeddedZooKeeper
 
-    server = EmbeddedZooKeeper(data_dir=data_dir, port=port)
+    ensemble = ZooKeeperEnsemble(data_dir, servers) if servers > 1 else None
+    members = ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port)]
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
         # stop() would wait on the child inside the main thread's own wait(): deadlock.
-        server.terminate()
+        for member in members:
+            member.terminate()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        server.start()
+        if ensemble is not None:
+            ensemble.start()
+        else:
+            members[0].start()
     except CatalogError:
         if stopping:  # a signal arrived while the server was still starting
             click.echo("ZooKeeper stopped")
             return
         raise
-    click.echo(f"ZooKeeper serving on {server.hosts} (data in {server.data_dir}); Ctrl-C stops it")
-    code = server.wait()
-    if not stopping and code != 0:
-        raise click.ClickException(f"ZooKeeper exited with code {code}:\n{server.tail_log()}")
+    hosts = ",".join(m.hosts for m in members)
+    what = f"an ensemble of {servers} servers" if ensemble else "ZooKeeper"
+    click.echo(f"{what} serving on {hosts} (data in {data_dir}); Ctrl-C stops it")
+    codes = [member.wait() for member in members]
+    if not stopping and any(codes):
+        logs = "\n".join(m.tail_log(10) for m in members)
+        raise click.ClickException(f"ZooKeeper exited with codes {codes}:\n{logs}")
     click.echo("ZooKeeper stopped")
 
 

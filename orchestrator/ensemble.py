@@ -1,0 +1,127 @@
+"""A real ZooKeeper ensemble on loopback, from the same jars as the embedded server.
+
+Production ZooKeeper is 3 or 5 servers; a process must survive a follower's death, the
+ensemble leader's death and a lost quorum. ``ZooKeeperEnsemble(n)`` runs ``n`` members, each a
+:class:`~orchestrator.zkserver.EmbeddedZooKeeper` with its own client, quorum and election
+ports, data directory and ``myid``; ``hosts`` is the connection string of all of them. Members
+are stopped and started by number (1-based), as scenario steps and tests need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import TracebackType
+
+import attrs
+import structlog
+
+from catalog.errors import BadInputError
+from orchestrator.zkserver import EmbeddedZooKeeper, four_letter_word, free_port
+
+__all__ = ["ZooKeeperEnsemble"]
+
+log = structlog.get_logger(__name__)
+
+
+@attrs.define
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper servers forming one ensemble below ``data_dir``; a context manager."""
+
+    data_dir: Path
+    size: int = 3
+    host: str = "127.0.0.1"
+    members: list[EmbeddedZooKeeper] = attrs.field(factory=list, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.size < 1 or self.size % 2 == 0:
+            raise BadInputError(
+                f"an ensemble has an odd number of servers (1, 3, 5...), not {self.size}",
+                servers=self.size,
+            )
+        self.data_dir = Path(self.data_dir).resolve()
+        ports = [(free_port(), free_port(), free_port()) for _ in range(self.size)]
+        peers = tuple(ports) if self.size > 1 else ()
+        self.members = [
+            EmbeddedZooKeeper(
+                data_dir=self.data_dir / f"server{number}",
+                port=client,
+                host=self.host,
+                myid=number,
+                peers=peers,
+            )
+            for number, (client, _quorum, _election) in enumerate(ports, start=1)
+        ]
+
+    @property
+    def hosts(self) -> str:
+        """The connection string of every member."""
+        return ",".join(m.hosts for m in self.members)
+
+    def member(self, number: int) -> EmbeddedZooKeeper:
+        if not 1 <= number <= self.size:
+            raise BadInputError(
+                f"the ensemble has servers 1 to {self.size}, not {number}", server=number
+            )
+        return self.members[number - 1]
+
+    def start(self, timeout: float = 90.0) -> ZooKeeperEnsemble:
+        """Start every member, then wait until each serves (a quorum formed)."""
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_serving(timeout)
+        log.info("ensemble_started", hosts=self.hosts, leader=self.leader())
+        return self
+
+    def stop_member(self, number: int) -> None:
+        """Stop server ``number`` (SIGTERM)."""
+        self.member(number).stop()
+
+    def kill_member(self, number: int) -> None:
+        """SIGKILL server ``number``, as a crash would."""
+        process = self.member(number)._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        self.member(number)._process = None
+
+    def start_member(self, number: int, *, wait: bool = True, timeout: float = 60.0) -> None:
+        """Start server ``number`` again (same ports and data); with ``wait``, until it serves
+        (which needs a quorum of members running)."""
+        member = self.member(number)
+        member.launch()
+        if wait:
+            member.wait_serving(timeout)
+
+    def mode(self, number: int) -> str | None:
+        """``leader``, ``follower`` (or ``standalone``) as server ``number`` reports it; None
+        when it does not serve."""
+        member = self.member(number)
+        for line in four_letter_word(member.host, member.port, "srvr").splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def leader(self) -> int | None:
+        """The number of the ensemble's current leader, if one serves."""
+        for number in range(1, self.size + 1):
+            if self.mode(number) in ("leader", "standalone"):
+                return number
+        return None
+
+    def stop(self) -> None:
+        for member in self.members:
+            with contextlib.suppress(Exception):
+                member.stop()
+
+    def __enter__(self) -> ZooKeeperEnsemble:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
