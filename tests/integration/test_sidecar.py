@@ -526,7 +526,12 @@ def test_serving_leader_collects_unreferenced_blobs(launch: Launch, tmp_path: Pa
     assert not store.exists(orphan), leader.log_tail()
     status, body = leader.http("GET", f"/read?collection={TABLES}")
     assert status == 200 and len(json_lines(body)) == 2
-    status, body = leader.http("GET", "/metrics")
+    # The counter moves once the sweep returns, just after the delete.
+    while time.monotonic() < deadline:
+        body = leader.http("GET", "/metrics")[1]
+        if b"catalog_upgrade_blobs_collected_total 1.0" in body:
+            break
+        time.sleep(0.1)
     assert b"catalog_upgrade_blobs_collected_total 1.0" in body
 
 
