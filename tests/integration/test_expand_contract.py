@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.environment import read_catalog
-from catalog.release import Builtin, Mechanism, Migration, Release
+from catalog.release import load_release
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard
 from orchestrator.migrate import (
@@ -33,36 +33,13 @@ from support.zookeeper import ZkEnv
 pytestmark = pytest.mark.integration
 
 NAME = "mz_catalog.mz_flags"
-V1_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("legacy", pa.string(), nullable=False),
-        pa.field("flag", pa.bool_(), nullable=False),
-        pa.field("owner", pa.struct([pa.field("uid", pa.int32(), nullable=False)])),
-    ]
-)
-# 1.1.0 deletes legacy, relaxes flag, adds owner.team (nested) and note.
-V2_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("flag", pa.bool_(), nullable=True),
-        pa.field(
-            "owner",
-            pa.struct([pa.field("uid", pa.int32(), nullable=True), pa.field("team", pa.string())]),
-        ),
-        pa.field("note", pa.string()),
-    ]
-)
-
-
-def release(version: str, schema: pa.Schema, evolves: bool) -> Release:
-    builtin = Builtin("mz_catalog", "mz_flags", "table", "s1", schema)
-    migrations = [Migration("1.1.0", "mz_catalog", "mz_flags", "table", Mechanism.EVOLUTION)]
-    return Release(version=version, builtins=[builtin], migrations=migrations if evolves else [])
-
-
-OLD = release("1.0.0", V1_SCHEMA, evolves=False)
-NEW = release("1.1.0", V2_SCHEMA, evolves=True)
+# The releases the real-process test starts too (tests/fixtures/contract_releases): 1.1.0
+# deletes legacy, relaxes flag and owner.uid, adds owner.team (nested) and note.
+RELEASES = Path(__file__).resolve().parents[1] / "fixtures" / "contract_releases"
+OLD = load_release(str(RELEASES / "v1_0_0.py"))
+NEW = load_release(str(RELEASES / "v1_1_0.py"))
+V1_SCHEMA = OLD.builtins[0].schema
+V2_SCHEMA = NEW.builtins[0].schema
 
 
 def row(i: int) -> dict[str, Any]:
