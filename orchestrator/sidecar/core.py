@@ -76,6 +76,7 @@ class SidecarCore:
         self._joined = False
         self._next_orphan_scan = 0.0
         self._next_gc = time.monotonic() + config.gc_interval  # not at once: after a grace
+        self._sweeper: threading.Thread | None = None
         self._known_finalized: set[str] = set()
         self._auto_promoted = False
         self._pending = False
