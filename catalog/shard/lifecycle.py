@@ -10,6 +10,7 @@ import attrs
 import structlog
 from kazoo.exceptions import NoNodeError
 
+from catalog.blob import BlobInfo
 from catalog.consensus import (
     CONNECTION_ERRORS,
     Create,
@@ -183,23 +184,31 @@ class ShardLifecycle(ShardWrites):
         keys.update(r.key(self.shard_id) for r in state.rollups)
         return keys
 
-    def gc_orphans(self, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
-        """Delete blobs below the shard's prefix that its state does not reference.
+    def unreferenced_blobs(self) -> tuple[ShardState | None, list[BlobInfo]]:
+        """The state (None: the shard is gone) and the blobs below the shard's prefix it does
+        not reference, temporary files of crashed writes included (all of them once finalized).
 
-        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
-        temporary files of crashed writes included. Returns the deleted keys.
+        The listing comes before the state read: a blob committed after the read is in the
+        listing, so callers must wait (a grace) before deleting what this returns.
         """
         prefix = blob_prefix(self.shard_id)
-        # List before reading the state: a blob committed after the read is younger than the
-        # listing, so the grace period protects it.
         found = self.blob.list_info(prefix) + self.blob.list_temp(prefix)
         try:
             state: ShardState | None = self.state()
         except ShardError:
             state = None
         referenced = set() if state is None or state.finalized else self.referenced_keys(state)
+        return state, [i for i in found if i.key not in referenced]
+
+    def gc_orphans(self, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
+        """Delete blobs below the shard's prefix that its state does not reference.
+
+        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
+        temporary files of crashed writes included. Returns the deleted keys.
+        """
+        _, unreferenced = self.unreferenced_blobs()
         cutoff = time.time() - grace_seconds
-        orphans = [i.key for i in found if i.key not in referenced and i.mtime <= cutoff]
+        orphans = [i.key for i in unreferenced if i.mtime <= cutoff]
         self.blob.delete_many(orphans)
         if orphans:
             self._log.info("orphans_deleted", count=len(orphans))

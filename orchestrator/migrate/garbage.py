@@ -39,7 +39,7 @@ from catalog.environment import (
     CatalogState,
     read_catalog,
 )
-from catalog.errors import ShardNotFoundError, VersionMismatchError
+from catalog.errors import VersionMismatchError
 from catalog.shard import GC_GRACE_SECONDS, ShardState, shard_key
 from orchestrator.migrate.context import MigrationContext
 
@@ -80,18 +80,12 @@ def _sweep_shard(
     key = f"{GC_KEY}/{shard_id}"
     if shard.leases():
         return []
-    prefix = f"shards/{shard_id}"
-    # List before reading the state: a blob committed after the read is then in the listing
-    # but referenced by the next sweep's read, never deleted.
-    listed = [i.key for i in ctx.blob.list_info(prefix) + ctx.blob.list_temp(prefix)]
-    try:
-        state = shard.state()
-    except ShardNotFoundError:
-        return []
-    if state.finalized:
-        return []
-    referenced = shard.referenced_keys(state)
-    unreferenced = sorted(k for k in listed if k not in referenced)
+    # A blob committed after the state read is listed too, but referenced by the next
+    # sweep's read: never deleted.
+    state, blobs = shard.unreferenced_blobs()
+    if state is None or state.finalized:
+        return []  # gone, or finalization deletes its blobs itself
+    unreferenced = sorted(i.key for i in blobs)
     found = ctx.consensus.get(key)
     if found is None:
         if unreferenced:

@@ -124,18 +124,20 @@ class SidecarDataPlane(SidecarCore):
         identity = WriteIdentity.of(idempotency_key, body)
         table = rows_to_table(body, builtin.schema)
         shard = self._shard_of(builtin)
-        earlier: list[AppendResult] = []
+        attempts = 0
+        replayed = False
 
         def attempt() -> AppendResult:
+            nonlocal attempts, replayed
+            attempts += 1
             state = shard.state()
             identity.check_reuse(state.writes.marks, collection)
-            if not earlier and identity.key_prefix is not None:
-                # Only an append that landed before this request is a replay; one whose answer
-                # this request lost is this request's own write.
-                landed = state.writes.find(identity.write_id)
-                earlier.append(AppendResult(landed is not None, state.upper, state, landed, True))
-                if landed is not None:
-                    return earlier[0]
+            # Only an append that landed before this request is a replay; one whose answer
+            # this request lost (found on a later attempt) is this request's own write.
+            landed = state.writes.find(identity.write_id) if attempts == 1 else None
+            if landed is not None:
+                replayed = True
+                return AppendResult(True, landed.upper, state, landed, replayed=True)
             upper = state.upper
             batch = table.append_column(
                 pa.field(TS, pa.uint64(), nullable=False),
@@ -171,7 +173,6 @@ class SidecarDataPlane(SidecarCore):
 
         result = self._append_retry(attempt)
         assert result.mark is not None
-        replayed = bool(earlier) and earlier[0].ok
         if not replayed:
             self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
         return {
