@@ -20,9 +20,10 @@ consolidating it keys on every column but ``_diff``. Three algorithms give the s
   children's ids, lists become the binary string of their elements' ids; the representative
   row of each group is then taken back from the input by index.
 
-:func:`consolidate` tries them in that order. Equality is the hash
-grouper's: nulls equal nulls, floats compare by bit pattern (``0.0`` and ``-0.0`` are
-different rows, a NaN equals a NaN of the same bits)."""
+:func:`consolidate` tries them in that order. Nulls equal nulls; floats compare as values,
+the way Spark groups them (:mod:`catalog.consolidate.floats`): ``0.0`` equals ``-0.0`` and
+every NaN equals every NaN, and the output holds the normalized value (``0.0``, the canonical
+NaN), so both engines consolidate to the same bits."""
 
 from __future__ import annotations
 

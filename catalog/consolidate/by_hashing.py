@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.consolidate.columns import DIFF, _keys, is_nested
+from catalog.consolidate.floats import normalize_floats
 from catalog.errors import ShardError
 
 
@@ -77,6 +78,7 @@ def _row_numbers(count: int) -> pa.Array:
 def consolidate_hashed(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     """:func:`consolidate` by hash grouping, for any key types (nested ones by value ids)."""
     keys = _keys(table, keys)
+    table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     if table.num_rows == 0:
         return table
     if not keys:

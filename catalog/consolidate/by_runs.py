@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from catalog.consolidate import columns
 from catalog.consolidate.by_sorting import _diffs, _sorted_plan, _with_diffs
 from catalog.consolidate.columns import DIFF, _keys, _numeric_view, _view_type
+from catalog.consolidate.floats import normalize_floats
 from catalog.consolidate.gather import (
     _equal_pairs,
     _filter_range,
@@ -55,6 +56,7 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     case of a shard's history, cost one gather per column and leave nothing to copy.
     """
     names = _keys(table, keys)
+    table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     count = table.num_rows
     if count < 2 or not names or table.column(DIFF).null_count:
         return None

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from catalog.consolidate.by_hashing import consolidate_hashed
 from catalog.consolidate.columns import DIFF, _bits, _keys
+from catalog.consolidate.floats import normalize_floats
 from catalog.consolidate.gather import _equal_pairs, _filter
 
 
@@ -75,6 +76,7 @@ def consolidate_sorted(
     keeps the input's row order, which copies the kept rows once instead of twice.
     """
     names = _keys(table, keys)
+    table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     count = table.num_rows
     if count == 0 or not names:
         return consolidate_hashed(table, names)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 __all__ = ["Mismatch", "conform"]
 
+
 @attrs.frozen
 class Mismatch:
     """The first way the data differ from the schema: ``kind`` is ``columns``, ``type`` or

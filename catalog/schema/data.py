@@ -7,11 +7,11 @@ from typing import Any
 
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema.evolution import _check, _Evolve
 from catalog.schema.history import _child, is_tombstone
+from catalog.schema.nested import list_bounds, list_offsets, null_mask
 from catalog.schema.reader import _PROJECTION_RULES, _TargetCheck
 from catalog.schema.rules import RULE_DATA_MISMATCH, RULE_TYPE_CHANGED, _refuse
 from catalog.schema.walk import (
@@ -38,30 +38,6 @@ def _data_mismatch(path: str, what: str, declared: Any, actual: Any) -> SchemaIn
     return _refuse(RULE_DATA_MISMATCH, path, what, str(declared), str(actual))
 
 
-def _list_bounds(values: pa.Array) -> tuple[int, int]:
-    if len(values) == 0:
-        return 0, 0
-    offsets = values.offsets
-    return int(offsets[0].as_py()), int(offsets[len(offsets) - 1].as_py())
-
-
-def _list_offsets(values: pa.Array) -> pa.Array:
-    """The offsets of a list array, rebased to 0 so they index the sliced child values."""
-    offset_type = pa.int64() if _kind(values.type) is _Kind.LARGE_LIST else pa.int32()
-    if len(values) == 0:
-        return pa.array([0], offset_type)
-    offsets = values.offsets
-    start = offsets[0].as_py()
-    if start == 0 and offsets.offset == 0:
-        return offsets
-    # A fresh array: from_arrays refuses a validity mask over sliced offsets.
-    return pc.subtract(offsets, pa.scalar(start, offset_type))
-
-
-def _null_mask(values: pa.Array) -> pa.Array | None:
-    return values.is_null() if values.null_count else None
-
-
 class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
     """Rebuilds arrays of a source type as the target type, zero-copy wherever data is kept.
 
@@ -85,12 +61,12 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         return _Column(partner.values.field(index), declared)
 
     def element_partner(self, partner: _Column, path: str) -> _Column:
-        start, end = _list_bounds(partner.values)
+        start, end = list_bounds(partner.values)
         child = partner.values.values.slice(start, end - start)
         return _Column(child, partner.field.type.value_field)
 
     def _entries(self, partner: _Column) -> pa.Array:
-        start, end = _list_bounds(partner.values)
+        start, end = list_bounds(partner.values)
         return partner.values.values.slice(start, end - start)
 
     def key_partner(self, partner: _Column, path: str) -> _Column:
@@ -141,7 +117,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         values = partner.values
         array_class = pa.LargeListArray if _kind(dtype) is _Kind.LARGE_LIST else pa.ListArray
         return array_class.from_arrays(
-            _list_offsets(values), element, type=dtype, mask=_null_mask(values)
+            list_offsets(values), element, type=dtype, mask=null_mask(values)
         )
 
     def map_(
@@ -155,7 +131,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         assert key is not None and value is not None
         values = partner.values
         return pa.MapArray.from_arrays(
-            _list_offsets(values), key, value, type=dtype, mask=_null_mask(values)
+            list_offsets(values), key, value, type=dtype, mask=null_mask(values)
         )
 
     def primitive(self, dtype: pa.DataType, partner: _Column, path: str) -> pa.Array:

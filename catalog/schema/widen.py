@@ -76,9 +76,11 @@ class _Widen(PartnerVisitor[_Pair, pa.DataType, pa.Field]):
         self, dtype: pa.StructType, partner: _Pair, path: str, fields: list[pa.Field]
     ) -> pa.DataType:
         mine = {f.name: f for f in fields}
-        olds = {f.name for f in _fields(partner.old)} if _same_kind(
-            partner.old, pa.types.is_struct
-        ) else set()
+        olds = (
+            {f.name for f in _fields(partner.old)}
+            if _same_kind(partner.old, pa.types.is_struct)
+            else set()
+        )
         latest = _fields(partner.latest)
         out = []
         for field in latest:

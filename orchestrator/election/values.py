@@ -47,23 +47,25 @@ EVENT_KINDS: Final = frozenset(
 class Leadership:
     """What a leader holds; every durable write it makes carries ``fence``.
 
-    ``guard`` (attached by :class:`LeaderElection`) raises ``ConnectionLostError`` while the
-    session is suspended (retryable: ``CasRetry`` waits) and ``FencedError`` once leadership is
-    over; call :meth:`check` before each write. A hand-built Leadership has no guard.
+    ``guard`` (attached by :class:`LeaderElection`, called with the seconds it may wait for a
+    suspended session to come back) raises ``ConnectionLostError`` while the session stays
+    suspended (retryable: ``CasRetry`` waits) and ``FencedError`` once leadership is over; call
+    :meth:`check` before each write. A hand-built Leadership has no guard.
     """
 
     process_id: str
     deploy_generation: int
     epoch: int
     fence: Fence
-    guard: Callable[[], object] | None = attrs.field(
+    guard: Callable[[float], object] | None = attrs.field(
         default=None, eq=False, repr=False, kw_only=True
     )
 
-    def check(self) -> None:
-        """Raise unless this leadership may write right now (no-op without a guard)."""
+    def check(self, wait: float = 0.0) -> None:
+        """Raise unless this leadership may write, waiting up to ``wait`` seconds for a
+        suspended session to come back (no-op without a guard)."""
         if self.guard is not None:
-            self.guard()
+            self.guard(wait)
 
 
 @attrs.frozen

@@ -19,7 +19,6 @@ from catalog.errors import (
 from catalog.release import Builtin
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, AppendResult, Shard
-from orchestrator import election as election_mod
 from orchestrator.migrate import (
     find_schema_id,
 )
@@ -119,17 +118,23 @@ class SidecarDataPlane(SidecarCore):
                 f"leader writes are paused: state is {self._state.value}",
                 state=self._state.value,
             )
-        self._require_writable(leadership)
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
         table = rows_to_table(body, builtin.schema)
-        shard = self._shard_of(builtin)
+        # A session suspended for a moment (its ZooKeeper server died, the client moves to
+        # another) pauses the request rather than failing it: every attempt waits up to a
+        # third of the session timeout for the session, and a ConnectionLoss is retried by
+        # the write's identity. Only a session still suspended after that answers 503.
+        wait = min(5.0, self.config.session_timeout / 3)
         attempts = 0
-        replayed = False
+        replayed = sent = False
+        shard: Shard | None = None
 
         def attempt() -> AppendResult:
-            nonlocal attempts, replayed
+            nonlocal attempts, replayed, sent, shard
             attempts += 1
+            leadership.check(wait)
+            shard = self._shard_of(builtin)
             state = shard.state()
             identity.check_reuse(state.writes.marks, collection)
             # Only an append that landed before this request is a replay; one whose answer
@@ -146,7 +151,7 @@ class SidecarDataPlane(SidecarCore):
                 pa.field(DIFF, pa.int64(), nullable=False),
                 pa.array([1] * table.num_rows, pa.int64()),
             )
-            self._require_writable(leadership)
+            leadership.check(wait)
             # The id of this release's schema, not the latest: a newer leader that registered
             # a schema on this shard and crashed before its switch must not stop our writes.
             schema_id = find_schema_id(state, builtin.schema)
@@ -155,6 +160,7 @@ class SidecarDataPlane(SidecarCore):
                 # that one, the fields this release does not know as nulls.
                 schema_id = state.schema_id
                 batch = migrate_batch(batch, builtin.schema, state.live_schema, projection=True)
+            sent = True
             result = shard.compare_and_append(
                 batch,
                 upper,
@@ -171,8 +177,18 @@ class SidecarDataPlane(SidecarCore):
                 )
             return result
 
-        result = self._append_retry(attempt)
-        assert result.mark is not None
+        try:
+            result = self._append_retry(attempt)
+        except ConnectionLostError as exc:
+            if sent:
+                raise  # an attempt may have landed: the outcome is unknown, not refused
+            raise HttpError(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                "writes-paused",
+                f"leader writes are paused: the ZooKeeper session is suspended (waited {wait:g} s)",
+                state=self._state.value,
+            ) from exc
+        assert result.mark is not None and shard is not None
         if not replayed:
             self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
         return {
@@ -183,18 +199,6 @@ class SidecarDataPlane(SidecarCore):
             "upper": result.mark.upper,
             "replayed": replayed,
         }
-
-    def _require_writable(self, leadership: election_mod.Leadership) -> None:
-        """503 while the session is suspended; FencedError once the leadership is over."""
-        try:
-            leadership.check()
-        except ConnectionLostError as exc:
-            raise HttpError(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                "writes-paused",
-                "leader writes are paused: the ZooKeeper session is suspended",
-                state=self._state.value,
-            ) from exc
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         builtin = self._builtin(collection)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
+import math
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -494,7 +497,28 @@ def test_map_in_arrow_transform_sees_exact_arrow_types_and_reports_failures(
 
 SMALL_INTS = st.integers(-2, 2)
 WORDS = st.sampled_from(["a", "b", ""])
-LEAF_TYPES = [pa.int64(), pa.string(), pa.float64(), pa.bool_(), pa.int32()]
+LEAF_TYPES = [
+    pa.int64(),
+    pa.string(),
+    pa.float64(),
+    pa.bool_(),
+    pa.int32(),
+    pa.int8(),
+    pa.int16(),
+    pa.uint8(),
+    pa.uint16(),
+    pa.uint32(),
+    pa.uint64(),
+    pa.float32(),
+    pa.decimal128(10, 2),
+    pa.date32(),
+    pa.timestamp("us", tz="UTC"),
+    pa.binary(),
+    pa.large_string(),
+]
+# Floats that only consolidate when compared as values (catalog.consolidate.floats).
+FLOATS = [0.5, -1.25, 0.0, -0.0, math.nan, -math.nan]
+
 INITIAL = pa.schema(
     [
         pa.field("id", pa.int64()),
@@ -505,6 +529,7 @@ INITIAL = pa.schema(
             "ls", pa.list_(pa.struct([pa.field("x", pa.int64()), pa.field("y", pa.string())]))
         ),
         pa.field("m", pa.map_(pa.string(), pa.int64())),
+        pa.field("mv", pa.map_(pa.string(), pa.struct([pa.field("p", pa.float64())]))),
     ]
 )
 # Flat schemas take the arrow engine's sort-based compaction and Spark's sorted outputs.
@@ -531,12 +556,25 @@ def values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[An
             max_size=2,
             unique_by=lambda kv: kv[0],
         )
-    elif pa.types.is_string(dtype):
+    elif pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
         inner = WORDS
+    elif pa.types.is_binary(dtype):
+        inner = st.sampled_from([b"", b"\x00", b"ab"])
     elif pa.types.is_floating(dtype):
-        inner = st.sampled_from([0.5, -1.25, 3.0])
+        inner = st.sampled_from(FLOATS)
     elif pa.types.is_boolean(dtype):
         inner = st.booleans()
+    elif pa.types.is_decimal(dtype):
+        inner = st.sampled_from([decimal.Decimal("0.50"), decimal.Decimal("-1.25")])
+    elif pa.types.is_date(dtype):
+        inner = st.sampled_from([datetime.date(1970, 1, 1), datetime.date(2026, 11, 23)])
+    elif pa.types.is_timestamp(dtype):
+        utc = datetime.UTC
+        inner = st.sampled_from(
+            [datetime.datetime(2026, 1, 1, tzinfo=utc), datetime.datetime(1999, 12, 31, tzinfo=utc)]
+        )
+    elif pa.types.is_unsigned_integer(dtype):
+        inner = st.sampled_from([0, 1, 2**dtype.bit_width - 1])
     else:
         inner = SMALL_INTS
     return st.one_of(st.none(), inner) if nullable else inner
@@ -566,7 +604,14 @@ def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
         and pa.types.is_struct(f.type.value_type)
         and f.type.value_type.num_fields > 1
     ]
-    choice = draw(st.sampled_from(["add", "add-nested", "add-in-list", "delete", "delete-nested"]))
+    mapped = [
+        f.name for f in schema if pa.types.is_map(f.type) and pa.types.is_struct(f.type.item_type)
+    ]
+    choice = draw(
+        st.sampled_from(
+            ["add", "add-nested", "add-in-list", "add-in-map", "delete", "delete-nested"]
+        )
+    )
     fields = list(schema)
     if choice == "add" or (choice == "delete" and len(fields) < 2):
         leaf = draw(st.sampled_from([*LEAF_TYPES, pa.struct([pa.field("z", pa.int64())])]))
@@ -588,6 +633,12 @@ def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
         element = list(schema.field(index).type.value_type.fields)
         element.append(pa.field(history.fresh(), draw(st.sampled_from(LEAF_TYPES))))
         fields[index] = pa.field(name, pa.list_(pa.struct(element)))
+    elif choice == "add-in-map" and mapped:
+        name = draw(st.sampled_from(mapped))
+        index = schema.get_field_index(name)
+        value = list(schema.field(index).type.item_type.fields)
+        value.append(pa.field(history.fresh(), draw(st.sampled_from(LEAF_TYPES))))
+        fields[index] = pa.field(name, pa.map_(pa.string(), pa.struct(value)))
     else:
         fields.append(pa.field(history.fresh(), pa.string()))
     return pa.schema(fields)
@@ -602,7 +653,7 @@ def update_rows(draw: st.DrawFn, schema: pa.Schema) -> list[dict[str, Any]]:
 @pytest.mark.spark
 @pytest.mark.slow
 @settings(
-    max_examples=8,
+    max_examples=16,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

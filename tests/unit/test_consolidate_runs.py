@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
 from typing import Any
 from unittest import mock
 
@@ -20,6 +21,7 @@ from catalog.consolidate import (
     consolidate,
     consolidate_by_runs,
     consolidate_hashed,
+    consolidate_sorted,
     gather,
 )
 from catalog.consolidate import columns as tuning
@@ -120,17 +122,40 @@ def test_a_null_key_and_a_zero_key_stay_apart() -> None:
     assert as_bits(out) == as_bits(consolidate_hashed(table))
 
 
-def test_float_keys_compare_by_bits() -> None:
-    """0.0 and -0.0 are different rows, a NaN equals a NaN of the same bits."""
+def test_float_keys_compare_as_values_on_every_algorithm() -> None:
+    """0.0 equals -0.0 and every NaN equals every NaN (sign and payload bits aside), on all
+    three algorithms; the kept rows hold the normalized value (0.0, the canonical NaN)."""
     schema = pa.schema([pa.field("f", pa.float64()), pa.field(DIFF, pa.int64())])
-    values = [0.0, -0.0, math.nan, math.nan, *range(1, 9)]
-    diffs = [1, -1, 1, -1, *[1] * 8]
+    other_nan = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]
+    values = [0.0, -0.0, math.nan, other_nan, -0.0, -0.0, *range(1, 9)]
+    diffs = [1, -1, 1, -1, 1, 1, *[1] * 8]
     table = pa.table({"f": values, DIFF: diffs}, schema=schema)
-    out = consolidate_by_runs(table)
-    assert out is not None
-    kept = sorted(str(v) for v in out.column("f").to_pylist())
-    assert "nan" not in kept  # the NaN pair cancelled
-    assert kept.count("0.0") == 1 and kept.count("-0.0") == 1
+    by_runs = consolidate_by_runs(table)
+    assert by_runs is not None
+    for out in (by_runs, consolidate_sorted(table), consolidate_hashed(table)):
+        rows = {
+            struct.pack(">d", v).hex(): d for v, d in zip(*out.to_pydict().values(), strict=True)
+        }
+        assert rows.pop("0000000000000000") == 2  # the -0.0 pair, as 0.0
+        assert len(rows) == 8 and not any(math.isnan(float(v)) for v in out.column("f").to_pylist())
+
+
+def test_float_normalization_reaches_nested_values() -> None:
+    """A struct, a list and a map value holding -0.0 consolidate with the same row at 0.0."""
+    dtype = pa.struct(
+        [
+            pa.field("x", pa.float32()),
+            pa.field("l", pa.list_(pa.float64())),
+            pa.field("m", pa.map_(pa.string(), pa.float64())),
+        ]
+    )
+    schema = pa.schema([pa.field("s", dtype), pa.field(DIFF, pa.int64())])
+    plus = {"x": 0.0, "l": [0.0, math.nan], "m": [("k", 0.0)]}
+    minus = {"x": -0.0, "l": [-0.0, -math.nan], "m": [("k", -0.0)]}
+    table = pa.table({"s": [plus, minus], DIFF: [1, -1]}, schema=schema)
+    assert consolidate(table).num_rows == 0
+    kept = consolidate(table.slice(1)).column("s").to_pylist()[0]
+    assert math.copysign(1, kept["x"]) == 1 and math.copysign(1, kept["l"][0]) == 1
 
 
 def test_a_repetitive_key_falls_back_to_sorting() -> None:

@@ -222,4 +222,4 @@ def test_epoch_info_and_leadership_values() -> None:
     assert info is not None and (info.epoch, info.leader, info.version) == (2, "p", 7)
     leadership = Leadership("p", 5, 2, Fence("epoch", 7))
     leadership.check()
-    assert leadership == Leadership("p", 5, 2, Fence("epoch", 7), guard=lambda: None)
+    assert leadership == Leadership("p", 5, 2, Fence("epoch", 7), guard=lambda wait: None)

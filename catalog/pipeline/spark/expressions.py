@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from catalog.blob import BlobStore
+from catalog.consolidate.floats import has_floats
 from catalog.pipeline.spark.types import _contains_map, _join, _relaxed, spark_type
 from catalog.shard import (
     DIFF,
@@ -67,6 +68,31 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
     return column
 
 
+def normalize_expression(column: Any, dtype: pa.DataType) -> Any:
+    """``column`` with its float values normalized as :mod:`catalog.consolidate.floats` says
+    (``-0.0`` as ``0.0``, every NaN canonical; map keys kept), for the places Spark does not
+    normalize them itself."""
+    from pyspark.sql import functions as F
+
+    if not has_floats(dtype):
+        return column
+    if pa.types.is_floating(dtype):
+        kind = spark_type(dtype, "")
+        return (
+            F.when(column == 0, F.lit(0.0).cast(kind))
+            .when(F.isnan(column), F.lit(float("nan")).cast(kind))
+            .otherwise(column)
+        )
+    if pa.types.is_struct(dtype):
+        children = [
+            normalize_expression(column.getField(f.name), f.type).alias(f.name) for f in dtype
+        ]
+        return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*children))
+    if pa.types.is_map(dtype):
+        return F.transform_values(column, lambda _k, v: normalize_expression(v, dtype.item_type))
+    return F.transform(column, lambda e: normalize_expression(e, dtype.value_type))
+
+
 def consolidate_frame(frame: Any, schema: pa.Schema) -> Any:
     """Sum ``_diff`` over identical ``(columns of schema..., _ts)``, drop zeros (Spark).
 
@@ -78,8 +104,11 @@ def consolidate_frame(frame: Any, schema: pa.Schema) -> Any:
     keys, kept = [], []
     for index, field in enumerate(schema):
         if _contains_map(field.type):
-            keys.append(F.to_json(F.struct(_col(field.name).alias("v"))).alias(f"__key{index}"))
-            kept.append(F.first(_col(field.name)).alias(field.name))
+            # Spark normalizes floats in grouping keys itself (catalog.consolidate.floats),
+            # but not inside a JSON string: normalize first.
+            value = normalize_expression(_col(field.name), field.type)
+            keys.append(F.to_json(F.struct(value.alias("v"))).alias(f"__key{index}"))
+            kept.append(F.first(value).alias(field.name))
         else:
             keys.append(_col(field.name))
     keys.append(_col(TS))

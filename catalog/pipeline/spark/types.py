@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from catalog.errors import (
     ShardError,
 )
+from catalog.schema.nested import map_children
 from catalog.shard import (
     DIFF,
     TS,
@@ -123,10 +126,56 @@ def _restore_column(
     cast = column.cast(relaxed)
     if relaxed.equals(dtype):
         return cast
-    # Nullability lives in the type only: a view relabels without touching the data.
+    # Nullability lives in the type only: a view relabels without touching the data, once
+    # the values hidden under null parents are filled.
     if isinstance(cast, pa.ChunkedArray):
-        return pa.chunked_array([chunk.view(dtype) for chunk in cast.chunks], type=dtype)
-    return cast.view(dtype)
+        chunks = [_fill_hidden_nulls(chunk, dtype).view(dtype) for chunk in cast.chunks]
+        return pa.chunked_array(chunks, type=dtype)
+    return _fill_hidden_nulls(cast, dtype).view(dtype)
+
+
+def _fill_hidden_nulls(array: pa.Array, dtype: pa.DataType) -> pa.Array:
+    """``array`` (of ``_relaxed(dtype)``) with zeros in the non-nullable struct fields of
+    ``dtype`` where their struct is null. Spark gives the fields of a null struct nulls; Arrow
+    and Parquet want values there (hidden by the null parent). Any other null stays, and the
+    view to ``dtype`` refuses it."""
+    if not pa.types.is_nested(dtype):
+        return array
+    hidden = array.is_null() if pa.types.is_struct(dtype) and array.null_count else None
+
+    def child(values: pa.Array, field: pa.Field) -> pa.Array:
+        if pa.types.is_struct(dtype):
+            target = dtype.field(field.name)
+        else:
+            target = dtype.item_field if pa.types.is_map(dtype) else dtype.value_field
+        values = _fill_hidden_nulls(values, target.type)
+        if hidden is None or target.nullable or not values.null_count:
+            return values
+        return pc.if_else(hidden, pa.scalar(_zero(target.type), values.type), values)
+
+    return map_children(array, child)
+
+
+def _zero(dtype: pa.DataType) -> Any:
+    """A Python value of ``dtype``: zero, false, empty, the epoch; structs of those."""
+    if pa.types.is_struct(dtype):
+        return {f.name: _zero(f.type) for f in dtype}
+    if pa.types.is_nested(dtype):
+        return []
+    if pa.types.is_boolean(dtype):
+        return False
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return ""
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return b""
+    if pa.types.is_fixed_size_binary(dtype):
+        return bytes(dtype.byte_width)
+    if pa.types.is_decimal(dtype):
+        return decimal.Decimal(0)
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
+        return 0
+    storage = pa.int32() if dtype.bit_width == 32 else pa.int64()  # dates, times, durations
+    return pa.array([0], storage).view(dtype)[0].as_py()
 
 
 def restore_table(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
