@@ -9,7 +9,8 @@ Every job exists on two engines behind one interface, :class:`Engine`:
   blob store's URI; a local directory is read by absolute ``file://`` path), so shards larger
   than one machine's memory can be read, compacted and copied.
 
-``engine="auto"`` picks Spark when a shard holds more than :data:`AUTO_SPARK_ROWS` rows. Both
+``engine="auto"`` picks Spark by the shard's estimated bytes: above :data:`AUTO_CLUSTER_BYTES`
+with a cluster master, or above :data:`AUTO_MEMORY_FRACTION` of the memory available. Both
 engines give identical results: batches are migrated lazily from their own schema id to the
 reader's schema (added fields as typed nulls, deleted fields dropped, at any depth), then
 consolidated (identical ``(row, _ts)`` have their ``_diff`` summed, zeros dropped).
@@ -34,22 +35,28 @@ from __future__ import annotations
 
 from catalog.pipeline.arrow import ArrowEngine
 from catalog.pipeline.engine import (
-    AUTO_SPARK_ROWS,
+    AUTO_CLUSTER_BYTES,
+    AUTO_MEMORY_FRACTION,
     ENGINES,
     Engine,
     collection_shard,
     copy_transformed,
     engine_for,
+    estimated_bytes,
+)
+from catalog.pipeline.spark.config import (
+    SPARK_MASTER_ENV,
+    SparkConfig,
+    parse_spark_conf,
+    resolve_master,
 )
 from catalog.pipeline.spark.engine import SparkEngine
 from catalog.pipeline.spark.expressions import consolidate_frame, migrate_expression, spark_path
 from catalog.pipeline.spark.session import (
-    SPARK_MASTER_ENV,
     SparkSessionProvider,
     StageProgress,
     java_version,
     pyspark_version,
-    resolve_master,
     spark_provider,
 )
 from catalog.pipeline.spark.types import restore_table, spark_type
@@ -57,12 +64,14 @@ from catalog.pipeline.transforms import CarryEvolutions, Transform, apply_transf
 from catalog.pipeline.updates import read_updates
 
 __all__ = [
-    "AUTO_SPARK_ROWS",
+    "AUTO_CLUSTER_BYTES",
+    "AUTO_MEMORY_FRACTION",
     "ENGINES",
     "SPARK_MASTER_ENV",
     "ArrowEngine",
     "CarryEvolutions",
     "Engine",
+    "SparkConfig",
     "SparkEngine",
     "SparkSessionProvider",
     "StageProgress",
@@ -72,8 +81,10 @@ __all__ = [
     "consolidate_frame",
     "copy_transformed",
     "engine_for",
+    "estimated_bytes",
     "java_version",
     "migrate_expression",
+    "parse_spark_conf",
     "pyspark_version",
     "read_updates",
     "resolve_master",

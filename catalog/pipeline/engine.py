@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
@@ -14,19 +16,28 @@ from catalog.errors import (
     BadInputError,
 )
 from catalog.pipeline.arrow import ArrowEngine
+from catalog.pipeline.spark.config import SparkConfig, is_local_master
 from catalog.pipeline.spark.engine import SparkEngine
 from catalog.pipeline.spark.session import SparkSessionProvider, spark_provider
+from catalog.pipeline.spark.types import spark_type
 from catalog.pipeline.transforms import Transform
 from catalog.shard import (
     CompactionResult,
     Shard,
+    ShardState,
 )
 
 ENGINES = ("arrow", "spark", "auto")
 
 
-#: ``auto`` runs a job on Spark when the shard holds more rows than this.
-AUTO_SPARK_ROWS = 20_000_000
+#: ``auto`` runs a job on a configured cluster master when the shard's data is estimated
+#: above this many bytes (below it, starting Spark costs more than the job).
+AUTO_CLUSTER_BYTES = 256 << 20
+
+
+#: ``auto`` runs a job on Spark (even a local one) when the shard's data is estimated above
+#: this fraction of the memory available: arrow would hold it all in this process.
+AUTO_MEMORY_FRACTION = 0.25
 
 
 class Engine(Protocol):
@@ -61,23 +72,79 @@ class Engine(Protocol):
 
 
 def engine_for(
-    engine: str, shard: Shard | None = None, *, spark: SparkSessionProvider | None = None
+    engine: str,
+    shard: Shard | None = None,
+    *,
+    spark: SparkSessionProvider | None = None,
+    config: SparkConfig | None = None,
 ) -> Engine:
-    """The engine named ``engine`` (``arrow``, ``spark`` or ``auto``).
+    """The engine named ``engine`` (``arrow``, ``spark`` or ``auto``) for a job on ``shard``.
 
-    ``auto`` picks Spark when ``shard`` holds more than :data:`AUTO_SPARK_ROWS` stored rows,
-    arrow otherwise. ``spark`` defaults to the process's :func:`spark_provider`.
+    ``auto`` picks Spark when the shard's estimated bytes exceed :data:`AUTO_CLUSTER_BYTES`
+    and a cluster master is configured, or exceed :data:`AUTO_MEMORY_FRACTION` of the memory
+    available here; arrow otherwise. Spark runs on ``spark``, else on the process's provider
+    for ``config`` (master and ``--spark-conf``). Before any work, a local-path blob store
+    with a cluster master is refused unless ``config.blob_shared`` (ConfigurationError), and
+    so is a shard whose types Spark cannot hold (ShardError ``spark-unsupported-type``).
     """
     if engine not in ENGINES:
         raise BadInputError(
             f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}", engine=engine
         )
+    config = config if config is not None else SparkConfig()
+    provider = spark if spark is not None else spark_provider(config.master, dict(config.conf))
+    state = shard.state() if shard is not None else None
     if engine == "auto":
-        rows = shard.state().row_count if shard is not None else 0
-        engine = "spark" if rows > AUTO_SPARK_ROWS else "arrow"
+        engine = "spark" if _large(state, provider.master) else "arrow"
     if engine == "arrow":
         return ArrowEngine()
-    return SparkEngine(spark if spark is not None else spark_provider())
+    if shard is not None and state is not None:
+        local = shard.blob.filesystem.type_name == "local"
+        config.check_blob(shard.blob.uri, local, provider.master)
+        for field in state.live_schema:
+            spark_type(field.type, field.name)  # refuses what Spark cannot hold, by path
+    return SparkEngine(provider)
+
+
+def _large(state: ShardState | None, master: str) -> bool:
+    if state is None:
+        return False
+    size = estimated_bytes(state)
+    if not is_local_master(master) and size > AUTO_CLUSTER_BYTES:
+        return True
+    return size > AUTO_MEMORY_FRACTION * available_memory()
+
+
+def estimated_bytes(state: ShardState) -> int:
+    """The shard's data in memory, estimated from its row count and latest schema."""
+    return state.row_count * (sum(_width(f.type) for f in state.live_schema) + 16)
+
+
+def _width(dtype: pa.DataType) -> int:
+    if pa.types.is_struct(dtype):
+        return sum(_width(f.type) for f in dtype) + 1
+    if pa.types.is_map(dtype):
+        return 4 * (_width(dtype.key_type) + _width(dtype.item_type)) + 4
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return 4 * _width(dtype.value_type) + 8
+    try:
+        return max(1, dtype.bit_width // 8)
+    except ValueError:  # variable width: strings, binary
+        return 32
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new job here (``MemAvailable``, else physical)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError):
+        return 4 << 30
 
 
 def copy_transformed(
@@ -88,6 +155,7 @@ def copy_transformed(
     *,
     fence: Fence | None,
     engine: str = "auto",
+    spark: SparkConfig | None = None,
 ) -> int:
     """Copy the source updates the target has not seen yet, transformed; return the row count.
 
@@ -99,7 +167,7 @@ def copy_transformed(
     upper already equals the source's it returns 0. Transforms must be deterministic and map each
     row to one row. ``engine`` is ``arrow``, ``spark`` or ``auto`` (by the source's size).
     """
-    chosen = engine_for(engine, source)
+    chosen = engine_for(engine, source, config=spark)
     return chosen.copy_transformed(source, target, transforms, new_schema, fence=fence)
 
 

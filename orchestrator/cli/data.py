@@ -12,36 +12,62 @@ import click
 from orchestrator.cli.root import F, handle_errors, main, zk_options
 
 
+def spark_options(func: F) -> F:
+    """--spark-master, --spark-conf and --blob-shared: how a command runs Spark, if it does."""
+    func = click.option(
+        "--blob-shared",
+        is_flag=True,
+        help="The local blob path is mounted at the same place on every Spark machine "
+        "(without it, a local path with a cluster master is refused).",
+    )(func)
+    func = click.option(
+        "--spark-conf",
+        "spark_conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A Spark setting (repeatable); wins over spark-defaults.conf and our defaults.",
+    )(func)
+    func = click.option(
+        "--spark-master",
+        envvar="SPARK_MASTER",
+        default=None,
+        help="Spark master, e.g. spark://HOST:7077 (default: local[<cores>]).",
+    )(func)
+    return func
+
+
+def spark_config(master: str | None, conf: tuple[str, ...], blob_shared: bool) -> Any:
+    """The options of :func:`spark_options` as a checked ``SparkConfig`` (exit 2 if bad)."""
+    from catalog.pipeline import SparkConfig
+
+    return SparkConfig.of(master, conf, blob_shared=blob_shared)
+
+
 def engine_options(func: F) -> F:
-    """The --engine, --spark-master and --blob options of the data commands."""
+    """The --engine, Spark and --blob options of the data commands."""
     func = click.option(
         "--blob",
         "blob_uri",
         default=None,
         help="Blob URI; must match the one the environment recorded (default: that one).",
     )(func)
-    func = click.option(
-        "--spark-master",
-        envvar="SPARK_MASTER",
-        default=None,
-        help="Spark master for --engine spark (default: local[<cores>]).",
-    )(func)
+    func = spark_options(func)
     func = click.option(
         "--engine",
         type=click.Choice(["arrow", "spark", "auto"]),
         default="auto",
         show_default=True,
-        help="arrow: in process; spark: PySpark; auto: spark for large shards.",
+        help="arrow: in process; spark: PySpark; auto: by the shard's estimated size.",
     )(func)
     return func
 
 
-def _spark_for(ctx: click.Context, master: str | None) -> Any:
+def _spark_for(ctx: click.Context, config: Any) -> Any:
     """The process's Spark provider (``ctx.obj["spark"]`` when a caller injects one)."""
     from catalog.pipeline import spark_provider
 
     injected = ctx.obj.get("spark") if isinstance(ctx.obj, dict) else None
-    return injected if injected is not None else spark_provider(master)
+    return injected if injected is not None else spark_provider(config.master, dict(config.conf))
 
 
 def _with_progress(job: Callable[[], Any], engine: Any, description: str) -> Any:
@@ -103,7 +129,7 @@ def _collection(
     collection: str,
     blob_uri: str | None,
     engine: str,
-    spark_master: str | None,
+    spark: Any,
 ) -> Iterator[tuple[Any, Any]]:
     """The collection's shard and the engine chosen for it, while connected to ZooKeeper."""
     from catalog.pipeline import collection_shard, engine_for
@@ -111,7 +137,7 @@ def _collection(
 
     with open_consensus(zk, env) as consensus:
         shard = collection_shard(consensus, collection, blob_uri)
-        yield shard, engine_for(engine, shard, spark=_spark_for(ctx, spark_master))
+        yield shard, engine_for(engine, shard, spark=_spark_for(ctx, spark), config=spark)
 
 
 def _cell(value: Any) -> str:
@@ -139,6 +165,8 @@ def read_command(
     limit: int | None,
     engine: str,
     spark_master: str | None,
+    spark_conf: tuple[str, ...],
+    blob_shared: bool,
     blob_uri: str | None,
     zk: str,
     env: str,
@@ -149,7 +177,8 @@ def read_command(
 
     from catalog.shard import DIFF, TS
 
-    with _collection(ctx, zk, env, collection, blob_uri, engine, spark_master) as (shard, chosen):
+    spark = spark_config(spark_master, spark_conf, blob_shared)
+    with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
         table = _with_progress(
             lambda: chosen.snapshot(shard, as_of), chosen, f"reading {collection}"
         )
@@ -185,12 +214,15 @@ def compact_command(
     as_json: bool,
     engine: str,
     spark_master: str | None,
+    spark_conf: tuple[str, ...],
+    blob_shared: bool,
     blob_uri: str | None,
     zk: str,
     env: str,
 ) -> None:
     """Merge a collection's batches into its latest schema (reads are unchanged)."""
-    with _collection(ctx, zk, env, collection, blob_uri, engine, spark_master) as (shard, chosen):
+    spark = spark_config(spark_master, spark_conf, blob_shared)
+    with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
         state = shard.state()
         description = (
             f"compacting {collection}: {state.batch_count} batches, {state.row_count} rows"

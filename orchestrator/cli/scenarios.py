@@ -150,4 +150,3 @@ def scenario_simulate_command(
         click.echo(json.dumps(result.to_json(), indent=2, default=str))
     if not result.ok:
         sys.exit(1)
-

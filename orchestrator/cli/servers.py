@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from catalog.errors import CatalogError
+from orchestrator.cli.data import spark_config, spark_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 
@@ -107,6 +108,14 @@ def zookeeper(port: int, servers: int, data_dir: Path) -> None:
     help="As leader, delete blobs nothing references once unreferenced this long "
     "(ZooKeeper time); it sweeps every grace/2, at most every 5 minutes.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["arrow", "spark", "auto"]),
+    default="auto",
+    show_default=True,
+    help="Engine of REWRITE copies; auto: by the shard's estimated size.",
+)
+@spark_options
 @zk_options
 @handle_errors
 def sidecar_command(
@@ -121,6 +130,10 @@ def sidecar_command(
     session_timeout: float,
     orphan_grace: float,
     gc_grace: float,
+    engine: str,
+    spark_master: str | None,
+    spark_conf: tuple[str, ...],
+    blob_shared: bool,
     zk: str,
     env: str,
 ) -> None:
@@ -150,5 +163,7 @@ def sidecar_command(
         gc_grace=gc_grace,
         gc_interval=min(300.0, max(1.0, gc_grace / 2)),
         process_id=process_id or default_process_id(),
+        engine=engine,
+        spark=spark_config(spark_master, spark_conf, blob_shared),
     )
     sys.exit(run_sidecar(config, release))

@@ -10,6 +10,7 @@ import attrs
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.migration import MigrationShard
+from catalog.pipeline.spark.config import SparkConfig
 from catalog.release import (
     Plan,
     Release,
@@ -51,6 +52,9 @@ class MigrationContext:
     process_id: str
     on_phase: Callable[[str], None] = _no_phase
     retry: CasRetry = attrs.field(factory=CasRetry)
+    # The engine of REWRITE copies (arrow, spark or auto) and how Spark runs, if it does.
+    engine: str = "auto"
+    spark: SparkConfig = attrs.field(factory=SparkConfig)
 
     @property
     def version(self) -> Version:

@@ -123,5 +123,8 @@ def _copy_rewrites(
             i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite for i in m.instructions
         ):
             transforms.append(CarryEvolutions(m.new_schema))
-        copied = copy_transformed(source, target, transforms, m.new_schema, fence=fence)
+        copied = copy_transformed(
+            source, target, transforms, m.new_schema, fence=fence, engine=ctx.engine,
+            spark=ctx.spark,
+        )  # fmt: skip
         log.info("rewrite_copied", collection=m.name, rows=copied)

@@ -12,6 +12,7 @@ from catalog.blob import agreed_uri, local_uri, normalize_uri
 from catalog.errors import (
     BadInputError,
 )
+from catalog.pipeline.spark.config import SparkConfig
 from catalog.shard import GC_GRACE_SECONDS
 from orchestrator.migrate import (
     GC_INTERVAL_SECONDS,
@@ -52,6 +53,10 @@ class SidecarConfig:
     # seconds of ZooKeeper time (orchestrator.migrate.collect_garbage).
     gc_interval: float = GC_INTERVAL_SECONDS
     gc_grace: float = GC_GRACE_SECONDS
+    # The engine of REWRITE copies and how Spark runs (--engine, --spark-master, --spark-conf,
+    # --blob-shared).
+    engine: str = "auto"
+    spark: SparkConfig = attrs.field(factory=SparkConfig)
 
     def __attrs_post_init__(self) -> None:
         if not self.process_id or "/" in self.process_id or self.process_id in {".", ".."}:

@@ -104,6 +104,9 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
             self.config.blob, found[0].blob_uri if found else None, self.config.env
         )
         self._blob = BlobStore.from_uri(blob_uri)
+        if self.config.engine != "arrow":  # a cluster must see the blob store (exit 2)
+            local = self._blob.filesystem.type_name == "local"
+            self.config.spark.check_blob(blob_uri, local)
         self._consensus = consensus
         self._ctx = MigrationContext(
             consensus=consensus,
@@ -113,6 +116,8 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
             process_id=self.config.process_id,
             on_phase=self._on_phase,
             retry=self._retry,
+            engine=self.config.engine,
+            spark=self.config.spark,
         )
         self._register()
         self._log.info("registered", blob=blob_uri, http=self._http.address)

@@ -781,3 +781,21 @@ def test_cli_compact_then_read_on_spark(
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert sorted(json.dumps(r, sort_keys=True) for r in rows) == before
+
+
+def test_cli_refuses_a_local_blob_with_a_cluster_master_and_bad_spark_conf(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv
+) -> None:
+    """Before any Spark work: a local blob path with a spark:// master exits 2 naming
+    --blob-shared; a malformed --spark-conf exits 2 naming it. Nothing was written."""
+    source = source_shard(consensus, blob)
+    bootstrap(consensus, blob, source)
+    version = source.state().version
+    name = ["--collection", "mz_catalog.items", "--engine", "spark"]
+    result = run_cli(zk_env, "compact", *name, "--spark-master", "spark://127.0.0.1:9")
+    assert result.exit_code == 2, result.output
+    assert "--blob-shared" in result.output and "spark://127.0.0.1:9" in result.output
+    result = run_cli(zk_env, "read", *name, "--spark-conf", "executor.memory=4g")
+    assert result.exit_code == 2, result.output
+    assert "'executor.memory=4g'" in result.output
+    assert source.state().version == version

@@ -11,12 +11,15 @@ import pytest
 from catalog.errors import BadInputError, ConfigurationError, ShardError
 from catalog.pipeline import (
     SPARK_MASTER_ENV,
+    SparkConfig,
     engine_for,
     java_version,
+    parse_spark_conf,
     resolve_master,
     restore_table,
     spark_type,
 )
+from catalog.pipeline.spark.config import effective_settings, spark_defaults
 
 
 def fake_java(home: Path, banner: str) -> None:
@@ -114,3 +117,49 @@ def test_restore_table_brings_back_exact_arrow_types() -> None:
     restored = restore_table(from_spark, target)
     assert restored.schema == target
     assert restored.to_pylist() == from_spark.to_pylist()
+
+
+def test_spark_conf_items_are_checked_and_name_the_bad_one() -> None:
+    """KEY=VALUE items become settings; one without '=' or not a spark.* key is refused with
+    exit 2, naming it."""
+    assert parse_spark_conf(["spark.executor.memory=4g", "spark.a.b = x=y"]) == {
+        "spark.executor.memory": "4g",
+        "spark.a.b": "x=y",
+    }
+    for bad in ("spark.executor.memory", "executor.memory=4g", "=4g"):
+        with pytest.raises(BadInputError) as info:
+            parse_spark_conf([bad])
+        assert info.value.exit_code == 2 and repr(bad) in info.value.message
+
+
+def test_spark_defaults_and_user_settings_win_over_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-defaults.conf (key value or key=value, # comments) is read from $SPARK_CONF_DIR;
+    a key set there or by --spark-conf is never set by us; the user's setting is passed."""
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# cluster defaults\nspark.driver.memory   8g\nspark.ui.enabled=true\n\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    defaults = spark_defaults()
+    assert defaults == {"spark.driver.memory": "8g", "spark.ui.enabled": "true"}
+    ours = {"spark.driver.memory": "1g", "spark.ui.enabled": "false", "spark.a": "ours"}
+    user = {"spark.a": "user", "spark.b": "user"}
+    assert effective_settings(ours, defaults, user) == {"spark.a": "user", "spark.b": "user"}
+    (tmp_path / "spark-defaults.conf").write_text("justakey\n")
+    with pytest.raises(ConfigurationError, match=r"spark-defaults\.conf:1"):
+        spark_defaults()
+
+
+def test_a_local_blob_path_with_a_cluster_master_is_refused_unless_shared() -> None:
+    """Executors elsewhere cannot see a local path: exit 2 naming --blob-shared; a local
+    master, a shared path or an object store pass."""
+    cluster = SparkConfig.of("spark://cluster:7077")
+    with pytest.raises(ConfigurationError) as info:
+        cluster.check_blob("/data/blob", True)
+    assert info.value.exit_code == 2 and "--blob-shared" in info.value.message
+    cluster.check_blob("s3://bucket/blob", False)
+    SparkConfig.of("spark://cluster:7077", blob_shared=True).check_blob("/data/blob", True)
+    SparkConfig.of("local[2]").check_blob("/data/blob", True)
+    with pytest.raises(ConfigurationError):  # the master of an injected session counts
+        SparkConfig.of("local[2]").check_blob("/data/blob", True, "spark://other:7077")

@@ -22,12 +22,14 @@ import structlog
 from catalog.errors import (
     ConfigurationError,
 )
+from catalog.pipeline.spark.config import (
+    effective_settings,
+    is_local_master,
+    resolve_master,
+    spark_defaults,
+)
 
 log = structlog.get_logger(__name__)
-
-
-#: The environment variable naming a Spark master (``--spark-master`` wins over it).
-SPARK_MASTER_ENV = "SPARK_MASTER"
 
 
 MIN_JAVA = 17
@@ -52,16 +54,6 @@ _PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
 _JAVA_VERSION_RE = re.compile(r'version "(?P<version>[^"]+)"')
-
-
-def default_master() -> str:
-    """``local[N]`` with N the machine's cores (what ``local[*]`` means, spelled out in logs)."""
-    return f"local[{os.cpu_count() or 2}]"
-
-
-def resolve_master(master: str | None = None) -> str:
-    """``master``, else ``$SPARK_MASTER``, else :func:`default_master`."""
-    return master or os.environ.get(SPARK_MASTER_ENV) or default_master()
 
 
 def java_version() -> str:
@@ -129,15 +121,16 @@ class SparkSessionProvider:
     """Starts the process's one SparkSession on first use and hands it out (thread-safe).
 
     Spark allows one SparkContext per process, so pass one provider around (or use
-    :func:`spark_provider`, which caches one per master). Configuration is for small local
-    runs unless ``conf`` says otherwise: UI off, logs at ERROR through a log4j2 file written
-    at start, 4 shuffle partitions, Arrow transfer on, UTC session time zone.
+    :func:`spark_provider`, which caches one per configuration). ``conf`` (the user's
+    ``--spark-conf``) and ``spark-defaults.conf`` win over this project's defaults: UI off,
+    logs at ERROR through a log4j2 file written at start, Arrow transfer on, UTC session time
+    zone, and on a local master a 1g driver and a shuffle of one partition per core.
     """
 
     master: str = attrs.field(factory=resolve_master)
     app_name: str = "catalog-upgrade"
     driver_memory: str = "1g"
-    shuffle_partitions: int = 4
+    shuffle_partitions: int | None = None
     conf: Mapping[str, str] = attrs.field(factory=dict)
     _session: Any = attrs.field(default=None, init=False, repr=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
@@ -165,17 +158,23 @@ class SparkSessionProvider:
         self._log_dir = Path(tempfile.mkdtemp(prefix="catalog-upgrade-spark-"))
         log4j = self._log_dir / "log4j2.properties"
         log4j.write_text(_LOG4J_PROPERTIES)
-        settings = {
+        ours = {
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.memory": self.driver_memory,
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j.as_uri()}",
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.session.timeZone": "UTC",
             "spark.local.dir": str(self._log_dir),
-            **self.conf,
         }
+        if is_local_master(self.master):
+            # One machine: a bounded driver, and one shuffle partition per core (AQE then
+            # coalesces); a cluster keeps Spark's own sizing, set by the user if needed.
+            ours["spark.driver.memory"] = self.driver_memory
+            ours["spark.sql.shuffle.partitions"] = str(
+                self.shuffle_partitions or max(2, os.cpu_count() or 2)
+            )
+        defaults = spark_defaults()
+        settings = effective_settings(ours, defaults, self.conf)
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
@@ -193,6 +192,8 @@ class SparkSessionProvider:
         log.info(
             "spark_started",
             master=self.master,
+            user_settings=sorted(self.conf),
+            spark_defaults=sorted(defaults),
             spark=version,
             java=java,
             seconds=round(time.perf_counter() - started, 2),
@@ -227,10 +228,17 @@ class SparkSessionProvider:
 
 
 @functools.cache
-def spark_provider(master: str | None = None) -> SparkSessionProvider:
-    """The process's provider for ``master`` (resolved by :func:`resolve_master`).
+def _cached_provider(master: str, conf: tuple[tuple[str, str], ...]) -> SparkSessionProvider:
+    return SparkSessionProvider(master=master, conf=dict(conf))
+
+
+def spark_provider(
+    master: str | None = None, conf: Mapping[str, str] | None = None
+) -> SparkSessionProvider:
+    """The process's provider for ``master`` (resolved by :func:`resolve_master`) and the
+    user's ``conf``.
 
     Cached so that every caller of one process shares one session (Spark allows only one
     SparkContext per process anyway); the cache is the only process-wide state here.
     """
-    return SparkSessionProvider(master=resolve_master(master))
+    return _cached_provider(resolve_master(master), tuple(sorted((conf or {}).items())))
