@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench clean zookeeper
+.PHONY: demo test lint typecheck unit integration bench clean zookeeper spark-cluster
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ integration: $(STAMP)
 
 zookeeper: $(STAMP)
 	$(BIN)/catalog-upgrade zookeeper
+
+spark-cluster: $(STAMP)
+	$(BIN)/catalog-upgrade spark-cluster
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -167,3 +167,41 @@ def sidecar_command(
         spark=spark_config(spark_master, spark_conf, blob_shared),
     )
     sys.exit(run_sidecar(config, release))
+
+
+@main.command("spark-cluster")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--cores", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--memory", default="1g", show_default=True, help="Memory of each worker.")
+@click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("var/spark-cluster"),
+    show_default=True,
+)
+@handle_errors
+def spark_cluster(workers: int, cores: int, memory: str, port: int, data_dir: Path) -> None:
+    """Run a Spark standalone master and workers on loopback in the foreground (from the
+    pyspark wheel); pass the printed master to --spark-master."""
+    from orchestrator.sparkcluster import SparkStandaloneCluster
+
+    cluster = SparkStandaloneCluster(
+        data_dir, workers=workers, cores=cores, memory=memory, port=port
+    )
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        cluster.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    cluster.start()
+    click.echo(
+        f"Spark master {cluster.master_url} with {workers} worker(s) of {cores} core(s) "
+        f"(UI http://{cluster.host}:{cluster.ui_port}, logs in {data_dir}); Ctrl-C stops it"
+    )
+    cluster.wait()
+    click.echo("Spark cluster stopped")

@@ -13,6 +13,7 @@ import structlog
 
 from catalog.consensus import Fence
 from catalog.errors import (
+    ConfigurationError,
     ShardError,
 )
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, _SourceMoved
@@ -156,7 +157,7 @@ class SparkEngine:
             return retry(attempt)
         except _spark_errors() as exc:
             if retry.retries < _READ_ATTEMPTS:
-                raise
+                raise SparkJobError.of(exc, f"snapshot of shard {shard.shard_id}") from exc
             raise ShardError(
                 f"shard {shard.shard_id} kept changing under a Spark snapshot",
                 shard_id=shard.shard_id,
@@ -170,6 +171,7 @@ class SparkEngine:
                 return frame.toArrow()
             except _spark_errors() as exc:
                 _raise_worker_error(exc)
+                _raise_resource_error(exc)
                 raise
 
     # -- compaction -------------------------------------------------------------------------
@@ -196,7 +198,12 @@ class SparkEngine:
         )
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
-            written = frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+            try:
+                written = frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+            except _spark_errors() as exc:
+                _raise_worker_error(exc)
+                _raise_resource_error(exc)
+                raise SparkJobError.of(exc, f"compaction of shard {shard.shard_id}") from exc
         outputs = sorted(
             (
                 BatchRef(
@@ -269,6 +276,43 @@ def _spark_arrow_schema(struct: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(struct, timezone="UTC")
+
+
+class SparkJobError(ShardError):
+    """A Spark job failed for a reason of its own (not a worker's ShardError): one line."""
+
+    @classmethod
+    def of(cls, exc: BaseException, job: str) -> SparkJobError:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        # A Py4J error reads "An error occurred while calling X.\n: java...Exception: why".
+        cause = [line[2:] for line in lines if line.startswith(": ")]
+        first = (cause or lines or [type(exc).__name__])[0]
+        return cls(
+            f"the Spark job ({job}) failed: {first.strip()[:300]}",
+            reason="spark-job-failed",
+            job=job,
+        )
+
+
+def _raise_resource_error(exc: BaseException) -> None:
+    """Re-raise a Spark failure a setting explains as an error line naming the setting."""
+    text = str(exc)
+    if "maxResultSize" in text:
+        raise ConfigurationError(
+            "the result Spark sends to this process is larger than spark.driver.maxResultSize: "
+            "raise it (--spark-conf spark.driver.maxResultSize=4g, 0 for no limit), and "
+            "spark.driver.memory with it, or read fewer rows (--limit)",
+            setting="spark.driver.maxResultSize",
+            suggestion="--spark-conf spark.driver.maxResultSize=4g",
+        ) from exc
+    if "ExecutorLostFailure" in text or "OutOfMemoryError" in text:
+        raise ConfigurationError(
+            "a Spark executor was lost (out of memory or killed): give executors more memory "
+            "(--spark-conf spark.executor.memory=4g) or more partitions "
+            "(--spark-conf spark.sql.shuffle.partitions=N), and see the workers' logs",
+            setting="spark.executor.memory",
+            suggestion="--spark-conf spark.executor.memory=4g",
+        ) from exc
 
 
 def _spark_errors() -> tuple[type[Exception], ...]:

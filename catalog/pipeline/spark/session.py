@@ -181,6 +181,10 @@ class SparkSessionProvider:
         started = time.perf_counter()
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        if not is_local_master(self.master):
+            # Executors elsewhere import the pipeline's worker functions from this package:
+            # ship the driver's own copy, so both run the same code.
+            session.sparkContext.addPyFile(str(self._ship_package()))
         actual = session.sparkContext.master
         if actual != self.master:
             raise ConfigurationError(
@@ -199,6 +203,17 @@ class SparkSessionProvider:
             seconds=round(time.perf_counter() - started, 2),
         )
         return session
+
+    def _ship_package(self) -> Path:
+        """A zip of the ``catalog`` package for ``addPyFile`` (in the session's temp dir)."""
+        import catalog
+
+        assert self._log_dir is not None
+        package = Path(catalog.__file__).parent
+        archive = shutil.make_archive(
+            str(self._log_dir / "catalog-package"), "zip", package.parent, package.name
+        )
+        return Path(archive)
 
     def stop(self) -> None:
         """Stop the session (tests and benchmarks; a CLI process just exits)."""

@@ -1,0 +1,195 @@
+"""A real Spark standalone cluster on loopback, run from the pyspark wheel's jars.
+
+The wheel has no ``start-master.sh``; its jars hold the standalone daemons, so a master is
+``java -cp 'pyspark/jars/*' org.apache.spark.deploy.master.Master`` and each worker
+``...deploy.worker.Worker spark://HOST:PORT``, with ``SPARK_HOME`` pointing at the wheel so
+that workers can launch executors. Every worker has its own work directory and web UI port;
+readiness is the master's JSON page listing the workers ALIVE. For tests and for users
+(``catalog-upgrade spark-cluster``, ``make spark-cluster``); a real deployment runs Spark's own
+scripts or a Kubernetes operator instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import attrs
+import structlog
+
+from catalog.errors import ConfigurationError
+from orchestrator.zkserver import find_java, free_port, pyspark_jars_dir
+
+log = structlog.get_logger(__name__)
+
+_MASTER = "org.apache.spark.deploy.master.Master"
+
+
+_WORKER = "org.apache.spark.deploy.worker.Worker"
+
+
+def _scala_version() -> str:
+    """The Scala binary version of the wheel's jars (``spark-core_2.13-...jar``)."""
+    for jar in pyspark_jars_dir().glob("spark-core_*.jar"):
+        return jar.name.split("_", 1)[1].split("-", 1)[0]
+    return "2.13"
+
+
+@attrs.define
+class _Daemon:
+    name: str
+    command: list[str]
+    log_file: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def launch(self, env: dict[str, str]) -> None:
+        out = self.log_file.open("ab")
+        self.process = subprocess.Popen(
+            self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        out.close()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def tail(self, lines: int = 20) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
+@attrs.define
+class SparkStandaloneCluster:
+    """A master and ``workers`` workers (``cores`` cores, ``memory`` each) on ``host``."""
+
+    data_dir: Path
+    workers: int = 2
+    cores: int = 1
+    memory: str = "1g"
+    host: str = "127.0.0.1"
+    port: int = attrs.field(factory=free_port)
+    ui_port: int = attrs.field(factory=free_port)
+    _daemons: list[_Daemon] = attrs.field(factory=list, init=False)
+
+    @property
+    def master_url(self) -> str:
+        """What ``--spark-master`` takes: ``spark://HOST:PORT``."""
+        return f"spark://{self.host}:{self.port}"
+
+    def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
+        classpath = str(pyspark_jars_dir() / "*")
+        return [find_java(), f"-Xmx{heap}", "-cp", classpath, main, *args]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SPARK_HOME"] = str(pyspark_jars_dir().parent)
+        # What bin/load-spark-env.sh sets in a distribution: a worker's executor command
+        # builder needs it (else "Cannot find any build directories").
+        env.setdefault("SPARK_SCALA_VERSION", _scala_version())
+        env.setdefault("SPARK_LOG_DIR", str(self.data_dir))
+        return env
+
+    def start(self, timeout: float = 120.0) -> SparkStandaloneCluster:
+        """Start the master and the workers; return once every worker is ALIVE."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = self._env()
+        ports = ["--port", str(self.port), "--webui-port", str(self.ui_port)]
+        master_command = self._java(_MASTER, "--host", self.host, *ports)
+        master = _Daemon("master", master_command, self.data_dir / "master.log")
+        master.launch(env)
+        self._daemons.append(master)
+        for number in range(1, self.workers + 1):
+            work = self.data_dir / f"worker{number}"
+            work.mkdir(exist_ok=True)
+            resources = ["--cores", str(self.cores), "--memory", self.memory]
+            where = ["--webui-port", str(free_port()), "--work-dir", str(work)]
+            command = self._java(_WORKER, "--host", self.host, *resources, *where, self.master_url)
+            worker = _Daemon(f"worker{number}", command, self.data_dir / f"worker{number}.log")
+            worker.launch(env)
+            self._daemons.append(worker)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("spark_cluster_started", master=self.master_url, workers=self.workers)
+        return self
+
+    def state(self) -> dict[str, Any] | None:
+        """The master's JSON status (workers, applications), or None while it does not answer."""
+        url = f"http://{self.host}:{self.ui_port}/json/"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                data: dict[str, Any] = json.loads(answer.read())
+                return data
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def alive_workers(self) -> int:
+        state = self.state() or {}
+        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for daemon in self._daemons:
+                if not daemon.running:
+                    raise ConfigurationError(
+                        f"Spark {daemon.name} exited while starting: {daemon.tail()}",
+                        log=str(daemon.log_file),
+                    )
+            if self.alive_workers() >= self.workers:
+                return
+            time.sleep(0.3)
+        raise ConfigurationError(
+            f"Spark cluster at {self.master_url} had {self.alive_workers()} of {self.workers} "
+            f"workers alive after {timeout:.0f} s: {self._daemons[0].tail()}",
+            master=self.master_url,
+        )
+
+    def stop(self) -> None:
+        """Workers first (so they do not try to reconnect), then the master."""
+        for daemon in reversed(self._daemons):
+            daemon.stop()
+        self._daemons.clear()
+
+    def terminate(self) -> None:
+        """SIGTERM every daemon without waiting (safe inside a signal handler)."""
+        for daemon in self._daemons:
+            if daemon.running and daemon.process is not None:
+                daemon.process.send_signal(signal.SIGTERM)
+
+    def wait(self) -> list[int]:
+        """Block until every daemon exits; their exit codes."""
+        return [d.process.wait() if d.process else 0 for d in list(self._daemons)]
+
+    def __enter__(self) -> SparkStandaloneCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

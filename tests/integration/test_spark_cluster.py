@@ -1,0 +1,141 @@
+"""The pipeline on a real Spark standalone cluster (a master and two 1-core workers started from
+the pyspark wheel, orchestrator.sparkcluster), driven through the real CLI in its own process
+(this test process already runs a local SparkSession, and Spark allows one per process).
+
+Reads on the cluster agree with arrow; a compaction on the cluster with
+``spark.driver.maxResultSize=1m`` keeps every row of a shard far larger than 1 MiB (executors
+write the batches, the driver only commits their references); a read whose result passes that
+limit is one error line naming the setting, not a Py4J traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.environment import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
+from catalog.shard import DIFF, TS, Shard
+from orchestrator.sparkcluster import SparkStandaloneCluster
+from support.shards import canonical
+from support.zookeeper import ZkEnv
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
+
+COLLECTION = "mz_catalog.items"
+V0 = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("owner", pa.struct([pa.field("uid", pa.int32()), pa.field("role", pa.string())])),
+    ]
+)
+V1 = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("owner", pa.struct([pa.field("uid", pa.int32()), pa.field("team", pa.string())])),
+        pa.field("score", pa.float64()),
+    ]
+)
+ROWS_PER_BATCH = 40_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    with SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as running:
+        yield running
+
+
+def batch(schema: pa.Schema, start: int, ts: int, diff: int = 1) -> pa.Table:
+    ids = range(start, start + ROWS_PER_BATCH)
+    columns: dict[str, Any] = {
+        "id": list(ids),
+        "name": [f"name-{i:08d}-{'x' * (i % 17)}" for i in ids],
+        "owner": [None if i % 5 == 0 else {"uid": i % 97, schema.field("owner").type[1].name: "r"}
+                  for i in ids],
+    }  # fmt: skip
+    if "score" in schema.names:
+        columns["score"] = [(-0.0 if i % 3 else 0.0) if i % 7 == 0 else i / 8 for i in ids]
+    table = pa.Table.from_pydict(columns, schema=schema)
+    table = table.append_column(TS, pa.array([ts] * table.num_rows, pa.uint64()))
+    return table.append_column(DIFF, pa.array([diff] * table.num_rows, pa.int64()))
+
+
+@pytest.fixture
+def shard(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Shard:
+    """A collection of 160,000 stored rows (several MB of Parquet) under two schemas, with a
+    retraction, named in a catalog so the CLI finds it."""
+    consensus = Consensus(zk_client, zk_env.root)
+    consensus.ensure()
+    blob = BlobStore.from_uri(str(tmp_path / "blob"))
+    shard = Shard(consensus, blob, f"c-{uuid.uuid4().hex[:8]}")
+    shard.create(V0)
+    for number, table in enumerate([batch(V0, 0, 0), batch(V0, 0, 1, diff=-1)]):
+        assert shard.compare_and_append(table, number, number + 1).ok
+    assert shard.compare_and_append(batch(V0, 40_000, 2), 2, 3).ok
+    assert shard.compare_and_evolve_schema(shard.state().schema_id, V1).ok
+    assert shard.compare_and_append(batch(V1, 80_000, 3), 3, 4).ok
+    consensus.ensure(SHARDS_KEY)
+    ref = CollectionRef(global_id="s1", name=COLLECTION, shard_id=shard.shard_id, fingerprint="x")
+    state = CatalogState(
+        version="0.1.0", deploy_generation=1, blob_uri=blob.uri, collections={"s1": ref}
+    )
+    consensus.commit([catalog_write_op(state, -1)])
+    return shard
+
+
+def cli(
+    zk_env: ZkEnv, cluster: SparkStandaloneCluster, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``catalog-upgrade ARGS`` on the cluster, in its own process (its own driver)."""
+    command = [
+        sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", *args,
+        "--collection", COLLECTION, "--engine", "spark", "--spark-master", cluster.master_url,
+        "--blob-shared", "--spark-conf", "spark.executor.memory=512m",
+        "--spark-conf", "spark.driver.memory=512m", "--zk", zk_env.hosts, "--env", zk_env.name,
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_limit(
+    shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster
+) -> None:
+    """read --engine spark on the cluster gives arrow's rows; compaction on the cluster with
+    spark.driver.maxResultSize=1m keeps them all; the same limit on a read is an error line."""
+    expected = shard.snapshot()
+    assert expected.num_rows == 80_000  # the first batch was retracted
+    done = cli(zk_env, cluster, "read", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    got = pa.Table.from_pylist(rows, schema=expected.schema)
+    assert canonical(got) == canonical(expected)
+
+    small = ("--spark-conf", "spark.driver.maxResultSize=1m")
+    done = cli(zk_env, cluster, "compact", "--json", *small)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["applied"] and summary["engine"] == "spark" and summary["inputs"] == 4
+    assert summary["rows"] == 160_000  # the retraction is at a later time: kept
+    state = shard.state()
+    assert all(b.schema_id == state.schema_id for b in shard.batches(state))
+    assert canonical(shard.snapshot()) == canonical(expected)
+    apps = (cluster.state() or {}).get("completedapps", [])
+    assert len(apps) >= 2, "the jobs did not run on the cluster"
+
+    done = cli(zk_env, cluster, "read", "--json", *small)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "spark.driver.maxResultSize" in done.stderr
+    assert "Traceback" not in done.stderr and "Py4J" not in done.stderr
