@@ -26,7 +26,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.zkserver import find_java, free_port, pyspark_jars_dir
+from orchestrator.zkserver import find_java, free_port, pyspark_jars_dir, stop_process
 
 log = structlog.get_logger(__name__)
 
@@ -63,14 +63,7 @@ class _Daemon:
 
     def stop(self, timeout: float = 15.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout)
 
     def tail(self, lines: int = 20) -> str:
         if not self.log_file.exists():

@@ -81,6 +81,20 @@ def find_java() -> str:
     return found
 
 
+def stop_process(process: subprocess.Popen[bytes] | None, timeout: float) -> bool:
+    """SIGTERM ``process``, then SIGKILL if it does not exit within ``timeout`` seconds;
+    whether it was running."""
+    if process is None or process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -237,15 +251,8 @@ class EmbeddedZooKeeper:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.info("zookeeper_stopped", hosts=self.hosts)
+        if stop_process(process, timeout):
+            log.info("zookeeper_stopped", hosts=self.hosts)
 
     def terminate(self) -> None:
         """Ask the server to stop without waiting (safe inside a signal handler, unlike stop())."""
