@@ -22,6 +22,7 @@ from catalog.retry import Retry
 from catalog.shard import (
     DIFF,
     TS,
+    BatchRef,
     Shard,
     ShardState,
     consolidate,
@@ -115,10 +116,11 @@ def _copy(
     source: Shard,
     target: Shard,
     fence: Fence | None,
-    produce: Callable[[_CopyPlan], pa.Table],
+    produce: Callable[[_CopyPlan], pa.Table | Sequence[BatchRef]],
     engine: str,
 ) -> int:
-    """The copy loop both engines share: plan, produce the delta, compare-and-append, repeat.
+    """The copy loop both engines share: plan, produce the delta (a table, or the refs of
+    batches already written to the target's blobs), compare-and-append, repeat.
 
     A lost append race (another copier of the same version and generation moved the target
     first) re-plans from the new upper, so each source update lands exactly once.
@@ -133,9 +135,17 @@ def _copy(
         out = produce(plan)
         # The source's write ledger travels with its data: an append whose answer was lost
         # before the switch is still recognised by its id on the replacement shard.
-        result = target.compare_and_append(
-            out, plan.lower, plan.upper, fence=fence, carry=plan.source.writes
-        )
+        carry = plan.source.writes
+        if isinstance(out, pa.Table):
+            rows = out.num_rows
+            result = target.compare_and_append(
+                out, plan.lower, plan.upper, fence=fence, carry=carry
+            )
+        else:  # batches the executors wrote: their references, in one append
+            rows = sum(r.rows for r in out)
+            result = target.compare_and_append_batches(
+                out, plan.lower, plan.upper, fence=fence, carry=carry
+            )
         log.info(
             "rewrite_append",
             engine=engine,
@@ -143,13 +153,13 @@ def _copy(
             target=target.shard_id,
             lower=plan.lower,
             upper=plan.upper,
-            rows=out.num_rows,
+            rows=rows,
             by_diff=plan.by_diff,
             ok=result.ok,
         )
         if not result.ok:
             raise _AppendRaced()
-        return out.num_rows
+        return rows
 
     def replan(exc: Exception) -> bool:
         """A lost append race, or compaction replacing the batches under the read: plan again

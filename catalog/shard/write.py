@@ -73,6 +73,64 @@ class ShardWrites(ShardCore):
         ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
         copy, which keeps the source's times).
         """
+        self._check_frontiers(expected_upper, new_upper)
+        refs: list[BatchRef] = []
+        initial = self.state()
+        schema_id = initial.schema_id if schema_id is None else schema_id
+        write_id = uuid.uuid4().hex if write_id is None else write_id
+        appendable = not (initial.sealed or initial.finalized or initial.writes.find(write_id))
+        if appendable and initial.upper == expected_upper:
+            stored = _prepare_append(
+                batch, initial.live(schema_id), expected_upper, new_upper, self.shard_id
+            )
+            if stored.num_rows:
+                lower, upper = _time_bounds(stored)
+                ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+                self.blob.put_batch(ref.key(self.shard_id), stored)
+                refs.append(ref)
+        return self._append_refs(
+            refs, expected_upper, new_upper, fence=fence, guards=guards, write_id=write_id,
+            carry=carry, initial=initial,
+        )  # fmt: skip
+
+    def compare_and_append_batches(
+        self,
+        refs: Sequence[BatchRef],
+        expected_upper: int,
+        new_upper: int,
+        *,
+        fence: Fence | None = None,
+        write_id: str | None = None,
+        carry: WriteLedger | None = None,
+    ) -> AppendResult:
+        """Append batches whose blobs are already written under this shard (by Spark
+        executors), in one compare-and-set, like :meth:`compare_and_append`.
+
+        Every ref must name a live schema id and lie in ``[expected_upper, new_upper)``; the
+        blobs are this call's to delete when the append does not land (a lost race, an error),
+        so a failed job leaves no unreferenced file behind for long.
+        """
+        self._check_frontiers(expected_upper, new_upper)
+        initial = self.state()
+        for ref in refs:
+            initial.live(ref.schema_id)  # ShardError for an unknown schema id
+            if ref.lower < expected_upper or ref.upper > new_upper or ref.rows <= 0:
+                self.blob.delete_many([r.key(self.shard_id) for r in refs])
+                raise _shard_error(
+                    f"batch {ref.name} at times [{ref.lower}, {ref.upper - 1}] falls outside "
+                    f"[{expected_upper}, {new_upper})",
+                    self.shard_id,
+                    "ts-out-of-range",
+                    expected_upper=expected_upper,
+                    new_upper=new_upper,
+                )
+        return self._append_refs(
+            list(refs), expected_upper, new_upper, fence=fence, guards=(),
+            write_id=uuid.uuid4().hex if write_id is None else write_id, carry=carry,
+            initial=initial,
+        )  # fmt: skip
+
+    def _check_frontiers(self, expected_upper: int, new_upper: int) -> None:
         if new_upper < expected_upper:
             raise _shard_error(
                 f"new upper {new_upper} is below the expected upper {expected_upper}",
@@ -81,25 +139,34 @@ class ShardWrites(ShardCore):
                 expected_upper=expected_upper,
                 new_upper=new_upper,
             )
-        write_id = uuid.uuid4().hex if write_id is None else write_id
-        initial = self.state()
+
+    def _append_refs(
+        self,
+        refs: list[BatchRef],
+        expected_upper: int,
+        new_upper: int,
+        *,
+        fence: Fence | None,
+        guards: Sequence[Check],
+        write_id: str,
+        carry: WriteLedger | None,
+        initial: ShardState,
+    ) -> AppendResult:
+        """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
+        ``write_id``; the blobs are deleted when the append surely did not land."""
+        owned = [r.key(self.shard_id) for r in refs]
         landed = initial.writes.find(write_id)
         if landed is not None:
+            self.blob.delete_many(owned)
             return AppendResult(True, landed.upper, initial, landed, replayed=True)
         if initial.sealed or initial.finalized:
+            self.blob.delete_many(owned)
             raise _finalized(initial)
         if initial.upper != expected_upper:
+            self.blob.delete_many(owned)
             return AppendResult(False, initial.upper, initial)
-        schema_id = initial.schema_id if schema_id is None else schema_id
-        stored = _prepare_append(
-            batch, initial.live(schema_id), expected_upper, new_upper, self.shard_id
-        )
-        ref: BatchRef | None = None
-        if stored.num_rows:
-            lower, upper = _time_bounds(stored)
-            ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
-            self.blob.put_batch(ref.key(self.shard_id), stored)
-        mark = WriteMark(write_id, expected_upper, new_upper, stored.num_rows)
+        rows = sum(r.rows for r in refs)
+        mark = WriteMark(write_id, expected_upper, new_upper, rows)
         uncertain = False
         pending = [initial]
         replaced: list[str] = []
@@ -118,7 +185,7 @@ class ShardWrites(ShardCore):
                 raise _finalized(current)
             if current.upper != expected_upper:
                 return AppendResult(False, current.upper, current)
-            new, written, old_rollups = self._appended(current, ref, new_upper)
+            new, written, old_rollups = self._appended(current, refs, new_upper)
             writes = new.writes if carry is None else new.writes.carried(carry, self.write_memory)
             new = attrs.evolve(new, writes=writes.recorded([mark], self.write_memory))
             try:
@@ -136,26 +203,24 @@ class ShardWrites(ShardCore):
         try:
             result = self.retry()(attempt)
         except BaseException:
-            if ref is not None and not uncertain:
-                self.blob.delete(ref.key(self.shard_id))
+            if not uncertain:
+                self.blob.delete_many(owned)
             raise
-        if not result.ok and ref is not None:
-            self.blob.delete(ref.key(self.shard_id))
+        if not result.ok:
+            self.blob.delete_many(owned)
         if result.ok:
             self.blob.delete_many(replaced)
-            self._log.debug(
-                "appended", upper=result.upper, rows=stored.num_rows, replayed=result.replayed
-            )
+            self._log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed)
         return result
 
     def _appended(
-        self, state: ShardState, ref: BatchRef | None, new_upper: int
+        self, state: ShardState, refs: Sequence[BatchRef], new_upper: int
     ) -> tuple[ShardState, list[str], list[str]]:
-        """``state`` with ``ref`` appended (rolling entries up as needed).
+        """``state`` with ``refs`` appended (rolling entries up as needed).
 
         Returns the new state, the blobs written for it, and the blobs it no longer references.
         """
-        inline = state.batches if ref is None else (*state.batches, ref)
+        inline = (*state.batches, *refs)
         rollups = state.rollups
         written: list[str] = []
         replaced: list[str] = []
@@ -163,7 +228,7 @@ class ShardWrites(ShardCore):
             rollup = self._write_rollup(state.batches)
             written.append(rollup.key(self.shard_id))
             rollups = (*rollups, rollup)
-            inline = () if ref is None else (ref,)
+            inline = tuple(refs)
             if len(rollups) > self.max_rollups:
                 merged = self._write_rollup([b for r in rollups for b in self._rollup_entries(r)])
                 written.append(merged.key(self.shard_id))

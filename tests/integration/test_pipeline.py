@@ -188,14 +188,17 @@ def test_copy_of_an_empty_delta_still_moves_the_upper(
 
 
 @pytest.mark.parametrize("since", [3, 5])
+@pytest.mark.parametrize("engine", ["arrow", pytest.param("spark", marks=pytest.mark.spark)])
 def test_copy_after_compaction_past_the_target_upper_is_exact(
-    consensus: Consensus, blob: BlobStore, since: int
+    consensus: Consensus, blob: BlobStore, since: int, engine: str, request: pytest.FixtureRequest
 ) -> None:
     """When compaction advanced copied times to the target's upper (3) or past it, the copy
-    diffs instead of selecting by time."""
+    diffs instead of selecting by time (on Spark: transformed source minus target, written by
+    the executors)."""
+    chosen = engine_named(engine, request.getfixturevalue("spark") if engine == "spark" else None)
     source = source_shard(consensus, blob)
     target = target_shard(consensus, blob)
-    copy_transformed(source, target, [to_new], NEW, fence=None, engine="arrow")
+    chosen.copy_transformed(source, target, [to_new], NEW, fence=None)
     append(
         source,
         updates(V1, [{"id": 5, "name": "e", "owner": None, "tags": None}], ts=3),
@@ -203,8 +206,9 @@ def test_copy_after_compaction_past_the_target_upper_is_exact(
     )
     source.advance_since(since)
     assert source.compact().applied
-    copy_transformed(source, target, [to_new], NEW, fence=None, engine="arrow")
+    chosen.copy_transformed(source, target, [to_new], NEW, fence=None)
     assert canonical(target.snapshot()) == expected_copy(source)
+    assert target.state().upper == source.state().upper
 
 
 @attrs.define
@@ -311,8 +315,11 @@ def spark_engine(spark: SparkSessionProvider) -> SparkEngine:
     return SparkEngine(spark)
 
 
-def engine_named(name: str, spark: SparkSessionProvider) -> Engine:
-    return ArrowEngine() if name == "arrow" else SparkEngine(spark)
+def engine_named(name: str, spark: SparkSessionProvider | None) -> Engine:
+    if name == "arrow":
+        return ArrowEngine()
+    assert spark is not None
+    return SparkEngine(spark)
 
 
 @pytest.mark.spark

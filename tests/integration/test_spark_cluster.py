@@ -2,8 +2,8 @@
 the pyspark wheel, orchestrator.sparkcluster), driven through the real CLI in its own process
 (this test process already runs a local SparkSession, and Spark allows one per process).
 
-Reads on the cluster agree with arrow; a compaction on the cluster with
-``spark.driver.maxResultSize=1m`` keeps every row of a shard far larger than 1 MiB (executors
+Reads on the cluster agree with arrow; a compaction and a REWRITE copy on the cluster with
+``spark.driver.maxResultSize=1m`` keep every row of a shard far larger than 1 MiB (executors
 write the batches, the driver only commits their references); a read whose result passes that
 limit is one error line naming the setting, not a Py4J traceback.
 """
@@ -139,3 +139,54 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
     assert done.returncode == 2, done.stderr[-3000:]
     assert "spark.driver.maxResultSize" in done.stderr
     assert "Traceback" not in done.stderr and "Py4J" not in done.stderr
+
+
+COPY_SCRIPT = """
+import json, sys
+import pyarrow as pa, pyarrow.compute as pc
+from kazoo.client import KazooClient
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.pipeline import SparkConfig, copy_transformed
+from catalog.shard import Shard
+
+NEW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
+
+def to_new(batch):
+    return pa.RecordBatch.from_arrays([batch.column("id"), pc.utf8_upper(batch.column("name"))],
+                                      schema=NEW)
+
+hosts, root, blob_uri, source_id, target_id, master = sys.argv[1:7]
+client = KazooClient(hosts=hosts)
+client.start(timeout=30)
+consensus = Consensus(client, root)
+blob = BlobStore.from_uri(blob_uri)
+config = SparkConfig.of(master, {"spark.driver.maxResultSize": "1m",
+                                 "spark.executor.memory": "512m"}, blob_shared=True)
+rows = copy_transformed(Shard(consensus, blob, source_id), Shard(consensus, blob, target_id),
+                        [to_new], NEW, fence=None, engine="spark", spark=config)
+print(json.dumps({"rows": rows}))
+client.stop()
+"""
+
+
+def test_rewrite_copy_on_a_cluster_passes_no_rows_through_the_driver(
+    shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster
+) -> None:
+    """A REWRITE copy of 160,000 stored rows on the cluster with maxResultSize=1m: the
+    executors write the target's batches and the driver commits their references; the target
+    holds the transformed source."""
+    new = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
+    target = Shard(shard.consensus, shard.blob, f"t-{uuid.uuid4().hex[:8]}")
+    target.create(new)
+    args = [zk_env.hosts, shard.consensus.root, shard.blob.uri, shard.shard_id, target.shard_id]
+    command = [sys.executable, "-c", COPY_SCRIPT, *args, cluster.master_url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["rows"] == 160_000
+    state = target.state()
+    assert state.upper == shard.state().upper and state.batch_count >= 2  # one per partition
+    source_rows = shard.snapshot().to_pylist()
+    expected = sorted((r["id"], r["name"].upper(), r[DIFF]) for r in source_rows)
+    got = sorted((r["id"], r["label"], r[DIFF]) for r in target.snapshot().to_pylist())
+    assert got == expected

@@ -16,7 +16,7 @@ from catalog.errors import (
     ConfigurationError,
     ShardError,
 )
-from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, _SourceMoved
+from catalog.pipeline.rewrite import _copy, _CopyPlan, _SourceMoved
 from catalog.pipeline.spark.expressions import (
     _col,
     _null_of,
@@ -31,6 +31,7 @@ from catalog.pipeline.spark.workers import (
     _pickle_transforms,
     _raise_worker_error,
     _transform_partition,
+    _transform_write_partition,
     _write_partition,
 )
 from catalog.pipeline.transforms import Transform
@@ -241,34 +242,81 @@ class SparkEngine:
         *,
         fence: Fence | None,
     ) -> int:
+        """The REWRITE copy on the executors: they read the source's updates in
+        ``[lower, upper)``, run the transforms and write the target's batch files; the driver
+        commits their references in one compare-and-append. The ``by_diff`` delta (transformed
+        source minus target, consolidated) runs on Spark too. No row passes the driver."""
         payload = _pickle_transforms(transforms)
-        out_schema = _update_schema(new_schema)
 
-        def produce(plan: _CopyPlan) -> pa.Table:
-            if plan.by_diff:
-                # Rare (compaction advanced copied times): the diff needs the whole target
-                # in memory anyway, so it runs on arrow.
-                return _diff_delta(source, target, plan, transforms, new_schema)
-            live = plan.source.live_schema
-            refs = [b for b in source.batches(plan.source) if _overlaps(b, plan.lower, plan.upper)]
-            frame = self.updates_frame(source, plan.source, refs, live)
-            frame = frame.where((_col(TS) >= plan.lower) & (_col(TS) < plan.upper))
-            spark_out = spark_schema(new_schema)
-            spark_arrow = _spark_arrow_schema(spark_out)
-            body = functools.partial(
-                _transform_partition, payload, _update_schema(live), new_schema, spark_arrow
-            )
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
-                mapped = frame.mapInArrow(body, spark_out)
+        def produce(plan: _CopyPlan) -> list[BatchRef]:
+            target_schema = plan.target.live_schema
+            if not target_schema.equals(new_schema):
+                raise ShardError(
+                    f"shard {target.shard_id} does not hold the release's new schema",
+                    reason="target-schema",
+                    shard_id=target.shard_id,
+                )
             try:
-                return restore_table(self._collect(mapped), out_schema)
+                if plan.by_diff:
+                    written = self._diff_delta_written(source, target, plan, payload, new_schema)
+                else:
+                    written = self._delta_written(source, target, plan, payload, new_schema)
             except _spark_errors() as exc:
                 if source.state().version != plan.source.version:
                     raise _SourceMoved() from exc
-                raise
+                _raise_worker_error(exc)
+                _raise_resource_error(exc)
+                raise SparkJobError.of(exc, f"copy into shard {target.shard_id}") from exc
+            schema_id = plan.target.schema_id
+            refs = [
+                BatchRef(r["name"], schema_id, r["rows"], r["lower"], r["upper"]) for r in written
+            ]
+            return sorted(refs, key=lambda b: (b.lower, b.name))
 
         return _copy(source, target, fence, produce, self.name)
+
+    def _updates_between(self, source: Shard, plan: _CopyPlan, lower: int) -> Any:
+        """The source's updates with ``_ts`` in ``[lower, plan.upper)``, in its live schema."""
+        refs = [b for b in source.batches(plan.source) if _overlaps(b, lower, plan.upper)]
+        frame = self.updates_frame(source, plan.source, refs, plan.source.live_schema)
+        return frame.where((_col(TS) >= lower) & (_col(TS) < plan.upper))
+
+    def _delta_written(
+        self, source: Shard, target: Shard, plan: _CopyPlan, payload: bytes, new_schema: pa.Schema
+    ) -> list[Any]:
+        frame = self._updates_between(source, plan, plan.lower)
+        body = functools.partial(
+            _transform_write_partition, payload, _update_schema(plan.source.live_schema),
+            new_schema, target.blob.uri, target.shard_id,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            return list(frame.mapInArrow(body, _WRITTEN_SCHEMA).collect())
+
+    def _diff_delta_written(
+        self, source: Shard, target: Shard, plan: _CopyPlan, payload: bytes, new_schema: pa.Schema
+    ) -> list[Any]:
+        """``transform(source) - target`` at time ``upper - 1``, consolidated (see
+        ``_CopyPlan.by_diff``), written by the executors."""
+        from pyspark.sql import functions as F
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            spark_out = spark_schema(new_schema)
+            body = functools.partial(
+                _transform_partition, payload, _update_schema(plan.source.live_schema),
+                new_schema, _spark_arrow_schema(spark_out),
+            )  # fmt: skip
+            full = self._updates_between(source, plan, 0).mapInArrow(body, spark_out)
+            held_refs = [b for b in target.batches(plan.target) if b.lower < plan.lower]
+            held = self.updates_frame(target, plan.target, held_refs, new_schema)
+            held = held.where(_col(TS) < plan.lower).withColumn(DIFF, -_col(DIFF))
+            both = full.unionByName(held).withColumn(TS, F.lit(plan.upper - 1).cast("long"))
+            delta = consolidate_frame(both, new_schema)
+            writer = functools.partial(
+                _write_partition, target.blob.uri, target.shard_id, update_schema(new_schema)
+            )
+            return list(delta.mapInArrow(writer, _WRITTEN_SCHEMA).collect())
 
 
 def _spark_arrow_schema(struct: Any) -> pa.Schema:

@@ -21,6 +21,7 @@ from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.shard import (
     TS,
     BatchRef,
+    update_schema,
 )
 
 # A ShardError raised in a worker reaches the driver as text; this marker carries its data.
@@ -74,11 +75,15 @@ def _write_partition(
     ordered = _is_sortable(schema)
     if ordered:
         table = table.sort_by([(n, "ascending") for n in table.column_names])
+    yield _write_batch(BlobStore.from_uri(uri), shard_id, table, ordered)
+
+
+def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool) -> pa.RecordBatch:
+    """Write ``table`` as a new batch file of ``shard_id``; its entry (``_WRITTEN_SCHEMA``)."""
     bounds = pc.min_max(table.column(TS))
     name = uuid.uuid4().hex
-    ref = BatchRef(name, 0, table.num_rows, 0, 0)
-    BlobStore.from_uri(uri).put_batch(ref.key(shard_id), table)
-    yield pa.RecordBatch.from_pydict(
+    store.put_batch(BatchRef(name, 0, table.num_rows, 0, 0).key(shard_id), table)
+    return pa.RecordBatch.from_pydict(
         {
             "name": [name],
             "rows": [table.num_rows],
@@ -87,6 +92,48 @@ def _write_partition(
             "ordered": [ordered],
         }
     )
+
+
+# A REWRITE partition is written in files of at most this many rows, so a task holds one
+# file's rows at a time, not its whole partition.
+_COPY_FILE_ROWS = 1_000_000
+
+
+def _transform_write_partition(
+    payload: bytes,
+    source_schema: pa.Schema,
+    new_schema: pa.Schema,
+    uri: str,
+    shard_id: str,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the REWRITE copy on executors: exact Arrow types in, the transforms,
+    the target's batch files written here (one per ``_COPY_FILE_ROWS`` rows); yields each
+    file's entry (name, rows, time bounds) for the driver's one compare-and-append."""
+    from pyspark import cloudpickle
+
+    transforms = cloudpickle.loads(payload)
+    stored = update_schema(new_schema)
+    store = BlobStore.from_uri(uri)
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows:
+            exact = _restore_batch(batch, source_schema)
+            try:
+                pending.append(apply_transforms(exact, transforms, new_schema))
+            except ShardError as exc:
+                raise _worker_error(exc) from exc
+            rows += batch.num_rows
+        if pending and rows >= _COPY_FILE_ROWS:
+            yield _write_batch(
+                store, shard_id, restore_table(pa.Table.from_batches(pending), stored), False
+            )
+            pending, rows = [], 0
+    if pending:
+        yield _write_batch(
+            store, shard_id, restore_table(pa.Table.from_batches(pending), stored), False
+        )
 
 
 def _pickle_transforms(transforms: Sequence[Transform]) -> bytes:
