@@ -8,6 +8,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.consensus import Fence
+from catalog.pipeline.output import PART_ROWS, SnapshotWritten, finish, open_output, write_part
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, transform_table
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import read_updates
@@ -24,9 +25,29 @@ class ArrowEngine:
     name: str = "arrow"
 
     def snapshot(
-        self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        limit: int | None = None,
     ) -> pa.Table:
-        return shard.snapshot(as_of, reader_schema)
+        table = shard.snapshot(as_of, reader_schema)
+        return table if limit is None else table.slice(0, limit)
+
+    def write_snapshot(
+        self,
+        shard: Shard,
+        output: str,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+    ) -> SnapshotWritten:
+        """The snapshot as Parquet parts in the new directory ``output`` (pipeline.output)."""
+        store = open_output(output)
+        table = shard.snapshot(as_of, reader_schema)
+        step = PART_ROWS
+        parts = [write_part(store, table.slice(i, step)) for i in range(0, table.num_rows, step)]
+        return finish(store, output, parts, table.num_rows)
 
     def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
         """``Shard.compact``: flat schemas consolidate by sorting, nested ones by hashing."""

@@ -16,6 +16,7 @@ from catalog.errors import (
     BadInputError,
 )
 from catalog.pipeline.arrow import ArrowEngine
+from catalog.pipeline.output import SnapshotWritten
 from catalog.pipeline.spark.config import SparkConfig, is_local_master
 from catalog.pipeline.spark.engine import SparkEngine
 from catalog.pipeline.spark.session import SparkSessionProvider, spark_provider
@@ -49,9 +50,25 @@ class Engine(Protocol):
         ...
 
     def snapshot(
-        self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        limit: int | None = None,
     ) -> pa.Table:
-        """The shard as of ``as_of`` in ``reader_schema``, consolidated (``Shard.snapshot``)."""
+        """The shard as of ``as_of`` in ``reader_schema``, consolidated (``Shard.snapshot``);
+        at most ``limit`` rows."""
+        ...
+
+    def write_snapshot(
+        self,
+        shard: Shard,
+        output: str,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+    ) -> SnapshotWritten:
+        """The snapshot as Parquet parts in the new directory ``output`` (pipeline.output)."""
         ...
 
     def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:

@@ -152,7 +152,19 @@ def _cell(value: Any) -> str:
 @click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
 @click.option("--as-of", type=click.IntRange(min=0), default=None, help="Time (default: upper-1).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines, one row each.")
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="Print at most N rows.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Print at most N rows (Spark computes only those).",
+)
+@click.option(
+    "--output",
+    default=None,
+    metavar="DIR",
+    help="Write the rows as Parquet parts into this new directory (or URI) instead of "
+    "printing them; on Spark the executors write them.",
+)
 @engine_options
 @zk_options
 @handle_errors
@@ -163,6 +175,7 @@ def read_command(
     as_of: int | None,
     as_json: bool,
     limit: int | None,
+    output: str | None,
     engine: str,
     spark_master: str | None,
     spark_conf: tuple[str, ...],
@@ -175,28 +188,49 @@ def read_command(
     from rich.console import Console
     from rich.table import Table
 
+    from catalog.errors import BadInputError
     from catalog.shard import DIFF, TS
 
+    if output is not None and limit is not None:
+        raise BadInputError("--limit does not apply to --output (it writes every row)")
     spark = spark_config(spark_master, spark_conf, blob_shared)
     with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
-        table = _with_progress(
-            lambda: chosen.snapshot(shard, as_of), chosen, f"reading {collection}"
+        if output is not None:
+            if chosen.name == "spark":  # executors write there: they must see the path
+                local = "://" not in output or output.startswith("file://")
+                spark.check_blob(output, local, _spark_for(ctx, spark).master)
+            written = _with_progress(
+                lambda: chosen.write_snapshot(shard, output, as_of),
+                chosen,
+                f"writing {collection} to {output}",
+            )
+        else:
+            table = _with_progress(
+                lambda: chosen.snapshot(shard, as_of, limit=limit), chosen, f"reading {collection}"
+            )
+    if output is not None:
+        parts = len(written.parts)
+        click.echo(
+            json.dumps({"collection": collection, "engine": chosen.name, **written.to_json()})
+            if as_json
+            else f"wrote {written.rows} rows of {collection} in {parts} part(s) to {output}"
         )
+        return
     rows = table.to_pylist()
-    shown = rows if limit is None else rows[:limit]
     if as_json:
-        for row in shown:
+        for row in rows:
             click.echo(json.dumps(row, default=str))
         return
     time_read = rows[0][TS] if rows else as_of
+    limited = f" (--limit {limit})" if limit is not None else ""
     view = Table(
         title=f"{collection} as of {time_read if time_read is not None else '-'}",
-        caption=f"{len(shown)} of {len(rows)} rows (engine {chosen.name})",
+        caption=f"{len(rows)} rows{limited} (engine {chosen.name})",
     )
     names = [n for n in table.column_names if n != TS]
     for name in names:
         view.add_column(name, justify="right" if name == DIFF else "left")
-    for row in shown:
+    for row in rows:
         view.add_row(*[_cell(row[n]) for n in names])
     Console().print(view)
 

@@ -806,3 +806,41 @@ def test_cli_refuses_a_local_blob_with_a_cluster_master_and_bad_spark_conf(
     assert result.exit_code == 2, result.output
     assert "'executor.memory=4g'" in result.output
     assert source.state().version == version
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cli_read_output_writes_exact_parquet_parts_on_both_engines(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv, spark: SparkSessionProvider, tmp_path: Any
+) -> None:
+    """read --output DIR writes the snapshot as Parquet parts (exact types, a _SUCCESS
+    manifest) on either engine; a non-empty DIR and --limit with --output exit 2; --limit on
+    Spark returns exactly that many rows."""
+    import pyarrow.parquet as pq
+
+    source = source_shard(consensus, blob)
+    bootstrap(consensus, blob, source)
+    expected = source.snapshot()
+    name = ["--collection", "mz_catalog.items"]
+    for engine in ("arrow", "spark"):
+        out = tmp_path / f"out-{engine}"
+        result = run_cli(
+            zk_env, "read", *name, "--engine", engine, "--output", str(out), "--json", spark=spark
+        )
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["rows"] == expected.num_rows and summary["engine"] == engine
+        manifest = json.loads((out / "_SUCCESS").read_text())
+        parts = [pq.read_table(out / part) for part in manifest["parts"]]
+        got = pa.concat_tables(parts)
+        assert got.schema == expected.schema
+        assert canonical(got) == canonical(expected)
+        again = run_cli(zk_env, "read", *name, "--engine", engine, "--output", str(out))
+        assert again.exit_code == 2 and "not empty" in again.output
+    both = run_cli(zk_env, "read", *name, "--output", str(tmp_path / "x"), "--limit", "1")
+    assert both.exit_code == 2
+    limited = run_cli(
+        zk_env, "read", *name, "--engine", "spark", "--limit", "2", "--json", spark=spark
+    )
+    assert limited.exit_code == 0, limited.output
+    assert len(limited.stdout.splitlines()) == 2

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from kazoo.client import KazooClient
 
@@ -111,10 +112,11 @@ def cli(
 
 
 def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_limit(
-    shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster
+    shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
     """read --engine spark on the cluster gives arrow's rows; compaction on the cluster with
-    spark.driver.maxResultSize=1m keeps them all; the same limit on a read is an error line."""
+    spark.driver.maxResultSize=1m keeps them all; the same limit on a read is an error line,
+    and read --output (the executors write the parts) passes under it."""
     expected = shard.snapshot()
     assert expected.num_rows == 80_000  # the first batch was retracted
     done = cli(zk_env, cluster, "read", "--json")
@@ -139,6 +141,15 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
     assert done.returncode == 2, done.stderr[-3000:]
     assert "spark.driver.maxResultSize" in done.stderr
     assert "Traceback" not in done.stderr and "Py4J" not in done.stderr
+
+    # The same read written by the executors (read --output) passes under the limit.
+    out = tmp_path / "snapshot"
+    done = cli(zk_env, cluster, "read", "--json", "--output", str(out), *small)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["rows"] == expected.num_rows
+    parts = json.loads((out / "_SUCCESS").read_text())["parts"]
+    got = pa.concat_tables([pq.read_table(out / part) for part in parts])
+    assert got.schema == expected.schema and canonical(got) == canonical(expected)
 
 
 COPY_SCRIPT = """

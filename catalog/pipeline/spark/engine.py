@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -13,9 +14,9 @@ import structlog
 
 from catalog.consensus import Fence
 from catalog.errors import (
-    ConfigurationError,
     ShardError,
 )
+from catalog.pipeline.output import SnapshotWritten, finish, open_output
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _SourceMoved
 from catalog.pipeline.spark.expressions import (
     _col,
@@ -24,15 +25,18 @@ from catalog.pipeline.spark.expressions import (
     migrate_expression,
     spark_path,
 )
+from catalog.pipeline.spark.failures import SparkJobError, _raise_resource_error, _spark_errors
 from catalog.pipeline.spark.session import _PANDAS_WARNING, SparkSessionProvider, spark_provider
 from catalog.pipeline.spark.types import _read_schema, restore_table, spark_schema
 from catalog.pipeline.spark.workers import (
+    _PARTS_SCHEMA,
     _WRITTEN_SCHEMA,
     _pickle_transforms,
     _raise_worker_error,
     _transform_partition,
     _transform_write_partition,
     _write_partition,
+    _write_snapshot_partition,
 )
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import _overlaps, _update_schema
@@ -128,13 +132,20 @@ class SparkEngine:
         return consolidate_frame(frame, reader), reader
 
     def snapshot(
-        self, shard: Shard, as_of: int | None = None, reader_schema: pa.Schema | None = None
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        limit: int | None = None,
     ) -> pa.Table:
-        """``Shard.snapshot`` computed by Spark: the same rows and exactly the same schema."""
+        """``Shard.snapshot`` computed by Spark: the same rows and exactly the same schema,
+        collected into this process (``limit`` is applied by Spark, before the collect)."""
         state = shard.state()
 
         def attempt() -> pa.Table:
             frame, reader = self.snapshot_frame(shard, as_of, reader_schema, state=state)
+            frame = frame if limit is None else frame.limit(limit)
             return restore_table(self._collect(frame), update_schema(reader))
 
         def moved(exc: Exception) -> bool:
@@ -174,6 +185,26 @@ class SparkEngine:
                 _raise_worker_error(exc)
                 _raise_resource_error(exc)
                 raise
+
+    def write_snapshot(
+        self,
+        shard: Shard,
+        output: str,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+    ) -> SnapshotWritten:
+        """The snapshot written by the executors as Parquet parts in the new directory
+        ``output`` (catalog.pipeline.output): no row passes this process."""
+        store = open_output(output)
+        with shard.lease(holder=f"read-output-{os.getpid()}", as_of=as_of):
+            frame, reader = self.snapshot_frame(shard, as_of, reader_schema)
+            writer = functools.partial(_write_snapshot_partition, store.uri, update_schema(reader))
+            try:
+                parts = frame.mapInArrow(writer, _PARTS_SCHEMA).collect()
+            except _spark_errors() as exc:
+                _raise_resource_error(exc)
+                raise SparkJobError.of(exc, f"snapshot of shard {shard.shard_id}") from exc
+        return finish(store, output, [p["name"] for p in parts], sum(p["rows"] for p in parts))
 
     # -- compaction -------------------------------------------------------------------------
 
@@ -324,48 +355,3 @@ def _spark_arrow_schema(struct: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(struct, timezone="UTC")
-
-
-class SparkJobError(ShardError):
-    """A Spark job failed for a reason of its own (not a worker's ShardError): one line."""
-
-    @classmethod
-    def of(cls, exc: BaseException, job: str) -> SparkJobError:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        # A Py4J error reads "An error occurred while calling X.\n: java...Exception: why".
-        cause = [line[2:] for line in lines if line.startswith(": ")]
-        first = (cause or lines or [type(exc).__name__])[0]
-        return cls(
-            f"the Spark job ({job}) failed: {first.strip()[:300]}",
-            reason="spark-job-failed",
-            job=job,
-        )
-
-
-def _raise_resource_error(exc: BaseException) -> None:
-    """Re-raise a Spark failure a setting explains as an error line naming the setting."""
-    text = str(exc)
-    if "maxResultSize" in text:
-        raise ConfigurationError(
-            "the result Spark sends to this process is larger than spark.driver.maxResultSize: "
-            "raise it (--spark-conf spark.driver.maxResultSize=4g, 0 for no limit), and "
-            "spark.driver.memory with it, or read fewer rows (--limit)",
-            setting="spark.driver.maxResultSize",
-            suggestion="--spark-conf spark.driver.maxResultSize=4g",
-        ) from exc
-    if "ExecutorLostFailure" in text or "OutOfMemoryError" in text:
-        raise ConfigurationError(
-            "a Spark executor was lost (out of memory or killed): give executors more memory "
-            "(--spark-conf spark.executor.memory=4g) or more partitions "
-            "(--spark-conf spark.sql.shuffle.partitions=N), and see the workers' logs",
-            setting="spark.executor.memory",
-            suggestion="--spark-conf spark.executor.memory=4g",
-        ) from exc
-
-
-def _spark_errors() -> tuple[type[Exception], ...]:
-    """The exceptions a failed Spark job raises in the driver."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    return (PySparkException, Py4JJavaError)

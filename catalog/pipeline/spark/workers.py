@@ -7,7 +7,7 @@ import json
 import sys
 import types
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,6 +16,7 @@ from catalog.blob import BlobStore
 from catalog.errors import (
     ShardError,
 )
+from catalog.pipeline.output import PART_ROWS, write_part
 from catalog.pipeline.spark.types import _is_sortable, _restore_batch, restore_table
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.shard import (
@@ -94,11 +95,6 @@ def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool
     )
 
 
-# A REWRITE partition is written in files of at most this many rows, so a task holds one
-# file's rows at a time, not its whole partition.
-_COPY_FILE_ROWS = 1_000_000
-
-
 def _transform_write_partition(
     payload: bytes,
     source_schema: pa.Schema,
@@ -108,32 +104,58 @@ def _transform_write_partition(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the REWRITE copy on executors: exact Arrow types in, the transforms,
-    the target's batch files written here (one per ``_COPY_FILE_ROWS`` rows); yields each
+    the target's batch files written here (one per ``PART_ROWS`` rows); yields each
     file's entry (name, rows, time bounds) for the driver's one compare-and-append."""
     from pyspark import cloudpickle
 
     transforms = cloudpickle.loads(payload)
     stored = update_schema(new_schema)
     store = BlobStore.from_uri(uri)
+
+    def transformed() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                try:
+                    exact = _restore_batch(batch, source_schema)
+                    yield apply_transforms(exact, transforms, new_schema)
+                except ShardError as exc:
+                    raise _worker_error(exc) from exc
+
+    for part in _in_parts(transformed()):
+        table = restore_table(pa.Table.from_batches(part), stored)
+        yield _write_batch(store, shard_id, table, False)
+
+
+_PARTS_SCHEMA = "name string, rows long"
+
+
+def _in_parts(batches: Iterable[pa.RecordBatch]) -> Iterator[list[pa.RecordBatch]]:
+    """``batches`` (empty ones dropped) grouped into lists of about ``PART_ROWS`` rows, so a
+    task holds one part's rows at a time, not its whole partition."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
-        if batch.num_rows:
-            exact = _restore_batch(batch, source_schema)
-            try:
-                pending.append(apply_transforms(exact, transforms, new_schema))
-            except ShardError as exc:
-                raise _worker_error(exc) from exc
-            rows += batch.num_rows
-        if pending and rows >= _COPY_FILE_ROWS:
-            yield _write_batch(
-                store, shard_id, restore_table(pa.Table.from_batches(pending), stored), False
-            )
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= PART_ROWS:
+            yield pending
             pending, rows = [], 0
     if pending:
-        yield _write_batch(
-            store, shard_id, restore_table(pa.Table.from_batches(pending), stored), False
-        )
+        yield pending
+
+
+def _write_snapshot_partition(
+    uri: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of ``read --output``: a partition's rows in exact types, written as
+    part files of at most about ``PART_ROWS`` rows into the output directory ``uri``."""
+    store = BlobStore.from_uri(uri)
+    for part in _in_parts(batches):
+        table = restore_table(pa.Table.from_batches(part), schema)
+        name = write_part(store, table)
+        yield pa.RecordBatch.from_pydict({"name": [name], "rows": [table.num_rows]})
 
 
 def _pickle_transforms(transforms: Sequence[Transform]) -> bytes:
