@@ -32,16 +32,14 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
-    OperationTimeoutError,
     RolledBackError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from catalog.budget import (
     MAX_OPS_PER_TRANSACTION,
@@ -52,12 +50,13 @@ from catalog.budget import (
     too_large,
 )
 from catalog.errors import (
-    ConnectionLostError,
     ConsensusError,
     CorruptStateError,
     FencedError,
     VersionMismatchError,
 )
+from catalog.zkerrors import CONNECTION_ERRORS as CONNECTION_ERRORS  # the home: zkerrors
+from catalog.zkerrors import access_denied, translated
 
 log = structlog.get_logger(__name__)
 
@@ -67,13 +66,6 @@ ROOT = "/catalog-upgrade"
 # Keep values far below ZooKeeper's 1 MB jute.maxbuffer; callers split or roll up above this.
 MAX_VALUE_BYTES = 512 * 1024
 # A multi-op request is bounded by jute.maxbuffer as well; callers chunk above this many ops.
-
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionLoss,
-    SessionExpiredError,
-    OperationTimeoutError,
-    KazooTimeoutError,
-)
 
 
 def env_root(env: str) -> str:
@@ -208,11 +200,10 @@ class Consensus:
         """The value and version of ``key``, or None when it does not exist."""
         started = time.perf_counter()
         try:
-            data, stat = self.client.get(self.path(key))
+            with translated(f"reading {key}", key):
+                data, stat = self.client.get(self.path(key))
         except NoNodeError:
             return None
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(f"ZooKeeper did not answer reading {key}", key=key) from exc
         finally:
             self._observe("get", started)
         return Versioned(
@@ -233,49 +224,54 @@ class Consensus:
         asyncs = [(key, self.client.get_async(self.path(key))) for key in keys]
         out: dict[str, Versioned | None] = {}
         try:
-            for key, result in asyncs:
-                try:
-                    data, stat = result.get()
-                except NoNodeError:
-                    out[key] = None
-                else:
-                    out[key] = Versioned(
-                        value=data,
-                        version=stat.version,
-                        created=stat.ctime / 1000,
-                        key=key,
-                        modified=stat.mtime / 1000,
-                    )
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError("ZooKeeper did not answer a batched read") from exc
+            with translated("a batched read", keys[0] if keys else ""):
+                self._gather(asyncs, out)
         finally:
             self._observe("get_many", started)
         return out
 
+    @staticmethod
+    def _gather(asyncs: list[tuple[str, Any]], out: dict[str, Versioned | None]) -> None:
+        for key, result in asyncs:
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                out[key] = None
+            else:
+                out[key] = Versioned(
+                    value=data,
+                    version=stat.version,
+                    created=stat.ctime / 1000,
+                    key=key,
+                    modified=stat.mtime / 1000,
+                )
+
     def children(self, key: str) -> list[str]:
         """Child names of ``key`` (empty when it does not exist), sorted."""
         try:
-            return sorted(self.client.get_children(self.path(key)))
+            with translated(f"listing {key}", key):
+                return sorted(self.client.get_children(self.path(key)))
         except NoNodeError:
             return []
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(f"ZooKeeper did not answer listing {key}", key=key) from exc
 
     def exists(self, key: str) -> bool:
-        try:
+        with translated(f"for {key}", key):
             return self.client.exists(self.path(key)) is not None
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(f"ZooKeeper did not answer for {key}", key=key) from exc
 
     # -- writes -----------------------------------------------------------------------------
 
     def ensure(self, *keys: str) -> None:
-        """Create empty container znodes (idempotent; no data, so no CAS is needed)."""
-        try:
+        """Create empty container znodes (idempotent; no data, so no CAS is needed).
+
+        The shared parent of every environment (``/catalog-upgrade``) is created open, so that
+        a secured environment does not lock the others out; everything below gets the client's
+        default ACL (``orchestrator.zkauth``)."""
+        with translated("creating paths", keys[0] if keys else ""):
+            if not self.client.exists(ROOT):
+                with contextlib.suppress(NodeExistsError):
+                    self.client.create(ROOT, b"", acl=OPEN_ACL_UNSAFE)
             for key in ("", *keys):
                 self.client.ensure_path(self.path(key))
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError("ZooKeeper did not answer creating paths") from exc
 
     def cas(
         self, key: str, value: bytes, expected_version: int, *, fence: Fence | None = None
@@ -323,12 +319,8 @@ class Consensus:
             else:
                 txn.check(path, op.version)
         try:
-            results = txn.commit()
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(
-                "ZooKeeper did not answer a transaction; its outcome is unknown",
-                keys=[op.key for op in ops],
-            ) from exc
+            with translated("a transaction; its outcome is unknown", ops[0].key):
+                results = txn.commit()
         finally:
             self._observe("commit", started)
         failed = [
@@ -341,6 +333,8 @@ class Consensus:
                 self.after_fenced_write(ops[0].key)
             return list(results[1:] if fence is not None else results)
         op, error = failed[0]
+        if isinstance(error, NoAuthError):
+            raise access_denied(op.key) from error
         if fence is not None and op is all_ops[0]:
             raise FencedError(
                 f"fenced: epoch moved past version {fence.version} of {fence.key}",
@@ -388,8 +382,7 @@ class Consensus:
     def delete_tree(self, key: str) -> None:
         """Remove ``key`` and everything below it (test and cleanup helper)."""
         try:
-            self.client.delete(self.path(key), recursive=True)
+            with translated(f"deleting {key}", key):
+                self.client.delete(self.path(key), recursive=True)
         except NoNodeError:
             return
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(f"ZooKeeper did not answer deleting {key}", key=key) from exc

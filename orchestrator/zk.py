@@ -20,6 +20,7 @@ from kazoo.retry import KazooRetry
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
 from orchestrator.failpoints import CrashFailpoint, LostAnswerFailpoint
+from orchestrator.zkauth import ZkAuth
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -51,15 +52,24 @@ def reconnect_retry(session_timeout: float) -> KazooRetry:
     )
 
 
-def new_client(zk: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> KazooClient:
-    """An unstarted client for ``zk``; BadInputError (exit 2) for a malformed string."""
+def new_client(
+    zk: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT, auth: ZkAuth | None = None
+) -> KazooClient:
+    """An unstarted client for ``zk``; BadInputError (exit 2) for a malformed string.
+
+    With credentials (``auth``, else ``CATALOG_UPGRADE_ZK_AUTH``: orchestrator.zkauth) the client
+    authenticates and creates every node with the secured environment's ACL.
+    """
     if not zk or not zk.strip():
         raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
+    auth = ZkAuth.from_environment() if auth is None else auth
+    secured = {} if auth is None else {"auth_data": auth.auth_data(), "default_acl": auth.acl()}
     try:
         return KazooClient(
             hosts=zk,
             timeout=session_timeout,
             connection_retry=reconnect_retry(session_timeout),
+            **secured,
         )
     except ValueError as exc:
         raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -46,8 +47,40 @@ def main(log_level: str, log_json: bool | None) -> None:
     configure_logging(log_level, json=log_json)
 
 
+def _credential_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Check a credential source at once (exit 2 naming it) and make it this process's (and
+    its children's): every ZooKeeper client reads it (orchestrator.zk.new_client)."""
+    from catalog.errors import BadInputError
+    from orchestrator.zkauth import AUTH_ENV, READ_AUTH_ENV, read_credential
+
+    if not value:
+        return
+    try:
+        read_credential(value, f"--{param.name.replace('_', '-')}" if param.name else "")
+    except BadInputError as exc:
+        raise click.BadParameter(exc.message) from exc
+    os.environ[AUTH_ENV if param.name == "zk_auth" else READ_AUTH_ENV] = value
+
+
 def zk_options(func: F) -> F:
-    """The --zk and --env options every ZooKeeper-facing command takes."""
+    """The --zk and --env options every ZooKeeper-facing command takes, and credentials."""
+    func = click.option(
+        "--zk-read-auth",
+        metavar="file:PATH|env:NAME",
+        envvar="CATALOG_UPGRADE_ZK_READ_AUTH",
+        expose_value=False,
+        callback=_credential_option,
+        help="The read-only credential a secured environment grants reads to (for status).",
+    )(func)
+    func = click.option(
+        "--zk-auth",
+        metavar="file:PATH|env:NAME",
+        envvar="CATALOG_UPGRADE_ZK_AUTH",
+        expose_value=False,
+        callback=_credential_option,
+        help="Digest credential USER:PASSWORD read from a file or an environment variable; "
+        "a secured environment's nodes are created readable and writable by it only.",
+    )(func)
     func = click.option(
         "--env",
         "env",

@@ -1,4 +1,5 @@
-"""``promote`` and ``status``: moving an upgrade forward and asking where it is."""
+"""``promote``, ``status`` and ``secure``: moving an upgrade forward, asking where it is, and
+locking an environment to its credentials."""
 
 from __future__ import annotations
 
@@ -113,3 +114,25 @@ def status_command(
                     )
         except KeyboardInterrupt:
             stop.set()
+
+
+@main.command("secure")
+@zk_options
+@handle_errors
+def secure_command(zk: str, env: str) -> None:
+    """Secure an existing environment: every node gets the ACL of --zk-auth (all rights) and
+    --zk-read-auth (read); nobody else may read or write it afterwards."""
+    from catalog.consensus import env_root
+    from catalog.errors import BadInputError
+    from orchestrator.zk import open_consensus
+    from orchestrator.zkauth import ZkAuth, secure_tree
+
+    auth = ZkAuth.from_environment()
+    if auth is None:
+        raise BadInputError("secure needs --zk-auth (the credential that will own the nodes)")
+    with open_consensus(zk, env) as consensus:
+        if not consensus.exists(""):
+            raise BadInputError(f"environment {env} does not exist", root=env_root(env))
+        count = secure_tree(consensus.client, consensus.root, auth.acl())
+    reader = f" and read by {auth.reader.user}" if auth.reader else ""
+    click.echo(f"secured {count} nodes of {env}: owned by {auth.credential.user}{reader}")
