@@ -115,18 +115,25 @@ def test_probes_are_routes_on_the_port_the_sidecar_listens_on(docs: list[dict[st
     assert seen
 
 
-def test_the_token_file_is_in_the_mounted_secret(docs: list[dict[str, Any]]) -> None:
+def mounted_secret(
+    docs: list[dict[str, Any]], spec: dict[str, Any], container: dict[str, Any], path: Path
+) -> str:
+    """The value a container reads at ``path``: a key of a Secret mounted at its directory."""
     secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mount = next(m for m in container["volumeMounts"] if path.parent == Path(m["mountPath"]))
+    secret = secrets[volumes[mount["name"]]["secret"]["secretName"]]
+    value: str = secret.get("stringData", secret.get("data", {}))[path.name]
+    return value
+
+
+def test_the_token_file_is_in_the_mounted_secret(docs: list[dict[str, Any]]) -> None:
     for spec, container in tool_containers(docs):
         context = parse(container["args"])
         token = context.params.get("http_token_file")
         if token is None:
             continue
-        path = Path(token)
-        volumes = {v["name"]: v for v in spec["volumes"]}
-        mount = next(m for m in container["volumeMounts"] if path.parent == Path(m["mountPath"]))
-        secret = secrets[volumes[mount["name"]]["secret"]["secretName"]]
-        assert path.name in secret.get("stringData", secret.get("data", {}))
+        assert mounted_secret(docs, spec, container, Path(token))
         assert context.params["http"].startswith("0.0.0.0"), "beyond loopback: the token is needed"
 
 
@@ -135,3 +142,20 @@ def test_the_promote_job_promotes_the_sidecars_generation(docs: list[dict[str, A
     sidecar = {c.params["deploy_generation"] for c in contexts if c.info_name == "sidecar"}
     promote = {c.params["deploy_generation"] for c in contexts if c.info_name == "promote"}
     assert promote == sidecar == {2}
+
+
+def test_zookeeper_credentials_come_from_a_mounted_secret(docs: list[dict[str, Any]]) -> None:
+    """Every container names its ZooKeeper credentials as file:PATH in a mounted Secret that
+    holds that key with a USER:PASSWORD value: never the secret itself in the manifest."""
+    seen = 0
+    for spec, container in tool_containers(docs):
+        for var in container.get("env", []):
+            if var["name"] not in ("CATALOG_UPGRADE_ZK_AUTH", "CATALOG_UPGRADE_ZK_READ_AUTH"):
+                continue
+            kind, _, where = var["value"].partition(":")
+            assert kind == "file", var
+            value = mounted_secret(docs, spec, container, Path(where))
+            user, sep, password = value.partition(":")
+            assert user and sep and password
+            seen += 1
+    assert seen == 3  # the sidecar's owner and reader, the Job's owner
