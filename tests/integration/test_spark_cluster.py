@@ -30,6 +30,8 @@ from catalog.environment import SHARDS_KEY, CatalogState, CollectionRef, catalog
 from catalog.shard import DIFF, TS, Shard
 from orchestrator.sparkcluster import SparkStandaloneCluster
 from support.shards import canonical
+from support.sidecars import SidecarProcess, json_lines, sidecars
+from support.sidecars import cli as tool
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
@@ -201,3 +203,52 @@ def test_rewrite_copy_on_a_cluster_passes_no_rows_through_the_driver(
     expected = sorted((r["id"], r["name"].upper(), r[DIFF]) for r in source_rows)
     got = sorted((r["id"], r["label"], r[DIFF]) for r in target.snapshot().to_pylist())
     assert got == expected
+
+
+def test_blue_green_upgrade_with_a_rewrite_copied_on_the_cluster(
+    zk_client: KazooClient, zk_env: ZkEnv, cluster: SparkStandaloneCluster, tmp_path: Path
+) -> None:
+    """0.10.0 -> 0.11.0 rewrites mz_roles (numeric ids become 'u<id>'): the read-only green
+    sidecar copies it on the cluster, the promoted green copies the delta the blue leader
+    appended meanwhile, and reads every role through the new schema."""
+    spark = [
+        "--engine", "spark", "--spark-master", cluster.master_url, "--blob-shared",
+        "--spark-conf", "spark.cores.max=1", "--spark-conf", "spark.executor.memory=512m",
+        "--spark-conf", "spark.driver.memory=512m",
+    ]  # fmt: skip
+    roles = "mz_catalog.mz_roles"
+
+    def role(i: int) -> bytes:
+        return (
+            json.dumps({"id": i, "oid": 30000 + i, "name": f"r{i}", "inherit": True}) + "\n"
+        ).encode()
+
+    with sidecars() as started:
+
+        def launch(version: str, generation: int, name: str, **options: Any) -> SidecarProcess:
+            process = SidecarProcess.start(
+                zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=name,
+                log_dir=tmp_path, blob=tmp_path / "blob", **options,
+            )  # fmt: skip
+            started.append(process)
+            return process
+
+        blue = launch("0.10.0", 1, "blue", auto_promote=True)
+        blue.wait_state("serving")
+        assert blue.http("POST", f"/append?collection={roles}", role(7))[0] == 200
+        green = launch("0.11.0", 2, "green", extra=spark)
+        green.wait_state("ready", timeout=180)
+        assert blue.http("POST", f"/append?collection={roles}", role(8))[0] == 200
+        done = tool("promote", "--zk", zk_env.hosts, "--env", zk_env.name,
+                   "--deploy-generation", "2", "--wait", "180", timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr + green.log_tail()
+        green.wait_state("serving", timeout=60)
+        status, body = green.http("GET", f"/read?collection={roles}")
+        assert status == 200, body
+        assert sorted(r["id"] for r in json_lines(body)) == ["u7", "u8"]
+        log = green.log_tail(400)
+    apps = (cluster.state() or {}).get("completedapps", []) + (cluster.state() or {}).get(
+        "activeapps", []
+    )
+    assert any(app.get("name") == "catalog-upgrade" for app in apps)
+    assert '"engine": "spark"' in log and "rewrite_append" in log
