@@ -17,7 +17,8 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
-from orchestrator.zkserver import EmbeddedZooKeeper, four_letter_word, free_port
+from orchestrator.zkserver import EmbeddedZooKeeper, free_port
+from orchestrator.zktls import ServerTls
 
 __all__ = ["ZooKeeperEnsemble"]
 
@@ -31,6 +32,8 @@ class ZooKeeperEnsemble:
     data_dir: Path
     size: int = 3
     host: str = "127.0.0.1"
+    # Every member serves clients over TLS only (the quorum's own links stay plain).
+    tls: ServerTls | None = None
     members: list[EmbeddedZooKeeper] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -49,6 +52,7 @@ class ZooKeeperEnsemble:
                 host=self.host,
                 myid=number,
                 peers=peers,
+                tls=self.tls,
             )
             for number, (client, _quorum, _election) in enumerate(ports, start=1)
         ]
@@ -98,7 +102,7 @@ class ZooKeeperEnsemble:
         """``leader``, ``follower`` (or ``standalone``) as server ``number`` reports it; None
         when it does not serve."""
         member = self.member(number)
-        for line in four_letter_word(member.host, member.port, "srvr").splitlines():
+        for line in member.four_letter_word("srvr").splitlines():
             if line.startswith("Mode:"):
                 return line.split(":", 1)[1].strip()
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -21,6 +22,7 @@ from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
 from orchestrator.failpoints import CrashFailpoint, LostAnswerFailpoint
 from orchestrator.zkauth import ZkAuth
+from orchestrator.zktls import ZkTls
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -53,17 +55,27 @@ def reconnect_retry(session_timeout: float) -> KazooRetry:
 
 
 def new_client(
-    zk: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT, auth: ZkAuth | None = None
+    zk: str,
+    *,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+    auth: ZkAuth | None = None,
+    tls: ZkTls | None = None,
 ) -> KazooClient:
     """An unstarted client for ``zk``; BadInputError (exit 2) for a malformed string.
 
     With credentials (``auth``, else ``CATALOG_UPGRADE_ZK_AUTH``: orchestrator.zkauth) the client
-    authenticates and creates every node with the secured environment's ACL.
+    authenticates and creates every node with the secured environment's ACL; with TLS
+    (``tls``, else ``CATALOG_UPGRADE_ZK_TLS_*``: orchestrator.zktls) it connects over TLS.
     """
     if not zk or not zk.strip():
         raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
     auth = ZkAuth.from_environment() if auth is None else auth
-    secured = {} if auth is None else {"auth_data": auth.auth_data(), "default_acl": auth.acl()}
+    secured: dict[str, Any] = {}
+    if auth is not None:
+        secured.update(auth_data=auth.auth_data(), default_acl=auth.acl())
+    tls = ZkTls.from_environment() if tls is None else tls
+    if tls is not None:
+        secured.update(tls.kazoo_options())
     try:
         return KazooClient(
             hosts=zk,
@@ -92,8 +104,10 @@ def connect(
         client.start(timeout=timeout)
     except (KazooTimeoutError, OSError) as exc:
         close(client)
+        over = " over TLS (is --zk-tls-ca the CA that signed its certificate?)"
         raise ConnectionLostError(
-            f"ZooKeeper at {zk} did not answer within {timeout:g} s "
+            f"ZooKeeper at {zk} did not answer within {timeout:g} s"
+            f"{over if client.use_ssl else ''} "
             "(is it running? start one with `catalog-upgrade zookeeper`)",
             zk=zk,
             timeout=timeout,

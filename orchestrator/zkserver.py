@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
+from orchestrator.zktls import ServerTls
 
 log = structlog.get_logger(__name__)
 
@@ -57,11 +59,11 @@ def pyspark_jars_dir() -> Path:
     return jars
 
 
-def zookeeper_classpath() -> str:
-    """Only the jars ZooKeeper needs (a full Spark classpath slows the JVM start)."""
-    jars = sorted(
-        str(p) for p in pyspark_jars_dir().glob("*.jar") if p.name.startswith(_JAR_PREFIXES)
-    )
+def zookeeper_classpath(tls: bool = False) -> str:
+    """Only the jars ZooKeeper needs (a full Spark classpath slows the JVM start); with
+    ``tls`` also Netty's, for the Netty connection factory."""
+    prefixes = (*_JAR_PREFIXES, "netty-") if tls else _JAR_PREFIXES
+    jars = sorted(str(p) for p in pyspark_jars_dir().glob("*.jar") if p.name.startswith(prefixes))
     return os.pathsep.join(jars)
 
 
@@ -102,10 +104,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter word and return the answer ('' when nothing answers)."""
+def four_letter_word(
+    host: str, port: int, word: str, timeout: float = 1.0, context: ssl.SSLContext | None = None
+) -> str:
+    """Send a ZooKeeper four-letter word and return the answer ('' when nothing answers);
+    over TLS with ``context``."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if context is not None:
+                sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
             sock.sendall(word.encode())
             chunks = []
             while True:
@@ -135,6 +143,8 @@ class EmbeddedZooKeeper:
     # (client, quorum, election) ports, by number. Empty: a standalone server.
     myid: int = 0
     peers: tuple[tuple[int, int, int], ...] = ()
+    # Clients connect with TLS only (orchestrator.zktls), on ``port``.
+    tls: ServerTls | None = None
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -163,8 +173,7 @@ class EmbeddedZooKeeper:
                 [
                     f"tickTime={self.tick_time_ms}",
                     f"dataDir={self.data_dir / 'data'}",
-                    f"clientPort={self.port}",
-                    f"clientPortAddress={self.host}",
+                    *self._client_port_lines(),
                     "maxClientCnxns=0",
                     f"minSessionTimeout={2 * self.tick_time_ms}",
                     "maxSessionTimeout=120000",
@@ -179,6 +188,12 @@ class EmbeddedZooKeeper:
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2_CONFIG.format(log_file=self.log_file, level=self.log_level))
         return cfg
+
+    def _client_port_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"clientPort={self.port}", f"clientPortAddress={self.host}"]
+        secure = [f"secureClientPort={self.port}", f"secureClientPortAddress={self.host}"]
+        return [*secure, *self.tls.config_lines()]
 
     def _quorum_lines(self) -> list[str]:
         if not self.peers:
@@ -219,7 +234,7 @@ class EmbeddedZooKeeper:
             "-Dzookeeper.4lw.commands.whitelist=*",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
-            zookeeper_classpath(),
+            zookeeper_classpath(tls=self.tls is not None),
             main,
             str(cfg),
         ]
@@ -241,12 +256,17 @@ class EmbeddedZooKeeper:
                     hosts=self.hosts,
                 )
             # `ruok` answers imok before the server can serve; `srvr` reports a Mode only then.
-            if "Mode:" in four_letter_word(self.host, self.port, "srvr", timeout=0.5):
+            if "Mode:" in self.four_letter_word("srvr", timeout=0.5):
                 log.info("zookeeper_started", hosts=self.hosts, data_dir=str(self.data_dir))
                 return
             time.sleep(0.1)
         self.stop()
         raise ConfigurationError(f"ZooKeeper did not answer on {self.hosts} within {timeout:.0f}s")
+
+    def four_letter_word(self, word: str, timeout: float = 1.0) -> str:
+        """A four-letter word to this server (over TLS when it serves TLS)."""
+        context = self.tls.client_context() if self.tls else None
+        return four_letter_word(self.host, self.port, word, timeout, context)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""

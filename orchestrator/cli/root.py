@@ -62,8 +62,31 @@ def _credential_option(ctx: click.Context, param: click.Parameter, value: str | 
     os.environ[AUTH_ENV if param.name == "zk_auth" else READ_AUTH_ENV] = value
 
 
+def _export(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Make a TLS file option this process's (and its children's): every ZooKeeper client
+    reads it and checks the files (orchestrator.zktls, exit 2 naming a bad one)."""
+    from orchestrator.zktls import CA_ENV, CERT_ENV, KEY_ENV
+
+    if value:
+        names = {"zk_tls_ca": CA_ENV, "zk_tls_cert": CERT_ENV, "zk_tls_key": KEY_ENV}
+        os.environ[names[str(param.name)]] = value
+
+
 def zk_options(func: F) -> F:
-    """The --zk and --env options every ZooKeeper-facing command takes, and credentials."""
+    """The --zk and --env options every ZooKeeper-facing command takes, credentials and TLS."""
+    for name, what in (
+        ("key", "this client's private key"),
+        ("cert", "this client's certificate"),
+        ("ca", "the CA that signs the servers' certificates: connect over TLS"),
+    ):
+        func = click.option(
+            f"--zk-tls-{name}",
+            metavar="PEM",
+            envvar=f"CATALOG_UPGRADE_ZK_TLS_{name.upper()}",
+            expose_value=False,
+            callback=_export,
+            help=f"PEM file of {what}.",
+        )(func)
     func = click.option(
         "--zk-read-auth",
         metavar="file:PATH|env:NAME",

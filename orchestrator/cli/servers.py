@@ -28,14 +28,42 @@ from orchestrator.cli.root import handle_errors, main, zk_options
     default=Path("var/zookeeper"),
     show_default=True,
 )
+@click.option(
+    "--tls-keystore",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="PEM file with the server's private key and certificate: serve clients over TLS only.",
+)
+@click.option(
+    "--tls-truststore",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="PEM file of the CA whose client certificates the server accepts (with --tls-keystore).",
+)
 @handle_errors
-def zookeeper(port: int, servers: int, data_dir: Path) -> None:
+def zookeeper(
+    port: int,
+    servers: int,
+    data_dir: Path,
+    tls_keystore: Path | None,
+    tls_truststore: Path | None,
+) -> None:
     """Run a real ZooKeeper server, or an ensemble, in the foreground (from pyspark's jars)."""
     from orchestrator.ensemble import ZooKeeperEnsemble
     from orchestrator.zkserver import EmbeddedZooKeeper
+    from orchestrator.zktls import ServerTls
 
-    ensemble = ZooKeeperEnsemble(data_dir, servers) if servers > 1 else None
-    members = ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port)]
+    if (tls_keystore is None) != (tls_truststore is None):
+        raise click.UsageError("--tls-keystore and --tls-truststore go together")
+    tls = (
+        ServerTls(tls_keystore.resolve(), tls_truststore.resolve())
+        if tls_keystore and tls_truststore
+        else None
+    )
+    ensemble = ZooKeeperEnsemble(data_dir, servers, tls=tls) if servers > 1 else None
+    members = (
+        ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port, tls=tls)]
+    )
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
