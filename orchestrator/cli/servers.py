@@ -116,6 +116,20 @@ def zookeeper(
     is_flag=True,
     help="Allow listening beyond loopback without a token (anyone reaching it may write).",
 )
+@click.option(
+    "--http-tls-cert",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="CATALOG_UPGRADE_HTTP_TLS_CERT",
+    help="PEM certificate: serve HTTPS (with --http-tls-key).",
+)
+@click.option(
+    "--http-tls-key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="CATALOG_UPGRADE_HTTP_TLS_KEY",
+    help="PEM private key of --http-tls-cert.",
+)
 @click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
 @click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
@@ -153,6 +167,8 @@ def sidecar_command(
     http: str,
     http_token_file: str | None,
     http_insecure: bool,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
     auto_promote: bool,
     process_id: str | None,
     session_timeout: float,
@@ -184,6 +200,8 @@ def sidecar_command(
         http_port=port,
         http_token_file=http_token_file,
         http_insecure=http_insecure,
+        http_tls_cert=http_tls_cert,
+        http_tls_key=http_tls_key,
         auto_promote=auto_promote,
         session_timeout=session_timeout,
         orphan_grace=orphan_grace,

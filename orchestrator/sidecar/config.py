@@ -40,6 +40,9 @@ class SidecarConfig:
     # without one, only a loopback listener is allowed unless http_insecure.
     http_token_file: str | None = None
     http_insecure: bool = False
+    # HTTPS: PEM certificate and key (orchestrator.sidecar.tls).
+    http_tls_cert: str | None = None
+    http_tls_key: str | None = None
     auto_promote: bool = False
     process_id: str = attrs.field(factory=lambda: default_process_id())
     session_timeout: float = 10.0

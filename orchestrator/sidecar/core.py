@@ -39,6 +39,7 @@ from orchestrator.sidecar.states import (
     _RESTING_PHASES,
     State,
 )
+from orchestrator.sidecar.tls import server_context
 from orchestrator.sidecar.tokens import BearerToken, check_exposure
 
 log = structlog.get_logger(__name__)
@@ -92,8 +93,13 @@ class SidecarCore:
             BearerToken.from_file(Path(config.http_token_file)) if config.http_token_file else None
         )
         check_exposure(config.http_host, token, config.http_insecure)
+        tls = (
+            server_context(config.http_tls_cert, config.http_tls_key)
+            if config.http_tls_cert and config.http_tls_key
+            else None
+        )
         self._http = SidecarHttpServer(
-            cast(SidecarApi, self), config.http_host, config.http_port, token
+            cast(SidecarApi, self), config.http_host, config.http_port, token, tls
         )
         self._retry = CasRetry(on_retry=self.metrics.count_cas_retry)
         self._append_retry = CasRetry(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
@@ -313,6 +314,8 @@ class SidecarHttpServer:
     host: str = "127.0.0.1"
     port: int = 0
     token: TokenCheck | None = None
+    # HTTPS when given (orchestrator.sidecar.tls).
+    ssl_context: ssl.SSLContext | None = None
     _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
 
@@ -342,6 +345,7 @@ class SidecarHttpServer:
                 SidecarApp(self.api, self.token),
                 threaded=True,
                 fd=listener.fileno(),
+                ssl_context=self.ssl_context,
             )
         self._server = server
         self._thread = threading.Thread(
@@ -351,7 +355,7 @@ class SidecarHttpServer:
             daemon=True,
         )
         self._thread.start()
-        log.info("http_serving", address=self.address)
+        log.info("http_serving", address=self.address, tls=self.ssl_context is not None)
         return self
 
     def stop(self) -> None:

@@ -6,6 +6,8 @@ plain TCP, is refused; bad certificate files exit 2 naming the file."""
 from __future__ import annotations
 
 import json
+import ssl
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from orchestrator.zk import close, new_client
 from orchestrator.zkserver import EmbeddedZooKeeper
 from orchestrator.zktls import ServerTls, ZkTls
 from support.pki import CertificateAuthority, Identity
-from support.sidecars import SidecarProcess, cli, sidecars
+from support.sidecars import SidecarProcess, cli, release_file, sidecars
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +101,38 @@ def test_bad_certificate_files_exit_2_naming_the_file(
     not_a_ca.write_text("not a certificate\n")
     done = cli("status", *env, "--zk-tls-ca", str(not_a_ca))
     assert done.returncode == 2 and str(not_a_ca) in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_the_sidecar_serves_https_and_refuses_bad_tls_files(
+    server: EmbeddedZooKeeper, ca: CertificateAuthority, client_identity: Identity, tmp_path: Path
+) -> None:
+    """--http-tls-cert/--http-tls-key: the probes answer over HTTPS to a client trusting the
+    CA, plain HTTP gets no answer; a key that does not match the certificate exits 2."""
+    tls = tls_options(ca.ca_file, client_identity)
+    web = ca.issue("sidecar-web")
+    https = ["--http-tls-cert", str(web.cert), "--http-tls-key", str(web.key)]
+    files = (ca.ca_file, client_identity.cert, client_identity.key)
+    client = new_client(server.hosts, tls=ZkTls.of(*map(str, files)))
+    client.start(timeout=15)
+    try:
+        with sidecars() as started:
+            leader = SidecarProcess.start(
+                client, server.hosts, "https", "0.10.0", 1, process_id="web",
+                log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=True, extra=[*tls, *https],
+            )  # fmt: skip
+            started.append(leader)
+            leader.wait_state("serving")
+            context = ssl.create_default_context(cafile=str(ca.ca_file))
+            url = f"https://{leader.sidecar.http}/healthz"
+            with urllib.request.urlopen(url, timeout=10, context=context) as answer:
+                assert answer.status == 200
+            assert leader.http("GET", "/healthz")[0] == 0  # plain HTTP: no answer
+        bad = ["--http-tls-cert", str(web.cert), "--http-tls-key", str(client_identity.key)]
+        done = cli(
+            "sidecar", "--zk", server.hosts, "--env", "https", "--release",
+            str(release_file("0.10.0")), "--deploy-generation", "1", *tls, *bad,
+        )  # fmt: skip
+        assert done.returncode == 2 and str(web.cert) in done.stderr, done.stderr[-2000:]
+    finally:
+        close(client)
