@@ -55,6 +55,7 @@ FINALIZE_KEY = "finalize"
 EVENTS_KEY = "events"
 SCHEMAS_KEY = "schemas"
 GC_KEY = "gc"
+HISTORY_KEY = "history"
 MIGRATION_SHARD_ID = "migration"
 
 CONTAINER_KEYS = (

@@ -136,3 +136,24 @@ def secure_command(zk: str, env: str) -> None:
         count = secure_tree(consensus.client, consensus.root, auth.acl())
     reader = f" and read by {auth.reader.user}" if auth.reader else ""
     click.echo(f"secured {count} nodes of {env}: owned by {auth.credential.user}{reader}")
+
+
+@main.command("history")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per upgrade, oldest first.")
+@zk_options
+@handle_errors
+def history_command(as_json: bool, zk: str, env: str) -> None:
+    """Every upgrade of the environment: versions, who promoted, phases, outcome."""
+    from rich.console import Console
+
+    from orchestrator.history import read_history
+    from orchestrator.render.history import render_history
+    from orchestrator.zk import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        rows = read_history(consensus)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row.to_json()))
+        return
+    Console().print(render_history(rows, env))

@@ -74,6 +74,8 @@ class SidecarCore:
         self._epoch: int | None = None
         self._registered = False
         self._ready_recorded = False
+        # While leading a migration: each phase entered and when (the upgrade history's).
+        self._migration_phases: list[tuple[str, float]] | None = None
         self._joined = False
         self._next_orphan_scan = 0.0
         self._next_gc = time.monotonic() + config.gc_interval  # not at once: after a grace
@@ -236,6 +238,8 @@ class SidecarCore:
         if phase != self._phase:
             self._log.info("phase", phase=phase)
             self._enter_phase(phase)
+            if self._migration_phases is not None:
+                self._migration_phases.append((phase, time.time()))
 
     def _require_consensus(self) -> Consensus:
         if self._consensus is None or not self._connected.is_set():

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 
 import structlog
 
 from catalog.consensus import Fence
-from catalog.environment import read_catalog
+from catalog.environment import PROMOTION_KEY, read_catalog
 from catalog.errors import (
     CatalogError,
     ConnectionLostError,
@@ -18,6 +20,7 @@ from catalog.errors import (
 from catalog.retry import Retry
 from orchestrator import election as election_mod
 from orchestrator.fencing import generation_fence
+from orchestrator.history import UpgradeRecord, phases_of, record_upgrade
 from orchestrator.migrate import (
     LeaderResult,
     MigrationContext,
@@ -150,6 +153,7 @@ class SidecarMachine(SidecarConnection):
         self._log = self._log.bind(epoch=leadership.epoch)
         structlog.contextvars.bind_contextvars(epoch=leadership.epoch)
         self._log.info("leader", epoch=leadership.epoch)
+        self._migration_phases = [("taking over", time.time())]
         self._set_state(State.MIGRATING, phase="migrating")
         self._complete_migration(leadership)
 
@@ -173,8 +177,39 @@ class SidecarMachine(SidecarConnection):
             ),
             seconds=round(result.seconds, 3),
         )
+        self._record_upgrade(leadership, result)
         self._set_state(State.SERVING)
         self._finalize()
+
+    def _record_upgrade(self, leadership: election_mod.Leadership, result: LeaderResult) -> None:
+        """Append this upgrade to the environment's history (fenced; best effort, like the
+        event log, except that fenced raises)."""
+        assert self._check is not None
+        entered, self._migration_phases = self._migration_phases or [], None
+        consensus = self._require_consensus()
+        promotion = consensus.get(PROMOTION_KEY)
+        asked = promotion.json() if promotion is not None else None
+        if (
+            not isinstance(asked, dict)
+            or asked.get("deploy_generation") != result.deploy_generation
+        ):
+            asked = {}
+        finished = time.time()
+        record = UpgradeRecord(
+            deploy_generation=result.deploy_generation,
+            to_version=result.version,
+            outcome="bootstrapped" if result.bootstrap else "completed",
+            from_version=self._check.catalog_version,
+            promoted_by=asked.get("requested_by"),
+            promoted_at=asked.get("requested_at"),
+            leader=self.config.process_id,
+            host=socket.gethostname(),
+            took_over_at=entered[0][1] if entered else None,
+            finished_at=finished,
+            phases=phases_of(entered, finished),
+        )
+        with contextlib.suppress(ConnectionLostError):
+            record_upgrade(consensus, record, fence=leadership.fence)
 
     def _migrate(self, leadership: election_mod.Leadership) -> LeaderResult:
         """``migrate_as_leader``, re-run after a lost connection (every step is idempotent)."""

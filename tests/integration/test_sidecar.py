@@ -190,6 +190,25 @@ def test_blue_green_upgrade_with_promote(launch: Launch, zk_env: ZkEnv) -> None:
     assert status["catalog"]["version"] == V2 and status["catalog"]["deploy_generation"] == 2
     assert status["leader"]["id"] == "green-2"
 
+    # The history: the bootstrap, then this upgrade with who promoted it and its phases.
+    done = cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert done.returncode == EXIT_OK, done.stderr
+    first, second = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (first["deploy_generation"], first["outcome"], first["from_version"]) == (
+        1, "bootstrapped", None,
+    )  # fmt: skip
+    assert (second["from_version"], second["to_version"], second["outcome"]) == (
+        V1,
+        V2,
+        "completed",
+    )
+    assert second["leader"] == "green-2" and second["promoted_by"]
+    names = [p["name"] for p in second["phases"]]
+    assert names[0] == "taking over" and "registering schemas" in names
+    assert second["seconds"] >= sum(p["seconds"] for p in second["phases"]) - 0.01
+    table = cli("history", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert "completed" in table.stdout and "green-2" in table.stdout
+
 
 @pytest.mark.slow
 def test_sigterm_of_leader_hands_over_to_same_generation(launch: Launch) -> None:
@@ -236,6 +255,12 @@ def test_refused_migration_exits_4_and_status_shows_why(launch: Launch, zk_env: 
     assert failed[0]["error"]["exit_code"] == EXIT_REFUSED
     assert "mz_catalog.mz_tables" in json.dumps(failed[0]["error"])
     assert leader.wait_state("serving")["mode"] == "leader"
+    done = cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    outcomes = [(r["deploy_generation"], r["outcome"]) for r in rows]
+    assert outcomes == [(1, "bootstrapped"), (2, "refused")]
+    assert rows[1]["rule"] == "missing-instruction" and rows[1]["to_version"] == "0.2.0"
+    assert "mz_catalog.mz_tables" in rows[1]["reason"]
 
 
 # --- refusals before any write -----------------------------------------------------------------
