@@ -11,6 +11,7 @@ import attrs
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import (
+    CATALOG_KEY,
     EPOCH_KEY,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
@@ -26,7 +27,7 @@ from catalog.release import (
     CollectionState,
 )
 from catalog.schema import fingerprint
-from catalog.shard import ShardState, read_states
+from catalog.shard import ShardState, read_states, shard_key
 from orchestrator.process_node import ProcessNode, ProcessState
 
 INVARIANTS = (
@@ -56,6 +57,12 @@ class Violation:
         return f"[{self.invariant}] {self.message}"
 
 
+def _heads(consensus: Consensus) -> list[int]:
+    """The versions of the catalog and of the migration shard (-1: absent)."""
+    found = consensus.get_many([CATALOG_KEY, shard_key(MIGRATION_SHARD_ID)])
+    return [-1 if v is None else v.version for v in found.values()]
+
+
 @attrs.frozen
 class DurableView:
     """One read of everything the invariants look at."""
@@ -82,7 +89,20 @@ class DurableView:
         )
 
     @classmethod
-    def read(cls, consensus: Consensus, blob: BlobStore) -> DurableView:
+    def read(cls, consensus: Consensus, blob: BlobStore, attempts: int = 10) -> DurableView:
+        """A view consistent across the catalog and the migration shard: the reads are
+        repeated until neither changed while the shards were read, so a shard created and
+        named by an entry between two reads, or finalized after a catalog switch, is never
+        taken for a violation. After ``attempts`` the last view is returned as it is."""
+        for _ in range(max(1, attempts)):
+            before = _heads(consensus)
+            view = cls._read_parts(consensus, blob)
+            if _heads(consensus) == before:
+                break
+        return view
+
+    @classmethod
+    def _read_parts(cls, consensus: Consensus, blob: BlobStore) -> DurableView:
         found = read_catalog(consensus)
         heads = consensus.get_many([EPOCH_KEY, PROMOTION_KEY])
         names = consensus.children(PROCESSES_KEY)
