@@ -20,6 +20,7 @@ from typing import Final
 import attrs
 
 from catalog.errors import BadInputError
+from orchestrator.certificates import check_certificates
 
 CA_ENV: Final = "CATALOG_UPGRADE_ZK_TLS_CA"
 
@@ -63,6 +64,9 @@ class ZkTls:
             cert and _readable(cert, "--zk-tls-cert"),
             key and _readable(key, "--zk-tls-key"),
         )
+        check_certificates(ca, "--zk-tls-ca")
+        if cert:
+            check_certificates(cert, "--zk-tls-cert")
         tls.context()  # loads every file: a bad one is refused now, not at the handshake
         return tls
 
@@ -108,6 +112,14 @@ class ServerTls:
 
     keystore: Path
     truststore: Path
+
+    @classmethod
+    def of(cls, keystore: Path, truststore: Path) -> ServerTls:
+        """Checked stores: BadInputError (exit 2) naming a file whose certificate expired or
+        that holds none."""
+        check_certificates(keystore, "--tls-keystore")
+        check_certificates(truststore, "--tls-truststore")
+        return cls(keystore.resolve(), truststore.resolve())
 
     def config_lines(self) -> list[str]:
         return [

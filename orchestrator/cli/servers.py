@@ -56,7 +56,7 @@ def zookeeper(
     if (tls_keystore is None) != (tls_truststore is None):
         raise click.UsageError("--tls-keystore and --tls-truststore go together")
     tls = (
-        ServerTls(tls_keystore.resolve(), tls_truststore.resolve())
+        ServerTls.of(tls_keystore, tls_truststore)
         if tls_keystore and tls_truststore
         else None
     )

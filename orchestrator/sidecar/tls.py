@@ -6,6 +6,7 @@ import ssl
 from pathlib import Path
 
 from catalog.errors import ConfigurationError
+from orchestrator.certificates import check_certificates
 
 __all__ = ["server_context"]
 
@@ -13,6 +14,7 @@ __all__ = ["server_context"]
 def server_context(cert: str | Path, key: str | Path) -> ssl.SSLContext:
     """The server's SSL context (TLS 1.2 or newer); ConfigurationError (exit 2) naming the files
     when they cannot be read or are not a certificate and its key."""
+    check_certificates(cert, "--http-tls-cert")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

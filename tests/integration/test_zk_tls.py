@@ -103,6 +103,32 @@ def test_bad_certificate_files_exit_2_naming_the_file(
     assert done.returncode == 2 and str(not_a_ca) in done.stderr, done.stderr
 
 
+def test_expired_certificates_are_named_at_start_not_at_the_handshake(
+    server: EmbeddedZooKeeper, ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """An expired client certificate, HTTPS certificate or server key store exits 2 naming the
+    option, the file and the date it expired, before any connection or server starts."""
+    expired = ca.issue("expired-client", expired=True)
+    env = ["--zk", server.hosts, "--env", "tls-expired"]
+    done = cli("status", *env, *tls_options(ca.ca_file, expired))
+    assert done.returncode == 2, done.stderr
+    assert "--zk-tls-cert" in done.stderr and str(expired.cert) in done.stderr, done.stderr
+    assert "expired on" in done.stderr, done.stderr
+    done = cli(
+        "zookeeper", "--data-dir", str(tmp_path / "zk"),
+        "--tls-keystore", str(expired.keystore), "--tls-truststore", str(ca.ca_file),
+    )  # fmt: skip
+    assert done.returncode == 2 and str(expired.keystore) in done.stderr, done.stderr
+    assert not (tmp_path / "zk").exists()
+    done = cli(
+        "sidecar", *env, "--release", str(release_file("0.10.0")), "--deploy-generation", "1",
+        "--blob", str(tmp_path / "blob"), "--http-tls-cert", str(expired.cert),
+        "--http-tls-key", str(expired.key), "--zk-tls-ca", str(ca.ca_file),
+    )  # fmt: skip
+    assert done.returncode == 2 and "--http-tls-cert" in done.stderr, done.stderr
+    assert str(expired.cert) in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 def test_the_sidecar_serves_https_and_refuses_bad_tls_files(
     server: EmbeddedZooKeeper, ca: CertificateAuthority, client_identity: Identity, tmp_path: Path

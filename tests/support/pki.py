@@ -64,10 +64,11 @@ class CertificateAuthority:
     def ca_file(self) -> Path:
         return self.directory / f"{self.name}.pem"
 
-    def issue(self, name: str) -> Identity:
-        """A certificate for ``name`` valid for localhost and 127.0.0.1."""
+    def issue(self, name: str, *, expired: bool = False) -> Identity:
+        """A certificate for ``name`` valid for localhost and 127.0.0.1 (with ``expired``, one
+        whose validity ended yesterday)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
+        now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2 if expired else 0)
         names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         cert = (
             x509.CertificateBuilder()
