@@ -21,6 +21,7 @@ from kazoo.retry import KazooRetry
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
 from orchestrator.failpoints import CrashFailpoint, LostAnswerFailpoint
+from orchestrator.quorum import describe_quorum, probe_servers
 from orchestrator.zkauth import ZkAuth
 from orchestrator.zktls import ZkTls
 
@@ -105,14 +106,26 @@ def connect(
     except (KazooTimeoutError, OSError) as exc:
         close(client)
         over = " over TLS (is --zk-tls-ca the CA that signed its certificate?)"
+        servers = why_unreachable(zk)
+        hint = f": {servers}" if servers else ""
+        if "serving" not in servers:  # nothing runs there at all
+            hint += " (is it running? start one with `catalog-upgrade zookeeper`)"
         raise ConnectionLostError(
             f"ZooKeeper at {zk} did not answer within {timeout:g} s"
-            f"{over if client.use_ssl else ''} "
-            "(is it running? start one with `catalog-upgrade zookeeper`)",
+            f"{over if client.use_ssl else ''}{hint}",
             zk=zk,
             timeout=timeout,
+            servers=servers,
         ) from exc
     return client
+
+
+def why_unreachable(zk: str, timeout: float = 1.0) -> str:
+    """What each server of ``zk`` says about itself (orchestrator.quorum): "no quorum: 1 of 3
+    server(s) running, none serving (...)"; '' when the string names no server."""
+    tls = ZkTls.from_environment()
+    probes = probe_servers(zk, timeout=timeout, context=tls.context() if tls else None)
+    return describe_quorum(probes)
 
 
 def close(client: KazooClient) -> None:

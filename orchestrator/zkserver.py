@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
+from orchestrator.quorum import four_letter_word
 from orchestrator.zktls import ServerTls
 
 log = structlog.get_logger(__name__)
@@ -102,28 +102,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def four_letter_word(
-    host: str, port: int, word: str, timeout: float = 1.0, context: ssl.SSLContext | None = None
-) -> str:
-    """Send a ZooKeeper four-letter word and return the answer ('' when nothing answers);
-    over TLS with ``context``."""
-    try:
-        with contextlib.ExitStack() as stack:
-            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
-            if context is not None:
-                sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
-            sock.sendall(word.encode())
-            chunks = []
-            while True:
-                data = sock.recv(4096)
-                if not data:
-                    break
-                chunks.append(data)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
 
 
 @attrs.define

@@ -29,6 +29,7 @@ from orchestrator.sidecar.idempotency import WriteIdentity
 from orchestrator.sidecar.rows import jsonable, rows_to_table
 from orchestrator.sidecar.states import State, _Promote
 from orchestrator.status import read_status
+from orchestrator.zk import why_unreachable
 
 log = structlog.get_logger(__name__)
 
@@ -38,11 +39,14 @@ class SidecarDataPlane(SidecarCore):
 
     def readiness(self) -> Readiness:
         state = self._state
+        connected = self._connected.is_set()
+        # Only when the session is not connected: ask the servers why (no quorum? all down?).
+        servers = "" if connected else why_unreachable(self.config.zk, timeout=0.5)
         checks = [
             ReadinessCheck(
                 "zookeeper",
-                self._connected.is_set(),
-                f"not connected to {self.config.zk}",
+                connected,
+                f"not connected to {self.config.zk}" + (f": {servers}" if servers else ""),
             ),
             ReadinessCheck("registered", self._registered, "process node not registered"),
             ReadinessCheck(
@@ -64,7 +68,8 @@ class SidecarDataPlane(SidecarCore):
                 ReadinessCheck(
                     "writes",
                     not self._writes_paused.is_set(),
-                    "leader writes paused: ZooKeeper session suspended",
+                    "leader writes paused: ZooKeeper session suspended"
+                    + (f" ({servers})" if servers else ""),
                 )
             )
         return Readiness(tuple(checks))

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from catalog.errors import EXIT_FENCED
 from orchestrator.ensemble import ZooKeeperEnsemble
 from orchestrator.zk import close, connect
-from support.sidecars import SidecarProcess, json_lines, sidecars
+from support.sidecars import SidecarProcess, cli, json_lines, sidecars
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,6 +89,13 @@ def test_quorum_loss_pauses_writes_and_the_same_leader_serves_again(
             assert status in (503, 0) or status >= 500, (
                 f"a write acknowledged without quorum: {body!r}"
             )
+            status, body = leader.http("GET", "/readyz?verbose")
+            assert status == 503 and b"no quorum: 1 of 3 server(s) running" in body, body
+            if round_ == 0:
+                done = cli("status", "--zk", ensemble.hosts, "--env", env,
+                           env={"CATALOG_UPGRADE_CONNECT_TIMEOUT": "2"})  # fmt: skip
+                assert done.returncode == 1, done.stderr
+                assert "no quorum: 1 of 3 server(s) running, none serving" in done.stderr
             for number in down:
                 ensemble.start_member(number, wait=False)
             for number in down:

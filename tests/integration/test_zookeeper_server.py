@@ -13,7 +13,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import ConfigurationError
-from orchestrator.zkserver import EmbeddedZooKeeper, find_java, four_letter_word, free_port
+from orchestrator.quorum import four_letter_word
+from orchestrator.zkserver import EmbeddedZooKeeper, find_java, free_port
 from support.zookeeper import (
     ENV_VAR,
     ZkEnv,

@@ -35,14 +35,17 @@ def release_file(version: str) -> Path:
     return RELEASES / f"v{version.replace('.', '_')}.py"
 
 
-def cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run ``catalog-upgrade ARGS`` in a subprocess; its completed process (text output)."""
+def cli(
+    *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``catalog-upgrade ARGS`` in a subprocess (``env`` added to this process's
+    environment); its completed process (text output)."""
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
 
 
