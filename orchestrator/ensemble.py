@@ -84,11 +84,7 @@ class ZooKeeperEnsemble:
 
     def kill_member(self, number: int) -> None:
         """SIGKILL server ``number``, as a crash would."""
-        process = self.member(number)._process
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
-        self.member(number)._process = None
+        self.member(number).kill()
 
     def start_member(self, number: int, *, wait: bool = True, timeout: float = 60.0) -> None:
         """Start server ``number`` again (same ports and data); with ``wait``, until it serves

@@ -252,6 +252,13 @@ class EmbeddedZooKeeper:
         if stop_process(process, timeout):
             log.info("zookeeper_stopped", hosts=self.hosts)
 
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (its data stay for a restart)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
     def terminate(self) -> None:
         """Ask the server to stop without waiting (safe inside a signal handler, unlike stop())."""
         if self._process is not None and self._process.poll() is None:

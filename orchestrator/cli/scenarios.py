@@ -106,6 +106,14 @@ def scenario_run_command(
     show_default=True,
     help="At most this many re-runs of shorter prefixes after a failure.",
 )
+@click.option(
+    "--zk-servers",
+    type=click.Choice(["1", "3", "5"]),
+    default="1",
+    show_default=True,
+    help="Run the walk on an embedded ensemble of this many servers (3 or 5 add the "
+    "zookeeper_server fault: members killed, quorum lost and regained).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @external_zk_option
 @handle_errors
@@ -115,6 +123,7 @@ def scenario_simulate_command(
     steps: int,
     fault_probability: float,
     shrink_runs: int,
+    zk_servers: str,
     as_json: bool,
     zk: str | None,
 ) -> None:
@@ -136,7 +145,10 @@ def scenario_simulate_command(
         steps=steps,
         fault_probability=fault_probability,
         shrink_runs=shrink_runs,
+        zookeeper_servers=int(zk_servers),
     )
+    if zk and config.zookeeper_servers > 1:
+        raise click.UsageError("--zk-servers starts its own ensemble: it does not go with --zk")
     result = simulate(
         config,
         zk=zk,

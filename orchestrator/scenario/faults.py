@@ -1,19 +1,25 @@
-"""Scenario steps that inject faults: SIGKILL, SIGSTOP and SIGCONT, session expiry, restarts."""
+"""Scenario steps that inject faults: SIGKILL, SIGSTOP and SIGCONT, session expiry, ZooKeeper
+restarts, and ZooKeeper servers killed and started by number."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 
+from catalog.errors import BadInputError, CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.scenario.format.steps import (
     ExpireStep,
     KillStep,
+    KillZooKeeperStep,
     PauseStep,
     RestartZooKeeperStep,
     ResumeStep,
+    StartZooKeeperStep,
+    Step,
 )
 from orchestrator.scenario.results import (
     StepFailed,
@@ -67,20 +73,64 @@ class FaultActions(RunCore):
         return f"session expired after {time.monotonic() - started:.2f} s paused"
 
     def _do_restart_zookeeper(self, step: RestartZooKeeperStep) -> str:
-        server = self.zookeeper.server
-        if server is None:
-            raise StepFailed(
-                "restart_zookeeper needs the embedded ZooKeeper: this run uses an external "
-                f"server ({self.zookeeper.hosts})"
-            )
+        self._controlled(step)
         started = time.monotonic()
-        server.stop()
-        if step.down:
-            time.sleep(step.down)  # the outage itself is what the step rehearses
-        server.start()
+        self.zookeeper.restart(step.down, self._timeout(step))
         back = time.monotonic() - started
         self._wait_connected(self._timeout(step))
         return f"ZooKeeper back after {back:.2f} s"
+
+    def _do_kill_zookeeper(self, step: KillZooKeeperStep) -> str:
+        self._controlled(step)
+        try:
+            number = self.zookeeper.kill(step.server)
+        except BadInputError as exc:
+            raise StepFailed(exc.message) from None
+        detail = f"SIGKILL ZooKeeper server {number}" + (
+            f" (the {step.server})" if isinstance(step.server, str) else ""
+        )
+        if not self.zookeeper.has_quorum:
+            return detail + ": no quorum"
+        # The survivors may hold an election first: the next step starts once they serve.
+        started = time.monotonic()
+        self._wait_answering(self._timeout(step))
+        return detail + f"; the quorum answers after {time.monotonic() - started:.2f} s"
+
+    def _do_start_zookeeper(self, step: StartZooKeeperStep) -> str:
+        self._controlled(step)
+        started = time.monotonic()
+        try:
+            numbers = self.zookeeper.start(step.server, self._timeout(step))
+        except CatalogError as exc:
+            raise StepFailed(exc.message) from None
+        if not numbers:
+            return "every ZooKeeper server was running"
+        self._wait_connected(self._timeout(step))
+        if self.zookeeper.has_quorum:
+            self._wait_answering(self._timeout(step))
+        which = ", ".join(map(str, numbers))
+        return f"ZooKeeper server(s) {which} serving after {time.monotonic() - started:.2f} s"
+
+    def _wait_answering(self, timeout: float) -> None:
+        """Until the runner's client completes a sync through a quorum."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.sync("/")
+                return
+            except KazooException as exc:
+                if time.monotonic() > deadline:
+                    raise StepFailed(
+                        f"ZooKeeper did not answer within {timeout:g} s: {exc!r}"
+                    ) from None
+                time.sleep(0.1)
+
+    def _controlled(self, step: Step) -> None:
+        if not self.zookeeper.restartable:
+            raise StepFailed(
+                f"{step.action} needs the embedded ZooKeeper: this run uses an external "
+                f"server ({self.zookeeper.hosts})"
+            )
 
     def _wait_connected(self, timeout: float) -> None:
         """Until the runner's own client reconnected (its session outlives the restart)."""

@@ -90,8 +90,7 @@ def run_scenario(
             with contextlib.suppress(Exception):  # diagnostics only: never hide the failure
                 status = run.status()
             logs = {name: p.tail_log() for name, p in run.fleet.processes.items()}
-            if zookeeper.server is not None:
-                logs["zookeeper"] = zookeeper.server.tail_log(20)
+            logs.update(zookeeper.tail_logs(20))
     finally:
         run.close(delete_environment=error is None)
     ok = error is None
@@ -119,11 +118,11 @@ def load_all(files: Sequence[Path], *, restartable: bool) -> list[Scenario]:
     scenarios = []
     for file in files:
         scenario = load_scenario(file, indexes=indexes)
-        if scenario.uses_zookeeper_restart and not restartable:
-            step = next(s for s in scenario.steps if s.action == "restart_zookeeper")
+        step = scenario.zookeeper_step
+        if step is not None and not restartable:
             raise BadInputError(
-                f"{file}:{step.line}: step {step.number} restarts ZooKeeper, which only the "
-                "embedded server allows: run without --zk/CATALOG_UPGRADE_ZK",
+                f"{file}:{step.line}: step {step.number} ({step.action}) stops ZooKeeper "
+                "servers, which only the embedded ones allow: run without --zk/CATALOG_UPGRADE_ZK",
                 path=str(file),
                 step=step.number,
                 line=step.line,
@@ -144,11 +143,15 @@ def run_files(
     """Validate all files, then run each in its own environment; the results in order."""
     scenarios = load_all(files, restartable=not zk)
     results = []
-    with ZooKeeperTarget.open(zk) as target:
+    with contextlib.ExitStack() as stack:
+        targets: dict[int, ZooKeeperTarget] = {}  # by server count, started when first needed
         for scenario in scenarios:
             if on_start is not None:
                 on_start(scenario)
-            result = run_scenario(scenario, target, seed=seed, on_step=on_step)
+            servers = 1 if zk else scenario.defaults.zookeeper_servers
+            if servers not in targets:
+                targets[servers] = stack.enter_context(ZooKeeperTarget.open(zk, servers=servers))
+            result = run_scenario(scenario, targets[servers], seed=seed, on_step=on_step)
             results.append(result)
             if on_done is not None:
                 on_done(result)

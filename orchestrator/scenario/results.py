@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
-FAULT_ACTIONS = frozenset({"kill", "pause", "expire", "restart_zookeeper"})
+FAULT_ACTIONS = frozenset(
+    {"kill", "pause", "expire", "restart_zookeeper", "kill_zookeeper", "start_zookeeper"}
+)
 
 
 # Steps after which durable changes by leaders are expected (the read-only invariant skips them).

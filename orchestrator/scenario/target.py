@@ -1,32 +1,54 @@
-"""The ZooKeeper a scenario runs against: an embedded server (restartable) or a given one."""
+"""The ZooKeeper of a scenario: an embedded server or ensemble it controls, or a given one.
+
+Scenarios that rehearse ZooKeeper faults need servers they can stop: ``restart_zookeeper``
+restarts every server; ``kill_zookeeper`` and ``start_zookeeper`` act on one member of an
+ensemble by number (1-based, as ``myid``), or on its current ``leader`` or a ``follower``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
 
+from catalog.errors import BadInputError
+from orchestrator.ensemble import ZooKeeperEnsemble
 from orchestrator.zkserver import EmbeddedZooKeeper
+
+__all__ = ["ZooKeeperTarget"]
 
 
 @attrs.define
 class ZooKeeperTarget:
-    """Where scenarios find ZooKeeper: an external server, or an embedded one they may restart."""
+    """Where scenarios find ZooKeeper: an external server, an embedded one, or an embedded
+    ensemble (``servers`` > 1) whose members they may kill and start."""
 
     hosts: str
     server: EmbeddedZooKeeper | None = None
+    ensemble: ZooKeeperEnsemble | None = None
 
     @property
     def restartable(self) -> bool:
-        return self.server is not None
+        return self.server is not None or self.ensemble is not None
+
+    @property
+    def size(self) -> int:
+        """How many servers the target runs (0: an external one, not ours to control)."""
+        if self.ensemble is not None:
+            return self.ensemble.size
+        return 1 if self.server is not None else 0
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, hosts: str | None, data_dir: Path | None = None) -> Iterator[ZooKeeperTarget]:
-        """``hosts`` when given, otherwise an embedded server for the duration of the block."""
+    def open(
+        cls, hosts: str | None, data_dir: Path | None = None, *, servers: int = 1
+    ) -> Iterator[ZooKeeperTarget]:
+        """``hosts`` when given, otherwise an embedded server (or ensemble of ``servers``) for
+        the duration of the block."""
         if hosts:
             yield cls(hosts=hosts)
             return
@@ -35,5 +57,84 @@ class ZooKeeperTarget:
                 data_dir = Path(
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="catalog-upgrade-zk-"))
                 )
+            if servers > 1:
+                ensemble = stack.enter_context(ZooKeeperEnsemble(data_dir, servers))
+                yield cls(hosts=ensemble.hosts, ensemble=ensemble)
+                return
             server = stack.enter_context(EmbeddedZooKeeper(data_dir=data_dir))
             yield cls(hosts=server.hosts, server=server)
+
+    @property
+    def has_quorum(self) -> bool:
+        """Whether a majority of our servers runs (an external ZooKeeper: assumed)."""
+        if not self.restartable:
+            return True
+        members = self._members()
+        return sum(m.running for m in members) * 2 > len(members)
+
+    def _members(self) -> list[EmbeddedZooKeeper]:
+        if self.ensemble is not None:
+            return list(self.ensemble.members)
+        if self.server is not None:
+            return [self.server]
+        raise BadInputError(
+            f"this run uses an external ZooKeeper ({self.hosts}): its servers are not ours to "
+            "stop; run without --zk/CATALOG_UPGRADE_ZK"
+        )
+
+    def resolve(self, which: int | str) -> int:
+        """The member number ``which`` names now: a number, ``leader`` or ``follower`` (the
+        lowest-numbered one serving as follower)."""
+        members = self._members()
+        if isinstance(which, int):
+            if not 1 <= which <= len(members):
+                raise BadInputError(
+                    f"ZooKeeper has servers 1 to {len(members)}, not {which}", server=which
+                )
+            return which
+        if self.ensemble is None:
+            return 1  # a standalone server is its own leader
+        modes = {n: self.ensemble.mode(n) for n in range(1, len(members) + 1)}
+        found = [n for n, mode in modes.items() if mode == which]
+        if not found:
+            raise BadInputError(f"no ZooKeeper server is {which} now (modes: {modes})")
+        return found[0]
+
+    def kill(self, which: int | str) -> int:
+        """SIGKILL member ``which``, as a crash would; the number killed."""
+        number = self.resolve(which)
+        self._members()[number - 1].kill()
+        return number
+
+    def start(self, number: int | None, timeout: float) -> list[int]:
+        """Start member ``number`` (None: every member that is not running) and wait until
+        each serves; the numbers started."""
+        members = self._members()
+        numbers = (
+            [self.resolve(number)]
+            if number is not None
+            else [n for n, m in enumerate(members, start=1) if not m.running]
+        )
+        for n in numbers:
+            members[n - 1].launch()
+        for n in numbers:
+            members[n - 1].wait_serving(timeout)
+        return numbers
+
+    def restart(self, down: float | None, timeout: float) -> None:
+        """Stop every server, keep them down ``down`` seconds, start them all again."""
+        members = self._members()
+        for member in members:
+            member.stop()
+        if down:
+            time.sleep(down)  # the outage itself is what the step rehearses
+        self.start(None, timeout)
+
+    def tail_logs(self, lines: int = 20) -> dict[str, str]:
+        """The last log lines of every server we run (for a failed scenario's report)."""
+        if not self.restartable:
+            return {}
+        members = self._members()
+        if len(members) == 1:
+            return {"zookeeper": members[0].tail_log(lines)}
+        return {f"zookeeper{n}": m.tail_log(lines) for n, m in enumerate(members, start=1)}

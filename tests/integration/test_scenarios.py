@@ -42,7 +42,7 @@ def _suite_params() -> list[Any]:
 
 # Fixed walks CI runs (seed, steps) at fault probability 0.4; together they inject every kind
 # of fault (test_simulation_covers_every_fault checks it).
-SIMULATION_SEEDS = [(202, 12), (606, 12), (808, 12)]
+SIMULATION_SEEDS = [(202, 12, 1), (606, 12, 1), (808, 12, 1), (11, 10, 3)]
 SIMULATION_FAULTS = 0.4
 
 
@@ -51,6 +51,13 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTar
     """An embedded ZooKeeper for this module only (scenarios may restart it)."""
     with ZooKeeperTarget.open(None, tmp_path_factory.mktemp("scenario-zk")) as target:
         yield target
+
+
+@pytest.fixture(scope="module")
+def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTarget]:
+    """A three-server embedded ensemble for this module (scenarios kill and start members)."""
+    with ZooKeeperTarget.open(None, tmp_path_factory.mktemp("scenario-ensemble"), servers=3) as t:
+        yield t
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +77,15 @@ def explain(result: ScenarioResult) -> str:
 
 @pytest.mark.parametrize("path", _suite_params())
 def test_scenario(
-    path: Path, zookeeper: ZooKeeperTarget, indexes: dict[Path, ReleaseIndex]
+    path: Path, request: pytest.FixtureRequest, indexes: dict[Path, ReleaseIndex]
 ) -> None:
-    """Every expectation of the scenario holds, invariants included, and every child is gone."""
+    """Every expectation of the scenario holds, invariants included, and every child is gone
+    (on an ensemble when the scenario asks for one)."""
     scenario = load_scenario(path, indexes=indexes)
-    result = run_scenario(scenario, zookeeper, seed=7)
+    servers = scenario.defaults.zookeeper_servers
+    target: ZooKeeperTarget = request.getfixturevalue("ensemble" if servers > 1 else "zookeeper")
+    assert target.size == servers
+    result = run_scenario(scenario, target, seed=7)
     assert result.ok, explain(result)
     assert len(result.steps) == len(scenario.steps)
 
@@ -150,20 +161,29 @@ def injected() -> dict[int, Counter[str]]:
 
 
 @pytest.mark.parametrize(
-    ("seed", "steps"), SIMULATION_SEEDS, ids=[f"seed{s}" for s, _ in SIMULATION_SEEDS]
+    ("seed", "steps", "servers"),
+    SIMULATION_SEEDS,
+    ids=[f"seed{s}" + ("" if n == 1 else f"-ensemble{n}") for s, _, n in SIMULATION_SEEDS],
 )
 def test_simulation_seed(
-    seed: int, steps: int, zookeeper: ZooKeeperTarget, injected: dict[int, Counter[str]]
+    seed: int,
+    steps: int,
+    servers: int,
+    request: pytest.FixtureRequest,
+    injected: dict[int, Counter[str]],
 ) -> None:
-    """A fixed random walk with faults keeps every invariant, and the final cleanup holds."""
+    """A fixed random walk with faults keeps every invariant, and the final cleanup holds (on
+    an ensemble, ZooKeeper servers die too)."""
     config = SimulationConfig(
         releases_dir=SCENARIOS / "releases",
         seed=seed,
         steps=steps,
         fault_probability=SIMULATION_FAULTS,
         shrink_runs=0,
+        zookeeper_servers=servers,
     )
-    result = simulate(config, zk=zookeeper.hosts)
+    target: ZooKeeperTarget = request.getfixturevalue("ensemble" if servers > 1 else "zookeeper")
+    result = simulate(config, target=target)
     assert result.ok, f"{result.error}\n{result.scenario_toml}"
     assert len(result.walk) == steps
     checks = {name: counts["checks"] for name, counts in result.invariants.items()}

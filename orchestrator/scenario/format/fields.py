@@ -86,6 +86,12 @@ def _state(value: Any) -> str | None:
     return None
 
 
+def _server(value: Any) -> str | None:
+    if value in ("leader", "follower") or (_is_int(value) and value >= 1):
+        return None
+    return f'must be a server number (1, 2, ...), "leader" or "follower", not {value!r}'
+
+
 _PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
@@ -117,5 +123,7 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "log_contains": _string,
     "as_of": _integer(0),
     "down": _number(0.0),
+    "server": _server,
+    "server_number": _integer(1),
     "note": _string,
 }

@@ -137,6 +137,15 @@ def parse_scenario(
         cache = indexes if indexes is not None else {}
         index = cache.setdefault(releases_dir, ReleaseIndex(releases_dir))
     release_files = _check_semantics(steps, file, found, index)
+    for step in steps:
+        server = getattr(step, "server", None)
+        if isinstance(server, int) and server > defaults.zookeeper_servers:
+            found.add(
+                f"server {server} is not in the scenario's ZooKeeper (servers 1 to "
+                f"{defaults.zookeeper_servers}: set [defaults] zookeeper_servers)",
+                step=step.number,
+                field="server",
+            )
     _raise_if_any(found.problems, file)
     assert releases_dir is not None
     return Scenario(
@@ -210,6 +219,19 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
                 out = attrs.evolve(out, timeout=float(value[key]))
             else:
                 out = attrs.evolve(out, session_timeout=float(value[key]))
+    if "zookeeper_servers" in value:
+        servers = value["zookeeper_servers"]
+        if not (isinstance(servers, int) and not isinstance(servers, bool)) or servers not in (
+            1,
+            3,
+            5,
+        ):
+            found.add(
+                f"[defaults] zookeeper_servers must be 1, 3 or 5, not {servers!r}",
+                field="zookeeper_servers",
+            )
+        else:
+            out = attrs.evolve(out, zookeeper_servers=servers)
     if "invariants" in value:
         problem = _boolean(value["invariants"])
         if problem:

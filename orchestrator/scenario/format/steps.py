@@ -22,6 +22,7 @@ __all__ = [
     "ExpectStatusStep",
     "ExpireStep",
     "KillStep",
+    "KillZooKeeperStep",
     "PauseStep",
     "PromoteStep",
     "ReadStep",
@@ -29,6 +30,7 @@ __all__ = [
     "ResumeStep",
     "SleepStep",
     "StartStep",
+    "StartZooKeeperStep",
     "Step",
     "StopStep",
     "WaitStep",
@@ -199,6 +201,34 @@ class RestartZooKeeperStep(Step):
 
 
 @attrs.frozen(kw_only=True)
+class KillZooKeeperStep(Step):
+    action: ClassVar[str] = "kill_zookeeper"
+    help: ClassVar[str] = (
+        "SIGKILL one ZooKeeper server ([defaults] zookeeper_servers): a number, "
+        '"leader" or "follower"'
+    )
+    server: int | str = _field("server")
+
+    def describe(self) -> str:
+        return f"kill ZooKeeper server {self.server}"
+
+
+@attrs.frozen(kw_only=True)
+class StartZooKeeperStep(Step):
+    action: ClassVar[str] = "start_zookeeper"
+    help: ClassVar[str] = (
+        "start a killed ZooKeeper server by number (default: every one not running) and wait "
+        "until it serves"
+    )
+    server: int | None = _field("server_number", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        which = "every stopped server" if self.server is None else f"server {self.server}"
+        return f"start ZooKeeper {which}"
+
+
+@attrs.frozen(kw_only=True)
 class StopStep(_ProcessStep):
     action: ClassVar[str] = "stop"
     help: ClassVar[str] = "SIGTERM a process and expect its exit code"
@@ -267,6 +297,8 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         ResumeStep,
         ExpireStep,
         RestartZooKeeperStep,
+        KillZooKeeperStep,
+        StartZooKeeperStep,
         StopStep,
         ExpectStatusStep,
         ExpectExitStep,

@@ -24,7 +24,11 @@ COMPARATORS: Final = ("equals", "not_equals", "length", "contains", "exists")
 TOP_LEVEL_KEYS: Final = frozenset({"name", "description", "releases", "defaults", "step"})
 
 
-DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants"})
+DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants", "zookeeper_servers"})
+
+
+# Steps that stop ZooKeeper servers: they need servers the run started itself.
+ZOOKEEPER_ACTIONS: Final = frozenset({"restart_zookeeper", "kill_zookeeper", "start_zookeeper"})
 
 
 DEFAULT_SESSION_TIMEOUT: Final = 2.0
@@ -59,6 +63,7 @@ class Defaults:
     session_timeout: float = DEFAULT_SESSION_TIMEOUT
     timeout: float = DEFAULT_TIMEOUT
     invariants: bool = True  # check orchestrator.scenario.invariants after every step
+    zookeeper_servers: int = 1  # an embedded ensemble of this many servers (odd)
 
 
 @attrs.frozen
@@ -78,5 +83,6 @@ class Scenario:
         return self.release_files[release]
 
     @property
-    def uses_zookeeper_restart(self) -> bool:
-        return any(step.action == "restart_zookeeper" for step in self.steps)
+    def zookeeper_step(self) -> Step | None:
+        """The first step that stops ZooKeeper servers (None: the scenario stops none)."""
+        return next((s for s in self.steps if s.action in ZOOKEEPER_ACTIONS), None)

@@ -155,6 +155,25 @@ class FaultMoves(WalkerCore):
         self.expect_exit(zombie, 3)
         return f"zombie {zombie}: paused until {self.leader} took over; its write was refused"
 
+    def _zookeeper_server(self, rng: random.Random) -> str:
+        """Kill a ZooKeeper server of the ensemble (its leader or a follower) and write through
+        the remaining quorum; or, one time in three, kill a second one for half a session
+        timeout (no quorum: nothing may be written, nobody may be fenced). Then restart them:
+        the same leader serves, every acknowledged row intact."""
+        assert self.leader is not None
+        first = rng.choice(["leader", "follower"])
+        detail = self.do("kill_zookeeper", server=first)
+        lose_quorum = rng.random() < 1 / 3
+        if lose_quorum:
+            self.do("kill_zookeeper", server="follower")
+            self.do("sleep", seconds=self.config.session_timeout / 2)
+        else:
+            self._append(rng)  # two of three servers: writes go on
+        self.do("start_zookeeper", timeout=self.config.timeout)
+        self.wait(self.leader, "serving")
+        outage = "quorum lost, then back" if lose_quorum else "a write through the quorum"
+        return f"{detail}; {outage}; {self.leader} serves again"
+
     def _expire_follower(self, rng: random.Random) -> str:
         name = rng.choice(self.followers())
         self.do("expire", processes=(name,), timeout=self.config.timeout)

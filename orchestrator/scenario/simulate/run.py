@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import tempfile
@@ -117,7 +118,13 @@ def _run_walk(
     header = (
         f"# simulate --seed {config.seed} --steps {steps}: the scenario steps it ran\n"
         f'releases = "{config.releases_dir.resolve()}"\n\n'
-        f"[defaults]\nsession_timeout = {config.session_timeout:g}\n\n"
+        f"[defaults]\nsession_timeout = {config.session_timeout:g}\n"
+        + (
+            f"zookeeper_servers = {config.zookeeper_servers}\n"
+            if config.zookeeper_servers > 1
+            else ""
+        )
+        + "\n"
     )
     recorded = walker.recorded if walker is not None else []
     return SimulationResult(
@@ -138,13 +145,21 @@ def simulate(
     config: SimulationConfig,
     *,
     zk: str | None = None,
+    target: ZooKeeperTarget | None = None,
     on_step: Callable[[WalkStep], None] | None = None,
     on_shrink: Callable[[int, bool], None] | None = None,
 ) -> SimulationResult:
-    """Run one walk; when it fails, re-run shorter prefixes to find the shortest failing one."""
+    """Run one walk; when it fails, re-run shorter prefixes to find the shortest failing one.
+
+    ZooKeeper is ``target`` when given (servers the caller runs), else ``zk``, else an
+    embedded server or ensemble of ``config.zookeeper_servers`` for the duration."""
     index = ReleaseIndex(config.releases_dir)
     index.versions()  # load errors surface before any process starts
-    with ZooKeeperTarget.open(zk) as target:
+    with contextlib.ExitStack() as stack:
+        if target is None:
+            target = stack.enter_context(
+                ZooKeeperTarget.open(zk, servers=config.zookeeper_servers)
+            )
         result = _run_walk(config, target, index, config.steps, on_step)
         if result.ok:
             return result

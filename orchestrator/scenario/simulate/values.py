@@ -21,6 +21,7 @@ FAULT_KINDS = (
     "expire_follower",
     "expire_leader",
     "lost_answer",
+    "zookeeper_server",
 )
 
 
@@ -52,6 +53,8 @@ class SimulationConfig:
     timeout: float = 40.0
     max_processes: int = 5
     shrink_runs: int = 3
+    # An embedded ensemble of this many servers (the zookeeper_server fault needs 3 or more).
+    zookeeper_servers: int = 1
 
 
 @attrs.frozen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,10 @@ class WalkerCore:
         self.recorded.append(step)
         self._current.append(step)
         return self.run.execute(step)
+
+    def _append(self, rng: random.Random) -> str:
+        """The append move (``moves.UpgradeMoves``), which fault moves use too."""
+        raise NotImplementedError
 
     def take_steps(self) -> tuple[Step, ...]:
         taken, self._current = tuple(self._current), []

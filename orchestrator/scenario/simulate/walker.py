@@ -24,6 +24,8 @@ class Walker(UpgradeMoves, FaultMoves):
                 faults += ["kill_follower", "expire_follower"]
             if self.pending():
                 faults.append("kill_mid_migration")
+            if self.run.zookeeper.size >= 3:
+                faults.append("zookeeper_server")
             if "zombie" in faults and room < 1 and len(self.leader_group()) < 2:
                 faults.remove("zombie")
             return rng.choice(faults)
