@@ -105,9 +105,10 @@ class ElectionWorker(Takeover):
             return [self._event("suspended")]
         if state == KazooState.LOST:
             # The session expired: its ephemeral candidate is gone and someone else may lead.
+            # We stay joined: the next session re-joins at the back, like a follower's, so an
+            # environment whose only leader expired is not left without one.
             self._candidate = None
             if self._end_leadership("session_lost"):
-                self._joined = False
                 self._log.error("leadership_lost", reason="session_lost")
                 return [self._event("leadership_lost", reason="session_lost")]
             self._log.warning("session_lost")

@@ -9,11 +9,9 @@ import time
 import structlog
 from kazoo.client import KazooClient, KazooState
 
-from catalog.errors import (
-    FencedError,
-)
 from orchestrator.sidecar.health import SidecarHealth
 from orchestrator.sidecar.states import (
+    State,
     _Stop,
     _Stopping,
     _ZkState,
@@ -101,19 +99,30 @@ class SidecarConnection(SidecarHealth):
             self._log.warning("zookeeper_suspended", writes_paused=self._leadership is not None)
         elif state == KazooState.LOST:
             self._log.warning("zookeeper_session_lost", leader=self._leadership is not None)
-            if self._leadership is not None:
-                # Our session (and the candidate node that made us leader) is gone; a successor
-                # may already hold a newer epoch. Every write we could still make is fenced.
-                raise FencedError(
-                    "the ZooKeeper session of this leader expired: leadership lost",
-                    epoch=self._leadership.epoch,
-                    deploy_generation=self.config.deploy_generation,
-                )
+            self._step_down("session expired")
             self._registered = False
         elif state == KazooState.CONNECTED:
             self._log.info("zookeeper_reconnected", session=self._session())
             self._deferring(self._reregister)
             self._pending = True
+
+    def _step_down(self, reason: str) -> None:
+        """Our session expired while leading: its candidate node (what made us leader) is gone
+        and a successor of our generation may already hold a newer epoch. Leadership ends
+        here, not the process: it re-checks and re-joins the election with its next session
+        (orchestrator.election), so an environment whose only leader expired gets one again.
+        A write of the old leadership still in flight carries its epoch's fence, valid only
+        while nobody took over."""
+        leadership, self._leadership = self._leadership, None
+        if leadership is None:
+            return
+        self.metrics.leader.set(0)
+        self._log.error("leadership_lost", epoch=leadership.epoch, reason=reason, rejoining=True)
+        self._check = None
+        self._resume_state = None
+        self._unreadable = None
+        self._set_state(State.CHECKING, phase=f"{reason}: rejoining the election")
+        self._pending = True
 
     def _reregister(self) -> None:
         """A new session lost our ephemeral node (the election re-joins on its own)."""

@@ -69,6 +69,7 @@ class SidecarCore:
         self._election: election_mod.LeaderElection | None = None
         self._leadership: election_mod.Leadership | None = None
         self._led = False  # led at some point: its exit events belong to the environment
+        self._leader_session: str | None = None  # the session that took over (if leading)
         self._check: CheckResult | None = None
         self._checked_at: tuple[int | None, int | None] | None = None
         self._epoch: int | None = None

@@ -46,6 +46,8 @@ class SidecarMachine(SidecarConnection):
 
     def _on_election_event(self, event: election_mod.ElectionEvent) -> None:
         self._log.debug("election_event", kind=event.kind)
+        if self._leadership is not None and event.reason == "session_lost":
+            self._step_down("session expired")
         if self._leadership is not None and event.kind in ("superseded", "leadership_lost"):
             raise FencedError(
                 f"leadership of epoch {self._leadership.epoch} ended "
@@ -82,6 +84,12 @@ class SidecarMachine(SidecarConnection):
         if fenced is not None:
             raise fenced
         if self._leadership is not None:
+            session = self._session()
+            if session is not None and session != self._leader_session:
+                # Our session expired and kazoo made a new one before its LOST reached us.
+                self._step_down("session expired")
+                self._pending = True
+                return
             if epoch is None or epoch.epoch != self._leadership.epoch:
                 raise FencedError(
                     f"fenced: the epoch moved from {self._leadership.epoch} to "
@@ -146,6 +154,7 @@ class SidecarMachine(SidecarConnection):
         if leadership is None:
             return
         self._leadership = leadership
+        self._leader_session = self._session()
         self._led = True
         self._epoch = leadership.epoch
         self.metrics.set_epoch(leadership.epoch)

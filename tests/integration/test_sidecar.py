@@ -371,11 +371,12 @@ def test_four_processes_of_one_version_agree_and_one_leads(
 
 
 @pytest.mark.slow
-def test_paused_leader_is_fenced_after_a_takeover(
+def test_paused_leader_steps_down_and_rejoins_after_a_takeover(
     launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
 ) -> None:
-    """A SIGSTOPped leader whose session expired is replaced; resumed, it writes nothing and
-    exits fenced (3), and the new leader's epoch is the only one accepting appends."""
+    """A SIGSTOPped leader whose session expired is replaced; resumed, it writes nothing, gives
+    up leadership and re-joins as a follower (refusing appends with 409), and the new leader's
+    epoch is the only one accepting appends."""
     first = launch(V1, 1, "blue-a", auto_promote=True, session_timeout=2.0)
     first.wait_state("serving")
     second = launch(V1, 1, "blue-b", session_timeout=2.0)
@@ -384,8 +385,11 @@ def test_paused_leader_is_fenced_after_a_takeover(
     node = second.wait_state("serving", timeout=30)
     assert node["epoch"] == 2
     first.signal(signal.SIGCONT)
-    code = first.wait_exit(timeout=30)
-    assert code == EXIT_FENCED, first.log_tail()
+    node = first.wait_state("ready", timeout=30)
+    assert node["mode"] == "read-only", first.log_tail()
+    assert first.process.poll() is None
+    status, _ = first.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
+    assert status == 409
     status, _ = second.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
     assert status == 200
     status, body = second.http("GET", f"/read?collection={TABLES}")
