@@ -160,8 +160,14 @@ class Migration:
     kind: str = attrs.field(validator=_check_kind)
     mechanism: Mechanism = attrs.field(converter=_to_mechanism)
     transform: Transform | None = attrs.field(default=None, eq=False)
+    # Derived once: validation looks instructions up by these millions of times.
+    _name: str = attrs.field(init=False, eq=False, repr=False)
+    _key: tuple[Version, str, str, Mechanism] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        name = f"{self.schema_name}.{self.object_name}"
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_key", (self.version, name, self.kind, self.mechanism))
         if self.mechanism is Mechanism.REWRITE and not callable(self.transform):
             raise ReleaseError(
                 f"rewrite instruction {self.describe()} needs a callable transform",
@@ -179,12 +185,12 @@ class Migration:
     @property
     def name(self) -> str:
         """``schema_name.object_name`` of the collection this instruction migrates."""
-        return f"{self.schema_name}.{self.object_name}"
+        return self._name
 
     @property
     def key(self) -> tuple[Version, str, str, Mechanism]:
         """What identifies an instruction across releases: version, name, kind, mechanism."""
-        return (self.version, self.name, self.kind, self.mechanism)
+        return self._key
 
     def describe(self) -> str:
         """A short human form: ``0.11.0 mz_catalog.mz_tables (table) evolution``."""

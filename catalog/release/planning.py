@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pyarrow as pa
@@ -155,11 +155,21 @@ class _InstructionIndex:
     by_name: Mapping[str, tuple[tuple[tuple[Any, ...], ...], tuple[Migration, ...]]]
     own: tuple[Migration, ...]
     keys: frozenset[tuple[Version, str, str, Mechanism]]
+    newest: tuple[Any, ...] | None = None  # the precedence key of the newest instruction
+    source: tuple[Migration, ...] = attrs.field(default=(), eq=False, repr=False)
 
     @classmethod
-    def of(cls, release: Release) -> _InstructionIndex:
+    def of(cls, release: Release, previous: _InstructionIndex | None = None) -> _InstructionIndex:
+        """The index of ``release``; built on ``previous`` (an earlier release's) when
+        ``release`` lists ``previous``'s instructions first and only newer ones after them, as
+        release files do (``migrations=[*PREVIOUS.migrations, ...]``)."""
+        if previous is not None:
+            extended = cls._extended(release, previous)
+            if extended is not None:
+                return extended
         grouped: dict[str, list[Migration]] = {}
-        for migration in sorted(release.migrations, key=lambda m: m.version):
+        ordered = sorted(release.migrations, key=lambda m: m.version._order)
+        for migration in ordered:
             grouped.setdefault(migration.name, []).append(migration)
         return cls(
             release.version,
@@ -169,8 +179,40 @@ class _InstructionIndex:
                     for name, ms in grouped.items()
                 }
             ),
-            tuple(m for m in release.migrations if m.version == release.version),
+            tuple(m for m in release.migrations if m.version._order == release.version._order),
             frozenset(m.key for m in release.migrations),
+            ordered[-1].version._order if ordered else None,
+            release.migrations,
+        )
+
+    @classmethod
+    def _extended(cls, release: Release, previous: _InstructionIndex) -> _InstructionIndex | None:
+        migrations, before = release.migrations, previous.source
+        # Tuple equality compares identical elements without calling __eq__: shared objects
+        # (the usual case) cost a pointer comparison each.
+        if len(migrations) < len(before) or migrations[: len(before)] != before:
+            return None
+        added = sorted(migrations[len(before) :], key=lambda m: m.version._order)
+        own_order = release.version._order
+        floor = previous.newest
+        if floor is not None and (
+            floor >= own_order or (added and added[0].version._order < floor)
+        ):
+            return None
+        by_name = dict(previous.by_name)
+        for migration in added:
+            orders, group = by_name.get(migration.name, ((), ()))
+            by_name[migration.name] = (
+                (*orders, migration.version._order),
+                (*group, migration),
+            )
+        return cls(
+            release.version,
+            MappingProxyType(by_name),
+            tuple(m for m in added if m.version._order == own_order),
+            previous.keys | {m.key for m in added},
+            added[-1].version._order if added else floor,
+            migrations,
         )
 
     def in_range(self, name: str, low: Version, high: Version) -> tuple[Migration, ...]:
@@ -185,11 +227,43 @@ class _InstructionIndex:
 
 
 def _merge(instructions: Sequence[Migration]) -> Mechanism:
-    winner = instructions[0].mechanism
-    for migration in instructions[1:]:
-        if _MECHANISM_RANK[migration.mechanism.value] > _MECHANISM_RANK[winner.value]:
-            winner = migration.mechanism
-    return winner
+    """The winning mechanism by precedence (rewrite > replacement > evolution)."""
+    return max((m.mechanism for m in instructions), key=_RANK.__getitem__)
+
+
+# Precedence by member (an Enum's ``.value`` costs a descriptor call: validation merges often).
+_RANK: Final = {mechanism: _MECHANISM_RANK[mechanism.value] for mechanism in Mechanism}
+
+
+def check_collection(
+    state: CollectionState,
+    builtin: Builtin,
+    index: _InstructionIndex,
+    fingerprint: str,
+    low: Version,
+    high: Version,
+    evolve_check: EvolveCheck,
+) -> Mechanism | _Problem | tuple[Migration, ...] | None:
+    """The rule for one collection on the path ``low -> high``: the merged mechanism to plan,
+    the problem refusing the path, the in-range instructions whose kind names no builtin (they
+    are reported as unknown), or None when nothing changes."""
+    if state.name != builtin.name:
+        return _global_id_reassigned(state, builtin, low, high)
+    instructions = index.in_range(builtin.name, low, high)
+    mismatched = tuple(m for m in instructions if m.kind != builtin.kind)
+    if mismatched:
+        return mismatched
+    changed = fingerprint != state.fingerprint
+    if not instructions:
+        return _missing_instruction(builtin, low, high) if changed else None
+    mechanism = _merge(instructions)
+    if builtin.retain_data and mechanism is Mechanism.REPLACEMENT:
+        return _retain_data_replaced(builtin, instructions, low, high)
+    if mechanism is Mechanism.EVOLUTION and changed:
+        incompatible = evolve_check(state, builtin)
+        if incompatible is not None:
+            return _incompatible(incompatible, builtin, low, high)
+    return mechanism
 
 
 def _build_plan(
@@ -229,38 +303,25 @@ def _build_plan(
         if state is None:
             new.append(builtin)
             continue
-        if state.name != builtin.name:
-            problems.append(_global_id_reassigned(state, builtin, low, high))
-            continue
-        instructions = index.in_range(builtin.name, low, high)
-        mismatched = [m for m in instructions if m.kind != builtin.kind]
-        if mismatched:
-            unknown.update((m.key, m) for m in mismatched)
-            continue
-        changed = fingerprints[builtin.global_id] != state.fingerprint
-        if not instructions:
-            if changed:
-                problems.append(_missing_instruction(builtin, low, high))
-            continue
-        mechanism = _merge(instructions)
-        if builtin.retain_data and mechanism is Mechanism.REPLACEMENT:
-            problems.append(_retain_data_replaced(builtin, instructions, low, high))
-            continue
-        if mechanism is Mechanism.EVOLUTION and changed:
-            incompatible = evolve_check(state, builtin)
-            if incompatible is not None:
-                problems.append(_incompatible(incompatible, builtin, low, high))
-                continue
-        planned.append(
-            PlannedMigration(
-                builtin.global_id,
-                builtin.name,
-                mechanism,
-                instructions,
-                state.schema,
-                builtin.schema,
-            )
+        outcome = check_collection(
+            state, builtin, index, fingerprints[builtin.global_id], low, high, evolve_check
         )
+        if isinstance(outcome, _Problem):
+            problems.append(outcome)
+        elif isinstance(outcome, Mechanism):
+            instructions = index.in_range(builtin.name, low, high)
+            planned.append(
+                PlannedMigration(
+                    builtin.global_id,
+                    builtin.name,
+                    outcome,
+                    instructions,
+                    state.schema,
+                    builtin.schema,
+                )
+            )
+        elif outcome:
+            unknown.update((m.key, m) for m in outcome)
     problems.extend(_unknown_builtin(m, target) for m in unknown.values())
     target_ids = {b.global_id for b in target.builtins}
     removed = tuple(c for gid, c in current.items() if gid not in target_ids)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -13,7 +13,8 @@ import structlog
 from catalog.errors import CatalogError, PlanError, ReleaseError, SchemaIncompatibleError
 from catalog.release.loader import find_release
 from catalog.release.manifest import Builtin, Mechanism, Release
-from catalog.release.planning import Plan, _build_plan, _InstructionIndex, _merge, plan
+from catalog.release.paths import path_problems
+from catalog.release.planning import Plan, _InstructionIndex, _merge, plan
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
 from catalog.release.version import Version
 from catalog.schema import evolve, fingerprint, migration_type
@@ -135,7 +136,15 @@ def snapshot_at(releases: Sequence[Release], version: str | Version) -> CatalogS
     wanted = find_release(ordered, version).version
     upto = [r for r in ordered if r.version <= wanted]
     cache = _EvolutionCache()
-    return _walk_histories(upto, [_InstructionIndex.of(r) for r in upto], cache)[-1]
+    return _walk_histories(upto, _indexes(upto), cache)[-1]
+
+
+def _indexes(ordered: Sequence[Release]) -> list[_InstructionIndex]:
+    """Every release's instruction index, each built on the one before where it can be."""
+    indexes: list[_InstructionIndex] = []
+    for release in ordered:
+        indexes.append(_InstructionIndex.of(release, indexes[-1] if indexes else None))
+    return indexes
 
 
 def _ordered(releases: Iterable[Release]) -> list[Release]:
@@ -217,7 +226,9 @@ class ValidationReport:
         }
 
 
-def validate(releases: Iterable[Release]) -> ValidationReport:
+def validate(
+    releases: Iterable[Release], *, on_progress: Callable[[int, int], None] | None = None
+) -> ValidationReport:
     """Check every pair ``X < Y`` of ``releases`` as an upgrade path.
 
     For each path this runs the planner from the catalog state at ``X`` (histories as
@@ -229,33 +240,37 @@ def validate(releases: Iterable[Release]) -> ValidationReport:
     """
     ordered = _ordered(releases)
     cache = _EvolutionCache()
-    indexes = [_InstructionIndex.of(r) for r in ordered]
+    indexes = _indexes(ordered)
     fingerprints = [{b.global_id: cache.fingerprint(b.schema) for b in r.builtins} for r in ordered]
     snapshots = _walk_histories(ordered, indexes, cache)
-    failures: list[PathFailure] = []
-    for i, source in enumerate(snapshots):
-        current = source.by_global_id()
-        for j in range(i + 1, len(ordered)):
-            _, problems = _build_plan(
-                source,
-                ordered[j],
-                index=indexes[j],
-                fingerprints=fingerprints[j],
-                evolve_check=cache.check,
-                current=current,
-            )
-            for problem in problems:
-                failures.append(
-                    PathFailure(
-                        source.version,
-                        ordered[j].version,
-                        problem.reason,
-                        problem.collection,
-                        problem.error,
-                    )
-                )
-            failures.extend(_removed_instructions(ordered[i], indexes[i], indexes[j]))
-    failures.sort(key=lambda f: (f.from_version, f.to_version, f.reason, f.collection or ""))
+    total = len(ordered) * (len(ordered) - 1) // 2
+    failures = [
+        PathFailure(
+            ordered[i].version,
+            ordered[j].version,
+            problem.reason,
+            problem.collection,
+            problem.error,
+        )
+        for i, j, problem in path_problems(
+            ordered,
+            indexes,
+            snapshots,
+            fingerprints,
+            cache.check,
+            None if on_progress is None else lambda done: on_progress(done, total),
+        )
+    ]
+    failures.extend(_removed_instructions(ordered, indexes))
+    failures.sort(
+        key=lambda f: (
+            f.from_version._order,
+            f.to_version._order,
+            f.reason,
+            f.collection or "",
+            f.error.message,
+        )
+    )
     n = len(ordered)
     report = ValidationReport(tuple(r.version for r in ordered), n * (n - 1) // 2, tuple(failures))
     log.debug(
@@ -268,33 +283,55 @@ def validate(releases: Iterable[Release]) -> ValidationReport:
 
 
 def _removed_instructions(
-    source: Release, source_index: _InstructionIndex, target_index: _InstructionIndex
+    ordered: Sequence[Release], indexes: Sequence[_InstructionIndex]
 ) -> list[PathFailure]:
-    low, high = source.version, target_index.version
+    """Every path ``i -> j`` on which ``j`` lacks an instruction ``i`` has: from when each
+    instruction is held, followed through the differences of consecutive releases (a history
+    whose lists only grow costs one set difference per release)."""
+    n = len(ordered)
+    held: dict[tuple[Version, str, str, Mechanism], list[list[int]]] = (
+        {key: [[0, n]] for key in indexes[0].keys} if indexes else {}
+    )
+    for j in range(1, n):
+        before, after = indexes[j - 1].keys, indexes[j].keys
+        for key in before - after:
+            held[key][-1][1] = j
+        for key in after - before:
+            held.setdefault(key, []).append([j, n])
     failures = []
-    for key in sorted(source_index.keys - target_index.keys, key=lambda k: (k[0], k[1])):
-        version, name, kind, mechanism = key
-        described = f"{version} {name} ({kind}) {mechanism.value}"
-        backport = (
-            low.is_patch and version.line == low.line and version.is_patch and high.line > low.line
-        )
-        if backport:
-            reason = "backport"
-            message = (
-                f"patch release {low} carries instruction {described} that the later release "
-                f"{high} lacks: backported migrations must be carried forward"
-            )
-        else:
-            reason = "instruction-removed"
-            message = f"release {high} removed instruction {described} that {low} has"
-        error = PlanError(
-            message,
-            reason=reason,
-            collections=[name],
-            instruction=described,
-            from_version=str(low),
-            to_version=str(high),
-            suggestion=f"keep {described} in the MIGRATIONS of {high} and every later release",
-        )
-        failures.append(PathFailure(low, high, reason, name, error))
+    for key, spans in held.items():
+        if len(spans) == 1 and spans[0][1] == n:
+            continue  # held from its first release on: never removed
+        members = {i for start, end in spans for i in range(start, end)}
+        for i in sorted(members):
+            for j in range(i + 1, n):
+                if j not in members:
+                    failures.append(_removed(key, ordered[i].version, ordered[j].version))
     return failures
+
+
+def _removed(key: tuple[Version, str, str, Mechanism], low: Version, high: Version) -> PathFailure:
+    version, name, kind, mechanism = key
+    described = f"{version} {name} ({kind}) {mechanism.value}"
+    backport = (
+        low.is_patch and version.line == low.line and version.is_patch and high.line > low.line
+    )
+    if backport:
+        reason = "backport"
+        message = (
+            f"patch release {low} carries instruction {described} that the later release "
+            f"{high} lacks: backported migrations must be carried forward"
+        )
+    else:
+        reason = "instruction-removed"
+        message = f"release {high} removed instruction {described} that {low} has"
+    error = PlanError(
+        message,
+        reason=reason,
+        collections=[name],
+        instruction=described,
+        from_version=str(low),
+        to_version=str(high),
+        suggestion=f"keep {described} in the MIGRATIONS of {high} and every later release",
+    )
+    return PathFailure(low, high, reason, name, error)

@@ -19,7 +19,7 @@ _VERSION_RE = re.compile(
 
 
 @functools.total_ordering
-@attrs.frozen(order=False, repr=False)
+@attrs.frozen(order=False, repr=False, cache_hash=True)
 class Version:
     """A semantic version, ordered by semver precedence (never compared as a string)."""
 

@@ -51,7 +51,21 @@ def validate_command(releases_dir: Path, as_json: bool) -> None:
     from catalog.release import load_release_dir, validate
     from orchestrator.render.plan import render_report, report_json
 
-    report = validate(load_release_dir(releases_dir))
+    releases = load_release_dir(releases_dir)
+    console = Console(stderr=True)
+    if console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        columns = [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress("upgrade paths", *columns, console=console, transient=True) as progress:
+            task = progress.add_task("validate", total=None)
+
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            report = validate(releases, on_progress=advance)
+    else:
+        report = validate(releases)
     if as_json:
         click.echo(report_json(report))
     else:
