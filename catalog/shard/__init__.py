@@ -3,7 +3,8 @@
 ZooKeeper layout (keys relative to the environment root)::
 
     shards/<shard_id>             ShardState JSON (below); every change is a CAS on its version
-    shards/<shard_id>/l-<seq>     ephemeral reader leases ({"holder", "created"})
+    shards/<shard_id>/l-<seq>     ephemeral reader leases ({"holder", "created", "holds",
+                                  "schema_id": the schema the reader reads with, if named})
 
 Blob layout (below the environment's blob URI)::
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 from catalog.consolidate import DIFF, TS, consolidate
 from catalog.shard.append import advance_times
+from catalog.shard.coverage import SchemaUse, ShardCoverage, shard_coverage
 from catalog.shard.handle import Shard
 from catalog.shard.ledger import WRITE_MEMORY, WriteLedger, WriteMark
 from catalog.shard.listing import blob_prefix
@@ -86,7 +88,9 @@ __all__ = [
     "EvolveResult",
     "Lease",
     "RollupRef",
+    "SchemaUse",
     "Shard",
+    "ShardCoverage",
     "ShardState",
     "WriteLedger",
     "WriteMark",
@@ -100,6 +104,7 @@ __all__ = [
     "expand_op",
     "new_shard_id",
     "read_states",
+    "shard_coverage",
     "shard_key",
     "update_schema",
 ]

@@ -126,8 +126,13 @@ class ShardLifecycle(ShardWrites):
             ) from None
 
     @contextlib.contextmanager
-    def lease(self, holder: str = "", *, as_of: int | None = None) -> Iterator[Lease]:
+    def lease(
+        self, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
+    ) -> Iterator[Lease]:
         """Hold a reader lease while the block runs: finalization waits until it is released.
+
+        ``schema_id`` is the schema the reader reads with, when not the latest: the shard's
+        coverage (:mod:`catalog.shard.coverage`) counts it as needed while the lease lives.
 
         Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
         is an ephemeral znode, so a reader that dies releases it with its session.
@@ -138,7 +143,10 @@ class ShardLifecycle(ShardWrites):
         # The time this reader reads at (the latest complete one, if not given): ``since`` is
         # never advanced past it while the lease lives (held_since).
         holds = as_of if as_of is not None else max(state.upper - 1, 0)
-        body = encode_json({"holder": holder, "created": time.time(), "holds": holds})
+        lease = {"holder": holder, "created": time.time(), "holds": holds}
+        if schema_id is not None:
+            lease["schema_id"] = schema_id
+        body = encode_json(lease)
         (path,) = self.consensus.commit(
             [Create(f"{self.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
         )

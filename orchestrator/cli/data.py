@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
+from catalog.errors import EXIT_UNEXPECTED
 from orchestrator.cli.root import F, handle_errors, main, zk_options
 
 
@@ -236,7 +238,18 @@ def read_command(
 
 
 @main.command("compact")
-@click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
+@click.option(
+    "--collection",
+    default=None,
+    help="The collection, SCHEMA.NAME (with --until-retired: default every collection that "
+    "holds data under an old schema).",
+)
+@click.option(
+    "--until-retired",
+    is_flag=True,
+    help="Compact until no batch is stored under an old schema, so the old schemas can "
+    "retire; shows rows/s and the time left.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @engine_options
 @zk_options
@@ -244,7 +257,8 @@ def read_command(
 @click.pass_context
 def compact_command(
     ctx: click.Context,
-    collection: str,
+    collection: str | None,
+    until_retired: bool,
     as_json: bool,
     engine: str,
     spark_master: str | None,
@@ -256,6 +270,11 @@ def compact_command(
 ) -> None:
     """Merge a collection's batches into its latest schema (reads are unchanged)."""
     spark = spark_config(spark_master, spark_conf, blob_shared)
+    if until_retired:
+        _compact_until_retired(ctx, collection, as_json, engine, spark, blob_uri, zk, env)
+        return
+    if collection is None:
+        raise click.UsageError("--collection is required (or --until-retired)")
     with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
         state = shard.state()
         description = (
@@ -281,3 +300,75 @@ def compact_command(
         )
     else:
         click.echo(f"{collection}: another compaction replaced the batches first; nothing done")
+
+
+def _compact_until_retired(
+    ctx: click.Context,
+    collection: str | None,
+    as_json: bool,
+    engine: str,
+    spark: Any,
+    blob_uri: str | None,
+    zk: str,
+    env: str,
+) -> None:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    from catalog.pipeline import collection_shard, engine_for
+    from orchestrator.retire import RetireOutcome, compact_until_retired
+    from orchestrator.zk import open_consensus
+
+    class RowsPerSecond(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("-" if speed is None else f"{speed:,.0f} rows/s", style="cyan")
+
+    console = Console(stderr=True)
+    columns = [TextColumn("{task.description}"), BarColumn(), RowsPerSecond()]
+    columns += [TimeElapsedColumn(), TimeRemainingColumn()]
+    progress = Progress(*columns, console=console, disable=not console.is_terminal)
+    task = progress.add_task("old rows migrated", total=None)
+
+    def started(count: int, rows: int) -> None:
+        progress.update(task, total=rows, description=f"{count} collection(s)")
+
+    def done(outcome: RetireOutcome) -> None:
+        progress.advance(task, outcome.rows_migrated)
+
+    with open_consensus(zk, env) as consensus, progress:
+        outcomes = compact_until_retired(
+            consensus,
+            lambda name: collection_shard(consensus, name, blob_uri),
+            lambda shard: engine_for(
+                engine, shard, spark=_spark_for(ctx, spark), config=spark
+            ).compact(shard),
+            collections=(collection,) if collection else (),
+            on_start=started,
+            on_done=done,
+        )
+    left = [o for o in outcomes if not o.retired]
+    if as_json:
+        click.echo(json.dumps({"collections": [o.to_json() for o in outcomes]}))
+    else:
+        for o in outcomes:
+            state = "old schemas retired" if o.retired else "still holds old-schema batches"
+            retirable = ", ".join(map(str, o.after.coverage.retirable)) or "none"
+            click.echo(
+                f"{o.name}: {o.rows_migrated:,} rows moved to schema "
+                f"{o.after.coverage.latest_schema_id} in {o.passes} pass(es), {state} "
+                f"(can retire: {retirable})"
+            )
+        if not outcomes:
+            click.echo("every collection is on its latest schema: nothing to compact")
+    if left:
+        sys.exit(EXIT_UNEXPECTED)

@@ -56,10 +56,16 @@ def promote_command(
 @click.option("--watch", is_flag=True, help="Refresh until interrupted.")
 @click.option("--all", "all_rows", is_flag=True, help="Every collection row, not the first 20.")
 @click.option("--events", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option(
+    "--coverage",
+    is_flag=True,
+    help="Also lazy-migration coverage: batches and rows under each schema of every "
+    "collection, which old schemas are still needed and which can retire.",
+)
 @zk_options
 @handle_errors
 def status_command(
-    as_json: bool, watch: bool, all_rows: bool, events: int, zk: str, env: str
+    as_json: bool, watch: bool, all_rows: bool, events: int, coverage: bool, zk: str, env: str
 ) -> None:
     """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
     import threading
@@ -71,14 +77,28 @@ def status_command(
     from orchestrator.status import UpgradeStatus, read_status, watch_status
     from orchestrator.zk import open_consensus
 
+    if coverage and watch:
+        raise click.UsageError("--coverage reads every shard's batches: not with --watch")
     console = Console()
     with open_consensus(zk, env) as consensus:
         if not watch:
             status = read_status(consensus, events=events)
+            report = None
+            if coverage:
+                from orchestrator.status.coverage import read_coverage
+
+                report = read_coverage(consensus)
             if as_json:
-                click.echo(json.dumps(status.to_json(), indent=2))
+                document = status.to_json()
+                if report is not None:
+                    document["coverage"] = report.to_json()
+                click.echo(json.dumps(document, indent=2))
             else:
                 console.print(render_table(status, all_rows=all_rows))
+                if report is not None:
+                    from orchestrator.render.coverage import render_coverage
+
+                    console.print(render_coverage(report, all_rows=all_rows))
             if status.errors:  # shown above; unreadable state is never a quiet success
                 sys.exit(EXIT_UNEXPECTED)
             return

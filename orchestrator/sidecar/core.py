@@ -25,6 +25,7 @@ from catalog.errors import (
 )
 from catalog.release import Release
 from catalog.retry import CasRetry, Retry
+from catalog.shard.coverage import RollupCounts
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
 from orchestrator.migrate import (
@@ -70,6 +71,7 @@ class SidecarCore:
         self._leadership: election_mod.Leadership | None = None
         self._led = False  # led at some point: its exit events belong to the environment
         self._leader_session: str | None = None  # the session that took over (if leading)
+        self._rollup_counts: RollupCounts = {}  # coverage metrics: rollup summaries read once
         self._check: CheckResult | None = None
         self._checked_at: tuple[int | None, int | None] | None = None
         self._epoch: int | None = None

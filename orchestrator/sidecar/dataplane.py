@@ -29,6 +29,7 @@ from orchestrator.sidecar.idempotency import WriteIdentity
 from orchestrator.sidecar.rows import jsonable, rows_to_table
 from orchestrator.sidecar.states import State, _Promote
 from orchestrator.status import read_status
+from orchestrator.status.coverage import read_coverage
 from orchestrator.zk import why_unreachable
 
 log = structlog.get_logger(__name__)
@@ -74,8 +75,12 @@ class SidecarDataPlane(SidecarCore):
             )
         return Readiness(tuple(checks))
 
-    def status_json(self) -> Mapping[str, Any]:
-        return read_status(self._require_consensus()).to_json()
+    def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
+        consensus = self._require_consensus()
+        document = read_status(consensus).to_json()
+        if coverage:
+            document["coverage"] = read_coverage(consensus).to_json()
+        return document
 
     def metrics_text(self) -> bytes:
         return self.metrics.render()
@@ -208,7 +213,8 @@ class SidecarDataPlane(SidecarCore):
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
-        with shard.lease(holder=self.config.process_id, as_of=as_of):
+        reads_with = find_schema_id(shard.state(), builtin.schema)
+        with shard.lease(holder=self.config.process_id, as_of=as_of, schema_id=reads_with):
             if as_of is None and shard.state().upper == 0:
                 return []
             table = shard.snapshot(as_of)

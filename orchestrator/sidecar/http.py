@@ -100,7 +100,7 @@ class SidecarApi(Protocol):
 
     def readiness(self) -> Readiness: ...
 
-    def status_json(self) -> Mapping[str, Any]: ...
+    def status_json(self, coverage: bool = False) -> Mapping[str, Any]: ...
 
     def metrics_text(self) -> bytes: ...
 
@@ -241,8 +241,8 @@ class SidecarApp:
             body = f"not ready: {', '.join(c.name for c in readiness.checks if not c.ok)}\n"
         return Response(body, status=status, content_type=_TEXT)
 
-    def status(self, _request: Request) -> Response:
-        return _json(HTTPStatus.OK, self.api.status_json())
+    def status(self, request: Request) -> Response:
+        return _json(HTTPStatus.OK, self.api.status_json(coverage="coverage" in request.args))
 
     def metrics(self, _request: Request) -> Response:
         return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)

@@ -37,6 +37,7 @@ from orchestrator.sidecar.states import (
     _Promote,
     _Stopping,
 )
+from orchestrator.status.coverage import read_coverage
 
 log = structlog.get_logger(__name__)
 
@@ -286,6 +287,9 @@ class SidecarMachine(SidecarConnection):
                 advance_frontiers(ctx, found[0], fence)
             deleted = collect_garbage(ctx, fence, grace_seconds=self.config.gc_grace)
             self.metrics.blobs_collected.inc(len(deleted))
+            self.metrics.set_coverage(
+                read_coverage(ctx.consensus, rollup_counts=self._rollup_counts)
+            )
         except (ConnectionLostError, FencedError) as exc:
             self._log.info("sweep_stopped", reason=type(exc).__name__)
         except CatalogError as exc:

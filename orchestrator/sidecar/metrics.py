@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from orchestrator.process_node import ProcessState
+from orchestrator.status.coverage import CoverageReport
 
 STATES = tuple(state.value for state in ProcessState)
 
@@ -39,6 +40,9 @@ class SidecarMetrics:
     rows_appended: Counter = attrs.field(init=False)
     blobs_collected: Counter = attrs.field(init=False)
     zookeeper_connected: Gauge = attrs.field(init=False)
+    schema_batches: Gauge = attrs.field(init=False)
+    schema_rows: Gauge = attrs.field(init=False)
+    retirable_schemas: Gauge = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -93,6 +97,25 @@ class SidecarMetrics:
             "1 while the ZooKeeper session is connected",
             registry=r,
         )
+        self.schema_batches = Gauge(
+            "catalog_upgrade_schema_batches",
+            "Batches stored under each schema id of a collection's shard (lazy-migration "
+            "coverage; the serving leader exports it, schema ids holding nothing are left out)",
+            ["collection", "schema_id"],
+            registry=r,
+        )
+        self.schema_rows = Gauge(
+            "catalog_upgrade_schema_rows",
+            "Update rows stored under each schema id of a collection's shard",
+            ["collection", "schema_id"],
+            registry=r,
+        )
+        self.retirable_schemas = Gauge(
+            "catalog_upgrade_retirable_schemas",
+            "Old schemas of a collection that no stored batch and no reader needs any more",
+            ["collection"],
+            registry=r,
+        )
         self.set_state("starting")
 
     def set_state(self, state: str) -> None:
@@ -113,6 +136,19 @@ class SidecarMetrics:
     def count_cas_retry(self, error: Exception) -> None:
         """The :attr:`CasRetry.on_retry` hook."""
         self.cas_retries.labels(error=type(error).__name__).inc()
+
+    def set_coverage(self, report: CoverageReport) -> None:
+        """The leader's latest coverage reading (series of collections gone are dropped)."""
+        self.schema_batches.clear()
+        self.schema_rows.clear()
+        self.retirable_schemas.clear()
+        for item in report.collections:
+            for use in item.coverage.schemas:
+                if use.batches:
+                    labels = {"collection": item.name, "schema_id": str(use.schema_id)}
+                    self.schema_batches.labels(**labels).set(use.batches)
+                    self.schema_rows.labels(**labels).set(use.rows)
+            self.retirable_schemas.labels(collection=item.name).set(len(item.coverage.retirable))
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

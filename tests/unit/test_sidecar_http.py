@@ -42,8 +42,8 @@ class ScriptedApi:
             )
         )
 
-    def status_json(self) -> Mapping[str, Any]:
-        return {"catalog": None, "processes": []}
+    def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
+        return {"catalog": None, "processes": [], **({"coverage": {}} if coverage else {})}
 
     def metrics_text(self) -> bytes:
         return self.metrics_.render()
