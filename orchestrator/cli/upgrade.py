@@ -62,12 +62,28 @@ def promote_command(
     help="Also lazy-migration coverage: batches and rows under each schema of every "
     "collection, which old schemas are still needed and which can retire.",
 )
+@click.option(
+    "--serve",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the live status page (and /status, /history) on HOST:PORT until interrupted.",
+)
 @zk_options
 @handle_errors
 def status_command(
-    as_json: bool, watch: bool, all_rows: bool, events: int, coverage: bool, zk: str, env: str
+    as_json: bool,
+    watch: bool,
+    all_rows: bool,
+    events: int,
+    coverage: bool,
+    serve: str | None,
+    zk: str,
+    env: str,
 ) -> None:
     """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
+    if serve is not None:
+        _serve_status(serve, zk, env)
+        return
     import threading
 
     from rich.console import Console
@@ -177,3 +193,32 @@ def history_command(as_json: bool, zk: str, env: str) -> None:
             click.echo(json.dumps(row.to_json()))
         return
     Console().print(render_history(rows, env))
+
+
+def _serve_status(address: str, zk: str, env: str) -> None:
+    import signal
+    import threading
+
+    from orchestrator.sidecar.http import parse_address
+    from orchestrator.status.web import status_server
+    from orchestrator.zk import open_consensus
+
+    host, port = parse_address(address)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    with open_consensus(zk, env) as consensus:
+        server = status_server(consensus, host, port)
+        thread = threading.Thread(target=server.serve_forever, name="status-page", daemon=True)
+        thread.start()
+        click.echo(
+            f"status page of environment {env} on http://{host}:{server.server_port}/ "
+            "(Ctrl-C stops)"
+        )
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.shutdown()
+            server.server_close()

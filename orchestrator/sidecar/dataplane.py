@@ -28,8 +28,7 @@ from orchestrator.sidecar.http import HttpError, Readiness, ReadinessCheck
 from orchestrator.sidecar.idempotency import WriteIdentity
 from orchestrator.sidecar.rows import jsonable, rows_to_table
 from orchestrator.sidecar.states import State, _Promote
-from orchestrator.status import read_status
-from orchestrator.status.coverage import read_coverage
+from orchestrator.status.web import history_document, status_document
 from orchestrator.zk import why_unreachable
 
 log = structlog.get_logger(__name__)
@@ -76,11 +75,10 @@ class SidecarDataPlane(SidecarCore):
         return Readiness(tuple(checks))
 
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
-        consensus = self._require_consensus()
-        document = read_status(consensus).to_json()
-        if coverage:
-            document["coverage"] = read_coverage(consensus).to_json()
-        return document
+        return status_document(self._require_consensus(), coverage=coverage)
+
+    def history_json(self) -> list[dict[str, Any]]:
+        return history_document(self._require_consensus())
 
     def metrics_text(self) -> bytes:
         return self.metrics.render()

@@ -5,7 +5,9 @@ Endpoints (docs/design.md section 8)::
     GET  /healthz                      200 while the process runs
     GET  /readyz[?verbose]             200 only in state ready or serving, else 503;
                                        ``verbose`` lists the checks behind the answer
-    GET  /status                       the ``status --json`` object
+    GET  /                             the live status page (orchestrator.status.web)
+    GET  /status[?coverage]            the ``status --json`` object (with coverage)
+    GET  /history                      the upgrade history (``history --json`` rows)
     GET  /metrics                      Prometheus text format
     POST /promote[?deploy_generation=G]   (or JSON body {"deploy_generation": G}; default: own)
     POST /append?collection=SCHEMA.NAME   JSON lines of rows; leader only (409 on read-only);
@@ -44,6 +46,7 @@ from catalog.errors import (
     MigrationRefusedError,
 )
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +105,8 @@ class SidecarApi(Protocol):
 
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]: ...
 
+    def history_json(self) -> list[dict[str, Any]]: ...
+
     def metrics_text(self) -> bytes: ...
 
     def promote(self, deploy_generation: int | None) -> Mapping[str, Any]: ...
@@ -138,6 +143,8 @@ def status_for(exc: CatalogError) -> HTTPStatus:
 
 ROUTES = Map(
     [
+        Rule("/", endpoint="page", methods=["GET"]),
+        Rule("/history", endpoint="history", methods=["GET"]),
         Rule("/healthz", endpoint="healthz", methods=["GET"]),
         Rule("/readyz", endpoint="readyz", methods=["GET"]),
         Rule("/status", endpoint="status", methods=["GET"]),
@@ -240,6 +247,12 @@ class SidecarApp:
         else:
             body = f"not ready: {', '.join(c.name for c in readiness.checks if not c.ok)}\n"
         return Response(body, status=status, content_type=_TEXT)
+
+    def page(self, _request: Request) -> Response:
+        return page_response()
+
+    def history(self, _request: Request) -> Response:
+        return _json(HTTPStatus.OK, self.api.history_json())
 
     def status(self, request: Request) -> Response:
         return _json(HTTPStatus.OK, self.api.status_json(coverage="coverage" in request.args))

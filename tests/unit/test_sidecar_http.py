@@ -45,6 +45,9 @@ class ScriptedApi:
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
         return {"catalog": None, "processes": [], **({"coverage": {}} if coverage else {})}
 
+    def history_json(self) -> list[dict[str, Any]]:
+        return [{"deploy_generation": 1, "outcome": "bootstrapped"}]
+
     def metrics_text(self) -> bytes:
         return self.metrics_.render()
 

@@ -1,0 +1,177 @@
+"""The live status page: one self-contained HTML document (no CDN, no build step).
+
+Served at ``/`` by every sidecar and by ``catalog-upgrade status --serve``. Its script polls
+``status`` every second (and ``status?coverage`` and ``history`` every ten), renders the catalog,
+each process with the timeline of states and phases this page has seen it pass through, the
+refusals and failures with their rule, field path and suggested fix, migration entries, coverage
+and history. Everything is built with DOM calls and ``textContent``: values from ZooKeeper are
+never parsed as HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["STATUS_PAGE"]
+
+STATUS_PAGE: Final = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>catalog-upgrade status</title>
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1d232a; background: #fafbfc; }
+  h1 { font-size: 1.4em; margin: 0 0 .2em; } h2 { font-size: 1.1em; margin: 1.4em 0 .4em; }
+  table { border-collapse: collapse; width: 100%; background: #fff; }
+  th, td { border: 1px solid #dde2e8; padding: .3em .5em; text-align: left; vertical-align: top; }
+  th { background: #eef1f5; font-weight: 600; }
+  .muted { color: #6a737d; } .mono { font-family: ui-monospace, monospace; font-size: 12px; }
+  .state { font-weight: 600; padding: 0 .4em; border-radius: 3px; }
+  .serving { background: #c9f2d0; } .ready { background: #dff6e3; }
+  .checking { background: #d9ecff; } .migrating { background: #fff1c2; }
+  .fenced { background: #f3d9f7; } .failed { background: #ffd6d6; }
+  .starting { background: #eceff3; }
+  .chip { display: inline-block; margin: 0 .3em .2em 0; padding: 0 .4em; border-radius: 3px;
+          background: #eef1f5; font-size: 12px; }
+  .bad { color: #b00020; } .ok { color: #137333; }
+  #banner { padding: .4em .7em; border-radius: 4px; margin: .6em 0; display: none; }
+  #banner.down { display: block; background: #ffd6d6; }
+  .refusal { background: #fff4f4; border: 1px solid #f3c2c2; padding: .5em .8em; margin: .4em 0; }
+  .refusal b { display: inline-block; min-width: 6.5em; }
+</style>
+</head>
+<body>
+<h1>catalog-upgrade <span id="env" class="muted"></span></h1>
+<div id="headline"></div>
+<div id="banner"></div>
+<h2>Processes</h2><div id="processes"></div>
+<h2>Refusals and failures</h2><div id="refusals"><span class="muted">none</span></div>
+<h2>Migration entries</h2><div id="entries"></div>
+<h2>Lazy-migration coverage</h2><div id="coverage"><span class="muted">loading</span></div>
+<h2>Upgrade history</h2><div id="history"><span class="muted">loading</span></div>
+<p class="muted">updated <span id="updated">never</span>; polls every second</p>
+<script>
+"use strict";
+const seen = {};  // process id -> [[label, time first seen]]
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+function table(headers, rows) {
+  if (!rows.length) return el("span", "none", "muted");
+  const t = el("table"), head = el("tr");
+  headers.forEach(h => head.appendChild(el("th", h)));
+  t.appendChild(head);
+  rows.forEach(cells => {
+    const tr = el("tr");
+    cells.forEach(c => { const td = el("td"); if (c instanceof Node) td.appendChild(c);
+                         else td.textContent = c === null || c === undefined ? "-" : String(c);
+                         tr.appendChild(td); });
+    t.appendChild(tr);
+  });
+  return t;
+}
+function put(id, node) { const box = document.getElementById(id); box.replaceChildren(node); }
+function ago(t) {
+  if (!t) return "-";
+  const s = Math.max(0, Date.now() / 1000 - t);
+  return s < 60 ? s.toFixed(0) + "s ago" : s < 3600 ? (s / 60).toFixed(0) + "m ago"
+       : (s / 3600).toFixed(1) + "h ago";
+}
+function stateCell(state) { return el("span", state || "-", "state " + (state || "")); }
+function timeline(p) {
+  const label = p.state + (p.phase && p.phase !== p.state ? ": " + p.phase : "");
+  const list = seen[p.id] = seen[p.id] || [];
+  if (!list.length || list[list.length - 1][0] !== label) list.push([label, p.phase_since]);
+  const box = el("div");
+  list.forEach(([text, at]) => box.appendChild(el("span",
+      text + (at ? " (" + new Date(at * 1000).toLocaleTimeString() + ")" : ""), "chip")));
+  return box;
+}
+function refusal(who, error) {
+  const box = el("div", null, "refusal");
+  const line = (name, value) => { if (value === undefined || value === null || value === "") return;
+    const row = el("div"); row.appendChild(el("b", name)); row.appendChild(el("span", value));
+    box.appendChild(row); };
+  line("who", who);
+  line("error", (error.error || "") + ": " + (error.message || ""));
+  line("rule", error.rule || error.reason);
+  line("field path", error.path || (error.collections || []).join(", ") || error.collection);
+  line("versions", error.from_version && error.to_version
+       ? error.from_version + " -> " + error.to_version : undefined);
+  line("fix", error.suggestion);
+  return box;
+}
+function render(s) {
+  document.getElementById("env").textContent = s.environment || "";
+  const c = s.catalog || {}, leader = s.leader;
+  put("headline", el("div", "catalog " + (c.version || "not bootstrapped") + ", generation " +
+      (c.deploy_generation ?? "-") + ", epoch " + (c.epoch ?? "-") + "; promotion target " +
+      (c.promotion_target ?? "-") + "; leader " + (leader ? leader.id + " (epoch " + leader.epoch +
+      ")" : "none") + "; " + (s.collections || []).length + " collections"));
+  const procs = s.processes || [];
+  put("processes", table(["id", "version", "gen", "mode", "state", "phase", "since", "timeline"],
+    procs.map(p => [p.id, p.version, p.deploy_generation, p.mode, stateCell(p.state), p.phase,
+                    ago(p.phase_since), timeline(p)])));
+  const box = el("div");
+  procs.filter(p => p.error).forEach(p => box.appendChild(refusal(p.id, p.error)));
+  (s.events || []).filter(e => e.error).slice(-10).forEach(e =>
+      box.appendChild(refusal((e.process_id || "") + " (" + e.kind + ", " + (e.version || "") +
+                              " generation " + (e.deploy_generation ?? "-") + ")", e.error)));
+  put("refusals", box.childNodes.length ? box : el("span", "none", "muted"));
+  put("entries", table(["global id", "version", "generation", "shard"],
+    (s.migration_entries || []).map(e =>
+      [e.global_id, e.version, e.deploy_generation, e.shard_id])));
+}
+function renderCoverage(cov) {
+  if (!cov) return;
+  const rows = (cov.collections || []).slice().sort((a, b) => (b.old_batches - a.old_batches)
+      || a.name.localeCompare(b.name)).slice(0, 50);
+  const wrap = el("div");
+  wrap.appendChild(el("p", cov.pending_collections +
+      " collection(s) hold data under an old schema; " + cov.retirable_schemas +
+      " old schema(s) can retire", "muted"));
+  wrap.appendChild(table(["collection", "latest", "stored by schema (batches/rows)", "can retire"],
+    rows.map(r => [r.name, r.latest_schema_id, r.schemas.filter(u => u.batches)
+      .map(u => u.schema_id + ": " + u.batches + "/" + u.rows).join(", ") || "-",
+      r.retirable.join(", ") || "-"])));
+  put("coverage", wrap);
+}
+function renderHistory(rows) {
+  put("history", table(["generation", "from", "to", "promoted by", "leader", "phases", "took",
+                        "outcome"],
+    rows.map(r => [r.deploy_generation, r.from_version, r.to_version, r.promoted_by, r.leader,
+      (r.phases || []).map(p => p.name + " " + p.seconds.toFixed(2) + "s").join(", "),
+      r.seconds === null ? "-" : r.seconds.toFixed(2) + "s",
+      el("span", r.outcome + (r.rule ? " (" + r.rule + ")" : ""),
+         ["completed", "bootstrapped"].includes(r.outcome) ? "ok" : "bad")])));
+}
+async function get(path) {
+  const answer = await fetch(path, {cache: "no-store"});
+  if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
+  return answer.json();
+}
+let tick = 0;
+async function poll() {
+  const banner = document.getElementById("banner");
+  try {
+    const slow = tick % 10 === 0;
+    const s = await get(slow ? "status?coverage" : "status");
+    render(s);
+    if (slow) { renderCoverage(s.coverage); renderHistory(await get("history")); }
+    document.getElementById("updated").textContent = new Date().toLocaleTimeString();
+    banner.className = ""; banner.textContent = "";
+  } catch (err) {
+    banner.className = "down"; banner.textContent = "status unavailable: " + err.message;
+  }
+  tick += 1;
+  setTimeout(poll, 1000);
+}
+poll();
+</script>
+</body>
+</html>
+"""

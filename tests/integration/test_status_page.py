@@ -1,0 +1,96 @@
+"""The live status page in a real headless Chromium, against real sidecars and a real
+ZooKeeper: it renders, updates without a reload when a process changes state, and shows a
+refusal's rule, field path and suggested fix. Served by ``status --serve`` (no sidecar needed)
+and by a sidecar at ``/``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.errors import EXIT_REFUSED
+from support.browser import HeadlessChromium, find_chromium
+from support.sidecars import SidecarProcess, sidecars
+from support.zookeeper import ZkEnv
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = ROOT / "tests" / "fixtures" / "broken_releases" / "incompatible_evolution"
+# Set to a path to keep the page's screenshot (the README's is made this way).
+SCREENSHOT = os.environ.get("CATALOG_UPGRADE_PAGE_SCREENSHOT")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = find_chromium()
+    if found is None:
+        pytest.skip("no Chromium here: apt-get install chromium (.ci/run installs it)")
+    return found
+
+
+@pytest.fixture
+def status_server(zk_env: ZkEnv) -> Iterator[str]:
+    """``catalog-upgrade status --serve 127.0.0.1:0`` in a subprocess; its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", "status",
+         "--serve", "127.0.0.1:0", "--zk", zk_env.hosts, "--env", zk_env.name],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "status page of environment" in line, line
+        yield line.split(" on ", 1)[1].split()[0]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=15) == 0
+
+
+def test_the_page_renders_updates_live_and_explains_a_refusal(
+    chromium: str, status_server: str, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """One page load: the leader serving, then a second process appearing and becoming
+    ready, then a refused release whose rule, field path and fix the page spells out."""
+
+    def start(process_id: str, version: str, generation: int, **options: object) -> SidecarProcess:
+        release = BROKEN / f"v{version.replace('.', '_')}.py"
+        process = SidecarProcess.start(
+            zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=process_id,
+            log_dir=tmp_path, blob=tmp_path / "blob", release=str(release),
+            **options,  # type: ignore[arg-type]
+        )  # fmt: skip
+        started.append(process)
+        return process
+
+    with sidecars() as started, HeadlessChromium(chromium) as browser:
+        leader = start("base-1", "0.1.0", 1, auto_promote=True)
+        leader.wait_state("serving")
+        browser.open(status_server)
+        text = browser.wait_for_text("base-1", "serving", "catalog 0.1.0")
+        assert "spare-1" not in text
+        loaded_at = browser.evaluate("performance.timeOrigin")
+
+        spare = start("spare-1", "0.1.0", 1)
+        spare.wait_state("ready")
+        browser.wait_for_text("spare-1", "ready")
+
+        refused = start("refused-2", "0.2.0", 2)
+        assert refused.wait_exit() == EXIT_REFUSED
+        text = browser.wait_for_text("rule", "type-changed", "field path", "oid", "fix")
+        assert "refused-2" in text
+        assert browser.evaluate("performance.timeOrigin") == loaded_at  # never reloaded
+        browser.wait_for_text("Upgrade history", "bootstrapped", timeout=20)
+        if SCREENSHOT:
+            browser.screenshot(Path(SCREENSHOT))
+
+        # The sidecar serves the same page at / (no separate server needed).
+        assert leader.sidecar.http is not None
+        browser.open(f"http://{leader.sidecar.http}/")
+        browser.wait_for_text("base-1", "spare-1", "serving")
