@@ -133,7 +133,7 @@ def scenario_simulate_command(
     from rich.console import Console
 
     from orchestrator.render.scenario import render_simulation, render_walk_step
-    from orchestrator.scenario.simulate import SimulationConfig, simulate
+    from orchestrator.scenario.simulate import SimulationConfig, WalkStep, simulate
 
     _stop_on_sigterm()
     seed = seed if seed is not None else random.randrange(1 << 31)
@@ -149,14 +149,28 @@ def scenario_simulate_command(
     )
     if zk and config.zookeeper_servers > 1:
         raise click.UsageError("--zk-servers starts its own ensemble: it does not go with --zk")
-    result = simulate(
-        config,
-        zk=zk,
-        on_step=lambda step: render_walk_step(console, step),
-        on_shrink=lambda n, failed: console.print(
-            f"[dim]shrink: prefix of {n} step(s) {'fails' if failed else 'passes'}[/]"
-        ),
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    # On a terminal a live bar under the timeline (walk steps done); elsewhere only the lines.
+    progress = Progress(
+        "walk", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    )  # fmt: skip
+    task = progress.add_task("walk", total=steps)
+
+    def walked(step: WalkStep) -> None:
+        render_walk_step(progress.console, step)
+        progress.advance(task)
+
+    with progress:
+        result = simulate(
+            config,
+            zk=zk,
+            on_step=walked,
+            on_shrink=lambda n, failed: progress.console.print(
+                f"[dim]shrink: prefix of {n} step(s) {'fails' if failed else 'passes'}[/]"
+            ),
+        )
     render_simulation(console, result, str(releases_dir))
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, default=str))
