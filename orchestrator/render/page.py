@@ -118,7 +118,8 @@ function render(s) {
                     ago(p.phase_since), timeline(p)])));
   const box = el("div");
   procs.filter(p => p.error).forEach(p => box.appendChild(refusal(p.id, p.error)));
-  (s.events || []).filter(e => e.error).slice(-10).forEach(e =>
+  // A process fenced by a promotion is the upgrade working, not a failure.
+  (s.events || []).filter(e => e.error && e.kind !== "fenced").slice(-10).forEach(e =>
       box.appendChild(refusal((e.process_id || "") + " (" + e.kind + ", " + (e.version || "") +
                               " generation " + (e.deploy_generation ?? "-") + ")", e.error)));
   put("refusals", box.childNodes.length ? box : el("span", "none", "muted"));
