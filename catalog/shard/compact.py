@@ -140,6 +140,9 @@ class ShardCompaction(ShardReads):
             self.blob.delete_many(output_keys)
             self._log.info("compaction_lost_race", inputs=len(inputs))
             return CompactionResult(False, len(inputs), None, self.state())
-        self.blob.delete_many([b.key(self.shard_id) for b in inputs] + written)
+        # The inputs (and rollups the new state no longer lists) are left to the leader's
+        # garbage collection: a reader that listed them before this CAS may still be reading
+        # them, and the collection deletes them only after the grace, never under a lease.
+        self._log.debug("compaction_inputs_left_to_gc", inputs=len(inputs), rollups=len(written))
         only = outputs[0] if len(outputs) == 1 else None
         return CompactionResult(True, len(inputs), only, result, tuple(outputs))

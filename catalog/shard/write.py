@@ -209,8 +209,10 @@ class ShardWrites(ShardCore):
         if not result.ok:
             self.blob.delete_many(owned)
         if result.ok:
-            self.blob.delete_many(replaced)
-            self._log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed)
+            # Rollups merged away are left to the garbage collection (after its grace, never
+            # under a lease): a reader of the previous state may still be reading them.
+            self._log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed,
+                            rollups_left_to_gc=len(replaced))  # fmt: skip
         return result
 
     def _appended(

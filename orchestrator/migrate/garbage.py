@@ -1,7 +1,8 @@
 """Blob garbage collection by the serving leader, its grace measured on ZooKeeper time.
 
 Blobs nobody references pile up: an append whose CAS failed or whose outcome stayed unknown, a
-compaction that lost its race or crashed before its commit, roll-ups a merge replaced. A blob is
+compaction that lost its race or crashed before its commit, the inputs a compaction replaced and
+the roll-ups a merge replaced (both left here, since a reader may still be on them). A blob is
 written *before* the CAS that names it, so a blob unreferenced now may be referenced a moment
 later: only one that stayed unreferenced for a grace period may go.
 

@@ -98,6 +98,33 @@ def test_unreferenced_blobs_go_after_the_grace_never_while_leased(env: Env) -> N
     assert shard.snapshot().column("id").to_pylist() == [1]
 
 
+def test_compaction_inputs_stay_readable_until_the_grace_and_go_after_it(env: Env) -> None:
+    """Compaction leaves its inputs (and rollups merged away) to the garbage collection: a
+    reader that listed them before the compaction still reads them; they go only once
+    unreferenced for the grace, and not while a reader leases the shard."""
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard_id = found[0].collections["s1"].shard_id
+    shard = Shard(ctx.consensus, ctx.blob, shard_id, rollup_threshold=2)
+    for i in range(5):
+        append(shard, i)
+    before = shard.state()
+    inputs = shard.referenced_keys(before)
+    assert before.rollups and len(inputs) >= 5
+    assert shard.compact().applied
+    assert all(ctx.blob.exists(k) for k in inputs), "inputs deleted under a reader"
+    assert sorted(shard.snapshot_of(before).column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    start = zookeeper_now(ctx, None)
+    assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
+    wait_grace(ctx, start)
+    with shard.lease(holder="reader"):
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
+    assert sorted(collect_garbage(ctx, None, grace_seconds=GRACE)) == sorted(inputs)
+    assert not any(ctx.blob.exists(k) for k in inputs)
+    assert sorted(shard.snapshot().column("id").to_pylist()) == [0, 1, 2, 3, 4]
+
+
 def test_a_blob_whose_cas_lands_after_it_was_seen_unreferenced_is_kept(env: Env) -> None:
     ctx = bootstrap(env, RELEASE)
     found = read_catalog(ctx.consensus)

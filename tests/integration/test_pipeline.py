@@ -393,6 +393,7 @@ def test_spark_compaction_preserves_snapshots(
     assert all(b.lower >= 2 for b in result.outputs)
     assert {t: canonical(source.snapshot(t)) for t in (2, 3)} == before
     assert canonical(spark_engine.snapshot(source, 3)) == before[3]
+    source.gc_orphans(grace_seconds=0)  # the inputs are left to the garbage collection
     assert sorted(blob.list(f"shards/{source.shard_id}")) == sorted(
         b.key(source.shard_id) for b in result.outputs
     )
@@ -431,6 +432,7 @@ def test_arrow_compaction_of_a_flat_schema_sorts_and_cancels(
     assert result.output is not None and result.output.ordered and result.output.consolidated
     assert result.output.rows == 1 and result.output.lower == 1
     assert canonical(shard.snapshot()) == before
+    assert len(shard.gc_orphans(grace_seconds=0)) == 2  # the inputs, left to the collection
     assert blob.list(f"shards/{shard.shard_id}") == [result.output.key(shard.shard_id)]
 
 

@@ -354,6 +354,9 @@ def test_compaction_keeps_every_snapshot_at_or_after_since(shard: Shard) -> None
     assert state.batches[0].schema_id == state.schema_id
     assert state.batches[0].lower >= 3
     assert {t: canonical(shard.snapshot(t)) for t in range(3, 7)} == before
+    # The inputs are left to the garbage collection (a reader may still read them).
+    assert len(batch_keys(shard)) == 8
+    assert len(shard.gc_orphans(grace_seconds=0)) == 7
     assert batch_keys(shard) == [state.batches[0].key(shard.shard_id)]
 
 
@@ -431,14 +434,19 @@ def test_append_during_compaction_is_kept(shard: Shard) -> None:
 
 
 def test_compaction_losing_to_another_deletes_its_output(shard: Shard) -> None:
-    """When another compaction replaced the inputs first, the loser reports it and cleans up."""
+    """When another compaction replaced the inputs first, the loser reports it and deletes its
+    own output at once (the winner's inputs are the garbage collection's)."""
     append(shard, S0, rows(1))
     append(shard, S0, rows(2))
+    inputs = set(batch_keys(shard))
     result = hooked(shard, shard.compact).compact()
     assert not result.applied
     state = shard.state()
     assert state.batch_count == 1
-    assert batch_keys(shard) == [state.batches[0].key(shard.shard_id)]
+    winner = state.batches[0].key(shard.shard_id)
+    assert set(batch_keys(shard)) == {winner, *inputs}
+    assert set(shard.gc_orphans(grace_seconds=0)) == inputs
+    assert batch_keys(shard) == [winner]
     assert contents(shard.snapshot()) == {(1, "n1", None): 1, (2, "n2", None): 1}
 
 
@@ -575,9 +583,13 @@ def test_rollups_keep_real_appends_readable(consensus: Consensus, blob: BlobStor
     fresh = Shard(consensus, blob, shard.shard_id)  # no cached rollups
     assert len(fresh.batches()) == 23
     assert contents(fresh.snapshot()) == {(i, f"n{i}", None): 1 for i in range(23)}
+    # Only rollups merged away are unreferenced (left to the garbage collection).
+    orphans = fresh.gc_orphans(grace_seconds=0)
+    assert all("/rollup-" in key for key in orphans)
     assert fresh.gc_orphans(grace_seconds=0) == []
     assert fresh.compact().inputs == 23
     assert contents(fresh.snapshot()) == {(i, f"n{i}", None): 1 for i in range(23)}
+    fresh.gc_orphans(grace_seconds=0)
     assert len(blob.list(f"shards/{shard.shard_id}")) == 1
 
 
