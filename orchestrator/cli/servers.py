@@ -151,6 +151,15 @@ def zookeeper(
     "(ZooKeeper time); it sweeps every grace/2, at most every 5 minutes.",
 )
 @click.option(
+    "--compact-min-batches",
+    type=click.IntRange(min=0),
+    default=64,
+    show_default=True,
+    metavar="N",
+    help="As leader, compact (in each sweep, two at most) shards listing N batches or holding "
+    "batches under an old schema; 0: never (leave it to `compact`).",
+)
+@click.option(
     "--engine",
     type=click.Choice(["arrow", "spark", "auto"]),
     default="auto",
@@ -174,6 +183,7 @@ def sidecar_command(
     session_timeout: float,
     orphan_grace: float,
     gc_grace: float,
+    compact_min_batches: int,
     engine: str,
     spark_master: str | None,
     spark_conf: tuple[str, ...],
@@ -208,6 +218,7 @@ def sidecar_command(
         orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
         gc_grace=gc_grace,
         gc_interval=min(300.0, max(1.0, gc_grace / 2)),
+        compact_min_batches=compact_min_batches,
         process_id=process_id or default_process_id(),
         engine=engine,
         spark=spark_config(spark_master, spark_conf, blob_shared),

@@ -44,6 +44,7 @@ from orchestrator.migrate.cleanup import (
     finalize_pending,
     pending_finalization,
 )
+from orchestrator.migrate.compaction import COMPACT_MIN_BATCHES, compact_due
 from orchestrator.migrate.context import (
     PHASE_CHECKING,
     PHASE_FINALIZING,
@@ -63,6 +64,7 @@ from orchestrator.migrate.leader import migrate_as_leader
 from orchestrator.migrate.read_only import check_read_only
 
 __all__ = [
+    "COMPACT_MIN_BATCHES",
     "GC_INTERVAL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
     "PHASE_CHECKING",
@@ -78,6 +80,7 @@ __all__ = [
     "check_read_only",
     "collect_garbage",
     "collect_orphan_shards",
+    "compact_due",
     "finalize_pending",
     "find_schema_id",
     "migrate_as_leader",

@@ -15,6 +15,7 @@ from catalog.errors import (
 from catalog.pipeline.spark.config import SparkConfig
 from catalog.shard import GC_GRACE_SECONDS
 from orchestrator.migrate import (
+    COMPACT_MIN_BATCHES,
     GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
@@ -56,6 +57,9 @@ class SidecarConfig:
     # seconds of ZooKeeper time (orchestrator.migrate.collect_garbage).
     gc_interval: float = GC_INTERVAL_SECONDS
     gc_grace: float = GC_GRACE_SECONDS
+    # In the same sweep, a leader compacts shards listing this many batches or holding batches
+    # under an old schema (orchestrator.migrate.compaction); 0 turns it off.
+    compact_min_batches: int = COMPACT_MIN_BATCHES
     # The engine of REWRITE copies and how Spark runs (--engine, --spark-master, --spark-conf,
     # --blob-shared).
     engine: str = "auto"

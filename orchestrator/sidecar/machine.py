@@ -28,6 +28,7 @@ from orchestrator.migrate import (
     check_read_only,
     collect_garbage,
     collect_orphan_shards,
+    compact_due,
     finalize_pending,
     migrate_as_leader,
 )
@@ -287,6 +288,8 @@ class SidecarMachine(SidecarConnection):
                 advance_frontiers(ctx, found[0], fence)
             deleted = collect_garbage(ctx, fence, grace_seconds=self.config.gc_grace)
             self.metrics.blobs_collected.inc(len(deleted))
+            if found is not None:
+                compact_due(ctx, found[0], fence, min_batches=self.config.compact_min_batches)
             self.metrics.set_coverage(
                 read_coverage(ctx.consensus, rollup_counts=self._rollup_counts)
             )

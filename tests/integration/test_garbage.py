@@ -20,6 +20,7 @@ from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
     collect_garbage,
+    compact_due,
     finalize_pending,
     migrate_as_leader,
 )
@@ -197,3 +198,24 @@ def test_since_moves_to_the_latest_time_held_back_by_reader_leases(env: Env) -> 
     result = shard.compact()
     assert result.applied and result.output is not None and result.output.rows == 3
     assert sorted(shard.snapshot().column("id").to_pylist()) == before == [1, 2, 3]
+
+
+def test_scheduled_compaction_picks_long_and_old_schema_shards_and_leaves_big_ones(
+    env: Env,
+) -> None:
+    """compact_due compacts a shard listing min_batches batches, at most `limit` per sweep, and
+    leaves one with more rows than max_rows alone; reads never change."""
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    catalog = found[0]
+    shard = ctx.shard(catalog.collections["s1"].shard_id)
+    for i in range(3):
+        append(shard, i)
+    assert compact_due(ctx, catalog, None, min_batches=4) == []  # not long enough yet
+    append(shard, 3)
+    assert compact_due(ctx, catalog, None, min_batches=4, max_rows=3) == []  # too big here
+    assert compact_due(ctx, catalog, None, min_batches=4) == [shard.shard_id]
+    assert shard.state().batch_count == 1
+    assert sorted(shard.snapshot().column("id").to_pylist()) == [0, 1, 2, 3]
+    assert compact_due(ctx, catalog, None, min_batches=0) == []  # turned off

@@ -18,6 +18,7 @@ from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from catalog.migration import MigrationShard
+from catalog.shard import Shard
 from orchestrator.zkserver import free_port
 from support.sidecars import (
     ROOT,
@@ -562,6 +563,39 @@ def test_serving_leader_collects_unreferenced_blobs(launch: Launch, tmp_path: Pa
             break
         time.sleep(0.1)
     assert b"catalog_upgrade_blobs_collected_total 1.0" in body
+
+
+@pytest.mark.slow
+def test_serving_leader_compacts_long_batch_lists_and_exports_coverage(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """With --compact-min-batches 4 the leader's sweep compacts a collection that five appends
+    left with five batches (reads unchanged), and /metrics reports its batches by schema."""
+    leader = launch(
+        V1, 1, "blue-compact", auto_promote=True,
+        extra=["--gc-grace", "2", "--compact-min-batches", "4"],
+    )  # fmt: skip
+    leader.wait_state("serving")
+    for i in range(5):
+        row = {**TABLE_ROWS[0], "id": f"u{i}", "oid": 20000 + i, "name": f"t{i}"}
+        status, body = leader.http("POST", f"/append?collection={TABLES}", lines([row]))
+        assert status == 200, body
+    shard = Shard(Consensus(zk_client, zk_env.root), BlobStore.from_uri(str(tmp_path / "blob")),
+                  json.loads(body)["shard_id"])  # fmt: skip
+    deadline = time.monotonic() + 30
+    while shard.state().batch_count > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert shard.state().batch_count == 1, leader.log_tail()
+    status, body = leader.http("GET", f"/read?collection={TABLES}")
+    assert status == 200 and sorted(r["name"] for r in json_lines(body)) == [
+        f"t{i}" for i in range(5)
+    ]
+    series = f'catalog_upgrade_schema_batches{{collection="{TABLES}",schema_id="0"}} 1.0'
+    while time.monotonic() < deadline:
+        if series.encode() in leader.http("GET", "/metrics")[1]:
+            break
+        time.sleep(0.2)
+    assert series.encode() in leader.http("GET", "/metrics")[1]
 
 
 # --- authenticated HTTP ----------------------------------------------------------------------
