@@ -34,7 +34,7 @@ zookeeper: $(STAMP)
 	$(BIN)/catalog-upgrade zookeeper
 
 spark-cluster: $(STAMP)
-	$(BIN)/catalog-upgrade spark-cluster
+	$(BIN)/catalog-upgrade spark-cluster --connect-port 15002
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -4,17 +4,23 @@ The wheel has no ``start-master.sh``; its jars hold the standalone daemons, so a
 ``java -cp 'pyspark/jars/*' org.apache.spark.deploy.master.Master`` and each worker
 ``...deploy.worker.Worker spark://HOST:PORT``, with ``SPARK_HOME`` pointing at the wheel so
 that workers can launch executors. Every worker has its own work directory and web UI port;
-readiness is the master's JSON page listing the workers ALIVE. For tests and for users
+readiness is the master's JSON page listing the workers ALIVE. With ``connect_port`` it also
+runs a Spark Connect server on the cluster (``SparkSubmit`` of the wheel's
+``SparkConnectServer``, bound to loopback), so that commands reuse one warm Spark application
+(``--spark-remote sc://HOST:PORT``) instead of starting a session each. For tests and for users
 (``catalog-upgrade spark-cluster``, ``make spark-cluster``); a real deployment runs Spark's own
 scripts or a Kubernetes operator instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +40,12 @@ _MASTER = "org.apache.spark.deploy.master.Master"
 
 
 _WORKER = "org.apache.spark.deploy.worker.Worker"
+
+
+_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
+
+
+_CONNECT = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 def _scala_version() -> str:
@@ -82,12 +94,19 @@ class SparkStandaloneCluster:
     host: str = "127.0.0.1"
     port: int = attrs.field(factory=free_port)
     ui_port: int = attrs.field(factory=free_port)
+    # A Spark Connect server on the cluster at this port (None: none).
+    connect_port: int | None = None
     _daemons: list[_Daemon] = attrs.field(factory=list, init=False)
 
     @property
     def master_url(self) -> str:
         """What ``--spark-master`` takes: ``spark://HOST:PORT``."""
         return f"spark://{self.host}:{self.port}"
+
+    @property
+    def remote_url(self) -> str | None:
+        """What ``--spark-remote`` takes: ``sc://HOST:PORT`` (None without a Connect server)."""
+        return None if self.connect_port is None else f"sc://{self.host}:{self.connect_port}"
 
     def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
         classpath = str(pyspark_jars_dir() / "*")
@@ -122,11 +141,57 @@ class SparkStandaloneCluster:
             self._daemons.append(worker)
         try:
             self.wait_ready(timeout)
+            if self.connect_port is not None:
+                self.start_connect(self.connect_port, timeout)
         except BaseException:
             self.stop()
             raise
-        log.info("spark_cluster_started", master=self.master_url, workers=self.workers)
+        log.info(
+            "spark_cluster_started", master=self.master_url, workers=self.workers,
+            remote=self.remote_url,
+        )  # fmt: skip
         return self
+
+    def start_connect(self, port: int, timeout: float = 120.0) -> str:
+        """Start the Connect server (one Spark application on the cluster that clients share,
+        with executors of 512m) on ``port``; its ``sc://`` URL once it listens."""
+        self.connect_port = port
+        env = self._env()
+        env["PYSPARK_PYTHON"] = env.get("PYSPARK_PYTHON", sys.executable)
+        conf = {
+            "spark.connect.grpc.binding.address": self.host,
+            "spark.connect.grpc.binding.port": str(self.connect_port),
+            "spark.ui.enabled": "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.local.dir": str(self.data_dir / "connect"),
+            "spark.executor.memory": "512m",
+        }
+        args = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+        command = self._java(
+            _SUBMIT, "--master", self.master_url, "--class", _CONNECT, *args, "spark-internal",
+            heap="1g",
+        )  # fmt: skip
+        daemon = _Daemon("connect server", command, self.data_dir / "connect.log")
+        daemon.launch(env)
+        self._daemons.append(daemon)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not daemon.running:
+                raise ConfigurationError(
+                    f"the Spark Connect server exited while starting: {daemon.tail()}",
+                    log=str(daemon.log_file),
+                )
+            # An OSError of the connect (nothing listens yet) is suppressed: the body is skipped.
+            with contextlib.suppress(OSError), socket.create_connection((self.host, port), 1):
+                log.info("spark_connect_started", remote=self.remote_url)
+                return str(self.remote_url)
+            time.sleep(0.3)
+        raise ConfigurationError(
+            f"the Spark Connect server did not listen on {self.remote_url} within "
+            f"{timeout:.0f} s: {daemon.tail()}",
+            log=str(daemon.log_file),
+        )
 
     def state(self) -> dict[str, Any] | None:
         """The master's JSON status (workers, applications), or None while it does not answer."""

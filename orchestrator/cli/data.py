@@ -30,6 +30,14 @@ def spark_options(func: F) -> F:
         help="A Spark setting (repeatable); wins over spark-defaults.conf and our defaults.",
     )(func)
     func = click.option(
+        "--spark-remote",
+        envvar="SPARK_REMOTE",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="A Spark Connect server to run on (a warm application: no session start per "
+        "command); instead of --spark-master.",
+    )(func)
+    func = click.option(
         "--spark-master",
         envvar="SPARK_MASTER",
         default=None,
@@ -38,11 +46,13 @@ def spark_options(func: F) -> F:
     return func
 
 
-def spark_config(master: str | None, conf: tuple[str, ...], blob_shared: bool) -> Any:
+def spark_config(
+    master: str | None, conf: tuple[str, ...], blob_shared: bool, remote: str | None = None
+) -> Any:
     """The options of :func:`spark_options` as a checked ``SparkConfig`` (exit 2 if bad)."""
     from catalog.pipeline import SparkConfig
 
-    return SparkConfig.of(master, conf, blob_shared=blob_shared)
+    return SparkConfig.of(master, conf, blob_shared=blob_shared, remote=remote)
 
 
 def engine_options(func: F) -> F:
@@ -116,7 +126,7 @@ def _with_progress(job: Callable[[], Any], engine: Any, description: str) -> Any
                 worker.join(0.2)
         except KeyboardInterrupt:
             if isinstance(engine, SparkEngine) and engine.provider.started:
-                engine.provider.session().sparkContext.cancelAllJobs()
+                engine.provider.cancel()
             raise
     if "error" in outcome:
         raise outcome["error"]
@@ -180,6 +190,7 @@ def read_command(
     output: str | None,
     engine: str,
     spark_master: str | None,
+    spark_remote: str | None,
     spark_conf: tuple[str, ...],
     blob_shared: bool,
     blob_uri: str | None,
@@ -195,7 +206,7 @@ def read_command(
 
     if output is not None and limit is not None:
         raise BadInputError("--limit does not apply to --output (it writes every row)")
-    spark = spark_config(spark_master, spark_conf, blob_shared)
+    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
     with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
         if output is not None:
             if chosen.name == "spark":  # executors write there: they must see the path
@@ -262,6 +273,7 @@ def compact_command(
     as_json: bool,
     engine: str,
     spark_master: str | None,
+    spark_remote: str | None,
     spark_conf: tuple[str, ...],
     blob_shared: bool,
     blob_uri: str | None,
@@ -269,7 +281,7 @@ def compact_command(
     env: str,
 ) -> None:
     """Merge a collection's batches into its latest schema (reads are unchanged)."""
-    spark = spark_config(spark_master, spark_conf, blob_shared)
+    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
     if until_retired:
         _compact_until_retired(ctx, collection, as_json, engine, spark, blob_uri, zk, env)
         return

@@ -186,6 +186,7 @@ def sidecar_command(
     compact_min_batches: int,
     engine: str,
     spark_master: str | None,
+    spark_remote: str | None,
     spark_conf: tuple[str, ...],
     blob_shared: bool,
     zk: str,
@@ -221,7 +222,7 @@ def sidecar_command(
         compact_min_batches=compact_min_batches,
         process_id=process_id or default_process_id(),
         engine=engine,
-        spark=spark_config(spark_master, spark_conf, blob_shared),
+        spark=spark_config(spark_master, spark_conf, blob_shared, spark_remote),
     )
     sys.exit(run_sidecar(config, release))
 
@@ -232,20 +233,31 @@ def sidecar_command(
 @click.option("--memory", default="1g", show_default=True, help="Memory of each worker.")
 @click.option("--port", type=int, default=7077, show_default=True, help="The master's port.")
 @click.option(
+    "--connect-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    help="Also run a Spark Connect server on the cluster at this port (commands then take "
+    "--spark-remote sc://127.0.0.1:PORT and start no Spark session of their own).",
+)
+@click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("var/spark-cluster"),
     show_default=True,
 )
 @handle_errors
-def spark_cluster(workers: int, cores: int, memory: str, port: int, data_dir: Path) -> None:
+def spark_cluster(
+    workers: int, cores: int, memory: str, port: int, connect_port: int, data_dir: Path
+) -> None:
     """Run a Spark standalone master and workers on loopback in the foreground (from the
-    pyspark wheel); pass the printed master to --spark-master."""
+    pyspark wheel); pass the printed master to --spark-master (or, with --connect-port, the
+    printed remote to --spark-remote)."""
     from orchestrator.sparkcluster import SparkStandaloneCluster
 
     cluster = SparkStandaloneCluster(
-        data_dir, workers=workers, cores=cores, memory=memory, port=port
-    )
+        data_dir, workers=workers, cores=cores, memory=memory, port=port,
+        connect_port=connect_port or None,
+    )  # fmt: skip
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -260,5 +272,7 @@ def spark_cluster(workers: int, cores: int, memory: str, port: int, data_dir: Pa
         f"Spark master {cluster.master_url} with {workers} worker(s) of {cores} core(s) "
         f"(UI http://{cluster.host}:{cluster.ui_port}, logs in {data_dir}); Ctrl-C stops it"
     )
+    if cluster.remote_url:
+        click.echo(f"Spark Connect server {cluster.remote_url}: pass it to --spark-remote")
     cluster.wait()
     click.echo("Spark cluster stopped")

@@ -38,6 +38,28 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+#: The environment variable PySpark reads for a Spark Connect server (``--spark-remote``).
+SPARK_REMOTE_ENV: Final = "SPARK_REMOTE"
+
+
+def is_remote(master: str) -> bool:
+    """Whether ``master`` names a Spark Connect server (``sc://HOST:PORT``) rather than a
+    master this process starts an application on."""
+    return master.startswith("sc://")
+
+
+def check_remote(remote: str) -> str:
+    """``remote`` when it is an ``sc://HOST:PORT`` URL; BadInputError (exit 2) naming it."""
+    host_port = remote.removeprefix("sc://").split("/", 1)[0]
+    if not remote.startswith("sc://") or not re.fullmatch(r"[^:/]+(:\d+)?", host_port):
+        raise BadInputError(
+            f"--spark-remote {remote!r}: expected a Spark Connect URL sc://HOST:PORT",
+            option="--spark-remote",
+            value=remote,
+        )
+    return remote
+
+
 def parse_spark_conf(items: Iterable[str]) -> dict[str, str]:
     """``KEY=VALUE`` items as a dict; BadInputError (exit 2) naming the first malformed one."""
     conf: dict[str, str] = {}
@@ -105,9 +127,15 @@ class SparkConfig:
         conf: Mapping[str, str] | Iterable[str] = (),
         *,
         blob_shared: bool = False,
+        remote: str | None = None,
     ) -> SparkConfig:
-        """From options: ``conf`` as a mapping or as ``KEY=VALUE`` items (checked)."""
+        """From options: ``conf`` as a mapping or as ``KEY=VALUE`` items (checked); a Spark
+        Connect ``remote`` (``sc://HOST:PORT``) takes the place of the master."""
         settings = dict(conf) if isinstance(conf, Mapping) else parse_spark_conf(conf)
+        if remote:
+            if master:
+                raise BadInputError("give --spark-master or --spark-remote, not both")
+            master = check_remote(remote)
         return cls(
             master=master,
             conf=tuple(sorted(settings.items())),

@@ -25,6 +25,7 @@ from catalog.errors import (
 from catalog.pipeline.spark.config import (
     effective_settings,
     is_local_master,
+    is_remote,
     resolve_master,
     spark_defaults,
 )
@@ -148,6 +149,8 @@ class SparkSessionProvider:
             return self._session
 
     def _start(self) -> Any:
+        if is_remote(self.master):
+            return self._connect()
         java = java_version()
         version = pyspark_version()
         from pyspark.sql import SparkSession
@@ -204,6 +207,54 @@ class SparkSessionProvider:
         )
         return session
 
+    def _connect(self) -> Any:
+        """A Spark Connect session to the server at ``master`` (``sc://HOST:PORT``): no local
+        JVM, the server's application is warm. Runtime settings go with the session; the
+        ``catalog`` package goes as an artifact, as ``addPyFile`` ships it to a cluster."""
+        version = pyspark_version()
+        try:
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder.remote(self.master)
+        except ImportError as exc:
+            raise ConfigurationError(
+                "--spark-remote needs PySpark's Connect client: pip install 'pyspark[connect]'",
+                suggestion="pip install 'pyspark[connect]'",
+            ) from exc
+        warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+        ours = {"spark.sql.session.timeZone": "UTC"}
+        for key, value in effective_settings(ours, {}, self.conf).items():
+            builder = builder.config(key, value)
+        started = time.perf_counter()
+        try:
+            session = builder.getOrCreate()
+            session.range(1).count()  # the server answers (getOrCreate alone does not ask)
+        except Exception as exc:  # gRPC errors have no common base worth naming
+            raise ConfigurationError(
+                f"Spark Connect server {self.master} did not answer: {exc}".splitlines()[0],
+                remote=self.master,
+            ) from exc
+        self._log_dir = Path(tempfile.mkdtemp(prefix="catalog-upgrade-spark-"))
+        session.addArtifacts(str(self._ship_package()), pyfile=True)
+        log.info(
+            "spark_connected",
+            remote=self.master,
+            user_settings=sorted(self.conf),
+            spark=version,
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        return session
+
+    def cancel(self) -> None:
+        """Cancel every job this process runs (Ctrl-C of a long command)."""
+        session = self._session
+        if session is None:
+            return
+        if is_remote(self.master):
+            session.interruptAll()
+        else:
+            session.sparkContext.cancelAllJobs()
+
     def _ship_package(self) -> Path:
         """A zip of the ``catalog`` package for ``addPyFile`` (in the session's temp dir)."""
         import catalog
@@ -228,8 +279,8 @@ class SparkSessionProvider:
     def stage_progress(self) -> StageProgress | None:
         """Tasks of the active stages, or None when Spark is not running or idle."""
         session = self._session
-        if session is None:
-            return None
+        if session is None or is_remote(self.master):
+            return None  # a Connect client sees no stages
         tracker = session.sparkContext.statusTracker()
         infos = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
         infos = [i for i in infos if i is not None]
