@@ -18,14 +18,20 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
+import attrs
+
 from catalog.errors import BadInputError, TransactionTooLargeError
 
 __all__ = [
     "DEFAULT_JUTE_MAXBUFFER",
     "JUTE_MAXBUFFER_ENV",
+    "LEN_ERROR_MIN_BYTES",
     "MAX_OPS_PER_TRANSACTION",
+    "LenErrorWatch",
+    "checked_request",
     "op_bytes",
     "plan_chunks",
+    "refused_by_server",
     "request_budget",
     "request_bytes",
 ]
@@ -112,6 +118,67 @@ def plan_chunks(
     if current:
         chunks.append(current)
     return chunks
+
+
+# Requests at least this large whose connection drops are suspected of a "Len error" (a server
+# whose real jute.maxbuffer is below the budget); smaller ones are never that.
+LEN_ERROR_MIN_BYTES = 16 * 1024
+
+
+def refused_by_server(key: str, size: int, budget: int) -> TransactionTooLargeError:
+    """The error for a request the server dropped twice while answering smaller ones."""
+    return TransactionTooLargeError(
+        f"ZooKeeper dropped the connection on a write of {key} ({size} bytes) twice, while it "
+        f"answers smaller requests: its jute.maxbuffer is below that (a 'Len error' in its "
+        f"log), though this process budgets {budget} bytes per request. Set "
+        f"{JUTE_MAXBUFFER_ENV} to the servers' jute.maxbuffer (or raise theirs)",
+        key=key,
+        size=size,
+        budget=budget,
+        reason="len-error",
+        suggestion=f"{JUTE_MAXBUFFER_ENV}=<the servers' jute.maxbuffer>",
+    )
+
+
+@attrs.define
+class LenErrorWatch:
+    """Large requests whose connection dropped (one per store).
+
+    A server whose real ``jute.maxbuffer`` is below our budget drops every request over it
+    ("Len error" in its log) and answers smaller ones. So when a request at least as large as
+    one dropped before is dropped again, and the server answers a probe right after, the
+    request is refused as too large (TransactionTooLargeError) instead of being resent by the
+    caller for ever. A real outage (the probe fails too) proves nothing, and a request as large
+    that goes through clears the suspicion (it was the network).
+    """
+
+    smallest: int | None = None
+
+    def dropped(
+        self, size: int, key: str, budget: int, answers: Callable[[], bool], exc: BaseException
+    ) -> None:
+        if size < LEN_ERROR_MIN_BYTES or not answers():
+            return
+        if self.smallest is not None and size >= self.smallest:
+            raise refused_by_server(key, size, budget) from exc
+        self.smallest = size if self.smallest is None else min(self.smallest, size)
+
+    def passed(self, size: int) -> None:
+        if self.smallest is not None and size >= self.smallest:
+            self.smallest = None
+
+
+def checked_request(ops: Sequence[SizedOp], path_of: Callable[[str], str], budget: int) -> int:
+    """The request's bytes; TransactionTooLargeError, before anything is sent, naming the
+    largest op of a request over ``budget``."""
+    total = request_bytes(ops, path_of)
+    if total <= budget:
+        return total
+    sizes = {op.key: op_bytes(op, path_of(op.key)) for op in ops}
+    biggest = max(sizes, key=lambda k: sizes[k])
+    error = too_large(biggest, total, budget)
+    error.details.update(ops=len(ops), largest_op=sizes[biggest])
+    raise error
 
 
 def too_large(key: str, size: int, budget: int) -> TransactionTooLargeError:

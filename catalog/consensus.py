@@ -43,13 +43,14 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from catalog.budget import (
     MAX_OPS_PER_TRANSACTION,
+    LenErrorWatch,
+    checked_request,
     op_bytes,
     plan_chunks,
     request_budget,
-    request_bytes,
-    too_large,
 )
 from catalog.errors import (
+    ConnectionLostError,
     ConsensusError,
     CorruptStateError,
     FencedError,
@@ -180,6 +181,8 @@ class Consensus:
     after_fenced_write: Callable[[str], None] | None = None
     #: The most bytes one request may take (catalog.budget): never sent over it.
     max_request_bytes: int = attrs.field(factory=request_budget)
+    # Large requests whose connection dropped: what the server may refuse as too long.
+    _drops: LenErrorWatch = attrs.field(factory=LenErrorWatch, init=False, repr=False)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ class Consensus:
                     key=op.key,
                     size=len(op.value),
                 )
-        self._check_budget(all_ops)
+        total = checked_request(all_ops, self.path, self.max_request_bytes)
         if fence is not None and self.before_fenced_write is not None:
             self.before_fenced_write(ops[0].key)
         started = time.perf_counter()
@@ -321,8 +324,12 @@ class Consensus:
         try:
             with translated("a transaction; its outcome is unknown", ops[0].key):
                 results = txn.commit()
+        except ConnectionLostError as exc:
+            self._drops.dropped(total, ops[0].key, self.max_request_bytes, self._answers, exc)
+            raise
         finally:
             self._observe("commit", started)
+        self._drops.passed(total)
         failed = [
             (op, res)
             for op, res in zip(all_ops, results, strict=True)
@@ -353,16 +360,15 @@ class Consensus:
             f"transaction failed on {op.key}: {type(error).__name__}", key=op.key
         ) from error
 
-    def _check_budget(self, ops: Sequence[Op]) -> None:
-        """TransactionTooLargeError, before anything is sent, for a request over budget."""
-        total = request_bytes(ops, self.path)
-        if total <= self.max_request_bytes:
-            return
-        sizes = {op.key: op_bytes(op, self.path(op.key)) for op in ops}
-        biggest = max(sizes, key=lambda k: sizes[k])
-        error = too_large(biggest, total, self.max_request_bytes)
-        error.details.update(ops=len(ops), largest_op=sizes[biggest])
-        raise error
+    def _answers(self, wait: float = 3.0) -> bool:
+        """Whether a tiny request goes through within ``wait`` seconds (after a reconnect)."""
+        deadline = time.monotonic() + wait
+        while not self.client.connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(Exception):  # any failure: no answer, nothing to conclude
+            self.client.exists("/")
+            return True
+        return False
 
     def commit_chunked(
         self, ops: Sequence[Op], *, fence: Fence | None = None, size: int = MAX_OPS_PER_TRANSACTION

@@ -123,6 +123,8 @@ class EmbeddedZooKeeper:
     peers: tuple[tuple[int, int, int], ...] = ()
     # Clients connect with TLS only (orchestrator.zktls), on ``port``.
     tls: ServerTls | None = None
+    # Extra JVM system properties, e.g. ``-Djute.maxbuffer=100000`` (tests of small limits).
+    jvm_options: tuple[str, ...] = ()
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -210,6 +212,7 @@ class EmbeddedZooKeeper:
             "-XX:TieredStopAtLevel=1",
             "-Dzookeeper.admin.enableServer=false",
             "-Dzookeeper.4lw.commands.whitelist=*",
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             zookeeper_classpath(tls=self.tls is not None),

@@ -16,12 +16,14 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.consensus import Consensus, SetData
+from catalog.consensus import Consensus, Create, SetData
 from catalog.environment import read_catalog
-from catalog.errors import TransactionTooLargeError
+from catalog.errors import ConnectionLostError, TransactionTooLargeError
 from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import BatchRef, ShardState, shard_key
 from orchestrator.migrate import check_read_only, migrate_as_leader
+from orchestrator.zk import close, connect
+from orchestrator.zkserver import EmbeddedZooKeeper
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
 
@@ -97,3 +99,31 @@ def test_a_transaction_over_the_budget_is_refused_before_it_is_sent(
     found = consensus.get("big")
     assert found is not None and found.version == 0
     assert zk_client.connected
+
+
+def test_a_server_with_a_smaller_jute_maxbuffer_is_named_not_resent_for_ever(
+    tmp_path: Path,
+) -> None:
+    """A server running with jute.maxbuffer=100000 while this process budgets 1 MiB: a 200 KB
+    write is dropped ("Len error"). The first drop is an unknown outcome; the resend, dropped
+    the same way while the server answers small requests, is refused naming
+    CATALOG_UPGRADE_JUTE_MAXBUFFER. Nothing was written and smaller writes still work."""
+    with EmbeddedZooKeeper(
+        data_dir=tmp_path / "zk", jvm_options=("-Djute.maxbuffer=100000",)
+    ) as server:
+        client = connect(server.hosts, session_timeout=10.0)
+        try:
+            consensus = Consensus(client, "/small-limit")
+            consensus.ensure()
+            big = [Create("big", b"x" * 200_000)]
+            with pytest.raises(ConnectionLostError):
+                consensus.commit(big)
+            with pytest.raises(TransactionTooLargeError) as caught:
+                consensus.commit(big)
+            assert caught.value.details["reason"] == "len-error"
+            assert "CATALOG_UPGRADE_JUTE_MAXBUFFER" in caught.value.message
+            assert consensus.get("big") is None
+            consensus.commit([Create("small", b"y" * 1000)])
+            assert consensus.get("small") is not None
+        finally:
+            close(client)
