@@ -7,7 +7,10 @@ best of ``--runs`` (3) fresh environments:
 * ``ready_seconds``: a read-only process of the new release, from connecting to ``ready``
   (plan, history checks of 500 evolutions, 500 replacement shards created and registered);
 * ``leader_seconds``: the promoted leader's migration (takeover not included): 500 schema
-  registrations rewriting states of about 30 KB each, planned under the request budget;
+  registrations, each writing the head of a split state (about 1.2 KB; the body listing the
+  batches, about 30 KB, is not written). ``leader_seconds_whole`` is the same on states stored
+  whole (as earlier releases wrote them), where each registration rewrites all 30 KB, in the
+  same run (``--form``);
 * ``failover_seconds``: after SIGKILL of a leader sidecar with a 2 s session timeout, until a
   second sidecar of the same generation serves (target: session timeout + 1 s).
 
@@ -38,7 +41,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus, SetData
 from catalog.environment import read_catalog
 from catalog.release import Builtin, Mechanism, Migration, Release
-from catalog.shard import ROLLUP_THRESHOLD, BatchRef, Shard, shard_key
+from catalog.shard import ROLLUP_THRESHOLD, BatchRef, Shard, change_ops, evolve_op, shard_key
 from orchestrator.election import LeaderElection, promote
 from orchestrator.logs import configure_logging
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
@@ -96,9 +99,12 @@ def lead(consensus: Consensus, ctx: MigrationContext, *, bootstrap: bool) -> Any
     return election, leadership
 
 
-def fill(consensus: Consensus, blob: BlobStore, shard_id: str, batches: int) -> int:
+def fill(
+    consensus: Consensus, blob: BlobStore, shard_id: str, batches: int, split: bool
+) -> tuple[int, int]:
     """List ``batches`` batch entries on the shard, as appends would have: the newest
-    ``ROLLUP_THRESHOLD`` inline, the older ones in roll-up blobs. The state's size in bytes."""
+    ``ROLLUP_THRESHOLD`` inline, the older ones in roll-up blobs; stored split (head and body)
+    or whole. The state's size in bytes, and the size of the op registering a schema on it."""
     shard = Shard(consensus, blob, shard_id)
     state = shard.state()
     refs = [BatchRef(f"{i:032x}", 0, 10, i, i + 1) for i in range(batches)]
@@ -108,13 +114,21 @@ def fill(consensus: Consensus, blob: BlobStore, shard_id: str, batches: int) -> 
         for start in range(0, inline, ROLLUP_THRESHOLD)
     )
     full = attrs.evolve(state, batches=tuple(refs[inline:]), rollups=rollups, upper=batches)
-    value = full.encode()
-    consensus.commit([SetData(shard_key(shard_id), value, state.version)])
-    return len(value)
+    if split:
+        ops, full = change_ops(state, full)
+        consensus.commit(ops)
+        size = len(full.encode_head()) + len(full.encode_body())
+    else:
+        size = len(full.encode())
+        consensus.commit([SetData(shard_key(shard_id), full.encode(), state.version)])
+        full = attrs.evolve(full, version=state.version + 1)
+    op, _ = evolve_op(full, EVOLVED)
+    assert isinstance(op, SetData)
+    return size, len(op.value)
 
 
 def in_process(
-    hosts: str, collections: int, batches: int, blob_dir: Path
+    hosts: str, collections: int, batches: int, blob_dir: Path, split: bool
 ) -> dict[str, float]:
     v1, v2 = releases(collections)
     env_root = f"/catalog-upgrade/bench-{os.getpid()}-{int(time.time())}"
@@ -131,7 +145,7 @@ def in_process(
     assert found is not None
     evolved = [found[0].collections[f"s{i}"].shard_id for i in range(0, collections, 2)]
     started = time.perf_counter()
-    sizes = [fill(consensus, blob, shard_id, batches) for shard_id in evolved]
+    sizes = [fill(consensus, blob, shard_id, batches, split) for shard_id in evolved]
     fill_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -153,7 +167,8 @@ def in_process(
     return {
         "bootstrap_seconds": round(bootstrap_seconds, 3),
         "fill_seconds": round(fill_seconds, 3),
-        "evolved_state_bytes": max(sizes, default=0),
+        "evolved_state_bytes": max((s for s, _ in sizes), default=0),
+        "registration_op_bytes": max((r for _, r in sizes), default=0),
         "ready_seconds": round(ready_seconds, 3),
         "leader_seconds": round(leader_seconds, 3),
     }
@@ -241,6 +256,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="fresh environments; best kept")
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--skip-failover", action="store_true")
+    parser.add_argument(
+        "--form", choices=("both", "split", "whole"), default="both",
+        help="how the evolved shard states are stored (both: each run measures both)",
+    )
     args = parser.parse_args()
     configure_logging("WARNING")  # stdout carries only the JSON result
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,15 +270,23 @@ def main() -> None:
             server = EmbeddedZooKeeper(data_dir=work / "zk").start()
             hosts = server.hosts
         try:
-            runs = [
-                in_process(hosts, args.collections, args.batches, work / f"blob{run}")
-                for run in range(args.runs)
-            ]
+            forms = {"both": (True, False), "split": (True,), "whole": (False,)}[args.form]
+            runs = []
+            for run in range(args.runs):
+                measured: dict[str, float] = {}
+                for split in forms:
+                    one = in_process(
+                        hosts, args.collections, args.batches, work / f"blob{run}{split}", split
+                    )
+                    suffix = "" if split else "_whole"
+                    measured.update({f"{k}{suffix}": v for k, v in one.items()})
+                runs.append(measured)
             result: dict[str, Any] = {
                 "collections": args.collections,
                 "batches_per_evolved_shard": args.batches,
                 "columns": len(V1_SCHEMA),
                 "runs": args.runs,
+                "form": args.form,
                 "cpu_count": os.cpu_count(),
                 **{key: min(r[key] for r in runs) for key in runs[0]},
                 "all_runs": runs,

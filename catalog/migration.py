@@ -23,7 +23,7 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import Check, Consensus, Fence
+from catalog.consensus import Consensus, Fence
 from catalog.environment import MIGRATION_SHARD_ID
 from catalog.errors import (
     ShardGuardMovedError,
@@ -39,7 +39,6 @@ from catalog.shard import (
     create_op,
     new_shard_id,
     read_states,
-    shard_key,
     update_schema,
 )
 
@@ -298,7 +297,7 @@ class MigrationShard:
                     f"replacement shards {collected} were collected before their entries landed",
                     key=self.shard.key,
                 )
-            guards = [Check(shard_key(sid), st.version) for sid, st in states.items() if st]
+            guards = [check for st in states.values() if st for check in st.checks()]
             try:
                 result = self.shard.compare_and_append(
                     _updates(rows, state.upper, 1),

@@ -167,7 +167,7 @@ def _copy(
         if isinstance(exc, _AppendRaced):
             return True
         vanished = isinstance(exc, (_SourceMoved, BlobMissingError))
-        if not vanished or plan is None or source.state().version == plan.source.version:
+        if not vanished or plan is None or source.state().revision == plan.source.revision:
             return False
         log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
         return True

@@ -2,7 +2,11 @@
 
 ZooKeeper layout (keys relative to the environment root)::
 
-    shards/<shard_id>             ShardState JSON (below); every change is a CAS on its version
+    shards/<shard_id>             ShardState JSON (below): the whole state (format 1), or its
+                                  head (format 2: schemas, flags, an owed contraction)
+    shards/<shard_id>/batches     format 2: the body (batches, roll-ups, frontiers, write
+                                  ledger); every change is a CAS on the versions of the halves
+                                  it changes (catalog.shard.stored)
     shards/<shard_id>/l-<seq>     ephemeral reader leases ({"holder", "created", "holds",
                                   "schema_id": the schema the reader reads with, if named})
 
@@ -68,10 +72,12 @@ from catalog.shard.state import (
     Lease,
     RollupRef,
     ShardState,
+    body_key,
     new_shard_id,
     shard_key,
     update_schema,
 )
+from catalog.shard.stored import change_ops, delete_ops
 
 __all__ = [
     "DIFF",
@@ -96,10 +102,13 @@ __all__ = [
     "WriteMark",
     "advance_times",
     "blob_prefix",
+    "body_key",
+    "change_ops",
     "clear_contraction_op",
     "consolidate",
     "contract_op",
     "create_op",
+    "delete_ops",
     "evolve_op",
     "expand_op",
     "new_shard_id",

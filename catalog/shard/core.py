@@ -11,7 +11,7 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import Check, Consensus, Fence, Op, SetData, decode_json, encode_json
+from catalog.consensus import Check, Consensus, Fence, decode_json, encode_json
 from catalog.environment import SHARDS_KEY
 from catalog.errors import (
     CorruptBlobError,
@@ -30,6 +30,7 @@ from catalog.shard.state import (
     _shard_error,
     shard_key,
 )
+from catalog.shard.stored import change_ops, read_states
 
 log = structlog.get_logger(__name__)
 
@@ -84,10 +85,10 @@ class ShardCore:
 
     def state(self) -> ShardState:
         """The current state; ShardError (reason ``not-found``) when the shard does not exist."""
-        found = self.consensus.get(self.key)
+        found = read_states(self.consensus, [self.shard_id])[self.shard_id]
         if found is None:
             raise _shard_error(f"shard {self.shard_id} does not exist", self.shard_id, "not-found")
-        return ShardState.decode(found.value, found.version, self.key)
+        return found
 
     def exists(self) -> bool:
         return self.consensus.exists(self.key)
@@ -132,9 +133,10 @@ class ShardCore:
     def _cas(
         self, old: ShardState, new: ShardState, fence: Fence | None, guards: Sequence[Check] = ()
     ) -> ShardState:
-        ops: list[Op] = [SetData(self.key, new.encode(), old.version), *guards]
-        stat = self.consensus.commit(ops, fence=fence)[0]
-        return attrs.evolve(new, version=stat.version)
+        ops, new = change_ops(old, new)
+        if ops:
+            self.consensus.commit([*ops, *guards], fence=fence)
+        return new
 
     def _check_guards(self, guards: Sequence[Check]) -> None:
         """Raise ShardError (``guard-moved``) when a guard's key is gone or at another version."""

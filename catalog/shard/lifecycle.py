@@ -14,7 +14,6 @@ from catalog.blob import BlobInfo
 from catalog.consensus import (
     CONNECTION_ERRORS,
     Create,
-    Delete,
     Fence,
     decode_json,
     decoding,
@@ -33,6 +32,7 @@ from catalog.shard.state import (
     ShardState,
     _shard_error,
 )
+from catalog.shard.stored import delete_ops
 from catalog.shard.write import ShardWrites
 from catalog.watch import (
     NOT_YET,
@@ -93,7 +93,7 @@ class ShardLifecycle(ShardWrites):
                 self.shard_id,
                 "not-empty",
             )
-        self.consensus.commit([Delete(self.key, state.version)], fence=fence)
+        self.consensus.commit(delete_ops(state), fence=fence)
         self.blob.delete_prefix(blob_prefix(self.shard_id))
         self._log.info("shard_discarded")
 

@@ -1,17 +1,16 @@
-"""Shard operations for a caller's own transaction (create, evolve), and bulk state reads."""
+"""Shard operations for a caller's own transaction (create, evolve), and bulk state reads.
+
+A registration changes only a state's head (:mod:`catalog.shard.stored`): its op is a
+``SetData`` of the head, a few KB whatever the number of batches the shard lists."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import attrs
 import pyarrow as pa
 
 from catalog.consensus import (
-    Consensus,
     Create,
     Op,
-    SetData,
 )
 from catalog.errors import (
     ShardFinalizedError,
@@ -21,6 +20,22 @@ from catalog.schema import (
     migration_type,
 )
 from catalog.shard.state import Contraction, ShardState, shard_key
+from catalog.shard.stored import change_ops, read_states
+
+__all__ = [
+    "clear_contraction_op",
+    "contract_op",
+    "create_op",
+    "evolve_op",
+    "expand_op",
+    "read_states",
+]
+
+
+def _head_op(old: ShardState, new: ShardState) -> tuple[Op | None, ShardState]:
+    ops, new = change_ops(old, new)
+    assert len(ops) == 1, "a registration changes only the head"
+    return ops[0], new
 
 
 def create_op(shard_id: str, schema: pa.Schema) -> tuple[Op, ShardState]:
@@ -48,8 +63,7 @@ def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardSta
     mtype = evolve(state.schema, schema)
     if mtype.equals(state.schema, check_metadata=True):
         return None, state
-    new = attrs.evolve(state, schemas=(*state.schemas, mtype), version=state.version + 1)
-    return SetData(state.key, new.encode(), state.version), new
+    return _head_op(state, attrs.evolve(state, schemas=(*state.schemas, mtype)))
 
 
 def expand_op(
@@ -67,8 +81,7 @@ def expand_op(
         contraction
     ):
         return None, state
-    new = attrs.evolve(expanded, contraction=contraction, version=state.version + 1)
-    return SetData(state.key, new.encode(), state.version), new
+    return _head_op(state, attrs.evolve(expanded, contraction=contraction))
 
 
 def contract_op(state: ShardState) -> tuple[Op | None, ShardState]:
@@ -76,29 +89,14 @@ def contract_op(state: ShardState) -> tuple[Op | None, ShardState]:
     if state.contraction is None:
         return None, state
     _, contracted = evolve_op(state, state.contraction.schema)
-    new = attrs.evolve(contracted, contraction=None, version=state.version + 1)
-    return SetData(state.key, new.encode(), state.version), new
+    return _head_op(state, attrs.evolve(contracted, contraction=None))
 
 
 def clear_contraction_op(state: ShardState) -> tuple[Op | None, ShardState]:
     """The op dropping a contraction record without registering it (an aborted upgrade's)."""
     if state.contraction is None:
         return None, state
-    new = attrs.evolve(state, contraction=None, version=state.version + 1)
-    return SetData(state.key, new.encode(), state.version), new
-
-
-def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, ShardState | None]:
-    """The states of many shards in one pipelined read (None for a shard that does not exist)."""
-    found = consensus.get_many([shard_key(s) for s in shard_ids])
-    out: dict[str, ShardState | None] = {}
-    for shard_id in shard_ids:
-        value = found[shard_key(shard_id)]
-        if value is None:
-            out[shard_id] = None
-        else:
-            out[shard_id] = ShardState.decode(value.value, value.version, value.key)
-    return out
+    return _head_op(state, attrs.evolve(state, contraction=None))
 
 
 def _finalized(state: ShardState) -> ShardFinalizedError:

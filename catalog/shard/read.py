@@ -36,6 +36,7 @@ from catalog.shard.state import (
     BatchRef,
     ShardState,
     _shard_error,
+    body_key,
     update_schema,
 )
 from catalog.watch import (
@@ -92,26 +93,26 @@ class ShardReads(ShardCore):
 
     def _wait_for_upper(self, as_of: int, timeout: float) -> ShardState:
         """The state once its upper passed ``as_of`` (or it was finalized), else at timeout."""
-        path = self.consensus.path(self.key)
-        latest: ShardState | None = None
+        latest = self.state()
 
         def look(watch: Watch) -> ShardState | NotYet:
             nonlocal latest
+            # The upper lives in the body of a split state (a finalization writes it too).
+            watched = body_key(self.shard_id) if latest.split else self.key
             try:
-                found = watched_data(self.consensus.client, path, watch)
+                found = watched_data(self.consensus.client, self.consensus.path(watched), watch)
             except CONNECTION_ERRORS as exc:
                 raise ConnectionLostError(f"ZooKeeper did not answer for {self.shard_id}") from exc
             if found is None:
                 raise _shard_error(
                     f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
                 )
-            latest = ShardState.decode(found[0], found[1].version, self.key)
+            latest = self.state()
             return latest if latest.upper > as_of or latest.finalized else NOT_YET
 
         try:
             return wait_until(look, timeout, safety=None)
         except WaitTimeout:
-            assert latest is not None
             return latest
 
     def snapshot(
@@ -149,9 +150,9 @@ class ShardReads(ShardCore):
             current = self.state()
             if current.finalized:
                 raise _finalized(current) from exc
-            if current.version == state.version:
+            if current.revision == state.revision:
                 return False
-            self._log.info("snapshot_state_moved", version=current.version)
+            self._log.info("snapshot_state_moved", version=current.revision)
             state = current
             return True
 

@@ -11,6 +11,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.consensus import (
+    Check,
     decode_json,
     decoding,
     encode_json,
@@ -55,12 +56,20 @@ GC_GRACE_SECONDS = 300.0
 _READ_ATTEMPTS = 5
 
 
+# Format 1: the whole state in one znode. Format 2: the head (schemas, flags, contraction) in
+# the shard's znode and the body (batches, frontiers, ledger) in a child (catalog.shard.stored).
 _STATE_FORMAT = 1
+SPLIT_FORMAT = 2
 
 
 def shard_key(shard_id: str) -> str:
-    """The consensus key of a shard's state."""
+    """The consensus key of a shard's state (its head, once split)."""
     return f"{SHARDS_KEY}/{shard_id}"
+
+
+def body_key(shard_id: str) -> str:
+    """The consensus key of a split shard state's body (batches, frontiers, write ledger)."""
+    return f"{shard_key(shard_id)}/batches"
 
 
 def new_shard_id() -> str:
@@ -156,12 +165,33 @@ class ShardState:
     writes: WriteLedger = attrs.field(factory=WriteLedger)
     contraction: Contraction | None = None
     version: int = attrs.field(default=-1, eq=False)
+    # Split states (format 2): the body's znode version, and the link both halves carry (bumped
+    # by every write of both, so a reader can tell a head and a body of different writes apart).
+    body_version: int = attrs.field(default=-1, eq=False)
+    link: int = attrs.field(default=0, eq=False)
     # Live schemas by id, computed once per state (the walk is the leader's hot path).
     _live: dict[int, pa.Schema] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> str:
         return shard_key(self.shard_id)
+
+    @property
+    def split(self) -> bool:
+        """Whether the state is stored as a head and a body (format 2), not in one znode."""
+        return self.body_version >= 0
+
+    @property
+    def revision(self) -> tuple[int, int]:
+        """The versions it was read at: equal revisions are the same state."""
+        return (self.version, self.body_version)
+
+    def checks(self) -> list[Check]:
+        """Transaction checks that fail once anything in this state changed."""
+        out = [Check(self.key, self.version)]
+        if self.split:
+            out.append(Check(body_key(self.shard_id), self.body_version))
+        return out
 
     @property
     def schema_id(self) -> int:
@@ -230,8 +260,39 @@ class ShardState:
         }
 
     def encode(self) -> bytes:
-        """Compact JSON (schemas as base64 Arrow IPC)."""
+        """The whole state as one znode value (format 1): compact JSON, schemas as base64
+        Arrow IPC. New shards start so; their first change of batches splits them."""
         return encode_json(self.to_json())
+
+    def encode_head(self) -> bytes:
+        """The head of a split state: what a schema registration or a seal changes."""
+        head = {
+            "format": SPLIT_FORMAT,
+            "shard_id": self.shard_id,
+            "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
+            "sealed": self.sealed,
+            "finalized": self.finalized,
+            "link": self.link,
+        }
+        if self.contraction:
+            head["contraction"] = self.contraction.to_json()
+        return encode_json(head)
+
+    def encode_body(self) -> bytes:
+        """The body of a split state: what an append or a compaction changes. ``schemas`` is
+        how many schemas its writer knew (a reader whose head knows fewer re-reads)."""
+        return encode_json(
+            {
+                "format": SPLIT_FORMAT,
+                "batches": BatchListing.json_of(self.batches),
+                "rollups": [r.to_json() for r in self.rollups],
+                "upper": self.upper,
+                "since": self.since,
+                "writes": self.writes.to_json(),
+                "link": self.link,
+                "schemas": len(self.schemas),
+            }
+        )
 
     @classmethod
     def decode(cls, data: bytes, version: int = -1, key: str = "a shard state") -> ShardState:
@@ -240,11 +301,17 @@ class ShardState:
         with decoding(key, "shard state"):
             return cls._from_json(raw, version)
 
+    @staticmethod
+    def decode_schemas(raw: Sequence[str]) -> tuple[pa.Schema, ...]:
+        return tuple(schema_from_bytes(base64.b64decode(s)) for s in raw)
+
     @classmethod
     def _from_json(cls, raw: Any, version: int) -> ShardState:
+        if raw.get("format", _STATE_FORMAT) != _STATE_FORMAT:
+            raise ValueError(f"format {raw.get('format')} is not a whole shard state")
         return cls(
             shard_id=raw["shard_id"],
-            schemas=tuple(schema_from_bytes(base64.b64decode(s)) for s in raw["schemas"]),
+            schemas=cls.decode_schemas(raw["schemas"]),
             batches=BatchListing(raw["batches"]),
             rollups=tuple(RollupRef.from_json(r) for r in raw["rollups"]),
             upper=int(raw["upper"]),

@@ -8,7 +8,7 @@ import time
 import attrs
 import structlog
 
-from catalog.consensus import Check, Consensus, Create, Delete, Fence, Op, SetData
+from catalog.consensus import Check, Consensus, Create, Delete, Fence, Op
 from catalog.environment import (
     CATALOG_KEY,
     FINALIZE_KEY,
@@ -23,7 +23,7 @@ from catalog.errors import (
     ShardNotFoundError,
     VersionMismatchError,
 )
-from catalog.shard import ShardState, shard_key
+from catalog.shard import ShardState, change_ops, read_states, shard_key
 from orchestrator.migrate.context import MigrationContext
 from orchestrator.process_node import CREATING_STATES, ProcessNode
 
@@ -127,13 +127,13 @@ def collect_orphan_shards(
     if not candidates:
         return []
     values = consensus.get_many([shard_key(s) for s in candidates])
+    states = read_states(consensus, candidates)
     now = time.time()
     orphans: list[tuple[str, ShardState]] = []
     for shard_id in candidates:
-        value = values[shard_key(shard_id)]
-        if value is None:
+        value, state = values[shard_key(shard_id)], states[shard_id]
+        if value is None or state is None:
             continue
-        state = ShardState.decode(value.value, value.version, value.key)
         if state.finalized:
             if known_finalized is not None:
                 known_finalized.add(shard_id)
@@ -142,14 +142,13 @@ def collect_orphan_shards(
             orphans.append((shard_id, state))
     guards: list[Op] = [Check(CATALOG_KEY, catalog_version)]
     if migration_state is not None:
-        guards.append(Check(shard_key(MIGRATION_SHARD_ID), migration_state.version))
+        guards.extend(migration_state.checks())
     collected: list[str] = []
     for start in range(0, len(orphans), _ORPHAN_CHUNK):
         chunk = orphans[start : start + _ORPHAN_CHUNK]
         ops = list(guards)
         for shard_id, state in chunk:
-            sealed = attrs.evolve(state, sealed=True)
-            ops.append(SetData(shard_key(shard_id), sealed.encode(), state.version))
+            ops.extend(change_ops(state, attrs.evolve(state, sealed=True))[0])
             ops.append(Create(f"{FINALIZE_KEY}/{shard_id}", b""))
         try:
             consensus.commit(ops, fence=fence)

@@ -41,7 +41,7 @@ from catalog.environment import (
     read_catalog,
 )
 from catalog.errors import VersionMismatchError
-from catalog.shard import GC_GRACE_SECONDS, ShardState, shard_key
+from catalog.shard import GC_GRACE_SECONDS, delete_ops, read_states, shard_key
 from orchestrator.migrate.context import MigrationContext
 
 __all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
@@ -123,22 +123,26 @@ def retire_leftovers(
     named |= {e.shard_id for e in ctx.migration_shard().entries()}
     others = [s for s in consensus.children(SHARDS_KEY) if s not in named]
     ops: list[Op] = []
-    for key, found in consensus.get_many([shard_key(s) for s in others]).items():
-        if found is None or now - found.modified < retention_seconds:
+    heads = consensus.get_many([shard_key(s) for s in others])
+    tombstones: list[list[Op]] = []
+    for shard_id, state in read_states(consensus, others).items():
+        found = heads[shard_key(shard_id)]
+        if state is None or found is None or now - found.modified < retention_seconds:
             continue
-        if ShardState.decode(found.value, found.version, key).is_tombstone:
-            ops.append(Delete(key, found.version))
+        if state.is_tombstone:
+            tombstones.append(delete_ops(state))
     for name in consensus.children(ELECTION_KEY):
         key = f"{ELECTION_KEY}/{name}"
         if name.isdigit() and int(name) < catalog.deploy_generation and not consensus.children(key):
             ops.append(Delete(key))
     retired: list[str] = []
-    for op in ops:  # one by one: a container a candidate just joined is simply kept
+    # One by one: a container a candidate just joined is simply kept.
+    for group in [*tombstones, *([op] for op in ops)]:
         try:
-            consensus.commit([op], fence=fence)
+            consensus.commit(group, fence=fence)
         except VersionMismatchError:
             continue
-        retired.append(op.key)
+        retired.append(group[-1].key)
     if retired:
         log.info("leftovers_retired", keys=len(retired))
     return retired

@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
-from catalog.environment import CONTAINER_KEYS, EPOCH_KEY, MIGRATION_SHARD_ID, SHARDS_KEY
+from catalog.environment import EPOCH_KEY, MIGRATION_SHARD_ID, SHARDS_KEY
 from catalog.errors import ConnectionLostError, FencedError
 from catalog.migration import MIGRATION_SCHEMA, MigrationEntry, MigrationShard
 from catalog.retry import CasRetry
@@ -24,10 +24,8 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name",
 
 
 @pytest.fixture
-def consensus(zk_client: KazooClient, zk_env: ZkEnv) -> Consensus:
-    store = Consensus(zk_client, zk_env.root)
-    store.ensure(*CONTAINER_KEYS)
-    return store
+def consensus(env_consensus: Consensus) -> Consensus:
+    return env_consensus
 
 
 @pytest.fixture

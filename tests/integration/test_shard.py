@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import MAX_VALUE_BYTES, Consensus, Fence
-from catalog.environment import CONTAINER_KEYS, EPOCH_KEY, CatalogState, CollectionRef
+from catalog.environment import EPOCH_KEY, CatalogState, CollectionRef
 from catalog.errors import (
     CorruptBlobError,
     FencedError,
@@ -55,10 +55,8 @@ S2 = pa.schema([S1.field("id"), S1.field("name"), S1.field("comment")])  # delet
 
 
 @pytest.fixture
-def consensus(zk_client: KazooClient, zk_env: ZkEnv) -> Consensus:
-    store = Consensus(zk_client, zk_env.root)
-    store.ensure(*CONTAINER_KEYS)
-    return store
+def consensus(env_consensus: Consensus) -> Consensus:
+    return env_consensus
 
 
 @pytest.fixture

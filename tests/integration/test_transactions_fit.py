@@ -3,7 +3,9 @@
 Registering schemas on many shards whose states list hundreds of batches is the write that broke
 at scale: one multi of whole shard states passed ``jute.maxbuffer`` (1 MiB), the server dropped
 the connection ("Len error") and every resend failed the same way. Here 60 evolved shards of 500
-inline batch entries (about 30 KB of state each, 1.8 MB together) are upgraded by a real leader.
+inline batch entries (about 30 KB of state each, 1.8 MB together) are upgraded by a real leader:
+stored whole (as earlier releases wrote them), the transactions are cut under the budget; split
+(head and body, as states are stored now), the registrations write the heads alone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from catalog.consensus import Consensus, Create, SetData
 from catalog.environment import read_catalog
 from catalog.errors import ConnectionLostError, TransactionTooLargeError
 from catalog.release import Builtin, Mechanism, Migration, Release
-from catalog.shard import BatchRef, ShardState, shard_key
+from catalog.shard import BatchRef, body_key, change_ops, read_states, shard_key
 from orchestrator.migrate import check_read_only, migrate_as_leader
 from orchestrator.zk import close, connect
 from orchestrator.zkserver import EmbeddedZooKeeper
@@ -49,29 +51,37 @@ def release(version: str, schema: pa.Schema, evolves: bool) -> Release:
     return Release(version=version, builtins=builtins, migrations=migrations if evolves else [])
 
 
-def fill(consensus: Consensus, shard_id: str) -> int:
-    """Give the shard's state ``BATCHES`` inline entries (the registration rewrites the state,
-    never these batches' data, so their blobs are not written); the state's size."""
-    found = consensus.get(shard_key(shard_id))
-    assert found is not None
-    state = ShardState.decode(found.value, found.version)
+def fill(consensus: Consensus, shard_id: str, split: bool) -> int:
+    """Give the shard's state ``BATCHES`` inline entries (the registration never reads these
+    batches' data, so their blobs are not written); the bytes they are stored in. ``split``:
+    as this release stores them (a head and a body), else as one whole state (as earlier
+    releases wrote them, and the one form a registration rewrites whole)."""
+    state = read_states(consensus, [shard_id])[shard_id]
+    assert state is not None
     refs = tuple(BatchRef(f"{i:032x}", 0, 10, i, i + 1) for i in range(BATCHES))
     full = attrs.evolve(state, batches=refs, upper=BATCHES)
+    if split:
+        ops, _ = change_ops(state, full)
+        consensus.commit(ops)
+        return sum(len(op.value) for op in ops if isinstance(op, (SetData, Create)))
     value = full.encode()
-    consensus.commit([SetData(shard_key(shard_id), value, found.version)])
+    consensus.commit([SetData(shard_key(shard_id), value, state.version)])
     return len(value)
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "whole"])
 def test_registration_on_many_large_shards_is_planned_under_the_request_limit(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, split: bool
 ) -> None:
     env = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
     try:
         old = bootstrap(env, release("1.0.0", V1, evolves=False))
         found = read_catalog(old.consensus)
         assert found is not None
-        sizes = [fill(old.consensus, ref.shard_id) for ref in found[0].collections.values()]
+        shard_ids = [ref.shard_id for ref in found[0].collections.values()]
+        sizes = [fill(old.consensus, shard_id, split) for shard_id in shard_ids]
         assert sum(sizes) > 1_048_575, "together the states pass jute.maxbuffer"
+        bodies = old.consensus.get_many([body_key(s) for s in shard_ids])
         new = env.ctx(release("1.1.0", V2, evolves=True), 2)
         check_read_only(new)
         result = migrate_as_leader(new, env.lead(new))
@@ -81,6 +91,9 @@ def test_registration_on_many_large_shards_is_planned_under_the_request_limit(
         for ref in switched[0].collections.values():
             state = new.shard(ref.shard_id).state()
             assert state.live_schema.equals(V2) and len(state.batches) == BATCHES
+            assert state.split == split
+        if split:  # the registrations wrote the heads alone: no body was rewritten
+            assert new.consensus.get_many([body_key(s) for s in shard_ids]) == bodies
     finally:
         env.close()
 

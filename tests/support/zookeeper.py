@@ -21,6 +21,8 @@ import attrs
 import pytest
 from kazoo.client import KazooClient
 
+from catalog.consensus import Consensus
+from catalog.environment import CONTAINER_KEYS
 from orchestrator.zkserver import EmbeddedZooKeeper
 
 ENV_VAR = "CATALOG_UPGRADE_TEST_ZK"
@@ -132,6 +134,14 @@ def zk_client(zk_env: ZkEnv) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def env_consensus(zk_client: KazooClient, zk_env: ZkEnv) -> Consensus:
+    """A Consensus on the test's environment with every container key in place."""
+    store = Consensus(zk_client, zk_env.root)
+    store.ensure(*CONTAINER_KEYS)
+    return store
 
 
 def expire_session(client: KazooClient, hosts: str) -> None:

@@ -152,7 +152,7 @@ class SparkEngine:
             """Blobs vanished under the read: retry on the newer state, if there is one."""
             nonlocal state
             current = shard.state()
-            if current.version == state.version:
+            if current.revision == state.revision:
                 return False
             log.info("spark_snapshot_state_moved", shard=shard.shard_id, error=str(exc)[:200])
             state = current
@@ -293,7 +293,7 @@ class SparkEngine:
                 else:
                     written = self._delta_written(source, target, plan, payload, new_schema)
             except _spark_errors() as exc:
-                if source.state().version != plan.source.version:
+                if source.state().revision != plan.source.revision:
                     raise _SourceMoved() from exc
                 _raise_worker_error(exc)
                 _raise_resource_error(exc)

@@ -27,7 +27,7 @@ from catalog.release import (
     CollectionState,
 )
 from catalog.schema import fingerprint
-from catalog.shard import ShardState, read_states, shard_key
+from catalog.shard import ShardState, body_key, read_states, shard_key
 from orchestrator.process_node import ProcessNode, ProcessState
 
 INVARIANTS = (
@@ -58,8 +58,10 @@ class Violation:
 
 
 def _heads(consensus: Consensus) -> list[int]:
-    """The versions of the catalog and of the migration shard (-1: absent)."""
-    found = consensus.get_many([CATALOG_KEY, shard_key(MIGRATION_SHARD_ID)])
+    """The versions of the catalog and of the migration shard's halves (-1: absent)."""
+    found = consensus.get_many(
+        [CATALOG_KEY, shard_key(MIGRATION_SHARD_ID), body_key(MIGRATION_SHARD_ID)]
+    )
     return [-1 if v is None else v.version for v in found.values()]
 
 
@@ -174,8 +176,8 @@ def _quiescent(view: DurableView) -> bool:
     )
 
 
-def _znode_version(state: ShardState | None) -> int | None:
-    return None if state is None else state.version
+def _znode_version(state: ShardState | None) -> list[int] | None:
+    return None if state is None else list(state.revision)
 
 
 @attrs.define
