@@ -42,7 +42,6 @@ from catalog.pipeline.engine import (
     collection_shard,
     copy_transformed,
     engine_for,
-    estimated_bytes,
 )
 from catalog.pipeline.spark.config import (
     SPARK_MASTER_ENV,
@@ -61,7 +60,7 @@ from catalog.pipeline.spark.session import (
 )
 from catalog.pipeline.spark.types import restore_table, spark_type
 from catalog.pipeline.transforms import CarryEvolutions, Transform, apply_transforms
-from catalog.pipeline.updates import read_updates
+from catalog.pipeline.updates import estimated_bytes, read_updates
 
 __all__ = [
     "AUTO_CLUSTER_BYTES",

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 import pyarrow as pa
 
 from catalog.consensus import Fence
-from catalog.pipeline.output import PART_ROWS, SnapshotWritten, finish, open_output, write_part
+from catalog.pipeline.output import (
+    PART_ROWS,
+    STREAM_ROWS,
+    SnapshotWritten,
+    finish,
+    open_output,
+    write_part,
+)
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, transform_table
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import read_updates
@@ -34,6 +41,19 @@ class ArrowEngine:
     ) -> pa.Table:
         table = shard.snapshot(as_of, reader_schema)
         return table if limit is None else table.slice(0, limit)
+
+    def snapshot_chunks(
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        limit: int | None = None,
+        chunk_rows: int = STREAM_ROWS,
+    ) -> Iterator[pa.Table]:
+        table = self.snapshot(shard, as_of, reader_schema, limit=limit)
+        for start in range(0, table.num_rows, chunk_rows):
+            yield table.slice(start, chunk_rows)
 
     def write_snapshot(
         self,

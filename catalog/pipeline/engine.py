@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from catalog.pipeline.spark.engine import SparkEngine
 from catalog.pipeline.spark.session import SparkSessionProvider, spark_provider
 from catalog.pipeline.spark.types import spark_type
 from catalog.pipeline.transforms import Transform
+from catalog.pipeline.updates import estimated_bytes
 from catalog.shard import (
     CompactionResult,
     Shard,
@@ -59,6 +60,19 @@ class Engine(Protocol):
     ) -> pa.Table:
         """The shard as of ``as_of`` in ``reader_schema``, consolidated (``Shard.snapshot``);
         at most ``limit`` rows."""
+        ...
+
+    def snapshot_chunks(
+        self,
+        shard: Shard,
+        as_of: int | None = None,
+        reader_schema: pa.Schema | None = None,
+        *,
+        limit: int | None = None,
+        chunk_rows: int = ...,
+    ) -> Iterator[pa.Table]:
+        """The same rows as :meth:`snapshot`, in chunks of about ``chunk_rows`` rows; on Spark
+        they reach this process a partition at a time, never all at once."""
         ...
 
     def write_snapshot(
@@ -130,24 +144,6 @@ def _large(state: ShardState | None, master: str) -> bool:
     if not is_local_master(master) and size > AUTO_CLUSTER_BYTES:
         return True
     return size > AUTO_MEMORY_FRACTION * available_memory()
-
-
-def estimated_bytes(state: ShardState) -> int:
-    """The shard's data in memory, estimated from its row count and latest schema."""
-    return state.row_count * (sum(_width(f.type) for f in state.live_schema) + 16)
-
-
-def _width(dtype: pa.DataType) -> int:
-    if pa.types.is_struct(dtype):
-        return sum(_width(f.type) for f in dtype) + 1
-    if pa.types.is_map(dtype):
-        return 4 * (_width(dtype.key_type) + _width(dtype.item_type)) + 4
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return 4 * _width(dtype.value_type) + 8
-    try:
-        return max(1, dtype.bit_width // 8)
-    except ValueError:  # variable width: strings, binary
-        return 32
 
 
 def available_memory() -> int:

@@ -25,6 +25,9 @@ SUCCESS = "_SUCCESS"
 #: A part file holds at most this many rows (a Spark task holds one part's rows at a time).
 PART_ROWS = 1_000_000
 
+# A streamed snapshot reaches its reader in chunks of about this many rows.
+STREAM_ROWS = 65_536
+
 
 @attrs.frozen
 class SnapshotWritten:

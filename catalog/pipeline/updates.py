@@ -54,3 +54,21 @@ def read_updates(
 def _update_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` plus nullable ``_ts``/``_diff`` (what a copy passes to compare_and_append)."""
     return pa.schema([*schema, pa.field(TS, pa.uint64()), pa.field(DIFF, pa.int64())])
+
+
+def estimated_bytes(state: ShardState) -> int:
+    """The shard's data in memory, estimated from its row count and latest schema."""
+    return state.row_count * (sum(_width(f.type) for f in state.live_schema) + 16)
+
+
+def _width(dtype: pa.DataType) -> int:
+    if pa.types.is_struct(dtype):
+        return sum(_width(f.type) for f in dtype) + 1
+    if pa.types.is_map(dtype):
+        return 4 * (_width(dtype.key_type) + _width(dtype.item_type)) + 4
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return 4 * _width(dtype.value_type) + 8
+    try:
+        return max(1, dtype.bit_width // 8)
+    except ValueError:  # variable width: strings, binary
+        return 32

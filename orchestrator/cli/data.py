@@ -217,6 +217,11 @@ def read_command(
                 chosen,
                 f"writing {collection} to {output}",
             )
+        elif as_json:  # streamed: on Spark a partition at a time, never the whole result
+            for chunk in chosen.snapshot_chunks(shard, as_of, limit=limit):
+                for row in chunk.to_pylist():
+                    click.echo(json.dumps(row, default=str))
+            return
         else:
             table = _with_progress(
                 lambda: chosen.snapshot(shard, as_of, limit=limit), chosen, f"reading {collection}"

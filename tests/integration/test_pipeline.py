@@ -711,6 +711,11 @@ def test_arrow_and_spark_engines_agree_on_random_histories(
     got = spark_engine.snapshot(shard, as_of)
     assert got.schema == expected.schema
     assert canonical(got) == canonical(expected)
+    # Streamed (read --json): chunks of exact types, together the same rows.
+    chunks = list(spark_engine.snapshot_chunks(shard, as_of, chunk_rows=2))
+    assert all(c.schema == expected.schema for c in chunks)
+    streamed = pa.concat_tables(chunks) if chunks else expected.schema.empty_table()
+    assert canonical(streamed) == canonical(expected)
 
 
 # --- CLI ------------------------------------------------------------------------------------

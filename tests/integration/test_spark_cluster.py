@@ -119,8 +119,9 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
     shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
     """read --engine spark on the cluster gives arrow's rows; compaction on the cluster with
-    spark.driver.maxResultSize=1m keeps them all; the same limit on a read is an error line,
-    and read --output (the executors write the parts) passes under it."""
+    spark.driver.maxResultSize=1m keeps them all; under the same limit read --json streams
+    every row (a partition at a time) and read --output (the executors write the parts)
+    passes, while a read collected for a table is an error line naming the setting."""
     expected = shard.snapshot()
     assert expected.num_rows == 80_000  # the first batch was retracted
     done = cli(zk_env, cluster, "read", "--json")
@@ -141,10 +142,16 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
     apps = (cluster.state() or {}).get("completedapps", [])
     assert len(apps) >= 2, "the jobs did not run on the cluster"
 
-    done = cli(zk_env, cluster, "read", "--json", *small)
+    done = cli(zk_env, cluster, "read", *small)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "spark.driver.maxResultSize" in done.stderr
     assert "Traceback" not in done.stderr and "Py4J" not in done.stderr
+
+    done = cli(zk_env, cluster, "read", "--json", *small)  # streamed: passes under the limit
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    got = pa.Table.from_pylist(rows, schema=expected.schema)
+    assert canonical(got) == canonical(expected)
 
     # The same read written by the executors (read --output) passes under the limit.
     out = tmp_path / "snapshot"

@@ -33,6 +33,17 @@ def resolve_master(master: str | None = None) -> str:
     return master or os.environ.get(SPARK_MASTER_ENV) or default_master()
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size_bytes(value: str) -> int:
+    """A Spark size (``512k``, ``1m``, ``4g``, ``1024``; ``kb``/``mb`` spellings too) in bytes."""
+    found = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", value.lower())
+    if found is None:
+        raise BadInputError(f"{value!r} is not a Spark size (such as 512m or 4g)")
+    return int(found.group(1)) * _SIZE_UNITS[found.group(2)]
+
+
 def is_local_master(master: str) -> bool:
     """Whether ``master`` runs every executor in this process (``local``, ``local[N]``...)."""
     return master == "local" or master.startswith("local[")

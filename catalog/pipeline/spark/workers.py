@@ -129,8 +129,10 @@ def _transform_write_partition(
 _PARTS_SCHEMA = "name string, rows long"
 
 
-def _in_parts(batches: Iterable[pa.RecordBatch]) -> Iterator[list[pa.RecordBatch]]:
-    """``batches`` (empty ones dropped) grouped into lists of about ``PART_ROWS`` rows, so a
+def _in_parts(
+    batches: Iterable[pa.RecordBatch], part_rows: int = PART_ROWS
+) -> Iterator[list[pa.RecordBatch]]:
+    """``batches`` (empty ones dropped) grouped into lists of about ``part_rows`` rows, so a
     task holds one part's rows at a time, not its whole partition."""
     pending: list[pa.RecordBatch] = []
     rows = 0
@@ -139,7 +141,7 @@ def _in_parts(batches: Iterable[pa.RecordBatch]) -> Iterator[list[pa.RecordBatch
             continue
         pending.append(batch)
         rows += batch.num_rows
-        if rows >= PART_ROWS:
+        if rows >= part_rows:
             yield pending
             pending, rows = [], 0
     if pending:
@@ -156,6 +158,23 @@ def _write_snapshot_partition(
         table = restore_table(pa.Table.from_batches(part), schema)
         name = write_part(store, table)
         yield pa.RecordBatch.from_pydict({"name": [name], "rows": [table.num_rows]})
+
+
+_CHUNK_SCHEMA = "chunk binary"
+
+
+def _ipc_partition(
+    schema: pa.Schema, part_rows: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of a streamed snapshot: a partition's rows in exact types, as Arrow IPC
+    streams of about ``part_rows`` rows each, one per output row (the driver fetches them a
+    partition at a time and decodes them without a type conversion)."""
+    for part in _in_parts(batches, part_rows):
+        table = restore_table(pa.Table.from_batches(part), schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        yield pa.RecordBatch.from_pydict({"chunk": [sink.getvalue().to_pybytes()]})
 
 
 def _pickle_transforms(transforms: Sequence[Transform]) -> bytes:
