@@ -23,7 +23,7 @@ import builtins
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -134,6 +134,20 @@ class BlobStore:
         def write(path: str) -> None:
             with self.filesystem.open_output_stream(path) as sink:
                 pq.write_table(data, sink, write_page_checksum=True, compression="snappy")
+
+        self._publish(key, write)
+        return self._size(key)
+
+    def put_tables(self, key: str, schema: pa.Schema, tables: Iterable[pa.Table]) -> int:
+        """Write ``tables`` (of ``schema``) as one Parquet file at ``key`` atomically, a row
+        group or more per table as they come (never all in memory); its size in bytes."""
+
+        def write(path: str) -> None:
+            with self.filesystem.open_output_stream(path) as sink, pq.ParquetWriter(
+                sink, schema, write_page_checksum=True, compression="snappy"
+            ) as writer:
+                for table in tables:
+                    writer.write_table(table)
 
         self._publish(key, write)
         return self._size(key)

@@ -19,7 +19,7 @@ from catalog.pipeline import (
     restore_table,
     spark_type,
 )
-from catalog.pipeline.spark.config import effective_settings, spark_defaults
+from catalog.pipeline.spark.config import effective_settings, size_bytes, spark_defaults
 
 
 def fake_java(home: Path, banner: str) -> None:
@@ -163,3 +163,16 @@ def test_a_local_blob_path_with_a_cluster_master_is_refused_unless_shared() -> N
     SparkConfig.of("local[2]").check_blob("/data/blob", True)
     with pytest.raises(ConfigurationError):  # the master of an injected session counts
         SparkConfig.of("local[2]").check_blob("/data/blob", True, "spark://other:7077")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1m", 1 << 20), ("512k", 512 << 10), ("4g", 4 << 30), ("1024", 1024), ("2GB", 2 << 30)],
+)
+def test_spark_sizes_are_read_as_spark_reads_them(text: str, expected: int) -> None:
+    assert size_bytes(text) == expected
+
+
+def test_a_size_that_is_not_one_is_named() -> None:
+    with pytest.raises(BadInputError, match="'lots' is not a Spark size"):
+        size_bytes("lots")

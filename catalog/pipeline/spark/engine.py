@@ -19,6 +19,7 @@ from catalog.errors import (
 )
 from catalog.pipeline.output import STREAM_ROWS, SnapshotWritten, finish, open_output
 from catalog.pipeline.rewrite import _copy, _CopyPlan, _SourceMoved
+from catalog.pipeline.spark.compaction import compact
 from catalog.pipeline.spark.config import size_bytes
 from catalog.pipeline.spark.expressions import (
     _col,
@@ -54,7 +55,6 @@ from catalog.shard import (
     ShardState,
     update_schema,
 )
-from catalog.shard.compact import compaction_inputs
 from catalog.shard.read import snapshot_reader, snapshot_time
 
 log = structlog.get_logger(__name__)
@@ -247,58 +247,8 @@ class SparkEngine:
     # -- compaction -------------------------------------------------------------------------
 
     def compact(self, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
-        """``Shard.compact`` on Spark: every batch migrated to the latest schema, times below
-        since advanced, consolidated, written by the workers (one batch per partition, sorted
-        when sortable), then committed with ``Shard.commit_compaction``.
-
-        Outputs of a failed job are orphans that ``Shard.gc_orphans`` removes.
-        """
-        from pyspark.sql import functions as F
-
-        state, inputs = compaction_inputs(shard)
-        if not inputs:
-            return CompactionResult(True, 0, None, state)
-        target = state.live_schema
-        frame = self.updates_frame(shard, state, inputs, target)
-        if state.since > 0:
-            frame = frame.withColumn(TS, F.greatest(_col(TS), F.lit(state.since).cast("long")))
-        frame = consolidate_frame(frame, target)
-        writer = functools.partial(
-            _write_partition, shard.blob.uri, shard.shard_id, update_schema(target)
-        )
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
-            try:
-                written = frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
-            except _spark_errors() as exc:
-                _raise_worker_error(exc)
-                _raise_resource_error(exc)
-                raise SparkJobError.of(exc, f"compaction of shard {shard.shard_id}") from exc
-        outputs = sorted(
-            (
-                BatchRef(
-                    r["name"],
-                    state.schema_id,
-                    r["rows"],
-                    r["lower"],
-                    r["upper"],
-                    ordered=r["ordered"],
-                    consolidated=True,  # groups never straddle partitions
-                )
-                for r in written
-            ),
-            key=lambda b: (b.lower, b.name),
-        )
-        result = shard.commit_compaction(state, inputs, outputs, fence=fence)
-        if result.applied:
-            log.info(
-                "spark_compacted",
-                shard=shard.shard_id,
-                inputs=len(inputs),
-                outputs=len(outputs),
-                rows=sum(b.rows for b in outputs),
-            )
-        return result
+        """``Shard.compact`` on Spark (:func:`catalog.pipeline.spark.compaction.compact`)."""
+        return compact(self, shard, fence=fence)
 
     # -- rewrite ----------------------------------------------------------------------------
 

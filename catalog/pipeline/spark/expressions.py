@@ -93,11 +93,13 @@ def normalize_expression(column: Any, dtype: pa.DataType) -> Any:
     return F.transform(column, lambda e: normalize_expression(e, dtype.value_type))
 
 
-def consolidate_frame(frame: Any, schema: pa.Schema) -> Any:
+def consolidate_frame(frame: Any, schema: pa.Schema, partitions: int | None = None) -> Any:
     """Sum ``_diff`` over identical ``(columns of schema..., _ts)``, drop zeros (Spark).
 
     Spark cannot group by maps (or structs and arrays holding one): such a column is grouped by
     ``to_json`` of it, which is injective for a fixed type, and kept with ``first``.
+    ``partitions``: the result's partition count (the one shuffle is hashed by the grouping
+    keys into that many), else Spark's own choice.
     """
     from pyspark.sql import functions as F
 
@@ -112,6 +114,8 @@ def consolidate_frame(frame: Any, schema: pa.Schema) -> Any:
         else:
             keys.append(_col(field.name))
     keys.append(_col(TS))
+    if partitions is not None:
+        frame = frame.repartition(partitions, *keys)
     grouped = frame.groupBy(*keys).agg(F.sum(_col(DIFF)).alias(DIFF), *kept)
     grouped = grouped.where(_col(DIFF) != 0)
     return grouped.select(*[_col(f.name) for f in schema], _col(TS), _col(DIFF))

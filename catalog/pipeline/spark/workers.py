@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sys
 import types
@@ -58,6 +59,10 @@ def _transform_partition(
 _WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
 
 
+# Spark compaction writes a row group per this many rows (what a task holds at a time).
+ROW_GROUP_ROWS = 131_072
+
+
 def _write_partition(
     uri: str,
     shard_id: str,
@@ -66,17 +71,37 @@ def _write_partition(
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of Spark compaction: one partition becomes one stored batch.
 
-    Sorted by every column when they are all sortable, like ``Shard.compact``; yields the
-    batch's entry (name, rows, time bounds, ordered) for the driver's commit.
+    Spark sorted the partition already when every column is sortable (``ordered``); the rows
+    are written a row group at a time as they arrive, so a task never holds its partition.
+    Yields the batch's entry (name, rows, time bounds, ordered) for the driver's commit.
     """
-    parts = [b for b in batches if b.num_rows]
-    if not parts:
+    parts = iter(_in_parts(batches, ROW_GROUP_ROWS))
+    first = next(parts, None)
+    if first is None:
         return
-    table = restore_table(pa.Table.from_batches(parts), schema)
-    ordered = _is_sortable(schema)
-    if ordered:
-        table = table.sort_by([(n, "ascending") for n in table.column_names])
-    yield _write_batch(BlobStore.from_uri(uri), shard_id, table, ordered)
+    name = uuid.uuid4().hex
+    rows, lows, highs = [], [], []
+
+    def tables() -> Iterator[pa.Table]:
+        for part in itertools.chain([first], parts):
+            table = restore_table(pa.Table.from_batches(part), schema)
+            bounds = pc.min_max(table.column(TS))
+            rows.append(table.num_rows)
+            lows.append(int(bounds["min"].as_py()))
+            highs.append(int(bounds["max"].as_py()))
+            yield table
+
+    store = BlobStore.from_uri(uri)
+    store.put_tables(BatchRef(name, 0, 0, 0, 0).key(shard_id), schema, tables())
+    yield pa.RecordBatch.from_pydict(
+        {
+            "name": [name],
+            "rows": [sum(rows)],
+            "lower": [min(lows)],
+            "upper": [max(highs) + 1],
+            "ordered": [_is_sortable(schema)],
+        }
+    )
 
 
 def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool) -> pa.RecordBatch:
