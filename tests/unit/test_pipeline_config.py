@@ -176,3 +176,14 @@ def test_spark_sizes_are_read_as_spark_reads_them(text: str, expected: int) -> N
 def test_a_size_that_is_not_one_is_named() -> None:
     with pytest.raises(BadInputError, match="'lots' is not a Spark size"):
         size_bytes("lots")
+
+
+def test_compaction_partitions_follow_input_bytes_but_keep_every_core_busy() -> None:
+    from catalog.pipeline.spark.compaction import partitions_for
+
+    mib = 1 << 20
+    assert partitions_for(0, 8) == 1
+    assert partitions_for(10 * mib, 8) == 1  # too small to spread
+    assert partitions_for(150 * mib, 2) == 2  # one file would leave a core idle
+    assert partitions_for(150 * mib, 64) == 10  # at least 16 MiB of input each
+    assert partitions_for(4000 * mib, 2) == 21  # files of about 192 MiB

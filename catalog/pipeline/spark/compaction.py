@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,8 +26,27 @@ log = structlog.get_logger(__name__)
 
 
 # One output batch per this many bytes of input Parquet (files of roughly 128-256 MiB once
-# consolidated): the partition count of the one shuffle.
+# consolidated): the partition count of the one shuffle...
 OUTPUT_BYTES = 192 << 20
+
+# ...but at least one per core Spark runs tasks on, while each gets this much input (one
+# partition would leave every core but one idle: 28.5 s against 18.0 s for 10M rows on 2).
+MIN_OUTPUT_BYTES = 16 << 20
+
+
+def partitions_for(input_bytes: int, parallelism: int) -> int:
+    """The partition count of a compaction of ``input_bytes`` on ``parallelism`` cores."""
+    by_size = math.ceil(input_bytes / OUTPUT_BYTES)
+    spread = min(parallelism, math.ceil(input_bytes / MIN_OUTPUT_BYTES))
+    return max(1, by_size, spread)
+
+
+def _parallelism(spark: Any) -> int:
+    """Cores Spark runs tasks on (a Spark Connect session does not say: its shuffle default)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext here
+        return int(spark.conf.get("spark.sql.shuffle.partitions", "2"))
 
 
 def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
@@ -49,7 +68,8 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
         frame = frame.withColumn(TS, F.greatest(_col(TS), F.lit(state.since).cast("long")))
     sizes = {b.key: b.size for b in shard.blob.list_info(blob_prefix(shard.shard_id))}
     size = sum(sizes.get(ref.key(shard.shard_id), 0) for ref in inputs)
-    frame = consolidate_frame(frame, target, max(1, math.ceil(size / OUTPUT_BYTES)))
+    parts = partitions_for(size, _parallelism(engine.spark))
+    frame = consolidate_frame(frame, target, parts)
     if _is_sortable(target):
         frame = frame.sortWithinPartitions(*[_col(n).asc_nulls_last() for n in [*target.names, TS]])
     writer = functools.partial(
