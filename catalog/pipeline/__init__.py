@@ -58,9 +58,10 @@ from catalog.pipeline.spark.session import (
     pyspark_version,
     spark_provider,
 )
-from catalog.pipeline.spark.types import restore_table, spark_type
+from catalog.pipeline.spark.types import spark_type
 from catalog.pipeline.transforms import CarryEvolutions, Transform, apply_transforms
 from catalog.pipeline.updates import estimated_bytes, read_updates
+from catalog.schema.restore import restore_table
 
 __all__ = [
     "AUTO_CLUSTER_BYTES",

@@ -12,7 +12,9 @@ from catalog.shard import (
     BatchRef,
     Shard,
     ShardState,
+    update_schema,
 )
+from catalog.shard.read import by_writer, read_batches
 
 
 def _overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
@@ -28,15 +30,11 @@ def read_updates(
     time (in parallel) and migrated from it. Batches entirely outside the range are not read.
     """
     target = state.live_schema if schema is None else schema
-    groups: dict[int, list[BatchRef]] = {}
-    for ref in shard.batches(state):
-        if _overlaps(ref, lower, upper):
-            groups.setdefault(ref.schema_id, []).append(ref)
+    groups = by_writer([r for r in shard.batches(state) if _overlaps(r, lower, upper)])
     tables = []
-    for schema_id, refs in sorted(groups.items()):
-        table = shard.blob.get_batches(
-            [r.key(shard.shard_id) for r in refs], expected_rows=[r.rows for r in refs]
-        )
+    for (schema_id, _), refs in sorted(groups.items()):
+        source = state.live(schema_id)
+        table = read_batches(shard.blob, shard.shard_id, refs, source, update_schema(source).names)
         if any(r.lower < lower or r.upper > upper for r in refs):
             ts = table.column(TS)
             keep = pc.and_(

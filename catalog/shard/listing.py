@@ -30,7 +30,11 @@ class BatchRef:
     in the batch's own schema (compaction output whose columns are all sortable); whether the
     order survives a migration is :meth:`ShardState.is_ordered_in`. ``consolidated``: no two
     rows share ``(row, _ts)`` and no diff is zero (compaction output), so a snapshot of this
-    batch alone at a single time needs no consolidation pass.
+    batch alone at a single time needs no consolidation pass. ``spark_types``: written by
+    Spark's own Parquet writer (a Spark compaction), so its columns hold Spark's types (``_ts``
+    an int64, unsigned integers widened, timestamps in Spark's unit): readers restore them to
+    the schema's (:mod:`catalog.schema.restore`). Its name may hold a directory
+    (``c-<uuid>/part-...``): Spark names the files of one write.
     """
 
     name: str
@@ -40,12 +44,13 @@ class BatchRef:
     upper: int
     ordered: bool = False
     consolidated: bool = False
+    spark_types: bool = False
 
     def key(self, shard_id: str) -> str:
         return f"{blob_prefix(shard_id)}/{self.name}.parquet"
 
     def to_json(self) -> list[Any]:
-        flags = int(self.ordered) | (int(self.consolidated) << 1)
+        flags = int(self.ordered) | (int(self.consolidated) << 1) | (int(self.spark_types) << 2)
         return [self.name, self.schema_id, self.rows, self.lower, self.upper, flags]
 
     @classmethod
@@ -59,6 +64,7 @@ class BatchRef:
             int(upper),
             ordered=bool(flags & 1),
             consolidated=bool(flags & 2),
+            spark_types=bool(flags & 4),
         )
 
 

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
 
+from catalog.blob import BlobStore
 from catalog.consensus import (
     CONNECTION_ERRORS,
 )
@@ -26,6 +27,7 @@ from catalog.schema import (
     check_reader,
     migrate_batch,
 )
+from catalog.schema.restore import restore_table
 from catalog.shard.append import (
     _already_consolidated,
 )
@@ -84,6 +86,33 @@ def snapshot_time(state: ShardState, as_of: int | None) -> int | None:
             since=state.since,
         )
     return as_of
+
+
+def by_writer(refs: Sequence[BatchRef]) -> dict[tuple[int, bool], list[BatchRef]]:
+    """``refs`` grouped by schema id and by whether Spark's writer wrote them (the files of a
+    group are read together: they store the same types)."""
+    groups: dict[tuple[int, bool], list[BatchRef]] = {}
+    for ref in refs:
+        groups.setdefault((ref.schema_id, ref.spark_types), []).append(ref)
+    return groups
+
+
+def read_batches(
+    blob: BlobStore,
+    shard_id: str,
+    refs: Sequence[BatchRef],
+    source: pa.Schema,
+    columns: Sequence[str],
+) -> pa.Table:
+    """The ``columns`` of batches ``refs`` (one group of :func:`by_writer`, of live schema
+    ``source``) in the types the shard stores: a Spark-written group is restored to them."""
+    table = blob.get_batches(
+        [r.key(shard_id) for r in refs], columns=list(columns), expected_rows=[r.rows for r in refs]
+    )
+    if refs and refs[0].spark_types:
+        stored = update_schema(source)
+        table = restore_table(table, pa.schema([stored.field(n) for n in columns]))
+    return table
 
 
 class ShardReads(ShardCore):
@@ -214,20 +243,13 @@ class ShardReads(ShardCore):
         Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
         fields never leave the file); without ``times`` the tables have no ``_ts`` column.
         """
-        by_schema: dict[int, list[BatchRef]] = {}
-        for ref in refs:
-            by_schema.setdefault(ref.schema_id, []).append(ref)
         out: list[pa.Table] = []
-        for schema_id, group in sorted(by_schema.items()):
+        for (schema_id, _), group in sorted(by_writer(refs).items()):
             source = state.live(schema_id)
             cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
             carried = (TS, DIFF) if times or cut else (DIFF,)
             columns = [n for n in source.names if target.get_field_index(n) >= 0]
-            table = self.blob.get_batches(
-                [r.key(self.shard_id) for r in group],
-                columns=[*columns, *carried],
-                expected_rows=[r.rows for r in group],
-            )
+            table = read_batches(self.blob, self.shard_id, group, source, [*columns, *carried])
             if cut:
                 table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
                 if not times:

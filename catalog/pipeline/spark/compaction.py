@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import functools
 import math
+import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import structlog
 
 from catalog.consensus import Fence
-from catalog.pipeline.spark.expressions import _col, consolidate_frame
+from catalog.pipeline.spark.expressions import _col, consolidate_frame, spark_path
 from catalog.pipeline.spark.failures import SparkJobError, _raise_resource_error, _spark_errors
 from catalog.pipeline.spark.session import _PANDAS_WARNING
 from catalog.pipeline.spark.types import _is_sortable
 from catalog.pipeline.spark.workers import _WRITTEN_SCHEMA, _raise_worker_error, _write_partition
-from catalog.shard import TS, BatchRef, CompactionResult, Shard, blob_prefix, update_schema
+from catalog.shard import (
+    TS,
+    BatchRef,
+    CompactionResult,
+    Shard,
+    ShardState,
+    blob_prefix,
+    update_schema,
+)
 from catalog.shard.compact import compaction_inputs
 
 if TYPE_CHECKING:
@@ -51,11 +62,14 @@ def _parallelism(spark: Any) -> int:
 
 def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
     """``Shard.compact`` on Spark: every batch migrated to the latest schema, times below
-    since advanced, consolidated into one partition per :data:`OUTPUT_BYTES` of input,
-    sorted in Spark when every column is sortable, written by the workers a row group at a
-    time (one batch per partition), then committed with ``Shard.commit_compaction``.
+    since advanced, consolidated into :func:`partitions_for` partitions (one batch each),
+    then committed with ``Shard.commit_compaction``.
 
-    Outputs of a failed job are orphans that ``Shard.gc_orphans`` removes.
+    A flat schema is sorted in Spark and written by Spark's own Parquet writer (no row goes
+    through Python; the batches are marked ``spark_types`` and readers restore the types). A
+    nested one is written by the Python workers, a row group at a time. Outputs of a failed
+    job, and what Spark's writer leaves beside them, are orphans the garbage collection
+    removes.
     """
     from pyspark.sql import functions as F
 
@@ -68,36 +82,20 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
         frame = frame.withColumn(TS, F.greatest(_col(TS), F.lit(state.since).cast("long")))
     sizes = {b.key: b.size for b in shard.blob.list_info(blob_prefix(shard.shard_id))}
     size = sum(sizes.get(ref.key(shard.shard_id), 0) for ref in inputs)
-    parts = partitions_for(size, _parallelism(engine.spark))
-    frame = consolidate_frame(frame, target, parts)
-    if _is_sortable(target):
-        frame = frame.sortWithinPartitions(*[_col(n).asc_nulls_last() for n in [*target.names, TS]])
-    writer = functools.partial(
-        _write_partition, shard.blob.uri, shard.shard_id, update_schema(target)
-    )
+    frame = consolidate_frame(frame, target, partitions_for(size, _parallelism(engine.spark)))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
         try:
-            written = frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+            if _is_sortable(target):
+                order = [_col(n).asc_nulls_last() for n in [*target.names, TS]]
+                outputs = _spark_written(frame.sortWithinPartitions(*order), shard, state)
+            else:
+                outputs = _python_written(frame, shard, state)
         except _spark_errors() as exc:
             _raise_worker_error(exc)
             _raise_resource_error(exc)
             raise SparkJobError.of(exc, f"compaction of shard {shard.shard_id}") from exc
-    outputs = sorted(
-        (
-            BatchRef(
-                r["name"],
-                state.schema_id,
-                r["rows"],
-                r["lower"],
-                r["upper"],
-                ordered=r["ordered"],
-                consolidated=True,  # groups never straddle partitions
-            )
-            for r in written
-        ),
-        key=lambda b: (b.lower, b.name),
-    )
+    outputs.sort(key=lambda b: (b.lower, b.name))
     result = shard.commit_compaction(state, inputs, outputs, fence=fence)
     if result.applied:
         log.info(
@@ -106,5 +104,75 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
             inputs=len(inputs),
             outputs=len(outputs),
             rows=sum(b.rows for b in outputs),
+            writer="spark" if outputs and outputs[0].spark_types else "python",
         )
     return result
+
+
+def _spark_written(frame: Any, shard: Shard, state: ShardState) -> list[BatchRef]:
+    """``frame`` written by Spark's Parquet writer into a new directory of the shard's blobs;
+    the entries of its files, from their footers (the driver reads no row)."""
+    prefix = blob_prefix(shard.shard_id)
+    directory = f"{prefix}/c-{uuid.uuid4().hex}"
+    frame.write.parquet(spark_path(shard.blob, directory))
+    out = []
+    for info in shard.blob.list_info(directory):
+        base = info.key.rsplit("/", 1)[-1]
+        if not base.endswith(".parquet") or base.startswith(("_", ".")):
+            continue  # _SUCCESS, checksums: unreferenced, collected later
+        path = shard.blob.path(info.key)
+        meta = pq.read_metadata(path, filesystem=shard.blob.filesystem)
+        if not meta.num_rows:
+            continue
+        read = functools.partial(
+            pq.read_table, path, columns=[TS], filesystem=shard.blob.filesystem
+        )
+        lower, upper = _time_bounds(meta, read)
+        name = info.key[len(prefix) + 1 : -len(".parquet")]
+        out.append(
+            BatchRef(
+                name,
+                state.schema_id,
+                meta.num_rows,
+                lower,
+                upper + 1,
+                ordered=True,
+                consolidated=True,  # groups never straddle partitions
+                spark_types=True,
+            )
+        )
+    return out
+
+
+def _time_bounds(meta: pq.FileMetaData, read: Any) -> tuple[int, int]:
+    """The least and greatest ``_ts`` of a file: its row groups' statistics, else its column."""
+    index = meta.schema.to_arrow_schema().get_field_index(TS)
+    lows, highs = [], []
+    for group in range(meta.num_row_groups):
+        stats = meta.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            bounds = pc.min_max(read().column(TS))
+            return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        lows.append(int(stats.min))
+        highs.append(int(stats.max))
+    return min(lows), max(highs)
+
+
+def _python_written(frame: Any, shard: Shard, state: ShardState) -> list[BatchRef]:
+    """``frame`` written by the Python workers (one batch per partition, a row group at a
+    time); their entries."""
+    writer = functools.partial(
+        _write_partition, shard.blob.uri, shard.shard_id, update_schema(state.live_schema)
+    )
+    return [
+        BatchRef(
+            r["name"],
+            state.schema_id,
+            r["rows"],
+            r["lower"],
+            r["upper"],
+            ordered=r["ordered"],
+            consolidated=True,
+        )
+        for r in frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+    ]

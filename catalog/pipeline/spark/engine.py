@@ -30,7 +30,7 @@ from catalog.pipeline.spark.expressions import (
 )
 from catalog.pipeline.spark.failures import SparkJobError, _raise_resource_error, _spark_errors
 from catalog.pipeline.spark.session import _PANDAS_WARNING, SparkSessionProvider, spark_provider
-from catalog.pipeline.spark.types import _read_schema, restore_table, spark_schema
+from catalog.pipeline.spark.types import _read_schema, spark_schema
 from catalog.pipeline.spark.workers import (
     _CHUNK_SCHEMA,
     _PARTS_SCHEMA,
@@ -46,6 +46,7 @@ from catalog.pipeline.spark.workers import (
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import _overlaps, _update_schema, estimated_bytes
 from catalog.retry import Retry
+from catalog.schema.restore import restore_table
 from catalog.shard import (
     DIFF,
     TS,
@@ -55,7 +56,7 @@ from catalog.shard import (
     ShardState,
     update_schema,
 )
-from catalog.shard.read import snapshot_reader, snapshot_time
+from catalog.shard.read import by_writer, snapshot_reader, snapshot_time
 
 log = structlog.get_logger(__name__)
 
@@ -86,14 +87,11 @@ class SparkEngine:
         unioned by name. ``_ts`` is a long.
         """
 
-        groups: dict[int, list[BatchRef]] = {}
-        for ref in refs:
-            groups.setdefault(ref.schema_id, []).append(ref)
         frames = []
-        for schema_id, group in sorted(groups.items()):
+        for (schema_id, spark_written), group in sorted(by_writer(refs).items()):
             live = state.live(schema_id)
             paths = [spark_path(shard.blob, r.key(shard.shard_id)) for r in group]
-            scan = self.spark.read.schema(_read_schema(live)).parquet(*paths)
+            scan = self.spark.read.schema(_read_schema(live, spark_written)).parquet(*paths)
             columns = []
             for field in schema:
                 index = live.get_field_index(field.name)

@@ -9,7 +9,8 @@ import pyarrow as pa
 
 from catalog.blob import BlobStore
 from catalog.consolidate.floats import has_floats
-from catalog.pipeline.spark.types import _contains_map, _join, _relaxed, spark_type
+from catalog.pipeline.spark.types import _contains_map, _join, spark_type
+from catalog.schema.restore import relaxed as _relaxed
 from catalog.shard import (
     DIFF,
     TS,

@@ -167,6 +167,9 @@ class SparkSessionProvider:
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j.as_uri()}",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.session.timeZone": "UTC",
+            # Batches Spark's own writer stores (compaction): timestamps as Parquet's
+            # TIMESTAMP_MICROS, not the legacy INT96 (readers restore either exactly).
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
             "spark.local.dir": str(self._log_dir),
         }
         if is_local_master(self.master):
@@ -222,7 +225,10 @@ class SparkSessionProvider:
                 suggestion="pip install 'pyspark[connect]'",
             ) from exc
         warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
-        ours = {"spark.sql.session.timeZone": "UTC"}
+        ours = {
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        }
         for key, value in effective_settings(ours, {}, self.conf).items():
             builder = builder.config(key, value)
         started = time.perf_counter()

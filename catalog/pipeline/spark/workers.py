@@ -18,8 +18,10 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.output import PART_ROWS, write_part
-from catalog.pipeline.spark.types import _is_sortable, _restore_batch, restore_table
+from catalog.pipeline.spark.types import _is_sortable
 from catalog.pipeline.transforms import Transform, apply_transforms
+from catalog.schema.restore import restore_batch as _restore_batch
+from catalog.schema.restore import restore_table
 from catalog.shard import (
     TS,
     BatchRef,
