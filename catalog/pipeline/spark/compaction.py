@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -71,11 +72,25 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
     job, and what Spark's writer leaves beside them, are orphans the garbage collection
     removes.
     """
-    from pyspark.sql import functions as F
 
     state, inputs = compaction_inputs(shard)
     if not inputs:
         return CompactionResult(True, 0, None, state)
+    # Leased while the executors write: the garbage collection leaves a leased shard alone
+    # (files written before the commit are unreferenced until it), and `since` stays put.
+    with shard.lease(holder=f"spark-compaction-{os.getpid()}", as_of=state.since):
+        return _compact(engine, shard, state, inputs, fence)
+
+
+def _compact(
+    engine: SparkEngine,
+    shard: Shard,
+    state: ShardState,
+    inputs: list[BatchRef],
+    fence: Fence | None,
+) -> CompactionResult:
+    from pyspark.sql import functions as F
+
     target = state.live_schema
     frame = engine.updates_frame(shard, state, inputs, target)
     if state.since > 0:
