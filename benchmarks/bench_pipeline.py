@@ -16,6 +16,9 @@ a temporary directory. Every batch after the first retracts 10% of its predecess
 * ``full_copy`` / ``delta_copy``: the REWRITE copy (arrow engine): the read-only copy of the
   whole shard into a new shard through a transform, then, after 1% new rows were appended, the
   leader's copy of the delta only; target: delta at least 20x faster than full.
+* ``spark_scan_and_shuffle``: on another identical shard, after the compaction (JVM warm),
+  only the Parquet scan with migration and the consolidating shuffle into Spark's no-op sink:
+  the part of a Spark compaction no writer choice removes.
   ``spark_delta_copy`` is the same delta copy on Spark (through ``mapInArrow``).
 
 The floor is the best of 3 runs and arrow compaction the best of 2 (identical shards); the
@@ -53,8 +56,10 @@ from catalog.pipeline import (
     pyspark_version,
     resolve_master,
 )
+from catalog.pipeline.spark.expressions import consolidate_frame
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard
+from catalog.shard.compact import compaction_inputs
 from orchestrator.logs import configure_logging
 from orchestrator.zkserver import EmbeddedZooKeeper
 
@@ -182,6 +187,15 @@ def zookeeper(work: Path) -> Iterator[str]:
         yield server.hosts
 
 
+def scan_and_shuffle(spark: SparkEngine, shard: Shard) -> None:
+    """What any Spark compaction of ``shard`` does before it sorts and writes: the scan with
+    migration and the one consolidating shuffle, into Spark's no-op sink (JVM warm by then)."""
+    state, inputs = compaction_inputs(shard)
+    frame = spark.updates_frame(shard, state, inputs, state.live_schema)
+    frame = consolidate_frame(frame, state.live_schema, 2)
+    frame.write.format("noop").mode("overwrite").save()
+
+
 def best(repeat: int, run: Callable[[], Any]) -> float:
     return min(timed(run)[0] for _ in range(repeat))
 
@@ -198,9 +212,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         blob = BlobStore.from_uri(str(work / "blob"))
         try:
             built, _ = timed(lambda: build(consensus, blob, "a1", args.rows, args.batches))
-            for name in ("a2", "hash", "spark", "source"):
+            for name in ("a2", "hash", "spark", "spark-shuffle", "source"):
                 build(consensus, blob, name, args.rows, args.batches)
-            shards = {n: Shard(consensus, blob, n) for n in ("a1", "a2", "hash", "spark")}
+            names = ("a1", "a2", "hash", "spark", "spark-shuffle")
+            shards = {n: Shard(consensus, blob, n) for n in names}
             stored_rows = shards["a1"].state().row_count
             # The read frontier has moved on: times below it collapse, retractions cancel.
             for shard in shards.values():
@@ -222,6 +237,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             warm.compare_and_append(inserts(V0, 0, 10, 0), 0, 1)
             spark.snapshot(warm)
             spark_seconds, spark_result = timed(lambda: spark.compact(shards["spark"]))
+            shuffle_seconds, _ = timed(lambda: scan_and_shuffle(spark, shards["spark-shuffle"]))
 
             source = Shard(consensus, blob, "source")
             target = Shard(consensus, blob, "source-new")
@@ -275,6 +291,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "spark_compaction_seconds": rounded(spark_seconds),
         "spark_compaction_outputs": len(spark_result.outputs),
         "spark_vs_floor": rounded(spark_seconds / floor_seconds),
+        "spark_scan_and_shuffle_seconds": rounded(shuffle_seconds),
+        "spark_scan_and_shuffle_vs_floor": rounded(shuffle_seconds / floor_seconds),
         "full_copy_rows": full_rows,
         "full_copy_seconds": rounded(full_seconds),
         "delta_copy_rows": delta_rows,

@@ -7,7 +7,9 @@ Parquet blobs, and measures in one run:
 
 * ``floor``: plain ``pyarrow.parquet`` read + write of the same files (best of 3);
 * ``spark_compaction``: ``SparkEngine.compact`` on the cluster (executors write the batches);
-  target: at most 4x the floor;
+  target: at most 4x the floor. ``spark_compaction_warm`` is the same on an identical shard
+  right after (the JVMs warm), and ``spark_scan_and_shuffle`` only its scan and consolidating
+  shuffle into a no-op sink, on a third: what no choice of writer removes;
 * ``arrow_full_copy`` / ``spark_full_copy``: the REWRITE copy of the whole shard through the
   benchmark's transform, in process and on the cluster;
 * ``driver_peak``: the driver's peak memory during a Spark copy of ``--small-rows`` (default
@@ -37,7 +39,16 @@ from typing import Any
 import pyarrow as pa
 from kazoo.client import KazooClient
 
-from bench_pipeline import NEW, best, build, floor, timed, to_new, zookeeper
+from bench_pipeline import (
+    NEW,
+    best,
+    build,
+    floor,
+    scan_and_shuffle,
+    timed,
+    to_new,
+    zookeeper,
+)
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.pipeline import ArrowEngine, SparkConfig, SparkEngine, pyspark_version, spark_provider
@@ -114,7 +125,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         try:
             big = build(consensus, blob, "big", args.rows, args.batches)
             build(consensus, blob, "small", args.small_rows, args.batches)
-            big.advance_since(big.state().upper - 1)
+            again = build(consensus, blob, "big-again", args.rows, args.batches)
+            shuffled = build(consensus, blob, "big-shuffle", args.rows, args.batches)
+            for shard in (big, again, shuffled):
+                shard.advance_since(shard.state().upper - 1)
             floor_seconds = best(3, lambda: floor(big, work))
 
             target = Shard(consensus, blob, "arrow-copy")
@@ -129,6 +143,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             spark = SparkEngine(provider)
             spark.snapshot(Shard(consensus, blob, "small"), limit=1)  # executors up, warm
             compaction, result = timed(lambda: spark.compact(big))
+            warm_compaction, _ = timed(lambda: spark.compact(again))
+            shuffle_seconds, _ = timed(lambda: scan_and_shuffle(spark, shuffled))
         finally:
             provider.stop()
             with contextlib.suppress(Exception):
@@ -152,6 +168,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "spark_compaction_seconds": round(compaction, 3),
         "spark_compaction_outputs": len(result.outputs),
         "spark_compaction_vs_floor": round(compaction / floor_seconds, 2),
+        "spark_compaction_warm_seconds": round(warm_compaction, 3),
+        "spark_compaction_warm_vs_floor": round(warm_compaction / floor_seconds, 2),
+        "spark_scan_and_shuffle_seconds": round(shuffle_seconds, 3),
+        "spark_scan_and_shuffle_vs_floor": round(shuffle_seconds / floor_seconds, 2),
         "arrow_full_copy_seconds": round(arrow_copy, 3),
         "spark_full_copy_seconds": large["seconds"],
         "spark_vs_arrow_full_copy": round(large["seconds"] / arrow_copy, 2),
