@@ -134,7 +134,7 @@ class ShardCore:
         self, old: ShardState, new: ShardState, fence: Fence | None, guards: Sequence[Check] = ()
     ) -> ShardState:
         ops, new = change_ops(old, new)
-        if ops:
+        if ops or guards:
             self.consensus.commit([*ops, *guards], fence=fence)
         return new
 

@@ -68,7 +68,8 @@ def _decode(head: Versioned, body: Versioned | None) -> ShardState | None:
                 key=head.key,
                 reason="newer-format",
             )
-        return ShardState.decode(head.value, head.version, head.key)
+        with decoding(head.key, "shard state"):
+            return ShardState._from_json(raw, head.version)  # parsed once, not twice
     if body is None:
         return None  # both halves are deleted together: the head read was just before that
     with decoding(head.key, "shard state head"):
