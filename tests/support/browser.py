@@ -8,9 +8,12 @@ Chromium is Debian's ``chromium`` package (``.ci/run`` installs it when missing)
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -32,7 +35,9 @@ class HeadlessChromium:
     """One headless browser with one page; a context manager."""
 
     def __init__(self, executable: str, width: int = 1400, height: int = 1000) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="chromium-")
+        # Chromium's helper processes may still write the profile as it is removed: a leftover
+        # directory in /tmp is no failure of the test.
+        self._profile = tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True)
         self._process = subprocess.Popen(
             [executable, "--headless=new", "--no-sandbox", "--disable-gpu",
              "--disable-dev-shm-usage", "--no-first-run", "--remote-debugging-port=0",
@@ -40,6 +45,7 @@ class HeadlessChromium:
              "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its renderers and helpers: one process group to kill
         )  # fmt: skip
         port = self._devtools_port(Path(self._profile.name) / "DevToolsActivePort")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
@@ -106,7 +112,8 @@ class HeadlessChromium:
         try:
             self._socket.close()
         finally:
-            self._process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
             self._profile.cleanup()
 
