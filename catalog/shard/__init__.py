@@ -77,7 +77,7 @@ from catalog.shard.state import (
     shard_key,
     update_schema,
 )
-from catalog.shard.stored import change_ops, delete_ops
+from catalog.shard.stored import change_ops, delete_ops, read_stored
 
 __all__ = [
     "DIFF",
@@ -113,6 +113,7 @@ __all__ = [
     "expand_op",
     "new_shard_id",
     "read_states",
+    "read_stored",
     "shard_coverage",
     "shard_key",
     "update_schema",

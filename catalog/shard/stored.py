@@ -23,7 +23,6 @@ roll-ups, ``upper``, ``since``, ledger) in ``shards/<id>/batches``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -102,7 +101,18 @@ def _decode(head: Versioned, body: Versioned | None) -> ShardState | None:
 
 def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, ShardState | None]:
     """The states of many shards in one pipelined read (None for a shard that does not exist)."""
-    out: dict[str, ShardState | None] = {}
+    return {
+        s: None if found is None else found[0]
+        for s, found in read_stored(consensus, shard_ids).items()
+    }
+
+
+def read_stored(
+    consensus: Consensus, shard_ids: Sequence[str]
+) -> dict[str, tuple[ShardState, Versioned] | None]:
+    """:func:`read_states`, each with its head as read (its creation and modification times on
+    ZooKeeper's clock)."""
+    out: dict[str, tuple[ShardState, Versioned] | None] = {}
     pending = list(dict.fromkeys(shard_ids))
     for _ in range(_READ_ATTEMPTS):
         keys = [k for s in pending for k in (shard_key(s), body_key(s))]
@@ -111,7 +121,8 @@ def read_states(consensus: Consensus, shard_ids: Sequence[str]) -> dict[str, Sha
         for shard_id in pending:
             head = found[shard_key(shard_id)]
             try:
-                out[shard_id] = None if head is None else _decode(head, found[body_key(shard_id)])
+                state = None if head is None else _decode(head, found[body_key(shard_id)])
+                out[shard_id] = None if state is None or head is None else (state, head)
             except _Torn:
                 torn.append(shard_id)
         if not torn:
@@ -187,14 +198,3 @@ def delete_ops(state: ShardState) -> list[Op]:
         ops.append(Delete(body_key(state.shard_id), state.body_version))
     ops.append(Delete(state.key, state.version))
     return ops
-
-
-def stored_size(state: ShardState) -> dict[str, Any]:
-    """Bytes of each stored half (for diagnostics and tests)."""
-    if not state.split:
-        return {"format": 1, "bytes": len(state.encode())}
-    return {
-        "format": SPLIT_FORMAT,
-        "head_bytes": len(state.encode_head()),
-        "body_bytes": len(state.encode_body()),
-    }

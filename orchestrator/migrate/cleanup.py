@@ -23,7 +23,7 @@ from catalog.errors import (
     ShardNotFoundError,
     VersionMismatchError,
 )
-from catalog.shard import ShardState, change_ops, read_states, shard_key
+from catalog.shard import ShardState, change_ops, read_stored
 from orchestrator.migrate.context import MigrationContext
 from orchestrator.process_node import CREATING_STATES, ProcessNode
 
@@ -126,14 +126,14 @@ def collect_orphan_shards(
     candidates = [s for s in consensus.children(SHARDS_KEY) if s not in skip]
     if not candidates:
         return []
-    values = consensus.get_many([shard_key(s) for s in candidates])
-    states = read_states(consensus, candidates)
+    stored = read_stored(consensus, candidates)
     now = time.time()
     orphans: list[tuple[str, ShardState]] = []
     for shard_id in candidates:
-        value, state = values[shard_key(shard_id)], states[shard_id]
-        if value is None or state is None:
+        read = stored[shard_id]
+        if read is None:
             continue
+        state, value = read
         if state.finalized:
             if known_finalized is not None:
                 known_finalized.add(shard_id)

@@ -41,7 +41,7 @@ from catalog.environment import (
     read_catalog,
 )
 from catalog.errors import VersionMismatchError
-from catalog.shard import GC_GRACE_SECONDS, delete_ops, read_states, shard_key
+from catalog.shard import GC_GRACE_SECONDS, delete_ops, read_stored
 from orchestrator.migrate.context import MigrationContext
 
 __all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
@@ -123,14 +123,12 @@ def retire_leftovers(
     named |= {e.shard_id for e in ctx.migration_shard().entries()}
     others = [s for s in consensus.children(SHARDS_KEY) if s not in named]
     ops: list[Op] = []
-    heads = consensus.get_many([shard_key(s) for s in others])
     tombstones: list[list[Op]] = []
-    for shard_id, state in read_states(consensus, others).items():
-        found = heads[shard_key(shard_id)]
-        if state is None or found is None or now - found.modified < retention_seconds:
+    for found in read_stored(consensus, others).values():
+        if found is None or now - found[1].modified < retention_seconds:
             continue
-        if state.is_tombstone:
-            tombstones.append(delete_ops(state))
+        if found[0].is_tombstone:
+            tombstones.append(delete_ops(found[0]))
     for name in consensus.children(ELECTION_KEY):
         key = f"{ELECTION_KEY}/{name}"
         if name.isdigit() and int(name) < catalog.deploy_generation and not consensus.children(key):

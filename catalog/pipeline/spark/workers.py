@@ -95,14 +95,13 @@ def _write_partition(
 
     store = BlobStore.from_uri(uri)
     store.put_tables(BatchRef(name, 0, 0, 0, 0).key(shard_id), schema, tables())
-    yield pa.RecordBatch.from_pydict(
-        {
-            "name": [name],
-            "rows": [sum(rows)],
-            "lower": [min(lows)],
-            "upper": [max(highs) + 1],
-            "ordered": [_is_sortable(schema)],
-        }
+    yield _entry(name, sum(rows), min(lows), max(highs) + 1, _is_sortable(schema))
+
+
+def _entry(name: str, rows: int, lower: int, upper: int, ordered: bool) -> pa.RecordBatch:
+    """A written batch's entry for the driver's commit (``_WRITTEN_SCHEMA``)."""
+    return pa.RecordBatch.from_pydict(
+        {"name": [name], "rows": [rows], "lower": [lower], "upper": [upper], "ordered": [ordered]}
     )
 
 
@@ -111,15 +110,8 @@ def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool
     bounds = pc.min_max(table.column(TS))
     name = uuid.uuid4().hex
     store.put_batch(BatchRef(name, 0, table.num_rows, 0, 0).key(shard_id), table)
-    return pa.RecordBatch.from_pydict(
-        {
-            "name": [name],
-            "rows": [table.num_rows],
-            "lower": [int(bounds["min"].as_py())],
-            "upper": [int(bounds["max"].as_py()) + 1],
-            "ordered": [ordered],
-        }
-    )
+    low, high = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+    return _entry(name, table.num_rows, low, high + 1, ordered)
 
 
 def _transform_write_partition(
