@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m orchestrator.demo
+	$(BIN)/python -m orchestrator.testing.demo
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q

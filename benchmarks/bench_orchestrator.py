@@ -24,13 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +41,9 @@ from catalog.shard import ROLLUP_THRESHOLD, BatchRef, Shard, change_ops, evolve_
 from orchestrator.election import LeaderElection, promote
 from orchestrator.logs import configure_logging
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
+from orchestrator.testing.harness import SidecarExited, SidecarProcess
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
-from orchestrator.zkserver import EmbeddedZooKeeper, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -174,17 +171,15 @@ def in_process(
     }
 
 
-def _wait_ready(url: str, timeout: float) -> float:
+def _wait_ready(process: SidecarProcess, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=1) as response:
-                if response.status == 200:
-                    return time.monotonic()
-        except OSError:
-            pass
+        if process.request("GET", "/readyz", timeout=1).status == 200:
+            return
+        if not process.running:
+            raise SidecarExited(f"{process.name} exited\n{process.tail_log()}")
         time.sleep(0.02)
-    raise TimeoutError(f"{url} not ready within {timeout}s")
+    raise TimeoutError(f"{process.name} not ready within {timeout}s")
 
 
 def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]:
@@ -204,49 +199,34 @@ def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]
         )
     )
     env = f"failover-{os.getpid()}"
-    procs = []
-    urls = []
-    for name in ("first", "second"):
-        port = free_port()
-        urls.append(f"http://127.0.0.1:{port}")
-        log_file = (work / f"{name}.log").open("w")
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable, "-m", "orchestrator.cli", "sidecar",
-                    "--release", str(release_file), "--deploy-generation", "1",
-                    "--zk", hosts, "--env", env, "--blob", str(work / "blob"),
-                    "--http", f"127.0.0.1:{port}", "--auto-promote",
-                    "--process-id", name, "--session-timeout", str(session_timeout),
-                ],
-                stdout=log_file, stderr=subprocess.STDOUT,
-            )
-        )
-        _wait_ready(urls[-1], 60)
+    procs: list[SidecarProcess] = []
     try:
-        with urllib.request.urlopen(urls[0] + "/status", timeout=5) as response:
-            status = json.loads(response.read())
+        for name in ("first", "second"):
+            process = SidecarProcess.start(
+                zk=hosts, env=env, name=name, version="1.0.0", release_file=release_file,
+                deploy_generation=1, log_path=work / f"{name}.log", blob=work / "blob",
+                session_timeout=session_timeout, auto_promote=True, log_level="WARNING",
+            )  # fmt: skip
+            procs.append(process)
+            _wait_ready(procs[-1], 60)
+        status = procs[0].request("GET", "/status", timeout=5).json()
         leader = (status.get("leader") or {}).get("id")
-        victim = 0 if leader == "first" else 1
-        standby = 1 - victim
+        victim = procs[0] if leader == "first" else procs[1]
+        standby = procs[1] if victim is procs[0] else procs[0]
         killed = time.monotonic()
-        procs[victim].send_signal(signal.SIGKILL)
-        procs[victim].wait()
+        victim.kill()
         deadline = killed + 30
         while time.monotonic() < deadline:
-            with urllib.request.urlopen(urls[standby] + "/status", timeout=5) as response:
-                status = json.loads(response.read())
-            leader = status.get("leader") or {}
-            name = ("first", "second")[standby]
-            if leader.get("id") == name and leader.get("state") == "serving":
+            leader = standby.request("GET", "/status", timeout=5).json().get("leader") or {}
+            if leader.get("id") == standby.name and leader.get("state") == "serving":
                 return {"failover_seconds": round(time.monotonic() - killed, 3)}
             time.sleep(0.02)
         raise TimeoutError("no failover within 30 s")
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(10)
+            if proc.running:
+                proc.terminate()
+                proc.wait_exit(10)
 
 
 def main() -> None:

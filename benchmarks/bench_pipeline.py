@@ -61,7 +61,7 @@ from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard
 from catalog.shard.compact import compaction_inputs
 from orchestrator.logs import configure_logging
-from orchestrator.zkserver import EmbeddedZooKeeper
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pipeline.json"
 RETRACTED = 0.10

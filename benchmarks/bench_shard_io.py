@@ -49,7 +49,7 @@ from catalog.consensus import Consensus, env_root
 from catalog.environment import CONTAINER_KEYS
 from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema
 from orchestrator.logs import configure_logging
-from orchestrator.zkserver import EmbeddedZooKeeper
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_io.json"
 RESULTS_SCATTERED = RESULTS.with_name("shard_io_scattered.json")

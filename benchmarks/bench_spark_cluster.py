@@ -1,9 +1,9 @@
 """Benchmark: the pipeline on a real Spark standalone cluster (issue 16).
 
-Starts a master and two 1-core workers from the pyspark wheel (``orchestrator.sparkcluster``),
-builds the pipeline benchmark's shards (``bench_pipeline.build``: ``--rows`` rows, default
-10,000,000, in 40 batches over 3 schemas, 10% retractions) on a real ZooKeeper with real
-Parquet blobs, and measures in one run:
+Starts a master and two 1-core workers from the pyspark wheel
+(``orchestrator.testing.sparkcluster``), builds the pipeline benchmark's shards
+(``bench_pipeline.build``: ``--rows`` rows, default 10,000,000, in 40 batches over 3 schemas, 10%
+retractions) on a real ZooKeeper with real Parquet blobs, and measures in one run:
 
 * ``floor``: plain ``pyarrow.parquet`` read + write of the same files (best of 3);
 * ``spark_compaction``: ``SparkEngine.compact`` on the cluster (executors write the batches);
@@ -54,7 +54,7 @@ from catalog.consensus import Consensus, env_root
 from catalog.pipeline import ArrowEngine, SparkConfig, SparkEngine, pyspark_version, spark_provider
 from catalog.shard import Shard
 from orchestrator.logs import configure_logging
-from orchestrator.sparkcluster import SparkStandaloneCluster
+from orchestrator.testing.sparkcluster import SparkStandaloneCluster
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark_cluster.json"
 EXECUTOR_CONF = {"spark.executor.memory": "2g", "spark.driver.memory": "1g"}

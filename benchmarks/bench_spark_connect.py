@@ -1,7 +1,7 @@
 """Benchmark: a command's wall time with and without a Spark Connect server (issue 16).
 
 Starts a master and two 1-core workers from the pyspark wheel with a Spark Connect server on
-the cluster (``orchestrator.sparkcluster``), builds a shard of ``--rows`` rows (default
+the cluster (``orchestrator.testing.sparkcluster``), builds a shard of ``--rows`` rows (default
 1,000,000, in 20 batches over 3 schemas, ``bench_pipeline.build``) named in a catalog on a real
 ZooKeeper, and times the real CLI, each run a fresh process as a user would run it:
 
@@ -36,8 +36,8 @@ from catalog.consensus import Consensus
 from catalog.environment import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
 from catalog.pipeline import pyspark_version
 from orchestrator.logs import configure_logging
-from orchestrator.sparkcluster import SparkStandaloneCluster
-from orchestrator.zkserver import free_port
+from orchestrator.testing.sparkcluster import SparkStandaloneCluster
+from orchestrator.testing.zkserver import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark_connect.json"
 COLLECTION = "mz_catalog.items"

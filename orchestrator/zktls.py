@@ -5,9 +5,9 @@ Clients: ``--zk-tls-ca``, ``--zk-tls-cert`` and ``--zk-tls-key`` (or ``CATALOG_U
 a certificate that matches its key: exit 2 naming the file), then every kazoo client of the
 process connects with TLS and verifies the server against the CA.
 
-Servers (``orchestrator.zkserver``): ZooKeeper's Netty connection factory on the secure client
-port, with a PEM key store (private key and certificate in one file) and a PEM trust store (the
-CA), requiring client certificates. The Netty jars come with pyspark, like ZooKeeper's own.
+Servers (``orchestrator.testing.zkserver``): ZooKeeper's Netty connection factory on the secure
+client port, with a PEM key store (private key and certificate in one file) and a PEM trust store
+(the CA), requiring client certificates. The Netty jars come with pyspark, like ZooKeeper's own.
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ def zookeeper(
     tls_truststore: Path | None,
 ) -> None:
     """Run a real ZooKeeper server, or an ensemble, in the foreground (from pyspark's jars)."""
-    from orchestrator.ensemble import ZooKeeperEnsemble
-    from orchestrator.zkserver import EmbeddedZooKeeper
+    from orchestrator.testing.ensemble import ZooKeeperEnsemble
+    from orchestrator.testing.zkserver import EmbeddedZooKeeper
     from orchestrator.zktls import ServerTls
 
     if (tls_keystore is None) != (tls_truststore is None):
@@ -252,7 +252,7 @@ def spark_cluster(
     """Run a Spark standalone master and workers on loopback in the foreground (from the
     pyspark wheel); pass the printed master to --spark-master (or, with --connect-port, the
     printed remote to --spark-remote)."""
-    from orchestrator.sparkcluster import SparkStandaloneCluster
+    from orchestrator.testing.sparkcluster import SparkStandaloneCluster
 
     cluster = SparkStandaloneCluster(
         data_dir, workers=workers, cores=cores, memory=memory, port=port,

@@ -12,7 +12,6 @@ from typing import Any
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
-from orchestrator.harness import child_environment
 from orchestrator.scenario.format import (
     is_missing,
     resolve_path,
@@ -34,6 +33,7 @@ from orchestrator.scenario.results import (
 )
 from orchestrator.scenario.rows import _json_default, compare, row_multiset
 from orchestrator.scenario.run_core import RunCore
+from orchestrator.testing.harness import child_environment
 
 
 class ProcessActions(RunCore):

@@ -1,6 +1,6 @@
 """The sidecars of one scenario environment, started through the package harness.
 
-Every process is a real ``catalog-upgrade sidecar`` child (:mod:`orchestrator.harness`) with
+Every process is a real ``catalog-upgrade sidecar`` child (:mod:`orchestrator.testing.harness`) with
 its own ZooKeeper session, HTTP port and log file. :meth:`Fleet.close` kills every child
 whatever happened, paused ones included (SIGKILL works on a stopped process).
 """
@@ -14,7 +14,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
-from orchestrator.harness import SidecarProcess
+from orchestrator.testing.harness import SidecarProcess
 
 __all__ = ["Fleet"]
 

@@ -25,7 +25,6 @@ from catalog.environment import (
 from catalog.errors import EXIT_FENCED, EXIT_OK
 from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.harness import HttpAnswer, SidecarProcess
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState
 from orchestrator.scenario.fleet import Fleet
 from orchestrator.scenario.format import (
@@ -39,6 +38,7 @@ from orchestrator.scenario.results import (
     StepFailed,
 )
 from orchestrator.scenario.target import ZooKeeperTarget
+from orchestrator.testing.harness import HttpAnswer, SidecarProcess
 
 
 @attrs.define

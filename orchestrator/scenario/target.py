@@ -16,8 +16,8 @@ from pathlib import Path
 import attrs
 
 from catalog.errors import BadInputError
-from orchestrator.ensemble import ZooKeeperEnsemble
-from orchestrator.zkserver import EmbeddedZooKeeper
+from orchestrator.testing.ensemble import ZooKeeperEnsemble
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 __all__ = ["ZooKeeperTarget"]
 

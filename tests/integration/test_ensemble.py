@@ -1,4 +1,4 @@
-"""Real sidecars against a real 3-server ZooKeeper ensemble (orchestrator.ensemble).
+"""Real sidecars against a real 3-server ZooKeeper ensemble (orchestrator.testing.ensemble).
 
 A dead follower, a dead ensemble leader at the moment of promotion, and a lost quorum: no
 process is fenced by mistake, no acknowledged row is lost, and after a quorum loss the same
@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED
-from orchestrator.ensemble import ZooKeeperEnsemble
+from orchestrator.testing.ensemble import ZooKeeperEnsemble
 from orchestrator.zk import close, connect
 from support.sidecars import SidecarProcess, cli, json_lines, sidecars
 

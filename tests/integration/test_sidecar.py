@@ -19,7 +19,7 @@ from catalog.environment import read_catalog
 from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from catalog.migration import MigrationShard
 from catalog.shard import Shard
-from orchestrator.zkserver import free_port
+from orchestrator.testing.zkserver import free_port
 from support.sidecars import (
     ROOT,
     SidecarProcess,

@@ -1,6 +1,6 @@
 """The pipeline on a real Spark standalone cluster (a master and two 1-core workers started from
-the pyspark wheel, orchestrator.sparkcluster), driven through the real CLI in its own process
-(this test process already runs a local SparkSession, and Spark allows one per process).
+the pyspark wheel, orchestrator.testing.sparkcluster), driven through the real CLI in its own
+process (this test process already runs a local SparkSession, and Spark allows one per process).
 
 Reads on the cluster agree with arrow; a compaction and a REWRITE copy on the cluster with
 ``spark.driver.maxResultSize=1m`` keep every row of a shard far larger than 1 MiB (executors
@@ -29,8 +29,8 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import SHARDS_KEY, CatalogState, CollectionRef, catalog_write_op
 from catalog.shard import DIFF, TS, Shard
-from orchestrator.sparkcluster import SparkStandaloneCluster
-from orchestrator.zkserver import free_port
+from orchestrator.testing.sparkcluster import SparkStandaloneCluster
+from orchestrator.testing.zkserver import free_port
 from support.shards import canonical
 from support.sidecars import SidecarProcess, json_lines, sidecars
 from support.sidecars import cli as tool

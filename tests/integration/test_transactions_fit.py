@@ -24,8 +24,8 @@ from catalog.errors import ConnectionLostError, TransactionTooLargeError
 from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import BatchRef, body_key, change_ops, read_states, shard_key
 from orchestrator.migrate import check_read_only, migrate_as_leader
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
-from orchestrator.zkserver import EmbeddedZooKeeper
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, new_client
-from orchestrator.zkserver import EmbeddedZooKeeper
 from orchestrator.zktls import ServerTls, ZkTls
 from support.pki import CertificateAuthority, Identity
 from support.sidecars import SidecarProcess, cli, release_file, sidecars

@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from catalog.errors import ConfigurationError
 from orchestrator.quorum import four_letter_word
-from orchestrator.zkserver import EmbeddedZooKeeper, find_java, free_port
+from orchestrator.testing.zkserver import EmbeddedZooKeeper, find_java, free_port
 from support.zookeeper import (
     ENV_VAR,
     ZkEnv,

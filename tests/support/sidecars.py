@@ -1,6 +1,6 @@
 """Real sidecar processes for integration tests, through the package harness.
 
-:class:`SidecarProcess` binds :class:`orchestrator.harness.SidecarProcess` (the one way the
+:class:`SidecarProcess` binds :class:`orchestrator.testing.harness.SidecarProcess` (the one way the
 project starts and talks to sidecars) to the test's ZooKeeper client; waits are on watches of
 the process node and fail fast, with the log tail, when the process exits instead.
 """
@@ -24,7 +24,7 @@ from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
-from orchestrator import harness
+from orchestrator.testing import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "scenarios" / "releases"
@@ -51,7 +51,7 @@ def cli(
 
 @attrs.define
 class SidecarProcess:
-    """A harness sidecar (:class:`orchestrator.harness.SidecarProcess`) bound to the test's
+    """A harness sidecar (:class:`orchestrator.testing.harness.SidecarProcess`) bound to the test's
     ZooKeeper client, with the shapes the tests assert on (node JSON, status and body)."""
 
     sidecar: harness.SidecarProcess

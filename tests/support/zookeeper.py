@@ -3,7 +3,7 @@
 Resolution order (the first that applies wins; the others are never faked):
 1. ``CATALOG_UPGRADE_TEST_ZK`` names a running server (``host:port``);
 2. a Docker engine answers: testcontainers starts the official ``zookeeper`` image;
-3. otherwise the embedded server (``orchestrator.zkserver``) from the jars pyspark ships.
+3. otherwise the embedded server (``orchestrator.testing.zkserver``) from the jars pyspark ships.
 
 Each test gets its own environment (a fresh ZooKeeper root), deleted afterwards, and the server's
 log tail is attached to the report of a failed test (kazoo's harness does the same).
@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 
 from catalog.consensus import Consensus
 from catalog.environment import CONTAINER_KEYS
-from orchestrator.zkserver import EmbeddedZooKeeper
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 ENV_VAR = "CATALOG_UPGRADE_TEST_ZK"
 DOCKER_IMAGE = "zookeeper:3.9"

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 from kazoo.client import KazooClient
@@ -31,7 +32,7 @@ from catalog.environment import PROCESSES_KEY
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode
-from orchestrator.zkserver import free_port
+from orchestrator.testing.zkserver import free_port
 
 __all__ = [
     "HttpAnswer",
@@ -108,6 +109,9 @@ class HttpAnswer:
 
     def text(self) -> str:
         return self.body.decode(errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
     def json_lines(self) -> list[dict[str, object]]:
         return [json.loads(line) for line in self.body.splitlines() if line.strip()]

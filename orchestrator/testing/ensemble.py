@@ -2,7 +2,7 @@
 
 Production ZooKeeper is 3 or 5 servers; a process must survive a follower's death, the
 ensemble leader's death and a lost quorum. ``ZooKeeperEnsemble(n)`` runs ``n`` members, each a
-:class:`~orchestrator.zkserver.EmbeddedZooKeeper` with its own client, quorum and election
+:class:`~orchestrator.testing.zkserver.EmbeddedZooKeeper` with its own client, quorum and election
 ports, data directory and ``myid``; ``hosts`` is the connection string of all of them. Members
 are stopped and started by number (1-based), as scenario steps and tests need.
 """
@@ -17,7 +17,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
-from orchestrator.zkserver import EmbeddedZooKeeper, free_port
+from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zktls import ServerTls
 
 __all__ = ["ZooKeeperEnsemble"]

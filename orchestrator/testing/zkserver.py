@@ -117,7 +117,7 @@ class EmbeddedZooKeeper:
     host: str = "127.0.0.1"
     tick_time_ms: int = 500
     log_level: str = "WARN"
-    # A member of an ensemble (orchestrator.ensemble): its number and every member's
+    # A member of an ensemble (orchestrator.testing.ensemble): its number and every member's
     # (client, quorum, election) ports, by number. Empty: a standalone server.
     myid: int = 0
     peers: tuple[tuple[int, int, int], ...] = ()

@@ -32,7 +32,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.zkserver import find_java, free_port, pyspark_jars_dir, stop_process
+from orchestrator.testing.zkserver import find_java, free_port, pyspark_jars_dir, stop_process
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,7 @@ Parquet shards. The story:
 5. read the rows back through the new leader, in the new schema, and show the final status;
 6. stop everything cleanly (SIGTERM, ZooKeeper stopped, temporary directory removed).
 
-Run ``python -m orchestrator.demo [--releases DIR] [--keep]``.
+Run ``python -m orchestrator.testing.demo [--releases DIR] [--keep]``.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from rich.table import Table
 
 from catalog.errors import EXIT_FENCED
 from catalog.release import Release, load_release_dir
-from orchestrator.harness import SidecarExited, SidecarProcess
 from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
+from orchestrator.testing.harness import SidecarExited, SidecarProcess
+from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
-from orchestrator.zkserver import EmbeddedZooKeeper
 
 ENV = "demo"
 DEFAULT_RELEASES = Path(__file__).resolve().parents[1] / "scenarios" / "releases"
@@ -290,7 +290,7 @@ def run_story(demo: Demo) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m orchestrator.demo",
+        prog="python -m orchestrator.testing.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
