@@ -107,7 +107,7 @@ def fill(
     refs = [BatchRef(f"{i:032x}", 0, 10, i, i + 1) for i in range(batches)]
     inline = max(0, batches - ROLLUP_THRESHOLD)
     rollups = tuple(
-        shard._write_rollup(refs[start : min(start + ROLLUP_THRESHOLD, inline)])
+        shard.rollups.write(refs[start : min(start + ROLLUP_THRESHOLD, inline)])
         for start in range(0, inline, ROLLUP_THRESHOLD)
     )
     full = attrs.evolve(state, batches=tuple(refs[inline:]), rollups=rollups, upper=batches)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
@@ -21,24 +22,26 @@ from catalog.errors import (
     ConnectionLostError,
     VersionMismatchError,
 )
+from catalog.shard import read
 from catalog.shard.append import (
     _sort,
     _time_bounds,
     advance_times,
 )
-from catalog.shard.core import ShardCore
 from catalog.shard.ops import _finalized
-from catalog.shard.read import ShardReads
 from catalog.shard.state import (
     BatchRef,
     CompactionResult,
     ShardState,
 )
 
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
+
 log = structlog.get_logger(__name__)
 
 
-def compaction_inputs(shard: ShardCore) -> tuple[ShardState, list[BatchRef]]:
+def compaction_inputs(shard: Shard) -> tuple[ShardState, list[BatchRef]]:
     """The state and the batches a compaction merges (both engines); a finalized shard is
     refused."""
     state = shard.state()
@@ -47,102 +50,98 @@ def compaction_inputs(shard: ShardCore) -> tuple[ShardState, list[BatchRef]]:
     return state, shard.batches(state)
 
 
-class ShardCompaction(ShardReads):
-    """Compaction (read, migrate, consolidate, write one batch); committing an engine's result."""
+def compact(shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
+    """Merge every batch into one, in the latest schema, times below since advanced.
 
-    __slots__ = ()
+    The output is consolidated; it is sorted and marked ``ordered`` when every column is
+    sortable. The blob is written, then the state CAS replaces exactly the input batches;
+    appends that landed meanwhile are kept. When the inputs were replaced by another
+    compaction first, the output is deleted and ``applied`` is False.
+    """
+    state, inputs = compaction_inputs(shard)
+    if not inputs:
+        return CompactionResult(True, 0, None, state)
+    target = state.live_schema
+    tables = read.load(shard, state, inputs, target)
+    merged = advance_times(pa.concat_tables(tables), state.since)
+    if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
+        merged, ordered = consolidate_sorted(merged), True
+    else:
+        merged, ordered = _sort(consolidate_hashed(merged))
+    output: BatchRef | None = None
+    if merged.num_rows:
+        lower, upper = _time_bounds(merged)
+        output = BatchRef(
+            uuid.uuid4().hex,
+            state.schema_id,
+            merged.num_rows,
+            lower,
+            upper,
+            ordered=ordered,
+            consolidated=True,
+        )
+        shard.blob.put_batch(output.key(shard.shard_id), merged)
+    result = commit_compaction(shard, state, inputs, [output] if output else [], fence=fence)
+    if result.applied:
+        shard.log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
+    return result
 
-    def compact(self, *, fence: Fence | None = None) -> CompactionResult:
-        """Merge every batch into one, in the latest schema, times below since advanced.
 
-        The output is consolidated; it is sorted and marked ``ordered`` when every column is
-        sortable. The blob is written, then the state CAS replaces exactly the input batches;
-        appends that landed meanwhile are kept. When the inputs were replaced by another
-        compaction first, the output is deleted and ``applied`` is False.
-        """
-        state, inputs = compaction_inputs(self)
-        if not inputs:
-            return CompactionResult(True, 0, None, state)
-        target = state.live_schema
-        tables = self._load(state, inputs, target)
-        merged = advance_times(pa.concat_tables(tables), state.since)
-        if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
-            merged, ordered = consolidate_sorted(merged), True
-        else:
-            merged, ordered = _sort(consolidate_hashed(merged))
-        output: BatchRef | None = None
-        if merged.num_rows:
-            lower, upper = _time_bounds(merged)
-            output = BatchRef(
-                uuid.uuid4().hex,
-                state.schema_id,
-                merged.num_rows,
-                lower,
-                upper,
-                ordered=ordered,
-                consolidated=True,
-            )
-            self.blob.put_batch(output.key(self.shard_id), merged)
-        result = self.commit_compaction(state, inputs, [output] if output else [], fence=fence)
-        if result.applied:
-            self._log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
+def commit_compaction(
+    shard: Shard,
+    state: ShardState,
+    inputs: Sequence[BatchRef],
+    outputs: Sequence[BatchRef],
+    *,
+    fence: Fence | None = None,
+) -> CompactionResult:
+    """Replace exactly ``inputs`` (batches of ``state``) by ``outputs``, already written.
+
+    The second half of :meth:`compact`, public for compactions computed elsewhere (the
+    Spark engine of ``catalog.pipeline``): ``outputs`` hold the inputs' consolidated
+    contents in the latest schema of ``state``. Appends that landed meanwhile are kept;
+    when the inputs were replaced first, the outputs are deleted and ``applied`` is False.
+    """
+    input_names = {b.name for b in inputs}
+    output_names = {b.name for b in outputs}
+    output_keys = [b.key(shard.shard_id) for b in outputs]
+    pending = [state]
+    written: list[str] = []
+
+    def attempt() -> ShardState | None:
+        current = pending.pop() if pending else shard.state()
+        if current.finalized:
+            raise _finalized(current)
+        batches = shard.batches(current)
+        names = {b.name for b in batches}
+        if output_names and output_names <= names:
+            return current  # an earlier attempt landed although its answer was lost
+        if not input_names <= names:
+            return None
+        kept = [b for b in batches if b.name not in input_names]
+        new, rollup_keys = shard.packed(current, [*outputs, *kept])
+        try:
+            result = shard.cas(current, new, fence)
+        except VersionMismatchError:
+            shard.blob.delete_many(rollup_keys)
+            raise
+        written[:] = [r.key(shard.shard_id) for r in current.rollups]
         return result
 
-    def commit_compaction(
-        self,
-        state: ShardState,
-        inputs: Sequence[BatchRef],
-        outputs: Sequence[BatchRef],
-        *,
-        fence: Fence | None = None,
-    ) -> CompactionResult:
-        """Replace exactly ``inputs`` (batches of ``state``) by ``outputs``, already written.
-
-        The second half of :meth:`compact`, public for compactions computed elsewhere (the
-        Spark engine of ``catalog.pipeline``): ``outputs`` hold the inputs' consolidated
-        contents in the latest schema of ``state``. Appends that landed meanwhile are kept;
-        when the inputs were replaced first, the outputs are deleted and ``applied`` is False.
-        """
-        input_names = {b.name for b in inputs}
-        output_names = {b.name for b in outputs}
-        output_keys = [b.key(self.shard_id) for b in outputs]
-        pending = [state]
-        written: list[str] = []
-
-        def attempt() -> ShardState | None:
-            current = pending.pop() if pending else self.state()
-            if current.finalized:
-                raise _finalized(current)
-            batches = self.batches(current)
-            names = {b.name for b in batches}
-            if output_names and output_names <= names:
-                return current  # an earlier attempt landed although its answer was lost
-            if not input_names <= names:
-                return None
-            kept = [b for b in batches if b.name not in input_names]
-            new, rollup_keys = self._packed(current, [*outputs, *kept])
-            try:
-                result = self._cas(current, new, fence)
-            except VersionMismatchError:
-                self.blob.delete_many(rollup_keys)
-                raise
-            written[:] = [r.key(self.shard_id) for r in current.rollups]
-            return result
-
-        try:
-            result = self.retry()(attempt)
-        except ConnectionLostError:
-            raise  # the outcome is unknown: the output may be referenced, gc_orphans decides
-        except BaseException:
-            self.blob.delete_many(output_keys)
-            raise
-        if result is None:
-            self.blob.delete_many(output_keys)
-            self._log.info("compaction_lost_race", inputs=len(inputs))
-            return CompactionResult(False, len(inputs), None, self.state())
-        # The inputs (and rollups the new state no longer lists) are left to the leader's
-        # garbage collection: a reader that listed them before this CAS may still be reading
-        # them, and the collection deletes them only after the grace, never under a lease.
-        self._log.debug("compaction_inputs_left_to_gc", inputs=len(inputs), rollups=len(written))
-        only = outputs[0] if len(outputs) == 1 else None
-        return CompactionResult(True, len(inputs), only, result, tuple(outputs))
+    try:
+        result = shard.retry()(attempt)
+    except ConnectionLostError:
+        raise  # the outcome is unknown: the output may be referenced, gc_orphans decides
+    except BaseException:
+        shard.blob.delete_many(output_keys)
+        raise
+    if result is None:
+        shard.blob.delete_many(output_keys)
+        shard.log.info("compaction_lost_race", inputs=len(inputs))
+        return CompactionResult(False, len(inputs), None, shard.state())
+    # The inputs (and rollups the new state no longer lists) are left to the leader's
+    # garbage collection: a reader that listed them before this CAS may still be reading
+    # them, and the collection deletes them only after the grace, never under a lease.
+    shard.log.debug("compaction_inputs_left_to_gc", inputs=len(inputs), rollups=len(written))
+    only = outputs[0] if len(outputs) == 1 else None
+    return CompactionResult(True, len(inputs), only, result, tuple(outputs))

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from catalog.consensus import decode_json, decoding
-from catalog.shard.lifecycle import ShardLifecycle
+from catalog.shard.handle import Shard
 from catalog.shard.state import ShardState
 
 __all__ = ["RollupCounts", "SchemaUse", "ShardCoverage", "shard_coverage"]
@@ -81,7 +81,7 @@ class ShardCoverage:
         }
 
 
-def reader_schemas(shard: ShardLifecycle) -> Counter[int]:
+def reader_schemas(shard: Shard) -> Counter[int]:
     """How many current reader leases read with each schema id (leases that name none are
     not counted: they read the latest)."""
     found = shard.consensus.get_many(shard.leases())
@@ -102,7 +102,7 @@ RollupCounts = MutableMapping[str, tuple[Counter[int], Counter[int]]]
 
 
 def shard_coverage(
-    shard: ShardLifecycle,
+    shard: Shard,
     state: ShardState | None = None,
     *,
     readers: bool = True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 import structlog
@@ -33,7 +34,6 @@ from catalog.shard.state import (
     _shard_error,
 )
 from catalog.shard.stored import delete_ops
-from catalog.shard.write import ShardWrites
 from catalog.watch import (
     NOT_YET,
     NotYet,
@@ -43,181 +43,187 @@ from catalog.watch import (
     watched_children,
 )
 
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
+
 log = structlog.get_logger(__name__)
 
 
-class ShardLifecycle(ShardWrites):
-    """Reader leases (ephemeral znodes), finalization once they end, blob garbage collection."""
+def finalize(shard: Shard, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:
+    """Seal, refuse new leases, wait for existing leases to end, delete blobs, tombstone.
 
-    __slots__ = ()
-
-    def finalize(self, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:
-        """Seal, refuse new leases, wait for existing leases to end, delete blobs, tombstone.
-
-        Waiting uses a ZooKeeper child watch; ``wait`` bounds it (None: forever) and ShardError
-        (reason ``leased``, with the holders) is raised on timeout, leaving the shard mid-way:
-        calling finalize again completes it. Finalizing a tombstone is a no-op.
-        """
-        state = self.state()
-        if state.is_tombstone:
-            return state
-        if not state.finalized:
-
-            def mark(current: ShardState) -> ShardState | None:
-                if current.finalized:
-                    return None
-                return attrs.evolve(current, sealed=True, finalized=True)
-
-            self._update(mark, fence)
-        self._wait_for_no_leases(wait)
-        self.blob.delete_prefix(blob_prefix(self.shard_id))
-
-        def tombstone(current: ShardState) -> ShardState | None:
-            if current.is_tombstone:
-                return None
-            return attrs.evolve(current, batches=(), rollups=())
-
-        state = self._update(tombstone, fence)
-        self._log.info("shard_finalized", upper=state.upper)
+    Waiting uses a ZooKeeper child watch; ``wait`` bounds it (None: forever) and ShardError
+    (reason ``leased``, with the holders) is raised on timeout, leaving the shard mid-way:
+    calling finalize again completes it. Finalizing a tombstone is a no-op.
+    """
+    state = shard.state()
+    if state.is_tombstone:
         return state
+    if not state.finalized:
 
-    def discard(self, *, fence: Fence | None = None) -> None:
-        """Delete a shard that never received a batch (an orphan of a lost race) entirely."""
-        try:
-            state = self.state()
-        except ShardError:
-            return
-        if state.batch_count:
-            raise _shard_error(
-                f"shard {self.shard_id} holds {state.batch_count} batches: finalize it instead",
-                self.shard_id,
-                "not-empty",
-            )
-        self.consensus.commit(delete_ops(state), fence=fence)
-        self.blob.delete_prefix(blob_prefix(self.shard_id))
-        self._log.info("shard_discarded")
-
-    def _wait_for_no_leases(self, wait: float | None) -> None:
-        path = self.consensus.path(self.key)
-        leases: list[str] = []
-
-        def look(watch: Watch) -> NotYet | None:
-            nonlocal leases
-            try:
-                children = watched_children(self.consensus.client, path, watch)
-            except CONNECTION_ERRORS as exc:
-                raise ConnectionLostError(
-                    f"ZooKeeper did not answer listing leases of {self.shard_id}"
-                ) from exc
-            leases = sorted(c for c in children or () if c.startswith(LEASE_PREFIX))
-            if not leases:
-                return None
-            self._log.info("finalize_waiting_for_leases", leases=len(leases))
-            return NOT_YET
-
-        try:
-            wait_until(look, wait, safety=None)
-        except WaitTimeout:
-            raise _shard_error(
-                f"shard {self.shard_id} is still leased by {len(leases)} readers",
-                self.shard_id,
-                "leased",
-                leases=leases,
-            ) from None
-
-    @contextlib.contextmanager
-    def lease(
-        self, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
-    ) -> Iterator[Lease]:
-        """Hold a reader lease while the block runs: finalization waits until it is released.
-
-        ``schema_id`` is the schema the reader reads with, when not the latest: the shard's
-        coverage (:mod:`catalog.shard.coverage`) counts it as needed while the lease lives.
-
-        Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
-        is an ephemeral znode, so a reader that dies releases it with its session.
-        """
-        state = self.state()
-        if state.finalized:
-            raise _finalized(state)
-        # The time this reader reads at (the latest complete one, if not given): ``since`` is
-        # never advanced past it while the lease lives (held_since).
-        holds = as_of if as_of is not None else max(state.upper - 1, 0)
-        lease = {"holder": holder, "created": time.time(), "holds": holds}
-        if schema_id is not None:
-            lease["schema_id"] = schema_id
-        body = encode_json(lease)
-        (path,) = self.consensus.commit(
-            [Create(f"{self.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
-        )
-        key = self.consensus.key_of(path)
-        try:
-            # A finalizer that marked the shard before our create may have listed the leases
-            # already: re-read (after a sync) and back off, so it never deletes under us.
-            self.consensus.client.sync(self.consensus.path(self.key))
-            current = self.state()
+        def mark(current: ShardState) -> ShardState | None:
             if current.finalized:
-                raise _finalized(current)
-            yield Lease(shard_id=self.shard_id, key=key, holder=holder)
-        finally:
-            with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
-                self.consensus.client.delete(self.consensus.path(key))
+                return None
+            return attrs.evolve(current, sealed=True, finalized=True)
 
-    def held_since(self) -> int | None:
-        """The lowest time a reader lease holds (None: no lease holds any): how far ``since``
-        may advance without refusing a read under way."""
-        found = self.consensus.get_many(self.leases())
-        holds = []
-        for key, value in found.items():
-            if value is None:
-                continue  # released meanwhile
-            raw = decode_json(value.value, key)
-            with decoding(key, "reader lease"):
-                if "holds" in raw:
-                    holds.append(int(raw["holds"]))
-        return min(holds, default=None)
+        shard.update(mark, fence)
+    _wait_for_no_leases(shard, wait)
+    shard.blob.delete_prefix(blob_prefix(shard.shard_id))
 
-    def leases(self) -> list[str]:
-        """Keys of the current reader leases."""
-        return [
-            f"{self.key}/{child}"
-            for child in self.consensus.children(self.key)
-            if child.startswith(LEASE_PREFIX)
-        ]
+    def tombstone(current: ShardState) -> ShardState | None:
+        if current.is_tombstone:
+            return None
+        return attrs.evolve(current, batches=(), rollups=())
 
-    def referenced_keys(self, state: ShardState | None = None) -> set[str]:
-        """Every blob key ``state`` references: batches, rollups."""
-        state = self.state() if state is None else state
-        keys = {b.key(self.shard_id) for b in self.batches(state)}
-        keys.update(r.key(self.shard_id) for r in state.rollups)
-        return keys
+    state = shard.update(tombstone, fence)
+    shard.log.info("shard_finalized", upper=state.upper)
+    return state
 
-    def unreferenced_blobs(self) -> tuple[ShardState | None, list[BlobInfo]]:
-        """The state (None: the shard is gone) and the blobs below the shard's prefix it does
-        not reference, temporary files of crashed writes included (all of them once finalized).
 
-        The listing comes before the state read: a blob committed after the read is in the
-        listing, so callers must wait (a grace) before deleting what this returns.
-        """
-        prefix = blob_prefix(self.shard_id)
-        found = self.blob.list_info(prefix) + self.blob.list_temp(prefix)
+def discard(shard: Shard, *, fence: Fence | None = None) -> None:
+    """Delete a shard that never received a batch (an orphan of a lost race) entirely."""
+    try:
+        state = shard.state()
+    except ShardError:
+        return
+    if state.batch_count:
+        raise _shard_error(
+            f"shard {shard.shard_id} holds {state.batch_count} batches: finalize it instead",
+            shard.shard_id,
+            "not-empty",
+        )
+    shard.consensus.commit(delete_ops(state), fence=fence)
+    shard.blob.delete_prefix(blob_prefix(shard.shard_id))
+    shard.log.info("shard_discarded")
+
+
+def _wait_for_no_leases(shard: Shard, wait: float | None) -> None:
+    path = shard.consensus.path(shard.key)
+    leases: list[str] = []
+
+    def look(watch: Watch) -> NotYet | None:
+        nonlocal leases
         try:
-            state: ShardState | None = self.state()
-        except ShardError:
-            state = None
-        referenced = set() if state is None or state.finalized else self.referenced_keys(state)
-        return state, [i for i in found if i.key not in referenced]
+            children = watched_children(shard.consensus.client, path, watch)
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(
+                f"ZooKeeper did not answer listing leases of {shard.shard_id}"
+            ) from exc
+        leases = sorted(c for c in children or () if c.startswith(LEASE_PREFIX))
+        if not leases:
+            return None
+        shard.log.info("finalize_waiting_for_leases", leases=len(leases))
+        return NOT_YET
 
-    def gc_orphans(self, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
-        """Delete blobs below the shard's prefix that its state does not reference.
+    try:
+        wait_until(look, wait, safety=None)
+    except WaitTimeout:
+        raise _shard_error(
+            f"shard {shard.shard_id} is still leased by {len(leases)} readers",
+            shard.shard_id,
+            "leased",
+            leases=leases,
+        ) from None
 
-        Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
-        temporary files of crashed writes included. Returns the deleted keys.
-        """
-        _, unreferenced = self.unreferenced_blobs()
-        cutoff = time.time() - grace_seconds
-        orphans = [i.key for i in unreferenced if i.mtime <= cutoff]
-        self.blob.delete_many(orphans)
-        if orphans:
-            self._log.info("orphans_deleted", count=len(orphans))
-        return orphans
+
+@contextlib.contextmanager
+def lease(
+    shard: Shard, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
+) -> Iterator[Lease]:
+    """Hold a reader lease while the block runs: finalization waits until it is released.
+
+    ``schema_id`` is the schema the reader reads with, when not the latest: the shard's
+    coverage (:mod:`catalog.shard.coverage`) counts it as needed while the lease lives.
+
+    Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
+    is an ephemeral znode, so a reader that dies releases it with its session.
+    """
+    state = shard.state()
+    if state.finalized:
+        raise _finalized(state)
+    # The time this reader reads at (the latest complete one, if not given): ``since`` is
+    # never advanced past it while the lease lives (held_since).
+    holds = as_of if as_of is not None else max(state.upper - 1, 0)
+    lease = {"holder": holder, "created": time.time(), "holds": holds}
+    if schema_id is not None:
+        lease["schema_id"] = schema_id
+    body = encode_json(lease)
+    (path,) = shard.consensus.commit(
+        [Create(f"{shard.key}/{LEASE_PREFIX}", body, ephemeral=True, sequence=True)]
+    )
+    key = shard.consensus.key_of(path)
+    try:
+        # A finalizer that marked the shard before our create may have listed the leases
+        # already: re-read (after a sync) and back off, so it never deletes under us.
+        shard.consensus.client.sync(shard.consensus.path(shard.key))
+        current = shard.state()
+        if current.finalized:
+            raise _finalized(current)
+        yield Lease(shard_id=shard.shard_id, key=key, holder=holder)
+    finally:
+        with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
+            shard.consensus.client.delete(shard.consensus.path(key))
+
+
+def held_since(shard: Shard) -> int | None:
+    """The lowest time a reader lease holds (None: no lease holds any): how far ``since``
+    may advance without refusing a read under way."""
+    found = shard.consensus.get_many(leases(shard))
+    holds = []
+    for key, value in found.items():
+        if value is None:
+            continue  # released meanwhile
+        raw = decode_json(value.value, key)
+        with decoding(key, "reader lease"):
+            if "holds" in raw:
+                holds.append(int(raw["holds"]))
+    return min(holds, default=None)
+
+
+def leases(shard: Shard) -> list[str]:
+    """Keys of the current reader leases."""
+    return [
+        f"{shard.key}/{child}"
+        for child in shard.consensus.children(shard.key)
+        if child.startswith(LEASE_PREFIX)
+    ]
+
+
+def referenced_keys(shard: Shard, state: ShardState | None = None) -> set[str]:
+    """Every blob key ``state`` references: batches, rollups."""
+    state = shard.state() if state is None else state
+    keys = {b.key(shard.shard_id) for b in shard.batches(state)}
+    keys.update(r.key(shard.shard_id) for r in state.rollups)
+    return keys
+
+
+def unreferenced_blobs(shard: Shard) -> tuple[ShardState | None, list[BlobInfo]]:
+    """The state (None: the shard is gone) and the blobs below the shard's prefix it does
+    not reference, temporary files of crashed writes included (all of them once finalized).
+
+    The listing comes before the state read: a blob committed after the read is in the
+    listing, so callers must wait (a grace) before deleting what this returns.
+    """
+    prefix = blob_prefix(shard.shard_id)
+    found = shard.blob.list_info(prefix) + shard.blob.list_temp(prefix)
+    try:
+        state: ShardState | None = shard.state()
+    except ShardError:
+        state = None
+    referenced = set() if state is None or state.finalized else referenced_keys(shard, state)
+    return state, [i for i in found if i.key not in referenced]
+
+
+def gc_orphans(shard: Shard, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
+    """Delete blobs below the shard's prefix that its state does not reference.
+
+    Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),
+    temporary files of crashed writes included. Returns the deleted keys.
+    """
+    _, unreferenced = unreferenced_blobs(shard)
+    cutoff = time.time() - grace_seconds
+    orphans = [i.key for i in unreferenced if i.mtime <= cutoff]
+    shard.blob.delete_many(orphans)
+    if orphans:
+        shard.log.info("orphans_deleted", count=len(orphans))
+    return orphans

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +32,6 @@ from catalog.schema.restore import restore_table
 from catalog.shard.append import (
     _already_consolidated,
 )
-from catalog.shard.core import ShardCore
 from catalog.shard.ops import _finalized
 from catalog.shard.state import (
     _READ_ATTEMPTS,
@@ -49,6 +49,9 @@ from catalog.watch import (
     wait_until,
     watched_data,
 )
+
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
 
 log = structlog.get_logger(__name__)
 
@@ -115,146 +118,145 @@ def read_batches(
     return table
 
 
-class ShardReads(ShardCore):
-    """Snapshots: batches up to ``as_of``, migrated lazily to the reader schema, consolidated."""
+def wait_for_upper(shard: Shard, as_of: int, timeout: float) -> ShardState:
+    """The state once its upper passed ``as_of`` (or it was finalized), else at timeout."""
+    latest = shard.state()
 
-    __slots__ = ()
-
-    def _wait_for_upper(self, as_of: int, timeout: float) -> ShardState:
-        """The state once its upper passed ``as_of`` (or it was finalized), else at timeout."""
-        latest = self.state()
-
-        def look(watch: Watch) -> ShardState | NotYet:
-            nonlocal latest
-            # The upper lives in the body of a split state (a finalization writes it too).
-            watched = body_key(self.shard_id) if latest.split else self.key
-            try:
-                found = watched_data(self.consensus.client, self.consensus.path(watched), watch)
-            except CONNECTION_ERRORS as exc:
-                raise ConnectionLostError(f"ZooKeeper did not answer for {self.shard_id}") from exc
-            if found is None:
-                raise _shard_error(
-                    f"shard {self.shard_id} does not exist", self.shard_id, "not-found"
-                )
-            latest = self.state()
-            return latest if latest.upper > as_of or latest.finalized else NOT_YET
-
+    def look(watch: Watch) -> ShardState | NotYet:
+        nonlocal latest
+        # The upper lives in the body of a split state (a finalization writes it too).
+        watched = body_key(shard.shard_id) if latest.split else shard.key
         try:
-            return wait_until(look, timeout, safety=None)
-        except WaitTimeout:
-            return latest
+            found = watched_data(shard.consensus.client, shard.consensus.path(watched), watch)
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(f"ZooKeeper did not answer for {shard.shard_id}") from exc
+        if found is None:
+            raise _shard_error(
+                f"shard {shard.shard_id} does not exist", shard.shard_id, "not-found"
+            )
+        latest = shard.state()
+        return latest if latest.upper > as_of or latest.finalized else NOT_YET
 
-    def snapshot(
-        self,
-        as_of: int | None = None,
-        reader_schema: pa.Schema | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> pa.Table:
-        """The shard's contents as of ``as_of`` (default: ``upper - 1``), consolidated.
+    try:
+        return wait_until(look, timeout, safety=None)
+    except WaitTimeout:
+        return latest
 
-        Columns: ``reader_schema`` (default: the latest live schema), then ``_ts`` and
-        ``_diff``. Every returned row has ``_ts == as_of`` and a non-zero ``_diff``: times at or
-        below ``as_of`` are indistinguishable in a snapshot, so they are collapsed. A reader
-        schema that is not a projection of the shard's latest schema raises ReaderFencedError.
-        ``as_of >= upper`` raises ShardError (reason ``not-complete``) at once, or after waiting
-        up to ``timeout`` seconds (a data watch, not polling); ``as_of < since`` raises
-        ShardError (reason ``compacted``). A finalized shard raises ShardFinalizedError.
-        Batches replaced under the read (compaction) make it re-read the state; hold a
-        :meth:`lease` to keep finalization away during long reads.
-        """
-        state = self.state()
 
-        def attempt() -> pa.Table:
-            nonlocal state
-            if as_of is not None and as_of >= state.upper and timeout:
-                state = self._wait_for_upper(as_of, timeout)
-            return self._snapshot(state, as_of, reader_schema)
+def snapshot(
+    shard: Shard,
+    as_of: int | None = None,
+    reader_schema: pa.Schema | None = None,
+    *,
+    timeout: float | None = None,
+) -> pa.Table:
+    """The shard's contents as of ``as_of`` (default: ``upper - 1``), consolidated.
 
-        def moved(exc: Exception) -> bool:
-            """Blobs vanished under the read: retry on the newer state, if there is one."""
-            nonlocal state
-            if not isinstance(exc, BlobMissingError):
-                return False
-            current = self.state()
-            if current.finalized:
-                raise _finalized(current) from exc
-            if current.revision == state.revision:
-                return False
-            self._log.info("snapshot_state_moved", version=current.revision)
-            state = current
-            return True
+    Columns: ``reader_schema`` (default: the latest live schema), then ``_ts`` and
+    ``_diff``. Every returned row has ``_ts == as_of`` and a non-zero ``_diff``: times at or
+    below ``as_of`` are indistinguishable in a snapshot, so they are collapsed. A reader
+    schema that is not a projection of the shard's latest schema raises ReaderFencedError.
+    ``as_of >= upper`` raises ShardError (reason ``not-complete``) at once, or after waiting
+    up to ``timeout`` seconds (a data watch, not polling); ``as_of < since`` raises
+    ShardError (reason ``compacted``). A finalized shard raises ShardFinalizedError.
+    Batches replaced under the read (compaction) make it re-read the state; hold a
+    :meth:`lease` to keep finalization away during long reads.
+    """
+    state = shard.state()
 
-        retry = Retry(
-            retryable=(CorruptBlobError,),
-            max_attempts=_READ_ATTEMPTS + 1,
-            deadline=None,
-            base_delay=0.0,
-            should_retry=moved,
-        )
-        return retry(attempt)
+    def attempt() -> pa.Table:
+        nonlocal state
+        if as_of is not None and as_of >= state.upper and timeout:
+            state = wait_for_upper(shard, as_of, timeout)
+        return _snapshot(shard, state, as_of, reader_schema)
 
-    def snapshot_of(
-        self,
-        state: ShardState,
-        as_of: int | None = None,
-        reader_schema: pa.Schema | None = None,
-    ) -> pa.Table:
-        """:meth:`snapshot` of a state already read (no re-read, no wait, no retry).
+    def moved(exc: Exception) -> bool:
+        """Blobs vanished under the read: retry on the newer state, if there is one."""
+        nonlocal state
+        if not isinstance(exc, BlobMissingError):
+            return False
+        current = shard.state()
+        if current.finalized:
+            raise _finalized(current) from exc
+        if current.revision == state.revision:
+            return False
+        shard.log.info("snapshot_state_moved", version=current.revision)
+        state = current
+        return True
 
-        For read-then-CAS loops: the result is exactly the contents as of ``as_of`` (default
-        ``state.upper - 1``) that a compare-and-append expecting ``state.upper`` builds on.
-        """
-        return self._snapshot(state, as_of, reader_schema)
+    retry = Retry(
+        retryable=(CorruptBlobError,),
+        max_attempts=_READ_ATTEMPTS + 1,
+        deadline=None,
+        base_delay=0.0,
+        should_retry=moved,
+    )
+    return retry(attempt)
 
-    def _snapshot(
-        self, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
-    ) -> pa.Table:
-        reader = snapshot_reader(state, reader_schema)
-        result_schema = update_schema(reader)
-        time = snapshot_time(state, as_of)
-        if time is None:
-            return result_schema.empty_table()
-        as_of = time
-        refs = [b for b in self.batches(state) if b.lower <= as_of]
-        tables = self._load(state, refs, reader, as_of=as_of, times=False)
-        if not tables:
-            return result_schema.empty_table()
-        merged = pa.concat_tables(tables)
-        if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
-            consolidated = merged
-        else:
-            consolidated = consolidate(merged)
-        times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
-        columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
-        return pa.Table.from_arrays(columns, schema=result_schema)
 
-    def _load(
-        self,
-        state: ShardState,
-        refs: Sequence[BatchRef],
-        target: pa.Schema,
-        *,
-        as_of: int | None = None,
-        times: bool = True,
-    ) -> list[pa.Table]:
-        """The batches ``refs``, read one schema id at a time and migrated to ``target``.
+def snapshot_of(
+    shard: Shard,
+    state: ShardState,
+    as_of: int | None = None,
+    reader_schema: pa.Schema | None = None,
+) -> pa.Table:
+    """:meth:`snapshot` of a state already read (no re-read, no wait, no retry).
 
-        Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
-        fields never leave the file); without ``times`` the tables have no ``_ts`` column.
-        """
-        out: list[pa.Table] = []
-        for (schema_id, _), group in sorted(by_writer(refs).items()):
-            source = state.live(schema_id)
-            cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
-            carried = (TS, DIFF) if times or cut else (DIFF,)
-            columns = [n for n in source.names if target.get_field_index(n) >= 0]
-            table = read_batches(self.blob, self.shard_id, group, source, [*columns, *carried])
-            if cut:
-                table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
-                if not times:
-                    table, carried = table.drop_columns([TS]), (DIFF,)
-            migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
-            assert isinstance(migrated, pa.Table)
-            out.append(migrated)
-        return out
+    For read-then-CAS loops: the result is exactly the contents as of ``as_of`` (default
+    ``state.upper - 1``) that a compare-and-append expecting ``state.upper`` builds on.
+    """
+    return _snapshot(shard, state, as_of, reader_schema)
+
+
+def _snapshot(
+    shard: Shard, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
+) -> pa.Table:
+    reader = snapshot_reader(state, reader_schema)
+    result_schema = update_schema(reader)
+    time = snapshot_time(state, as_of)
+    if time is None:
+        return result_schema.empty_table()
+    as_of = time
+    refs = [b for b in shard.batches(state) if b.lower <= as_of]
+    tables = load(shard, state, refs, reader, as_of=as_of, times=False)
+    if not tables:
+        return result_schema.empty_table()
+    merged = pa.concat_tables(tables)
+    if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
+        consolidated = merged
+    else:
+        consolidated = consolidate(merged)
+    times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
+    columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
+    return pa.Table.from_arrays(columns, schema=result_schema)
+
+
+def load(
+    shard: Shard,
+    state: ShardState,
+    refs: Sequence[BatchRef],
+    target: pa.Schema,
+    *,
+    as_of: int | None = None,
+    times: bool = True,
+) -> list[pa.Table]:
+    """The batches ``refs``, read one schema id at a time and migrated to ``target``.
+
+    Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
+    fields never leave the file); without ``times`` the tables have no ``_ts`` column.
+    """
+    out: list[pa.Table] = []
+    for (schema_id, _), group in sorted(by_writer(refs).items()):
+        source = state.live(schema_id)
+        cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
+        carried = (TS, DIFF) if times or cut else (DIFF,)
+        columns = [n for n in source.names if target.get_field_index(n) >= 0]
+        table = read_batches(shard.blob, shard.shard_id, group, source, [*columns, *carried])
+        if cut:
+            table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
+            if not times:
+                table, carried = table.drop_columns([TS]), (DIFF,)
+        migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
+        assert isinstance(migrated, pa.Table)
+        out.append(migrated)
+    return out

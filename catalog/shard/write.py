@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import pyarrow as pa
@@ -22,7 +23,6 @@ from catalog.shard.append import (
     _prepare_append,
     _time_bounds,
 )
-from catalog.shard.core import ShardCore
 from catalog.shard.ledger import WriteLedger, WriteMark
 from catalog.shard.ops import _finalized
 from catalog.shard.state import (
@@ -32,244 +32,246 @@ from catalog.shard.state import (
     _shard_error,
 )
 
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
+
 log = structlog.get_logger(__name__)
 
 
-class ShardWrites(ShardCore):
-    """Appends batches (blob first, then the CAS that names it), advances ``since``, seals."""
+def compare_and_append(
+    shard: Shard,
+    batch: pa.Table | pa.RecordBatch,
+    expected_upper: int,
+    new_upper: int,
+    *,
+    schema_id: int | None = None,
+    fence: Fence | None = None,
+    guards: Sequence[Check] = (),
+    write_id: str | None = None,
+    carry: WriteLedger | None = None,
+) -> AppendResult:
+    """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
-    __slots__ = ()
+    ``batch`` has the columns of the live schema ``schema_id`` (default: latest), in that
+    order, plus ``_ts`` (uint64) and ``_diff`` (int64) anywhere; every ``_ts`` must lie in
+    ``[expected_upper, new_upper)``. Invalid input raises ShardError (``reason`` says which
+    rule) before anything is written; a sealed or finalized shard raises
+    ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
+    upper), not an exception, like persist. The Parquet blob is written before the CAS;
+    empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
+    a compaction) are retried internally. ``guards`` are version checks of other keys made
+    in the same transaction: when one of them moved, ShardError (reason ``guard-moved``,
+    with the ``keys``) is raised and nothing is appended.
 
-    def compare_and_append(
-        self,
-        batch: pa.Table | pa.RecordBatch,
-        expected_upper: int,
-        new_upper: int,
-        *,
-        schema_id: int | None = None,
-        fence: Fence | None = None,
-        guards: Sequence[Check] = (),
-        write_id: str | None = None,
-        carry: WriteLedger | None = None,
-    ) -> AppendResult:
-        """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
+    Exactly once: the append records ``write_id`` (default: a fresh one) in the shard's
+    write ledger in the same transaction. A call whose id the ledger holds returns that
+    append (``replayed``) and writes nothing; an attempt whose answer was lost is resolved
+    by looking its id up, whatever moved the batch meanwhile. When the ledger no longer
+    covers ``expected_upper`` the outcome cannot be known: WriteOutcomeUnknownError.
+    ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
+    copy, which keeps the source's times).
+    """
+    _check_frontiers(shard, expected_upper, new_upper)
+    refs: list[BatchRef] = []
+    initial = shard.state()
+    schema_id = initial.schema_id if schema_id is None else schema_id
+    write_id = uuid.uuid4().hex if write_id is None else write_id
+    appendable = not (initial.sealed or initial.finalized or initial.writes.find(write_id))
+    if appendable and initial.upper == expected_upper:
+        stored = _prepare_append(
+            batch, initial.live(schema_id), expected_upper, new_upper, shard.shard_id
+        )
+        if stored.num_rows:
+            lower, upper = _time_bounds(stored)
+            ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+            shard.blob.put_batch(ref.key(shard.shard_id), stored)
+            refs.append(ref)
+    return _append_refs(shard,
+        refs, expected_upper, new_upper, fence=fence, guards=guards, write_id=write_id,
+        carry=carry, initial=initial,
+    )  # fmt: skip
 
-        ``batch`` has the columns of the live schema ``schema_id`` (default: latest), in that
-        order, plus ``_ts`` (uint64) and ``_diff`` (int64) anywhere; every ``_ts`` must lie in
-        ``[expected_upper, new_upper)``. Invalid input raises ShardError (``reason`` says which
-        rule) before anything is written; a sealed or finalized shard raises
-        ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
-        upper), not an exception, like persist. The Parquet blob is written before the CAS;
-        empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
-        a compaction) are retried internally. ``guards`` are version checks of other keys made
-        in the same transaction: when one of them moved, ShardError (reason ``guard-moved``,
-        with the ``keys``) is raised and nothing is appended.
 
-        Exactly once: the append records ``write_id`` (default: a fresh one) in the shard's
-        write ledger in the same transaction. A call whose id the ledger holds returns that
-        append (``replayed``) and writes nothing; an attempt whose answer was lost is resolved
-        by looking its id up, whatever moved the batch meanwhile. When the ledger no longer
-        covers ``expected_upper`` the outcome cannot be known: WriteOutcomeUnknownError.
-        ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
-        copy, which keeps the source's times).
-        """
-        self._check_frontiers(expected_upper, new_upper)
-        refs: list[BatchRef] = []
-        initial = self.state()
-        schema_id = initial.schema_id if schema_id is None else schema_id
-        write_id = uuid.uuid4().hex if write_id is None else write_id
-        appendable = not (initial.sealed or initial.finalized or initial.writes.find(write_id))
-        if appendable and initial.upper == expected_upper:
-            stored = _prepare_append(
-                batch, initial.live(schema_id), expected_upper, new_upper, self.shard_id
-            )
-            if stored.num_rows:
-                lower, upper = _time_bounds(stored)
-                ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
-                self.blob.put_batch(ref.key(self.shard_id), stored)
-                refs.append(ref)
-        return self._append_refs(
-            refs, expected_upper, new_upper, fence=fence, guards=guards, write_id=write_id,
-            carry=carry, initial=initial,
-        )  # fmt: skip
+def compare_and_append_batches(
+    shard: Shard,
+    refs: Sequence[BatchRef],
+    expected_upper: int,
+    new_upper: int,
+    *,
+    fence: Fence | None = None,
+    write_id: str | None = None,
+    carry: WriteLedger | None = None,
+) -> AppendResult:
+    """Append batches whose blobs are already written under this shard (by Spark
+    executors), in one compare-and-set, like :meth:`compare_and_append`.
 
-    def compare_and_append_batches(
-        self,
-        refs: Sequence[BatchRef],
-        expected_upper: int,
-        new_upper: int,
-        *,
-        fence: Fence | None = None,
-        write_id: str | None = None,
-        carry: WriteLedger | None = None,
-    ) -> AppendResult:
-        """Append batches whose blobs are already written under this shard (by Spark
-        executors), in one compare-and-set, like :meth:`compare_and_append`.
-
-        Every ref must name a live schema id and lie in ``[expected_upper, new_upper)``; the
-        blobs are this call's to delete when the append does not land (a lost race, an error),
-        so a failed job leaves no unreferenced file behind for long.
-        """
-        self._check_frontiers(expected_upper, new_upper)
-        initial = self.state()
-        for ref in refs:
-            initial.live(ref.schema_id)  # ShardError for an unknown schema id
-            if ref.lower < expected_upper or ref.upper > new_upper or ref.rows <= 0:
-                self.blob.delete_many([r.key(self.shard_id) for r in refs])
-                raise _shard_error(
-                    f"batch {ref.name} at times [{ref.lower}, {ref.upper - 1}] falls outside "
-                    f"[{expected_upper}, {new_upper})",
-                    self.shard_id,
-                    "ts-out-of-range",
-                    expected_upper=expected_upper,
-                    new_upper=new_upper,
-                )
-        return self._append_refs(
-            list(refs), expected_upper, new_upper, fence=fence, guards=(),
-            write_id=uuid.uuid4().hex if write_id is None else write_id, carry=carry,
-            initial=initial,
-        )  # fmt: skip
-
-    def _check_frontiers(self, expected_upper: int, new_upper: int) -> None:
-        if new_upper < expected_upper:
+    Every ref must name a live schema id and lie in ``[expected_upper, new_upper)``; the
+    blobs are this call's to delete when the append does not land (a lost race, an error),
+    so a failed job leaves no unreferenced file behind for long.
+    """
+    _check_frontiers(shard, expected_upper, new_upper)
+    initial = shard.state()
+    for ref in refs:
+        initial.live(ref.schema_id)  # ShardError for an unknown schema id
+        if ref.lower < expected_upper or ref.upper > new_upper or ref.rows <= 0:
+            shard.blob.delete_many([r.key(shard.shard_id) for r in refs])
             raise _shard_error(
-                f"new upper {new_upper} is below the expected upper {expected_upper}",
-                self.shard_id,
-                "upper-regression",
+                f"batch {ref.name} at times [{ref.lower}, {ref.upper - 1}] falls outside "
+                f"[{expected_upper}, {new_upper})",
+                shard.shard_id,
+                "ts-out-of-range",
                 expected_upper=expected_upper,
                 new_upper=new_upper,
             )
+    return _append_refs(shard,
+        list(refs), expected_upper, new_upper, fence=fence, guards=(),
+        write_id=uuid.uuid4().hex if write_id is None else write_id, carry=carry,
+        initial=initial,
+    )  # fmt: skip
 
-    def _append_refs(
-        self,
-        refs: list[BatchRef],
-        expected_upper: int,
-        new_upper: int,
-        *,
-        fence: Fence | None,
-        guards: Sequence[Check],
-        write_id: str,
-        carry: WriteLedger | None,
-        initial: ShardState,
-    ) -> AppendResult:
-        """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
-        ``write_id``; the blobs are deleted when the append surely did not land."""
-        owned = [r.key(self.shard_id) for r in refs]
-        landed = initial.writes.find(write_id)
-        if landed is not None:
-            self.blob.delete_many(owned)
-            return AppendResult(True, landed.upper, initial, landed, replayed=True)
-        if initial.sealed or initial.finalized:
-            self.blob.delete_many(owned)
-            raise _finalized(initial)
-        if initial.upper != expected_upper:
-            self.blob.delete_many(owned)
-            return AppendResult(False, initial.upper, initial)
-        rows = sum(r.rows for r in refs)
-        mark = WriteMark(write_id, expected_upper, new_upper, rows)
-        uncertain = False
-        pending = [initial]
-        replaced: list[str] = []
 
-        def attempt() -> AppendResult:
-            nonlocal uncertain
-            current = pending.pop() if pending else self.state()
-            if uncertain:
-                found = current.writes.find(write_id)
-                if found is not None:  # our lost answer did land
-                    return AppendResult(True, found.upper, current, found, replayed=True)
-                if current.upper != expected_upper and not current.writes.covers(expected_upper):
-                    raise _unknown_outcome(self.shard_id, write_id, expected_upper, current)
-                uncertain = False  # the ledger proves it did not land
-            if current.sealed or current.finalized:
-                raise _finalized(current)
-            if current.upper != expected_upper:
-                return AppendResult(False, current.upper, current)
-            new, written, old_rollups = self._appended(current, refs, new_upper)
-            writes = new.writes if carry is None else new.writes.carried(carry, self.write_memory)
-            new = attrs.evolve(new, writes=writes.recorded([mark], self.write_memory))
-            try:
-                result = self._cas(current, new, fence, guards)
-            except VersionMismatchError:
-                self.blob.delete_many(written)
-                self._check_guards(guards)
-                raise
-            except ConnectionLostError:
-                uncertain = True
-                raise
-            replaced[:] = old_rollups
-            return AppendResult(True, new_upper, result, mark)
+def _check_frontiers(shard: Shard, expected_upper: int, new_upper: int) -> None:
+    if new_upper < expected_upper:
+        raise _shard_error(
+            f"new upper {new_upper} is below the expected upper {expected_upper}",
+            shard.shard_id,
+            "upper-regression",
+            expected_upper=expected_upper,
+            new_upper=new_upper,
+        )
 
+
+def _append_refs(
+    shard: Shard,
+    refs: list[BatchRef],
+    expected_upper: int,
+    new_upper: int,
+    *,
+    fence: Fence | None,
+    guards: Sequence[Check],
+    write_id: str,
+    carry: WriteLedger | None,
+    initial: ShardState,
+) -> AppendResult:
+    """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
+    ``write_id``; the blobs are deleted when the append surely did not land."""
+    owned = [r.key(shard.shard_id) for r in refs]
+    landed = initial.writes.find(write_id)
+    if landed is not None:
+        shard.blob.delete_many(owned)
+        return AppendResult(True, landed.upper, initial, landed, replayed=True)
+    if initial.sealed or initial.finalized:
+        shard.blob.delete_many(owned)
+        raise _finalized(initial)
+    if initial.upper != expected_upper:
+        shard.blob.delete_many(owned)
+        return AppendResult(False, initial.upper, initial)
+    rows = sum(r.rows for r in refs)
+    mark = WriteMark(write_id, expected_upper, new_upper, rows)
+    uncertain = False
+    pending = [initial]
+    replaced: list[str] = []
+
+    def attempt() -> AppendResult:
+        nonlocal uncertain
+        current = pending.pop() if pending else shard.state()
+        if uncertain:
+            found = current.writes.find(write_id)
+            if found is not None:  # our lost answer did land
+                return AppendResult(True, found.upper, current, found, replayed=True)
+            if current.upper != expected_upper and not current.writes.covers(expected_upper):
+                raise _unknown_outcome(shard.shard_id, write_id, expected_upper, current)
+            uncertain = False  # the ledger proves it did not land
+        if current.sealed or current.finalized:
+            raise _finalized(current)
+        if current.upper != expected_upper:
+            return AppendResult(False, current.upper, current)
+        new, written, old_rollups = appended(shard, current, refs, new_upper)
+        writes = new.writes if carry is None else new.writes.carried(carry, shard.write_memory)
+        new = attrs.evolve(new, writes=writes.recorded([mark], shard.write_memory))
         try:
-            result = self.retry()(attempt)
-        except BaseException:
-            if not uncertain:
-                self.blob.delete_many(owned)
+            result = shard.cas(current, new, fence, guards)
+        except VersionMismatchError:
+            shard.blob.delete_many(written)
+            shard.check_guards(guards)
             raise
-        if not result.ok:
-            self.blob.delete_many(owned)
-        if result.ok:
-            # Rollups merged away are left to the garbage collection (after its grace, never
-            # under a lease): a reader of the previous state may still be reading them.
-            self._log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed,
-                            rollups_left_to_gc=len(replaced))  # fmt: skip
-        return result
+        except ConnectionLostError:
+            uncertain = True
+            raise
+        replaced[:] = old_rollups
+        return AppendResult(True, new_upper, result, mark)
 
-    def _appended(
-        self, state: ShardState, refs: Sequence[BatchRef], new_upper: int
-    ) -> tuple[ShardState, list[str], list[str]]:
-        """``state`` with ``refs`` appended (rolling entries up as needed).
+    try:
+        result = shard.retry()(attempt)
+    except BaseException:
+        if not uncertain:
+            shard.blob.delete_many(owned)
+        raise
+    if not result.ok:
+        shard.blob.delete_many(owned)
+    if result.ok:
+        # Rollups merged away are left to the garbage collection (after its grace, never
+        # under a lease): a reader of the previous state may still be reading them.
+        shard.log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed,
+                        rollups_left_to_gc=len(replaced))  # fmt: skip
+    return result
 
-        Returns the new state, the blobs written for it, and the blobs it no longer references.
-        """
-        inline = (*state.batches, *refs)
-        rollups = state.rollups
-        written: list[str] = []
-        replaced: list[str] = []
-        if len(inline) > self.rollup_threshold:
-            rollup = self._write_rollup(state.batches)
-            written.append(rollup.key(self.shard_id))
-            rollups = (*rollups, rollup)
-            inline = tuple(refs)
-            if len(rollups) > self.max_rollups:
-                merged = self._write_rollup([b for r in rollups for b in self._rollup_entries(r)])
-                written.append(merged.key(self.shard_id))
-                replaced = [r.key(self.shard_id) for r in rollups]
-                rollups = (merged,)
-        new = attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
-        return new, written, replaced
 
-    def advance_since(self, since: int, *, fence: Fence | None = None) -> ShardState:
-        """Move ``since`` forward to ``since`` (never back; at most the upper)."""
+def appended(
+    shard: Shard, state: ShardState, refs: Sequence[BatchRef], new_upper: int
+) -> tuple[ShardState, list[str], list[str]]:
+    """``state`` with ``refs`` appended (rolling entries up as needed).
 
-        def change(state: ShardState) -> ShardState | None:
-            if state.finalized:
-                raise _finalized(state)
-            if since <= state.since:
-                return None
-            if since > state.upper:
-                raise _shard_error(
-                    f"since {since} would pass the upper {state.upper}",
-                    self.shard_id,
-                    "since-beyond-upper",
-                    since=since,
-                    upper=state.upper,
-                )
-            return attrs.evolve(state, since=since)
+    Returns the new state, the blobs written for it, and the blobs it no longer references.
+    """
+    inline = (*state.batches, *refs)
+    rollups = state.rollups
+    written: list[str] = []
+    replaced: list[str] = []
+    if len(inline) > shard.rollup_threshold:
+        rollup = shard.rollups.write(state.batches)
+        written.append(rollup.key(shard.shard_id))
+        rollups = (*rollups, rollup)
+        inline = tuple(refs)
+        if len(rollups) > shard.max_rollups:
+            merged = shard.rollups.write([b for r in rollups for b in shard.rollups.entries(r)])
+            written.append(merged.key(shard.shard_id))
+            replaced = [r.key(shard.shard_id) for r in rollups]
+            rollups = (merged,)
+    new = attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
+    return new, written, replaced
 
-        return self._update(change, fence)
 
-    downgrade_since = advance_since
+def advance_since(shard: Shard, since: int, *, fence: Fence | None = None) -> ShardState:
+    """Move ``since`` forward to ``since`` (never back; at most the upper)."""
 
-    def seal(self, *, fence: Fence | None = None) -> ShardState:
-        """Refuse every further append (idempotent). Readers may still read."""
+    def change(state: ShardState) -> ShardState | None:
+        if state.finalized:
+            raise _finalized(state)
+        if since <= state.since:
+            return None
+        if since > state.upper:
+            raise _shard_error(
+                f"since {since} would pass the upper {state.upper}",
+                shard.shard_id,
+                "since-beyond-upper",
+                since=since,
+                upper=state.upper,
+            )
+        return attrs.evolve(state, since=since)
 
-        def change(state: ShardState) -> ShardState | None:
-            return None if state.sealed else attrs.evolve(state, sealed=True)
+    return shard.update(change, fence)
 
-        state = self._update(change, fence)
-        self._log.info("shard_sealed", upper=state.upper)
-        return state
+
+def seal(shard: Shard, *, fence: Fence | None = None) -> ShardState:
+    """Refuse every further append (idempotent). Readers may still read."""
+
+    def change(state: ShardState) -> ShardState | None:
+        return None if state.sealed else attrs.evolve(state, sealed=True)
+
+    state = shard.update(change, fence)
+    shard.log.info("shard_sealed", upper=state.upper)
+    return state
 
 
 def _unknown_outcome(

@@ -212,7 +212,7 @@ def test_discard_and_states_of_a_split_shard(consensus: Consensus, shard: Shard)
     assert shard.compare_and_append_batches(refs, 0, 1).ok
     state = shard.state()
     emptied = attrs.evolve(state, batches=())
-    shard._cas(state, emptied, None)
+    shard.cas(state, emptied, None)
     assert read_states(consensus, [shard.shard_id])[shard.shard_id] is not None
     shard.discard()
     assert consensus.get(shard_key(shard.shard_id)) is None
