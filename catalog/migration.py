@@ -33,13 +33,13 @@ from catalog.errors import (
 from catalog.retry import CasRetry
 from catalog.shard import (
     DIFF,
-    TS,
+    Rows,
     Shard,
     ShardState,
+    append_rows,
     create_op,
     new_shard_id,
     read_states,
-    update_schema,
 )
 
 __all__ = [
@@ -78,7 +78,7 @@ class MigrationEntry:
         return attrs.asdict(self)
 
 
-def _updates(entries: Iterable[MigrationEntry], ts: int, diff: int) -> pa.Table:
+def _entry_table(entries: Iterable[MigrationEntry]) -> pa.Table:
     rows = sorted(set(entries))
     return pa.Table.from_pydict(
         {
@@ -86,10 +86,8 @@ def _updates(entries: Iterable[MigrationEntry], ts: int, diff: int) -> pa.Table:
             "version": [e.version for e in rows],
             "deploy_generation": [e.deploy_generation for e in rows],
             "shard_id": [e.shard_id for e in rows],
-            TS: [ts] * len(rows),
-            DIFF: [diff] * len(rows),
         },
-        schema=update_schema(MIGRATION_SCHEMA),
+        schema=MIGRATION_SCHEMA,
     )
 
 
@@ -124,6 +122,10 @@ class MigrationShard:
             state = self.shard.state()
         except ShardNotFoundError:
             return [], None
+        return self._entries_of(state, as_of), state
+
+    def _entries_of(self, state: ShardState, as_of: int | None = None) -> list[MigrationEntry]:
+        """The live entries of ``state`` as of ``as_of`` (default: its upper)."""
         table = self.shard.snapshot_of(state, as_of)
         out: list[MigrationEntry] = []
         for row in table.to_pylist():
@@ -134,7 +136,7 @@ class MigrationShard:
                 row["global_id"], row["version"], row["deploy_generation"], row["shard_id"]
             )
             out.append(entry)  # one per distinct entry, whatever its multiplicity
-        return sorted(out), state
+        return sorted(out)
 
     def read_live(self) -> tuple[list[MigrationEntry], ShardState | None]:
         """Every live entry and the shard state they were read from (None: no shard yet), for
@@ -157,27 +159,15 @@ class MigrationShard:
         build: Callable[[list[MigrationEntry]], tuple[list[MigrationEntry], int]],
         fence: Fence | None,
     ) -> int:
-        """Read, let ``build`` pick the rows and their diff, compare-and-append; retried."""
+        """Read, let ``build`` pick the rows and their diff, append them at the upper
+        (:func:`catalog.shard.append_rows`, re-read on a lost race); the new upper."""
         self.ensure(fence=fence)
 
-        def attempt() -> int:
-            live, state = self._read()
-            assert state is not None
-            rows, diff = build(live)
-            if not rows:
-                return state.upper
-            result = self.shard.compare_and_append(
-                _updates(rows, state.upper, diff), state.upper, state.upper + 1, fence=fence
-            )
-            if not result.ok:
-                raise VersionMismatchError(
-                    f"migration shard upper moved from {state.upper} to {result.upper}",
-                    key=self.shard.key,
-                    current=result.upper,
-                )
-            return result.upper
+        def rows(state: ShardState) -> Rows | None:
+            entries, diff = build(self._entries_of(state))
+            return Rows(_entry_table(entries), diff=diff) if entries else None
 
-        return self.retry()(attempt)
+        return append_rows(self.shard, rows, fence=fence, retry=self.retry).upper
 
     def append_entries(
         self, entries: Iterable[MigrationEntry], *, fence: Fence | None = None
@@ -259,17 +249,19 @@ class MigrationShard:
         creator = create_shard or self._create_shard(fence)
         created: dict[str, str] = {}
 
-        def attempt() -> dict[str, str]:
-            live, state = self._read()
-            assert state is not None
+        mapping: dict[str, str] = {}
+
+        def rows(state: ShardState) -> Rows | None:
             found = {
                 gid: e.shard_id
-                for gid, e in _exactly(live, version, generation).items()
+                for gid, e in _exactly(self._entries_of(state), version, generation).items()
                 if gid in wanted
             }
             missing = sorted(gid for gid in wanted if gid not in found)
+            mapping.clear()
+            mapping.update(found)
             if not missing:
-                return found
+                return None
             # A shard made in a lost attempt is reused, unless the leader collected it as an
             # orphan meanwhile (sealed: see orchestrator.migrate.collect_orphan_shards).
             reused = read_states(self.consensus, [created[g] for g in missing if g in created])
@@ -285,9 +277,10 @@ class MigrationShard:
             for gid in missing:
                 if gid not in created:
                     created[gid] = creator(gid, wanted[gid])
-            rows = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
+            entries = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
             # The entries name these shards only if they are as this attempt last saw them: an
-            # orphan collection that sealed one in between makes the append fail (and retry).
+            # orphan collection that sealed one in between makes the append fail (a guard moved,
+            # or the check below) and run again.
             states = read_states(self.consensus, [created[g] for g in missing])
             collected = [
                 sid for sid, st in states.items() if st is None or st.sealed or st.finalized
@@ -297,29 +290,16 @@ class MigrationShard:
                     f"replacement shards {collected} were collected before their entries landed",
                     key=self.shard.key,
                 )
+            mapping.update({gid: created[gid] for gid in missing})
             guards = [check for st in states.values() if st for check in st.checks()]
-            try:
-                result = self.shard.compare_and_append(
-                    _updates(rows, state.upper, 1),
-                    state.upper,
-                    state.upper + 1,
-                    fence=fence,
-                    guards=guards,
-                )
-            except ShardGuardMovedError as exc:
-                raise VersionMismatchError(
-                    f"replacement shards changed before their entries landed: {exc}",
-                    key=self.shard.key,
-                ) from exc
-            if not result.ok:
-                raise VersionMismatchError(
-                    f"migration shard upper moved from {state.upper} to {result.upper}",
-                    key=self.shard.key,
-                    current=result.upper,
-                )
-            return {**found, **{gid: created[gid] for gid in missing}}
+            return Rows(_entry_table(entries), guards=guards)
 
-        mapping = self.retry()(attempt)
+        def retry() -> CasRetry:
+            # A guard that moved is a lost race too: re-read and reuse what the winner wrote.
+            plain = self.retry()
+            return attrs.evolve(plain, retryable=(*plain.retryable, ShardGuardMovedError))
+
+        append_rows(self.shard, rows, fence=fence, retry=retry)
         orphans = sorted(sid for gid, sid in created.items() if mapping.get(gid) != sid)
         if orphans and create_shard is None:
             for shard_id in orphans:

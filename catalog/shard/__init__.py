@@ -59,6 +59,7 @@ from catalog.shard.ops import (
     expand_op,
     read_states,
 )
+from catalog.shard.rows import Rows, append_rows, with_updates
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
@@ -73,6 +74,7 @@ from catalog.shard.state import (
     RollupRef,
     ShardState,
     body_key,
+    find_schema_id,
     new_shard_id,
     shard_key,
     update_schema,
@@ -94,6 +96,7 @@ __all__ = [
     "EvolveResult",
     "Lease",
     "RollupRef",
+    "Rows",
     "SchemaUse",
     "Shard",
     "ShardCoverage",
@@ -101,6 +104,7 @@ __all__ = [
     "WriteLedger",
     "WriteMark",
     "advance_times",
+    "append_rows",
     "blob_prefix",
     "body_key",
     "change_ops",
@@ -111,10 +115,12 @@ __all__ = [
     "delete_ops",
     "evolve_op",
     "expand_op",
+    "find_schema_id",
     "new_shard_id",
     "read_states",
     "read_stored",
     "shard_coverage",
     "shard_key",
     "update_schema",
+    "with_updates",
 ]

@@ -324,6 +324,19 @@ class ShardState:
         )
 
 
+def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
+    """The id under which live ``schema`` is registered on the shard, if it is.
+
+    A release may keep an older schema the shard has since evolved past (an older release
+    starting after a newer leader registered schemas and crashed): it then reads and writes
+    with that older id, and nothing needs registering.
+    """
+    for schema_id in range(len(state.schemas) - 1, -1, -1):
+        if state.live(schema_id).equals(schema, check_metadata=False):
+            return schema_id
+    return None
+
+
 @attrs.frozen
 class AppendResult:
     """Outcome of :meth:`Shard.compare_and_append`.

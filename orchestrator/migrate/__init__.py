@@ -57,7 +57,6 @@ from orchestrator.migrate.context import (
     MigrationContext,
 )
 from orchestrator.migrate.durable import registration_schema
-from orchestrator.migrate.evolution import find_schema_id
 from orchestrator.migrate.frontiers import advance_frontiers
 from orchestrator.migrate.garbage import GC_INTERVAL_SECONDS, collect_garbage
 from orchestrator.migrate.leader import migrate_as_leader
@@ -82,7 +81,6 @@ __all__ = [
     "collect_orphan_shards",
     "compact_due",
     "finalize_pending",
-    "find_schema_id",
     "migrate_as_leader",
     "pending_finalization",
     "registration_schema",

@@ -28,26 +28,14 @@ from catalog.shard import (
     contract_op,
     evolve_op,
     expand_op,
+    find_schema_id,
 )
 from orchestrator.migrate.context import PHASE_SCHEMAS, MigrationContext
 from orchestrator.migrate.durable import _read_shard_states, registration_schema
 
-__all__ = ["contract_all", "expand_all", "find_schema_id", "keeps_release_schema"]
+__all__ = ["contract_all", "expand_all", "keeps_release_schema"]
 
 log = structlog.get_logger(__name__)
-
-
-def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
-    """The id under which live ``schema`` is registered on the shard, if it is.
-
-    A release may keep an older schema the shard has since evolved past (an older release
-    starting after a newer leader registered schemas and crashed): it then reads and writes
-    with that older id, and nothing needs registering.
-    """
-    for schema_id in range(len(state.schemas) - 1, -1, -1):
-        if state.live(schema_id).equals(schema, check_metadata=False):
-            return schema_id
-    return None
 
 
 def _expand_op(

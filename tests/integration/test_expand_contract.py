@@ -20,11 +20,10 @@ from catalog.blob import BlobStore
 from catalog.environment import read_catalog
 from catalog.release import load_release
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Shard
+from catalog.shard import DIFF, TS, Shard, find_schema_id
 from orchestrator.migrate import (
     MigrationContext,
     check_read_only,
-    find_schema_id,
     migrate_as_leader,
 )
 from support.migrations import Env, SimulatedCrash, bootstrap

@@ -8,8 +8,8 @@ import pytest
 
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema import check_reader
-from catalog.shard import ShardState, create_op, evolve_op
-from orchestrator.migrate import find_schema_id, registration_schema
+from catalog.shard import ShardState, create_op, evolve_op, find_schema_id
+from orchestrator.migrate import registration_schema
 
 BASE = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("name", pa.string())])
 OLDER = pa.schema([*BASE, pa.field("source_id", pa.string())])  # what the older release wants

@@ -1,0 +1,119 @@
+"""Appending rows: the one compare-and-set loop that writes rows at a shard's upper.
+
+:func:`append_rows` reads the state, asks its caller for the rows to write (they may depend on
+the state: the migration shard appends only entries not yet live), adds the update columns
+(``_ts`` = the upper, ``_diff``), picks the schema id the rows are written with, and
+compare-and-appends from the upper to the upper + 1. A lost race (the upper moved) re-reads
+and runs again; exactly once by the write id (:mod:`catalog.shard.ledger`).
+
+The schema: a writer names the schema its rows have. The id under which that schema is
+registered is used (not the latest: a newer release that registered a schema and crashed before
+its switch must not stop an older writer); a schema registered only inside a wider one (see
+``orchestrator.migrate.registration_schema``) is written as that wider schema, the fields the
+writer does not know as nulls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import pyarrow as pa
+
+from catalog.consensus import Check, Fence
+from catalog.consolidate import DIFF, TS
+from catalog.errors import VersionMismatchError
+from catalog.retry import CasRetry
+from catalog.schema import migrate_batch
+from catalog.shard.state import AppendResult, ShardState, find_schema_id
+
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
+
+__all__ = ["Rows", "append_rows", "with_updates"]
+
+
+@attrs.frozen
+class Rows:
+    """What one attempt appends: ``table`` (the data columns, in ``schema``'s order; None:
+    the latest live schema's), each with ``diff``, and ``guards`` checked in the same
+    transaction."""
+
+    table: pa.Table
+    schema: pa.Schema | None = None
+    diff: int = 1
+    guards: Sequence[Check] = ()
+
+
+def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
+    """``table`` with the update columns: every row at time ``ts`` with ``diff``."""
+    rows = table.num_rows
+    return table.append_column(
+        pa.field(TS, pa.uint64(), nullable=False), pa.array([ts] * rows, pa.uint64())
+    ).append_column(
+        pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64())
+    )
+
+
+def append_rows(
+    shard: Shard,
+    rows: Rows | Callable[[ShardState], Rows | None],
+    *,
+    fence: Fence | None = None,
+    write_id: str | None = None,
+    retry: Callable[[], Callable[..., AppendResult]] = CasRetry,
+    before_read: Callable[[], None] | None = None,
+    before_send: Callable[[], None] | None = None,
+) -> AppendResult:
+    """Append ``rows`` (or what ``rows(state)`` returns for the state read) at the upper.
+
+    ``rows(state)`` returning None means nothing to write: the result is ok, at the current
+    upper, with no mark. ``before_read`` runs before each attempt reads the state and
+    ``before_send`` before it sends the append (a leader's lease check; a send whose answer is
+    lost leaves the outcome to the write id). ``retry`` runs the attempts (its retryable
+    errors: a lost race, a lost connection). A result's ``replayed`` says that ``write_id`` had
+    landed before this call (a retry of a request answered earlier); an attempt of this call
+    whose answer was lost and that a later attempt finds is this call's own write, not a
+    replay.
+    """
+    attempts = 0
+
+    def attempt() -> AppendResult:
+        nonlocal attempts
+        attempts += 1
+        if before_read is not None:
+            before_read()
+        state = shard.state()
+        wanted = rows(state) if callable(rows) else rows
+        if write_id is not None:
+            landed = state.writes.find(write_id)
+            if landed is not None:
+                return AppendResult(True, landed.upper, state, landed, replayed=attempts == 1)
+        if wanted is None:
+            return AppendResult(True, state.upper, state)
+        upper = state.upper
+        batch = with_updates(wanted.table, upper, wanted.diff)
+        schema_id = None
+        if wanted.schema is not None:
+            schema_id = find_schema_id(state, wanted.schema)
+            if schema_id is None:
+                schema_id = state.schema_id
+                batch = migrate_batch(batch, wanted.schema, state.live_schema, projection=True)
+        if before_send is not None:
+            before_send()
+        result = shard.compare_and_append(
+            batch, upper, upper + 1, schema_id=schema_id, fence=fence, guards=wanted.guards,
+            write_id=write_id,
+        )  # fmt: skip
+        if not result.ok:
+            raise VersionMismatchError(
+                f"upper of shard {shard.shard_id} moved from {upper} to {result.upper}",
+                key=shard.key,
+                upper=result.upper,
+            )
+        if result.replayed:  # an attempt of ours whose answer was lost, found again
+            result = attrs.evolve(result, replayed=False)
+        return result
+
+    return retry()(attempt)
