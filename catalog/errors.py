@@ -19,9 +19,13 @@ EXIT_REFUSED = 4
 
 
 class CatalogError(Exception):
-    """Root of every error this project raises on purpose."""
+    """Root of every error this project raises on purpose.
+
+    ``code``: for a refusal of a request, its short name (the ``error`` of an HTTP answer's
+    body, where ``orchestrator.sidecar.http`` maps the class to its status)."""
 
     exit_code: int = EXIT_UNEXPECTED
+    code: str | None = None
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -193,3 +197,60 @@ class ShardGuardMovedError(ShardError):
 
 class ShardLeasedError(ShardError):
     """Finalization waited in vain: readers still hold leases on the shard."""
+
+
+# --- refusals of a request to a sidecar (orchestrator.sidecar.http maps each to its status) ---
+
+
+class UnknownCollectionError(BadInputError):
+    """The release has no builtin collection of that name."""
+
+    code = "unknown-collection"
+
+
+class BadIdempotencyKeyError(BadInputError):
+    """An ``Idempotency-Key`` that is not 1 to 255 printable ASCII characters."""
+
+    code = "bad-idempotency-key"
+
+
+class IdempotencyKeyReusedError(BadInputError):
+    """An ``Idempotency-Key`` used before for another append (another body)."""
+
+    code = "idempotency-key-reused"
+
+
+class NotLeaderError(CatalogError):
+    """A write asked of a read-only process: it goes through the leader."""
+
+    code = "read-only"
+
+
+class WritesPausedError(CatalogError):
+    """The leader cannot write now (not serving, or its ZooKeeper session is suspended)."""
+
+    code = "writes-paused"
+
+
+class BusyError(CatalogError):
+    """The process did not handle a request in time (its main loop is busy migrating)."""
+
+    code = "busy"
+
+
+class NoShardError(CatalogError):
+    """The collection has no shard yet (not bootstrapped, or new and not promoted)."""
+
+    code = "no-shard"
+
+
+class UnauthorizedError(CatalogError):
+    """A request to a protected endpoint without a bearer token."""
+
+    code = "unauthorized"
+
+
+class ForbiddenError(CatalogError):
+    """A request to a protected endpoint with a wrong bearer token."""
+
+    code = "forbidden"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.consolidate.columns import DIFF, _keys, is_nested
+from catalog.consolidate.columns import DIFF, is_nested, key_columns
 from catalog.consolidate.floats import normalize_floats
 from catalog.errors import ShardError
 
@@ -77,7 +77,7 @@ def _row_numbers(count: int) -> pa.Array:
 
 def consolidate_hashed(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     """:func:`consolidate` by hash grouping, for any key types (nested ones by value ids)."""
-    keys = _keys(table, keys)
+    keys = key_columns(table, keys)
     table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     if table.num_rows == 0:
         return table

@@ -10,16 +10,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.consolidate import columns
-from catalog.consolidate.by_sorting import _diffs, _sorted_plan, _with_diffs
-from catalog.consolidate.columns import DIFF, _keys, _numeric_view, _view_type
+from catalog.consolidate.by_sorting import diff_values, sorted_plan, with_diffs
+from catalog.consolidate.columns import DIFF, key_columns, numeric_view, view_type
 from catalog.consolidate.floats import normalize_floats
 from catalog.consolidate.gather import (
-    _equal_pairs,
-    _filter_range,
-    _gather,
-    _gather_rows,
-    _ranges,
-    _share_work,
+    equal_pairs,
+    filter_range,
+    gather_column,
+    gather_rows,
+    share_work,
+    split_ranges,
 )
 
 
@@ -27,13 +27,13 @@ def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
     """The numeric key column with the most distinct values in a sample of rows (None when
     no key has a numeric view, or the best one repeats too often to separate rows)."""
     count = table.num_rows
-    sample = np.linspace(0, count - 1, min(count, columns._SAMPLE_ROWS)).astype(np.int64)
+    sample = np.linspace(0, count - 1, min(count, columns.SAMPLE_ROWS)).astype(np.int64)
     best, best_distinct = None, 0
     for name in names:
         column = table.column(name)
-        if _view_type(column.type) is None:
+        if view_type(column.type) is None:
             continue
-        distinct = pc.count_distinct(_gather(column, sample), mode="all").as_py()
+        distinct = pc.count_distinct(gather_column(column, sample), mode="all").as_py()
         if distinct > best_distinct:
             best, best_distinct = name, distinct
     return best if best_distinct * 2 >= len(sample) else None
@@ -55,7 +55,7 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     shared by two threads; the surviving rows of longer runs follow. Retraction pairs, the common
     case of a shard's history, cost one gather per column and leave nothing to copy.
     """
-    names = _keys(table, keys)
+    names = key_columns(table, keys)
     table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     count = table.num_rows
     if count < 2 or not names or table.column(DIFF).null_count:
@@ -63,7 +63,7 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     key = _run_key(table, names)
     if key is None:
         return None
-    values = _numeric_view(table.column(key))
+    values = numeric_view(table.column(key))
     descents = int(np.count_nonzero(values[1:] < values[:-1]))
     order = np.argsort(values, kind="stable" if descents * 8 < count else "quicksort")
     ordered_values = values[order]
@@ -80,7 +80,7 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     long_count = int(np.count_nonzero(in_long))
     if long_count * 2 > count:
         return None  # mostly long runs: one sort of everything is cheaper
-    diffs = _diffs(table)
+    diffs = diff_values(table)
     single_keep = diffs != 0
     single_keep[order[~single]] = False
     pair_at = np.flatnonzero(pair)
@@ -90,14 +90,14 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     # Rows in runs of one are decided already: they are copied out while the pairs are
     # compared, both split in parts that two threads share.
     half = len(left) // 2
-    ranges = _ranges(count, 4)
-    results = _share_work(
+    ranges = split_ranges(count, 4)
+    results = share_work(
         [
-            partial(_equal_pairs, compared, left[:half], right[:half]),
-            *(partial(_filter_range, table, single_keep, *r) for r in ranges),
-            partial(_equal_pairs, compared, left[half:], right[half:]),
+            partial(equal_pairs, compared, left[:half], right[:half]),
+            *(partial(filter_range, table, single_keep, *r) for r in ranges),
+            partial(equal_pairs, compared, left[half:], right[half:]),
         ],
-        parallel=count >= columns._PARALLEL_MIN_ROWS,
+        parallel=count >= columns.PARALLEL_MIN_ROWS,
     )
     equal = np.concatenate([results[0], results[-1]])
     singles = pa.concat_tables(results[1:-1])
@@ -106,8 +106,8 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     sums = [diffs[left[equal]] + diffs[right[equal]], diffs[left[unequal]], diffs[right[unequal]]]
     if long_count:
         members = np.sort(order[in_long])
-        subset = _gather_rows(table.select(names), members)
-        found, found_sums = _sorted_plan(subset, names, diffs[members])
+        subset = gather_rows(table.select(names), members)
+        found, found_sums = sorted_plan(subset, names, diffs[members])
         rows.append(members[found])
         sums.append(found_sums)
     survivors, survivor_sums = np.concatenate(rows), np.concatenate(sums)
@@ -116,5 +116,5 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     if not len(survivors):
         return singles
     ascending = np.argsort(survivors)
-    extra = _with_diffs(_gather_rows(table, survivors[ascending]), survivor_sums[ascending])
+    extra = with_diffs(gather_rows(table, survivors[ascending]), survivor_sums[ascending])
     return pa.concat_tables([singles, extra])

@@ -10,7 +10,7 @@ from catalog.consolidate import columns
 from catalog.consolidate.by_hashing import consolidate_hashed
 from catalog.consolidate.by_runs import consolidate_by_runs
 from catalog.consolidate.by_sorting import consolidate_sorted
-from catalog.consolidate.columns import DIFF, _is_fixed_width, _keys, is_sortable
+from catalog.consolidate.columns import DIFF, is_fixed_width, is_sortable, key_columns
 
 
 def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
@@ -21,13 +21,13 @@ def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     when a fixed-width key column separates the rows well, else by :func:`consolidate_sorted`;
     nested keys by :func:`consolidate_hashed`.
     """
-    names = _keys(table, keys)
+    names = key_columns(table, keys)
     if not all(is_sortable(table.schema.field(k).type) for k in names):
         return consolidate_hashed(table, names)
     # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
-    fixed = [k for k in names if _is_fixed_width(table.schema.field(k).type)]
+    fixed = [k for k in names if is_fixed_width(table.schema.field(k).type)]
     names = fixed + [k for k in names if k not in fixed]
-    if table.num_rows >= columns._RUNS_MIN_ROWS and table.column(DIFF).null_count == 0:
+    if table.num_rows >= columns.RUNS_MIN_ROWS and table.column(DIFF).null_count == 0:
         out = consolidate_by_runs(table, names)
         if out is not None:
             return out

@@ -19,17 +19,17 @@ _FLOAT_BITS = {32: pa.int32(), 64: pa.int64()}
 
 # Below these sizes the simple paths win (and tests exercise every path with small tables by
 # lowering them).
-_RUNS_MIN_ROWS = 4096
+RUNS_MIN_ROWS = 4096
 
 
-_PARALLEL_MIN_ROWS = 1 << 20
+PARALLEL_MIN_ROWS = 1 << 20
 
 
-_SAMPLE_ROWS = 4096
+SAMPLE_ROWS = 4096
 
 
 # Kept rows are sliced rather than copied when their ranges average at least this many rows.
-_SLICE_MIN_ROWS = 1024
+SLICE_MIN_ROWS = 1024
 
 
 def is_nested(dtype: pa.DataType) -> bool:
@@ -61,11 +61,11 @@ def is_sortable(dtype: pa.DataType) -> bool:
     )
 
 
-def _keys(table: pa.Table, keys: Sequence[str] | None) -> list[str]:
+def key_columns(table: pa.Table, keys: Sequence[str] | None) -> list[str]:
     return [n for n in table.column_names if n != DIFF] if keys is None else list(keys)
 
 
-def _is_fixed_width(dtype: pa.DataType) -> bool:
+def is_fixed_width(dtype: pa.DataType) -> bool:
     return not (
         pa.types.is_string(dtype)
         or pa.types.is_large_string(dtype)
@@ -74,7 +74,7 @@ def _is_fixed_width(dtype: pa.DataType) -> bool:
     )
 
 
-def _view_type(dtype: pa.DataType) -> pa.DataType | None:
+def view_type(dtype: pa.DataType) -> pa.DataType | None:
     """The integer type whose values equal exactly when values of ``dtype`` are equal
     (floats: their bits; temporal types: their storage); None when there is none."""
     if pa.types.is_integer(dtype):
@@ -91,10 +91,10 @@ def _view_type(dtype: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def _numeric_view(column: pa.ChunkedArray) -> np.ndarray:
-    """``column`` (of a type with a :func:`_view_type`) as NumPy integers; nulls become 0, so
+def numeric_view(column: pa.ChunkedArray) -> np.ndarray:
+    """``column`` (of a type with a :func:`view_type`) as NumPy integers; nulls become 0, so
     a null and a zero are equal here: callers compare validity separately."""
-    view = _view_type(column.type)
+    view = view_type(column.type)
     assert view is not None
     array = column.combine_chunks()
     if not array.type.equals(view):
@@ -104,7 +104,7 @@ def _numeric_view(column: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
-def _differs(after: pa.Array, before: pa.Array) -> pa.Array:
+def differs_from(after: pa.Array, before: pa.Array) -> pa.Array:
     """``after[i] != before[i]``, nulls equal to nulls (floats arrive as their bits)."""
     differs = pc.not_equal(after, before)
     if after.null_count or before.null_count:
@@ -114,7 +114,7 @@ def _differs(after: pa.Array, before: pa.Array) -> pa.Array:
     return differs
 
 
-def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def bit_pattern(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A float column reinterpreted as same-width integers (bitwise equality, like hashing)."""
     bits = _FLOAT_BITS[column.type.bit_width]
     return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.consolidate import columns
-from catalog.consolidate.columns import _bits, _differs
+from catalog.consolidate.columns import bit_pattern, differs_from
 
 _T = TypeVar("_T")
 
@@ -68,18 +68,18 @@ class _Gather:
         return gathered if inverse is None else gathered.take(inverse)
 
 
-def _gather(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
+def gather_column(column: pa.ChunkedArray, indices: np.ndarray) -> pa.Array:
     """``column.take(indices)`` by :class:`_Gather`."""
     return _Gather(indices)(column)
 
 
-def _gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
+def gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
     """``table.take(indices)`` by :class:`_Gather`, one column at a time."""
     gather = _Gather(indices)
     return pa.Table.from_arrays([gather(c) for c in table.columns], schema=table.schema)
 
 
-def _equal_pairs(
+def equal_pairs(
     columns: Sequence[pa.ChunkedArray], left: np.ndarray, right: np.ndarray
 ) -> np.ndarray:
     """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns`` (nulls
@@ -97,15 +97,15 @@ def _equal_pairs(
         if len(still) < len(gathers[0].indices):
             gathers = _Gather(left[still]), _Gather(right[still])
         if pa.types.is_floating(column.type):
-            column = _bits(column)
+            column = bit_pattern(column)
         after, before = gathers[0](column), gathers[1](column)
-        same = np.asarray(pc.invert(_differs(after, before)).to_numpy(zero_copy_only=False))
+        same = np.asarray(pc.invert(differs_from(after, before)).to_numpy(zero_copy_only=False))
         equal[still[~same]] = False
         still = still[same]
     return equal
 
 
-def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
+def select_rows(table: pa.Table, keep: np.ndarray) -> pa.Table:
     """``table.filter(keep)``, zero-copy when the kept rows form few ranges.
 
     A shard's history often drops rows in blocks (a batch retracting what one before it
@@ -118,7 +118,7 @@ def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
     changes = np.flatnonzero(keep[1:] != keep[:-1]) + 1
     edges = np.concatenate([[0] if keep[0] else [], changes, [count] if keep[-1] else []])
     edges = edges.astype(np.int64)
-    if len(edges) * columns._SLICE_MIN_ROWS > 2 * len(keep):
+    if len(edges) * columns.SLICE_MIN_ROWS > 2 * len(keep):
         return table.filter(keep)
     if not len(edges):
         return table.slice(0, 0)
@@ -128,26 +128,26 @@ def _select(table: pa.Table, keep: np.ndarray) -> pa.Table:
     )
 
 
-def _filter(table: pa.Table, keep: np.ndarray) -> pa.Table:
-    """:func:`_select`; a large table in two halves on two threads (:func:`_share_work`),
+def filter_rows(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """:func:`select_rows`; a large table in two halves on two threads (:func:`share_work`),
     which nearly halves a copy."""
-    halves = [partial(_filter_range, table, keep, *r) for r in _ranges(table.num_rows, 2)]
+    halves = [partial(filter_range, table, keep, *r) for r in split_ranges(table.num_rows, 2)]
     if not halves:
-        return _select(table, keep)
-    parallel = table.num_rows >= columns._PARALLEL_MIN_ROWS
-    return pa.concat_tables(_share_work(halves, parallel=parallel))
+        return select_rows(table, keep)
+    parallel = table.num_rows >= columns.PARALLEL_MIN_ROWS
+    return pa.concat_tables(share_work(halves, parallel=parallel))
 
 
-def _ranges(count: int, parts: int) -> list[tuple[int, int]]:
+def split_ranges(count: int, parts: int) -> list[tuple[int, int]]:
     cuts = [count * i // parts for i in range(parts + 1)]
     return [(cuts[i], cuts[i + 1]) for i in range(parts) if cuts[i] < cuts[i + 1]]
 
 
-def _filter_range(table: pa.Table, keep: np.ndarray, start: int, stop: int) -> pa.Table:
-    return _select(table.slice(start, stop - start), keep[start:stop])
+def filter_range(table: pa.Table, keep: np.ndarray, start: int, stop: int) -> pa.Table:
+    return select_rows(table.slice(start, stop - start), keep[start:stop])
 
 
-def _share_work(tasks: Sequence[Callable[[], _T]], *, parallel: bool = True) -> list[_T]:
+def share_work(tasks: Sequence[Callable[[], _T]], *, parallel: bool = True) -> list[_T]:
     """Every task's result, in order; a second thread takes tasks from the front while this
     one takes them from the back (Arrow and NumPy release the GIL in their kernels)."""
     if not parallel or (os.cpu_count() or 1) < 2 or len(tasks) < 2:

@@ -16,7 +16,7 @@ from catalog.pipeline.output import (
     open_output,
     write_part,
 )
-from catalog.pipeline.rewrite import _copy, _CopyPlan, _diff_delta, transform_table
+from catalog.pipeline.rewrite import CopyPlan, copy_shard, diff_delta, transform_table
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import read_updates
 from catalog.shard import (
@@ -82,10 +82,10 @@ class ArrowEngine:
         *,
         fence: Fence | None,
     ) -> int:
-        def produce(plan: _CopyPlan) -> pa.Table:
+        def produce(plan: CopyPlan) -> pa.Table:
             if plan.by_diff:
-                return _diff_delta(source, target, plan, transforms, new_schema)
+                return diff_delta(source, target, plan, transforms, new_schema)
             updates = read_updates(source, plan.source, plan.lower, plan.upper)
             return transform_table(updates, transforms, new_schema)
 
-        return _copy(source, target, fence, produce, self.name)
+        return copy_shard(source, target, fence, produce, self.name)

@@ -17,7 +17,7 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.transforms import Transform, apply_transforms
-from catalog.pipeline.updates import _update_schema, read_updates
+from catalog.pipeline.updates import copy_schema, read_updates
 from catalog.retry import Retry
 from catalog.shard import (
     DIFF,
@@ -42,19 +42,19 @@ def transform_table(
     batches = [
         apply_transforms(b, transforms, new_schema) for b in table.to_batches() if b.num_rows
     ]
-    return pa.Table.from_batches(batches, schema=_update_schema(new_schema))
+    return pa.Table.from_batches(batches, schema=copy_schema(new_schema))
 
 
 class _AppendRaced(Exception):
     """Another copier moved the target's upper first."""
 
 
-class _SourceMoved(Exception):
+class SourceMoved(Exception):
     """A Spark read failed and the source state moved meanwhile (its batches were replaced)."""
 
 
 @attrs.frozen
-class _CopyPlan:
+class CopyPlan:
     """One attempt of a copy: the frontiers read and whether times are still distinguishable."""
 
     source: ShardState
@@ -79,9 +79,9 @@ class _CopyPlan:
         return self.lower > 0 and self.source.since >= self.lower
 
 
-def _plan_copy(source: Shard, target: Shard) -> _CopyPlan | None:
+def _plan_copy(source: Shard, target: Shard) -> CopyPlan | None:
     """The next copy attempt, or None when the target has seen all of the source."""
-    plan = _CopyPlan(source=source.state(), target=target.state())
+    plan = CopyPlan(source=source.state(), target=target.state())
     if plan.lower > plan.upper:
         raise ShardError(
             f"shard {target.shard_id} is ahead of its source {source.shard_id} "
@@ -95,10 +95,10 @@ def _plan_copy(source: Shard, target: Shard) -> _CopyPlan | None:
     return None if plan.lower == plan.upper else plan
 
 
-def _diff_delta(
+def diff_delta(
     source: Shard,
     target: Shard,
-    plan: _CopyPlan,
+    plan: CopyPlan,
     transforms: Sequence[Transform],
     new_schema: pa.Schema,
 ) -> pa.Table:
@@ -112,11 +112,11 @@ def _diff_delta(
     return consolidate(both)
 
 
-def _copy(
+def copy_shard(
     source: Shard,
     target: Shard,
     fence: Fence | None,
-    produce: Callable[[_CopyPlan], pa.Table | Sequence[BatchRef]],
+    produce: Callable[[CopyPlan], pa.Table | Sequence[BatchRef]],
     engine: str,
 ) -> int:
     """The copy loop both engines share: plan, produce the delta (a table, or the refs of
@@ -125,7 +125,7 @@ def _copy(
     A lost append race (another copier of the same version and generation moved the target
     first) re-plans from the new upper, so each source update lands exactly once.
     """
-    plan: _CopyPlan | None = None
+    plan: CopyPlan | None = None
 
     def attempt() -> int:
         nonlocal plan
@@ -166,14 +166,14 @@ def _copy(
         from the new state (never when the source did not move: that error is real)."""
         if isinstance(exc, _AppendRaced):
             return True
-        vanished = isinstance(exc, (_SourceMoved, BlobMissingError))
+        vanished = isinstance(exc, (SourceMoved, BlobMissingError))
         if not vanished or plan is None or source.state().revision == plan.source.revision:
             return False
         log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
         return True
 
     retry = Retry(
-        retryable=(_AppendRaced, _SourceMoved, CorruptBlobError),
+        retryable=(_AppendRaced, SourceMoved, CorruptBlobError),
         max_attempts=_COPY_ATTEMPTS,
         deadline=None,
         base_delay=0.0,

@@ -17,7 +17,7 @@ from catalog.shard import (
 from catalog.shard.read import by_writer, read_batches
 
 
-def _overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
+def overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
     return ref.lower < upper and ref.upper > lower
 
 
@@ -30,7 +30,7 @@ def read_updates(
     time (in parallel) and migrated from it. Batches entirely outside the range are not read.
     """
     target = state.live_schema if schema is None else schema
-    groups = by_writer([r for r in shard.batches(state) if _overlaps(r, lower, upper)])
+    groups = by_writer([r for r in shard.batches(state) if overlaps(r, lower, upper)])
     tables = []
     for (schema_id, _), refs in sorted(groups.items()):
         source = state.live(schema_id)
@@ -43,13 +43,13 @@ def read_updates(
             )
             table = table.filter(keep)
         tables.append(migrate_batch(table, state.live(schema_id), target))
-    out_schema = _update_schema(target)
+    out_schema = copy_schema(target)
     if not tables:
         return out_schema.empty_table()
     return pa.concat_tables([t.select(out_schema.names) for t in tables]).cast(out_schema)
 
 
-def _update_schema(schema: pa.Schema) -> pa.Schema:
+def copy_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` plus nullable ``_ts``/``_diff`` (what a copy passes to compare_and_append)."""
     return pa.schema([*schema, pa.field(TS, pa.uint64()), pa.field(DIFF, pa.int64())])
 

@@ -18,7 +18,7 @@ from types import ModuleType
 import structlog
 
 from catalog.errors import CatalogError, ReleaseError
-from catalog.release.manifest import _IDENTIFIER_RE, RELEASE_ATTRIBUTE, Release
+from catalog.release.manifest import IDENTIFIER_RE, RELEASE_ATTRIBUTE, Release
 from catalog.release.version import Version
 
 log = structlog.get_logger(__name__)
@@ -37,7 +37,7 @@ def load_release(ref: str | Path) -> Release:
     text = str(ref)
     target, attribute = text, RELEASE_ATTRIBUTE
     head, sep, tail = text.rpartition(":")
-    if sep and head and _IDENTIFIER_RE.fullmatch(tail):
+    if sep and head and IDENTIFIER_RE.fullmatch(tail):
         target, attribute = head, tail
     if target.endswith(".py") or "/" in target or "\\" in target or Path(target).exists():
         path = Path(target)
@@ -158,7 +158,7 @@ def _module_inside(module: ModuleType | None, directory: Path) -> bool:
 def _import_file(path: Path) -> ModuleType:
     """Import one release file under its stem, so sibling imports of it share the module."""
     name = (
-        path.stem if _IDENTIFIER_RE.fullmatch(path.stem) else re.sub(r"\W", "_", f"_r_{path.stem}")
+        path.stem if IDENTIFIER_RE.fullmatch(path.stem) else re.sub(r"\W", "_", f"_r_{path.stem}")
     )
     existing = sys.modules.get(name)
     if existing is not None and _module_inside(existing, path.parent):

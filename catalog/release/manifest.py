@@ -14,7 +14,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import ReleaseError
-from catalog.release.version import Version, _to_version
+from catalog.release.version import Version, to_version
 from catalog.schema import fingerprint
 
 #: Kinds of builtin collections a release may declare.
@@ -29,7 +29,7 @@ RELEASE_ATTRIBUTE: Final = "RELEASE"
 Transform = Callable[[pa.RecordBatch], pa.RecordBatch]
 
 
-_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 _GLOBAL_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -45,10 +45,10 @@ class Mechanism(enum.Enum):
     @property
     def rank(self) -> int:
         """Merge precedence: the highest rank among a collection's instructions wins."""
-        return _MECHANISM_RANK[self.value]
+        return MECHANISM_RANK[self.value]
 
 
-_MECHANISM_RANK: Final = MappingProxyType({"evolution": 0, "replacement": 1, "rewrite": 2})
+MECHANISM_RANK: Final = MappingProxyType({"evolution": 0, "replacement": 1, "rewrite": 2})
 
 
 def _to_mechanism(value: Mechanism | str) -> Mechanism:
@@ -64,7 +64,7 @@ def _to_mechanism(value: Mechanism | str) -> Mechanism:
 
 
 def _check_identifier(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not _IDENTIFIER_RE.fullmatch(value):
+    if not isinstance(value, str) or not IDENTIFIER_RE.fullmatch(value):
         raise ReleaseError(
             f"{type(instance).__name__}.{attribute.name} must be an identifier "
             f"(letters, digits, _), got {value!r}",
@@ -154,7 +154,7 @@ class Migration:
     not part of equality: instructions compare by what they declare, not by function identity.
     """
 
-    version: Version = attrs.field(converter=_to_version)
+    version: Version = attrs.field(converter=to_version)
     schema_name: str = attrs.field(validator=_check_identifier)
     object_name: str = attrs.field(validator=_check_identifier)
     kind: str = attrs.field(validator=_check_kind)
@@ -234,13 +234,13 @@ class Release:
     (the source design's rule; :func:`validate` reports removals).
     """
 
-    version: Version = attrs.field(converter=_to_version)
+    version: Version = attrs.field(converter=to_version)
     builtins: tuple[Builtin, ...] = attrs.field(converter=_to_builtins)
     migrations: tuple[Migration, ...] = attrs.field(default=(), converter=_to_migrations)
 
     def __attrs_post_init__(self) -> None:
-        _reject_duplicates(self.version, [b.global_id for b in self.builtins], "global_id")
-        _reject_duplicates(self.version, [b.name for b in self.builtins], "name")
+        reject_duplicates(self.version, [b.global_id for b in self.builtins], "global_id")
+        reject_duplicates(self.version, [b.name for b in self.builtins], "name")
         seen: dict[tuple[Version, str], Migration] = {}
         for migration in self.migrations:
             if migration.version > self.version:
@@ -271,7 +271,7 @@ class Release:
         return {b.global_id: b.fingerprint for b in self.builtins}
 
 
-def _reject_duplicates(version: Version, values: list[str], field: str) -> None:
+def reject_duplicates(version: Version, values: list[str], field: str) -> None:
     seen: set[str] = set()
     for value in values:
         if value in seen:

@@ -25,8 +25,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from catalog.release.manifest import Builtin, Migration, Release
-from catalog.release.planning import EvolveCheck, _InstructionIndex, check_collection
-from catalog.release.problems import _Problem, _unknown_builtin
+from catalog.release.planning import EvolveCheck, InstructionIndex, check_collection
+from catalog.release.problems import Problem, unknown_builtin
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
 
 __all__ = ["path_problems"]
@@ -63,7 +63,7 @@ def _definition(builtin: Builtin, fingerprint: str) -> tuple[object, ...]:
     return (builtin.name, builtin.kind, fingerprint, builtin.retain_data)
 
 
-def _extends(before: _InstructionIndex, after: _InstructionIndex) -> frozenset[str] | None:
+def _extends(before: InstructionIndex, after: InstructionIndex) -> frozenset[str] | None:
     """The collections whose instructions ``after`` adds to ``before``'s (all newer than
     ``before``), or None when ``after`` is not such an extension."""
     if before.newest is not None and before.newest > before.version._order:
@@ -78,12 +78,12 @@ def _extends(before: _InstructionIndex, after: _InstructionIndex) -> frozenset[s
 
 def path_problems(
     ordered: Sequence[Release],
-    indexes: Sequence[_InstructionIndex],
+    indexes: Sequence[InstructionIndex],
     snapshots: Sequence[CatalogSnapshot],
     fingerprints: Sequence[Mapping[str, str]],
     evolve_check: EvolveCheck,
     on_progress: Callable[[int], None] | None = None,
-) -> Iterator[tuple[int, int, _Problem]]:
+) -> Iterator[tuple[int, int, Problem]]:
     """``(i, j, problem)`` for every problem the planner finds on every path ``i -> j``
     (``fingerprints[j]``: release ``j``'s builtin fingerprints by GlobalId); ``on_progress``
     hears the number of paths checked so far after each target release."""
@@ -124,7 +124,7 @@ def path_problems(
                 outcome = check_collection(
                     state, builtin, index, fingerprint, low, high, evolve_check
                 )
-                if isinstance(outcome, _Problem):
+                if isinstance(outcome, Problem):
                     passed = False
                     yield start, j, outcome
                     for i in range(start + 1, end):
@@ -132,7 +132,7 @@ def path_problems(
                             state, builtin, index, fingerprint, ordered[i].version, high,
                             evolve_check,
                         )  # fmt: skip
-                        if isinstance(again, _Problem):
+                        if isinstance(again, Problem):
                             yield i, j, again
                 elif isinstance(outcome, tuple):
                     passed = False
@@ -145,14 +145,14 @@ def path_problems(
             found = {m.key: m for m in own_unknown}
             found.update(unknown.get(i, {}))
             for migration in found.values():
-                yield i, j, _unknown_builtin(migration, target)
+                yield i, j, unknown_builtin(migration, target)
         if on_progress is not None:
             on_progress(j * (j + 1) // 2)
 
 
 def _segments(
     timeline: _Timeline,
-    index: _InstructionIndex,
+    index: InstructionIndex,
     name: str,
     orders: Sequence[tuple[object, ...]],
     first: int,

@@ -13,7 +13,7 @@ import structlog
 
 from catalog.errors import PlanError, SchemaIncompatibleError
 from catalog.release.manifest import (
-    _MECHANISM_RANK,
+    MECHANISM_RANK,
     Builtin,
     Mechanism,
     Migration,
@@ -21,13 +21,13 @@ from catalog.release.manifest import (
     Transform,
 )
 from catalog.release.problems import (
-    _global_id_reassigned,
-    _incompatible,
-    _missing_instruction,
-    _Problem,
-    _raise_first,
-    _retain_data_replaced,
-    _unknown_builtin,
+    Problem,
+    global_id_reassigned,
+    incompatible_problem,
+    missing_instruction,
+    raise_first,
+    retain_data_replaced,
+    unknown_builtin,
 )
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
 from catalog.release.version import Version
@@ -148,7 +148,7 @@ def _check_evolution(state: CollectionState, builtin: Builtin) -> SchemaIncompat
 
 
 @attrs.frozen
-class _InstructionIndex:
+class InstructionIndex:
     """A release's instructions grouped by collection and sorted by version, for range queries."""
 
     version: Version
@@ -159,7 +159,7 @@ class _InstructionIndex:
     source: tuple[Migration, ...] = attrs.field(default=(), eq=False, repr=False)
 
     @classmethod
-    def of(cls, release: Release, previous: _InstructionIndex | None = None) -> _InstructionIndex:
+    def of(cls, release: Release, previous: InstructionIndex | None = None) -> InstructionIndex:
         """The index of ``release``; built on ``previous`` (an earlier release's) when
         ``release`` lists ``previous``'s instructions first and only newer ones after them, as
         release files do (``migrations=[*PREVIOUS.migrations, ...]``)."""
@@ -186,7 +186,7 @@ class _InstructionIndex:
         )
 
     @classmethod
-    def _extended(cls, release: Release, previous: _InstructionIndex) -> _InstructionIndex | None:
+    def _extended(cls, release: Release, previous: InstructionIndex) -> InstructionIndex | None:
         migrations, before = release.migrations, previous.source
         # Tuple equality compares identical elements without calling __eq__: shared objects
         # (the usual case) cost a pointer comparison each.
@@ -226,55 +226,55 @@ class _InstructionIndex:
         return migrations[start : bisect.bisect_right(orders, high._order)]
 
 
-def _merge(instructions: Sequence[Migration]) -> Mechanism:
+def winning_mechanism(instructions: Sequence[Migration]) -> Mechanism:
     """The winning mechanism by precedence (rewrite > replacement > evolution)."""
     return max((m.mechanism for m in instructions), key=_RANK.__getitem__)
 
 
 # Precedence by member (an Enum's ``.value`` costs a descriptor call: validation merges often).
-_RANK: Final = {mechanism: _MECHANISM_RANK[mechanism.value] for mechanism in Mechanism}
+_RANK: Final = {mechanism: MECHANISM_RANK[mechanism.value] for mechanism in Mechanism}
 
 
 def check_collection(
     state: CollectionState,
     builtin: Builtin,
-    index: _InstructionIndex,
+    index: InstructionIndex,
     fingerprint: str,
     low: Version,
     high: Version,
     evolve_check: EvolveCheck,
-) -> Mechanism | _Problem | tuple[Migration, ...] | None:
+) -> Mechanism | Problem | tuple[Migration, ...] | None:
     """The rule for one collection on the path ``low -> high``: the merged mechanism to plan,
     the problem refusing the path, the in-range instructions whose kind names no builtin (they
     are reported as unknown), or None when nothing changes."""
     if state.name != builtin.name:
-        return _global_id_reassigned(state, builtin, low, high)
+        return global_id_reassigned(state, builtin, low, high)
     instructions = index.in_range(builtin.name, low, high)
     mismatched = tuple(m for m in instructions if m.kind != builtin.kind)
     if mismatched:
         return mismatched
     changed = fingerprint != state.fingerprint
     if not instructions:
-        return _missing_instruction(builtin, low, high) if changed else None
-    mechanism = _merge(instructions)
+        return missing_instruction(builtin, low, high) if changed else None
+    mechanism = winning_mechanism(instructions)
     if builtin.retain_data and mechanism is Mechanism.REPLACEMENT:
-        return _retain_data_replaced(builtin, instructions, low, high)
+        return retain_data_replaced(builtin, instructions, low, high)
     if mechanism is Mechanism.EVOLUTION and changed:
         incompatible = evolve_check(state, builtin)
         if incompatible is not None:
-            return _incompatible(incompatible, builtin, low, high)
+            return incompatible_problem(incompatible, builtin, low, high)
     return mechanism
 
 
-def _build_plan(
+def build_plan(
     source: CatalogSnapshot,
     target: Release,
     *,
-    index: _InstructionIndex,
+    index: InstructionIndex,
     fingerprints: Mapping[str, str],
     evolve_check: EvolveCheck,
     current: Mapping[str, CollectionState] | None = None,
-) -> tuple[Plan, list[_Problem]]:
+) -> tuple[Plan, list[Problem]]:
     """The plan ``source -> target`` and every problem found; the pure core of plan/validate."""
     low, high = source.version, target.version
     empty = Plan(low, high)
@@ -285,11 +285,11 @@ def _build_plan(
             from_version=str(low),
             to_version=str(high),
         )
-        return empty, [_Problem("downgrade", None, error)]
+        return empty, [Problem("downgrade", None, error)]
     if current is None:
         current = source.by_global_id()
     by_name = {b.name: b for b in target.builtins}
-    problems: list[_Problem] = []
+    problems: list[Problem] = []
     unknown: dict[tuple[Version, str, str, Mechanism], Migration] = {}
     if low < high:
         for migration in index.own:
@@ -306,7 +306,7 @@ def _build_plan(
         outcome = check_collection(
             state, builtin, index, fingerprints[builtin.global_id], low, high, evolve_check
         )
-        if isinstance(outcome, _Problem):
+        if isinstance(outcome, Problem):
             problems.append(outcome)
         elif isinstance(outcome, Mechanism):
             instructions = index.in_range(builtin.name, low, high)
@@ -322,7 +322,7 @@ def _build_plan(
             )
         elif outcome:
             unknown.update((m.key, m) for m in outcome)
-    problems.extend(_unknown_builtin(m, target) for m in unknown.values())
+    problems.extend(unknown_builtin(m, target) for m in unknown.values())
     target_ids = {b.global_id for b in target.builtins}
     removed = tuple(c for gid, c in current.items() if gid not in target_ids)
     result = Plan(low, high, tuple(planned), tuple(new), removed)
@@ -342,14 +342,14 @@ def plan(source: Release | CatalogSnapshot, target: Release) -> Plan:
     snapshot = (
         source if isinstance(source, CatalogSnapshot) else CatalogSnapshot.from_release(source)
     )
-    result, problems = _build_plan(
+    result, problems = build_plan(
         snapshot,
         target,
-        index=_InstructionIndex.of(target),
+        index=InstructionIndex.of(target),
         fingerprints=target.fingerprints(),
         evolve_check=_check_evolution,
     )
-    _raise_first(problems)
+    raise_first(problems)
     log.debug(
         "plan_built",
         from_version=str(result.from_version),

@@ -15,7 +15,7 @@ from catalog.release.version import Version
 
 
 @attrs.frozen
-class _Problem:
+class Problem:
     """One reason a path fails, for one collection (None: the whole path)."""
 
     reason: str
@@ -23,7 +23,7 @@ class _Problem:
     error: CatalogError
 
 
-def _missing_instruction(builtin: Builtin, low: Version, high: Version) -> _Problem:
+def missing_instruction(builtin: Builtin, low: Version, high: Version) -> Problem:
     error = PlanError(
         f"{builtin.name} changed schema between {low} and {high} without a migration instruction",
         reason="missing-instruction",
@@ -34,12 +34,12 @@ def _missing_instruction(builtin: Builtin, low: Version, high: Version) -> _Prob
         f"object_name='{builtin.object_name}', kind='{builtin.kind}', mechanism=...) "
         "to MIGRATIONS",
     )
-    return _Problem("missing-instruction", builtin.name, error)
+    return Problem("missing-instruction", builtin.name, error)
 
 
-def _retain_data_replaced(
+def retain_data_replaced(
     builtin: Builtin, instructions: Sequence[Migration], low: Version, high: Version
-) -> _Problem:
+) -> Problem:
     culprits = [m.describe() for m in instructions if m.mechanism is Mechanism.REPLACEMENT]
     error = PlanError(
         f"{builtin.name} retains its data and can never be migrated by replacement "
@@ -51,10 +51,10 @@ def _retain_data_replaced(
         to_version=str(high),
         suggestion="use an evolution, or a rewrite with a transform, for this collection",
     )
-    return _Problem("retain-data-replaced", builtin.name, error)
+    return Problem("retain-data-replaced", builtin.name, error)
 
 
-def _unknown_builtin(migration: Migration, target: Release) -> _Problem:
+def unknown_builtin(migration: Migration, target: Release) -> Problem:
     error = PlanError(
         f"instruction {migration.describe()} names no builtin {migration.kind} of release "
         f"{target.version}",
@@ -63,12 +63,12 @@ def _unknown_builtin(migration: Migration, target: Release) -> _Problem:
         instruction=migration.describe(),
         to_version=str(target.version),
     )
-    return _Problem("unknown-builtin", migration.name, error)
+    return Problem("unknown-builtin", migration.name, error)
 
 
-def _global_id_reassigned(
+def global_id_reassigned(
     state: CollectionState, builtin: Builtin, low: Version, high: Version
-) -> _Problem:
+) -> Problem:
     error = PlanError(
         f"GlobalId {builtin.global_id} names {state.name} at {low} but {builtin.name} at {high}",
         reason="global-id-reassigned",
@@ -78,12 +78,12 @@ def _global_id_reassigned(
         to_version=str(high),
         suggestion="give the new builtin a new GlobalId; never reuse one",
     )
-    return _Problem("global-id-reassigned", builtin.name, error)
+    return Problem("global-id-reassigned", builtin.name, error)
 
 
-def _incompatible(
+def incompatible_problem(
     exc: SchemaIncompatibleError, builtin: Builtin, low: Version, high: Version
-) -> _Problem:
+) -> Problem:
     extra = {
         k: v
         for k, v in exc.details.items()
@@ -105,7 +105,7 @@ def _incompatible(
             "to_version": str(high),
         },
     )
-    return _Problem("incompatible-evolution", builtin.name, error)
+    return Problem("incompatible-evolution", builtin.name, error)
 
 
 # The order plan() reports problems in: the cheapest to fix and most fundamental first.
@@ -119,7 +119,7 @@ _REASON_ORDER: Final = (
 )
 
 
-def _raise_first(problems: Sequence[_Problem]) -> None:
+def raise_first(problems: Sequence[Problem]) -> None:
     for reason in _REASON_ORDER:
         same = [p for p in problems if p.reason == reason]
         if not same:

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 import attrs
 import pyarrow as pa
 
-from catalog.release.manifest import Builtin, Release, _reject_duplicates
-from catalog.release.version import Version, _to_version
+from catalog.release.manifest import Builtin, Release, reject_duplicates
+from catalog.release.version import Version, to_version
 from catalog.schema import migration_type
 
 
@@ -44,11 +44,11 @@ def _to_states(value: Iterable[CollectionState]) -> tuple[CollectionState, ...]:
 class CatalogSnapshot:
     """The catalog state a plan starts from: durable version and its builtin collections."""
 
-    version: Version = attrs.field(converter=_to_version)
+    version: Version = attrs.field(converter=to_version)
     collections: tuple[CollectionState, ...] = attrs.field(converter=_to_states)
 
     def __attrs_post_init__(self) -> None:
-        _reject_duplicates(self.version, [c.global_id for c in self.collections], "global_id")
+        reject_duplicates(self.version, [c.global_id for c in self.collections], "global_id")
 
     @classmethod
     def from_release(cls, release: Release) -> CatalogSnapshot:

@@ -14,7 +14,7 @@ from catalog.errors import CatalogError, PlanError, ReleaseError, SchemaIncompat
 from catalog.release.loader import find_release
 from catalog.release.manifest import Builtin, Mechanism, Release
 from catalog.release.paths import path_problems
-from catalog.release.planning import Plan, _InstructionIndex, _merge, plan
+from catalog.release.planning import InstructionIndex, Plan, plan, winning_mechanism
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
 from catalog.release.version import Version
 from catalog.schema import evolve, fingerprint, migration_type
@@ -34,7 +34,7 @@ def plan_path(
     return plan(snapshot_at(releases, from_version), target)
 
 
-class _EvolutionCache:
+class EvolutionCache:
     """Per-validation memo of fingerprints, fresh histories and ``evolve`` results.
 
     Schemas are keyed by identity (releases share schema objects, and every schema keyed here is
@@ -86,8 +86,8 @@ class _EvolutionCache:
         return result if isinstance(result, SchemaIncompatibleError) else None
 
 
-def _walk_histories(
-    ordered: Sequence[Release], indexes: Sequence[_InstructionIndex], cache: _EvolutionCache
+def walk_histories(
+    ordered: Sequence[Release], indexes: Sequence[InstructionIndex], cache: EvolutionCache
 ) -> list[CatalogSnapshot]:
     """The catalog state after each release of ``ordered``, upgraded one release at a time.
 
@@ -107,7 +107,7 @@ def _walk_histories(
             history: pa.Schema | None = None
             if prior is not None and prior.name == builtin.name and previous_version is not None:
                 instructions = index.in_range(builtin.name, previous_version, release.version)
-                mechanism = _merge(instructions) if instructions else None
+                mechanism = winning_mechanism(instructions) if instructions else None
                 if mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE):
                     history = None
                 elif digest == prior.fingerprint:
@@ -132,22 +132,22 @@ def snapshot_at(releases: Sequence[Release], version: str | Version) -> CatalogS
     Each collection carries its schema history (migration type with tombstones): evolved through
     every release up to ``version`` that evolved it, restarted by a replacement or rewrite.
     """
-    ordered = _ordered(releases)
+    ordered = in_version_order(releases)
     wanted = find_release(ordered, version).version
     upto = [r for r in ordered if r.version <= wanted]
-    cache = _EvolutionCache()
-    return _walk_histories(upto, _indexes(upto), cache)[-1]
+    cache = EvolutionCache()
+    return walk_histories(upto, _indexes(upto), cache)[-1]
 
 
-def _indexes(ordered: Sequence[Release]) -> list[_InstructionIndex]:
+def _indexes(ordered: Sequence[Release]) -> list[InstructionIndex]:
     """Every release's instruction index, each built on the one before where it can be."""
-    indexes: list[_InstructionIndex] = []
+    indexes: list[InstructionIndex] = []
     for release in ordered:
-        indexes.append(_InstructionIndex.of(release, indexes[-1] if indexes else None))
+        indexes.append(InstructionIndex.of(release, indexes[-1] if indexes else None))
     return indexes
 
 
-def _ordered(releases: Iterable[Release]) -> list[Release]:
+def in_version_order(releases: Iterable[Release]) -> list[Release]:
     ordered = sorted(releases, key=lambda r: r.version)
     for before, after in itertools.pairwise(ordered):
         if before.version == after.version:
@@ -238,11 +238,11 @@ def validate(
     to ``X``'s patch line and ``Y`` is a later release line. Fingerprints and ``evolve`` results are
     memoised, so the cost grows with the number of distinct schemas, not paths times builtins.
     """
-    ordered = _ordered(releases)
-    cache = _EvolutionCache()
+    ordered = in_version_order(releases)
+    cache = EvolutionCache()
     indexes = _indexes(ordered)
     fingerprints = [{b.global_id: cache.fingerprint(b.schema) for b in r.builtins} for r in ordered]
-    snapshots = _walk_histories(ordered, indexes, cache)
+    snapshots = walk_histories(ordered, indexes, cache)
     total = len(ordered) * (len(ordered) - 1) // 2
     failures = [
         PathFailure(
@@ -283,7 +283,7 @@ def validate(
 
 
 def _removed_instructions(
-    ordered: Sequence[Release], indexes: Sequence[_InstructionIndex]
+    ordered: Sequence[Release], indexes: Sequence[InstructionIndex]
 ) -> list[PathFailure]:
     """Every path ``i -> j`` on which ``j`` lacks an instruction ``i`` has: from when each
     instruction is held, followed through the differences of consecutive releases (a history
@@ -306,11 +306,13 @@ def _removed_instructions(
         for i in sorted(members):
             for j in range(i + 1, n):
                 if j not in members:
-                    failures.append(_removed(key, ordered[i].version, ordered[j].version))
+                    failures.append(removed_failure(key, ordered[i].version, ordered[j].version))
     return failures
 
 
-def _removed(key: tuple[Version, str, str, Mechanism], low: Version, high: Version) -> PathFailure:
+def removed_failure(
+    key: tuple[Version, str, str, Mechanism], low: Version, high: Version
+) -> PathFailure:
     version, name, kind, mechanism = key
     described = f"{version} {name} ({kind}) {mechanism.value}"
     backport = (

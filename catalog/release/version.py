@@ -85,5 +85,5 @@ class Version:
         return bool(self._order < other._order)
 
 
-def _to_version(value: str | Version) -> Version:
+def to_version(value: str | Version) -> Version:
     return Version.parse(value)

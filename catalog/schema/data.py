@@ -9,19 +9,19 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import SchemaIncompatibleError
-from catalog.schema.evolution import _check, _Evolve
-from catalog.schema.history import _child, is_tombstone
+from catalog.schema.evolution import Evolve, check_evolution
+from catalog.schema.history import child_field, is_tombstone
 from catalog.schema.nested import list_bounds, list_offsets, null_mask
-from catalog.schema.reader import _PROJECTION_RULES, _TargetCheck
-from catalog.schema.rules import RULE_DATA_MISMATCH, RULE_TYPE_CHANGED, _refuse
+from catalog.schema.reader import PROJECTION_RULES, TargetCheck
+from catalog.schema.rules import RULE_DATA_MISMATCH, RULE_TYPE_CHANGED, refusal
 from catalog.schema.walk import (
+    Kind,
     PartnerVisitor,
-    _as_schema,
-    _as_type,
-    _fields,
-    _Kind,
-    _kind,
-    _root,
+    as_data_type,
+    as_schema,
+    child_fields,
+    kind_of,
+    root_field,
     visit_with_partner,
 )
 
@@ -35,7 +35,7 @@ class _Column:
 
 
 def _data_mismatch(path: str, what: str, declared: Any, actual: Any) -> SchemaIncompatibleError:
-    return _refuse(RULE_DATA_MISMATCH, path, what, str(declared), str(actual))
+    return refusal(RULE_DATA_MISMATCH, path, what, str(declared), str(actual))
 
 
 class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
@@ -50,7 +50,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         return partner.field.type
 
     def field_partner(self, partner: _Column, field: pa.Field, path: str) -> _Column | None:
-        declared = _child(partner.field.type, field.name)
+        declared = child_field(partner.field.type, field.name)
         if declared is None or is_tombstone(declared):
             return None
         index = partner.values.type.get_field_index(field.name)
@@ -76,7 +76,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         return _Column(self._entries(partner).field(1), partner.field.type.item_field)
 
     def before(self, dtype: pa.DataType, partner: _Column, path: str) -> None:
-        if _kind(partner.values.type) is not _kind(partner.field.type):
+        if kind_of(partner.values.type) is not kind_of(partner.field.type):
             raise _data_mismatch(
                 path,
                 "the data is not of its declared type",
@@ -85,7 +85,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
             )
 
     def kind_changed(self, dtype: pa.DataType, partner: _Column, path: str) -> pa.Array:
-        raise _refuse(
+        raise refusal(
             RULE_TYPE_CHANGED, path, "cannot change a type", str(partner.field.type), str(dtype)
         )
 
@@ -96,7 +96,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         self, dtype: pa.StructType, partner: _Column, path: str, fields: list[pa.Array | None]
     ) -> pa.Array:
         values = partner.values
-        targets = _fields(dtype)
+        targets = child_fields(dtype)
         children = [
             pa.nulls(len(values), f.type) if child is None else child
             for f, child in zip(targets, fields, strict=True)
@@ -115,7 +115,7 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
     ) -> pa.Array:
         assert element is not None  # list elements are always partnered
         values = partner.values
-        array_class = pa.LargeListArray if _kind(dtype) is _Kind.LARGE_LIST else pa.ListArray
+        array_class = pa.LargeListArray if kind_of(dtype) is Kind.LARGE_LIST else pa.ListArray
         return array_class.from_arrays(
             list_offsets(values), element, type=dtype, mask=null_mask(values)
         )
@@ -159,9 +159,9 @@ def _migrate_any_array(
 
 def _check_migration(source: pa.DataType, target: pa.DataType, projection: bool) -> None:
     if projection:
-        visit_with_partner(target, _root(source), _TargetCheck(_PROJECTION_RULES))
+        visit_with_partner(target, root_field(source), TargetCheck(PROJECTION_RULES))
     else:
-        _check(source, target, _Evolve())
+        check_evolution(source, target, Evolve())
 
 
 def _migrate_columns(
@@ -178,9 +178,9 @@ def _migrate_columns(
         )
     columns: list[pa.Array | pa.ChunkedArray] = []
     fields: list[pa.Field] = []
-    source_type = _as_type(source)
+    source_type = as_data_type(source)
     for field in target:
-        declared = _child(source_type, field.name)
+        declared = child_field(source_type, field.name)
         if declared is None or is_tombstone(declared):
             columns.append(_nulls_like(data, field.type))
         else:
@@ -240,15 +240,15 @@ def migrate(
     not of ``from_type``.
     """
     if isinstance(data, (pa.RecordBatch, pa.Table)):
-        source = _as_schema(from_type, "from_type")
-        target = _as_schema(to_type, "to_type")
-        _check_migration(_as_type(source), _as_type(target), projection)
+        source = as_schema(from_type, "from_type")
+        target = as_schema(to_type, "to_type")
+        _check_migration(as_data_type(source), as_data_type(target), projection)
         return _migrate_columns(data, source, target, passthrough)
     if passthrough:
         raise TypeError("passthrough columns need a RecordBatch or a Table")
-    source_type, target_type = _as_type(from_type), _as_type(to_type)
+    source_type, target_type = as_data_type(from_type), as_data_type(to_type)
     _check_migration(source_type, target_type, projection)
-    return _migrate_any_array(data, _root(source_type), target_type, "")
+    return _migrate_any_array(data, root_field(source_type), target_type, "")
 
 
 def migrate_batch(

@@ -8,11 +8,11 @@ import pyarrow as pa
 from catalog.schema.evolution import check_backward_compatible
 from catalog.schema.history import FieldPartnerVisitor, is_tombstone
 from catalog.schema.walk import (
-    _KEY,
-    _as_type,
-    _fields,
-    _join,
-    _root,
+    KEY,
+    as_data_type,
+    child_fields,
+    join_path,
+    root_field,
     visit_with_partner,
 )
 
@@ -35,10 +35,10 @@ class _Diff(FieldPartnerVisitor[None, None]):
     def struct(
         self, dtype: pa.StructType, partner: pa.Field, path: str, fields: list[None]
     ) -> None:
-        names = {f.name for f in _fields(dtype)}
+        names = {f.name for f in child_fields(dtype)}
         self.dropped.extend(
-            _join(path, f.name)
-            for f in _fields(partner.type)
+            join_path(path, f.name)
+            for f in child_fields(partner.type)
             if not is_tombstone(f) and f.name not in names
         )
 
@@ -53,7 +53,7 @@ class _Diff(FieldPartnerVisitor[None, None]):
 
     def map_(self, dtype: pa.MapType, partner: pa.Field, path: str, key: None, value: None) -> None:
         if dtype.keys_sorted != partner.type.keys_sorted:
-            self.changed.append(_join(path, _KEY))
+            self.changed.append(join_path(path, KEY))
 
     def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         if dtype != partner.type:
@@ -68,7 +68,7 @@ def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> d
     added or dropped subtree is listed.
     """
     diff = _Diff()
-    visit_with_partner(_as_type(new), _root(_as_type(old)), diff)
+    visit_with_partner(as_data_type(new), root_field(as_data_type(old)), diff)
     return {
         "added": diff.added_paths,
         "dropped": diff.dropped,

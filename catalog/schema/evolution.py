@@ -7,12 +7,12 @@ import pyarrow as pa
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema.history import (
     FieldPartnerVisitor,
-    _describe,
-    _describe_field,
-    _rebuild_list,
-    _reject_tombstones,
-    _tombstone,
+    describe_field,
+    describe_type,
     is_tombstone,
+    rebuild_list,
+    reject_tombstones,
+    tombstone_field,
 )
 from catalog.schema.rules import (
     RULE_FIELD_ADDED_NOT_AT_END,
@@ -23,44 +23,44 @@ from catalog.schema.rules import (
     RULE_MAP_KEY_CHANGED,
     RULE_NULLABILITY_TIGHTENED,
     RULE_TYPE_CHANGED,
-    _refuse,
+    refusal,
 )
 from catalog.schema.walk import (
-    _ITEMS,
-    _KEY,
-    _VALUE,
-    _as_type,
-    _fields,
-    _join,
-    _Kind,
-    _kind,
-    _root,
+    ITEMS,
+    KEY,
+    VALUE,
+    Kind,
+    as_data_type,
+    child_fields,
+    join_path,
+    kind_of,
+    root_field,
     visit_with_partner,
 )
 
 
 def _check_unique_names(dtype: pa.DataType, path: str) -> None:
     seen: set[str] = set()
-    for field in _fields(dtype):
+    for field in child_fields(dtype):
         if field.name in seen:
-            raise _refuse(
+            raise refusal(
                 RULE_FIELD_NAME_DUPLICATED,
-                _join(path, field.name),
+                join_path(path, field.name),
                 "a struct has two fields of this name",
                 None,
-                _describe(dtype),
+                describe_type(dtype),
             )
         seen.add(field.name)
 
 
 def migration_type(schema: pa.Schema) -> pa.Schema:
     """The migration type of a shard's first schema: the schema itself, with no tombstones."""
-    _reject_tombstones(schema, "the first schema")
-    _check(_as_type(schema), _as_type(schema), _Evolve())
+    reject_tombstones(schema, "the first schema")
+    check_evolution(as_data_type(schema), as_data_type(schema), Evolve())
     return schema
 
 
-class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
+class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     """Checks a new live type against a migration type and builds the next migration type.
 
     The partner is the migration-type field; ``before`` enforces the field rules top-down, the
@@ -70,76 +70,76 @@ class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     live_only = False  # a tombstone is the partner that refuses re-adding its name
 
     def before(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
-        kind = _kind(dtype)
-        if kind is _Kind.STRUCT:
+        kind = kind_of(dtype)
+        if kind is Kind.STRUCT:
             self._check_struct(dtype, partner.type, path)
-        elif kind in (_Kind.LIST, _Kind.LARGE_LIST):
-            _check_relaxed(partner.type.value_field, dtype.value_field, _join(path, _ITEMS))
-        elif kind is _Kind.MAP:
+        elif kind in (Kind.LIST, Kind.LARGE_LIST):
+            _check_relaxed(partner.type.value_field, dtype.value_field, join_path(path, ITEMS))
+        elif kind is Kind.MAP:
             old = partner.type
             if old.key_type != dtype.key_type or old.keys_sorted != dtype.keys_sorted:
-                raise _refuse(
+                raise refusal(
                     RULE_MAP_KEY_CHANGED,
-                    _join(path, _KEY),
+                    join_path(path, KEY),
                     "cannot change a map's key",
-                    _describe(old),
-                    _describe(dtype),
+                    describe_type(old),
+                    describe_type(dtype),
                 )
-            _check_relaxed(old.item_field, dtype.item_field, _join(path, _VALUE))
+            _check_relaxed(old.item_field, dtype.item_field, join_path(path, VALUE))
 
     @staticmethod
     def _check_struct(new: pa.DataType, old: pa.DataType, path: str) -> None:
         _check_unique_names(new, path)
-        old_fields = _fields(old)
+        old_fields = child_fields(old)
         positions = {f.name: i for i, f in enumerate(old_fields) if not is_tombstone(f)}
         deleted = {f.name for f in old_fields if is_tombstone(f)}
         last = -1
         first_added: tuple[str, pa.Field] | None = None
-        for field in _fields(new):
-            field_path = _join(path, field.name)
+        for field in child_fields(new):
+            field_path = join_path(path, field.name)
             if field.name in deleted and field.name not in positions:
-                raise _refuse(
+                raise refusal(
                     RULE_FIELD_READDED,
                     field_path,
                     "cannot re-add a deleted field",
                     f"{field.name} (deleted)",
-                    _describe_field(field),
+                    describe_field(field),
                 )
             position = positions.get(field.name)
             if position is None:
                 if not field.nullable:
-                    raise _refuse(
+                    raise refusal(
                         RULE_FIELD_ADDED_NOT_NULLABLE,
                         field_path,
                         "cannot add a non-nullable field",
                         None,
-                        _describe_field(field),
+                        describe_field(field),
                     )
                 first_added = first_added or (field_path, field)
                 continue
             if first_added is not None:
                 added_path, added = first_added
-                raise _refuse(
+                raise refusal(
                     RULE_FIELD_ADDED_NOT_AT_END,
                     added_path,
                     f"cannot add a field before the existing field {field.name}",
                     None,
-                    _describe_field(added),
+                    describe_field(added),
                 )
             if position < last:
-                raise _refuse(
+                raise refusal(
                     RULE_FIELD_REORDERED,
                     field_path,
                     "cannot reorder fields",
                     ", ".join(f.name for f in old_fields if not is_tombstone(f)),
-                    ", ".join(f.name for f in _fields(new)),
+                    ", ".join(f.name for f in child_fields(new)),
                 )
             last = position
             _check_relaxed(old_fields[position], field, field_path)
 
     def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> pa.DataType:
-        raise _refuse(
-            RULE_TYPE_CHANGED, path, "cannot change a type", _describe(partner.type), str(dtype)
+        raise refusal(
+            RULE_TYPE_CHANGED, path, "cannot change a type", describe_type(partner.type), str(dtype)
         )
 
     def added(self, field: pa.Field, path: str) -> pa.Field:
@@ -150,13 +150,13 @@ class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     ) -> pa.DataType:
         results = {f.name: f for f in fields}
         merged: list[pa.Field] = []
-        for old in _fields(partner.type):
+        for old in child_fields(partner.type):
             if is_tombstone(old):
                 merged.append(old)
             elif old.name in results:
                 merged.append(results.pop(old.name))
             else:
-                merged.append(_tombstone(old))
+                merged.append(tombstone_field(old))
         merged.extend(results.values())  # what is left was added; the rules put it at the end
         return pa.struct(merged)
 
@@ -168,7 +168,7 @@ class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     def list_(
         self, dtype: pa.DataType, partner: pa.Field, path: str, element: pa.Field
     ) -> pa.DataType:
-        return _rebuild_list(dtype, element)
+        return rebuild_list(dtype, element)
 
     def map_(
         self, dtype: pa.MapType, partner: pa.Field, path: str, key: pa.Field, value: pa.Field
@@ -177,7 +177,7 @@ class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
 
     def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> pa.DataType:
         if dtype != partner.type:
-            raise _refuse(
+            raise refusal(
                 RULE_TYPE_CHANGED, path, "cannot change a type", str(partner.type), str(dtype)
             )
         return dtype
@@ -185,17 +185,17 @@ class _Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
 
 def _check_relaxed(old: pa.Field, new: pa.Field, path: str) -> None:
     if old.nullable and not new.nullable:
-        raise _refuse(
+        raise refusal(
             RULE_NULLABILITY_TIGHTENED,
             path,
             "cannot make a nullable field non-nullable",
-            _describe_field(old),
-            _describe_field(new),
+            describe_field(old),
+            describe_field(new),
         )
 
 
-def _check(old: pa.DataType, new: pa.DataType, visitor: _Evolve) -> pa.DataType:
-    return visit_with_partner(new, _root(old), visitor)
+def check_evolution(old: pa.DataType, new: pa.DataType, visitor: Evolve) -> pa.DataType:
+    return visit_with_partner(new, root_field(old), visitor)
 
 
 def check_backward_compatible(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> None:
@@ -204,7 +204,7 @@ def check_backward_compatible(old: pa.DataType | pa.Schema, new: pa.DataType | p
     A Schema is the struct of its fields. ``old`` may also be a migration type: its tombstones
     then reserve the deleted names, which checks ``new`` against the whole history.
     """
-    _check(_as_type(old), _as_type(new), _Evolve())
+    check_evolution(as_data_type(old), as_data_type(new), Evolve())
 
 
 def is_backward_compatible(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> bool:
@@ -223,9 +223,9 @@ def evolve(history: pa.Schema, new: pa.Schema) -> pa.Schema:
     (tombstones included). Raises :class:`SchemaIncompatibleError` naming the rule and the path.
     Returns ``history`` itself when nothing changes.
     """
-    _reject_tombstones(new, "the new schema")
-    evolved = _check(_as_type(history), _as_type(new), _Evolve())
-    result = pa.schema(_fields(evolved), metadata=new.metadata)
+    reject_tombstones(new, "the new schema")
+    evolved = check_evolution(as_data_type(history), as_data_type(new), Evolve())
+    result = pa.schema(child_fields(evolved), metadata=new.metadata)
     if result.equals(history, check_metadata=True):
         return history
     return result

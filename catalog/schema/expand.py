@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from catalog.schema.walk import PartnerVisitor, _fields, visit_with_partner
+from catalog.schema.walk import PartnerVisitor, child_fields, visit_with_partner
 
 __all__ = ["expansion"]
 
@@ -55,7 +55,7 @@ class _Expand(PartnerVisitor[pa.DataType, pa.DataType, pa.Field]):
         self, dtype: pa.StructType, partner: pa.DataType, path: str, fields: list[pa.Field]
     ) -> pa.DataType:
         known = {f.name for f in fields}
-        return pa.struct([*fields, *(f for f in _fields(partner) if f.name not in known)])
+        return pa.struct([*fields, *(f for f in child_fields(partner) if f.name not in known)])
 
     def field(
         self, field: pa.Field, partner: pa.DataType, path: str, type_result: pa.DataType

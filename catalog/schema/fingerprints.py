@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog.schema.walk import TypeVisitor, _as_type, _kind, visit
+from catalog.schema.walk import TypeVisitor, as_data_type, kind_of, visit
 
 _FINGERPRINT_VERSION = 1
 
@@ -95,7 +95,7 @@ class _Canonical(TypeVisitor[dict[str, Any], dict[str, Any]]):
         return {"name": field.name, "nullable": field.nullable, "type": type_result}
 
     def list_(self, dtype: pa.DataType, path: str, element: dict[str, Any]) -> dict[str, Any]:
-        return {"type": _kind(dtype).value, "element": _unnamed(element)}
+        return {"type": kind_of(dtype).value, "element": _unnamed(element)}
 
     def map_(
         self, dtype: pa.MapType, path: str, key: dict[str, Any], value: dict[str, Any]
@@ -125,7 +125,7 @@ def fingerprint(schema: pa.Schema) -> str:
     """
     canonical = {
         "fingerprint_version": _FINGERPRINT_VERSION,
-        "fields": visit(_as_type(schema), _Canonical())["fields"],
+        "fields": visit(as_data_type(schema), _Canonical())["fields"],
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()

@@ -9,13 +9,13 @@ import pyarrow as pa
 from catalog.errors import BadInputError
 from catalog.schema.walk import (
     F,
+    Kind,
     PartnerVisitor,
     T,
     TypeVisitor,
-    _as_type,
-    _fields,
-    _Kind,
-    _kind,
+    as_data_type,
+    child_fields,
+    kind_of,
     visit,
 )
 
@@ -31,16 +31,16 @@ def is_tombstone(field: pa.Field) -> bool:
     return bool(metadata) and metadata.get(TOMBSTONE_KEY) == _TOMBSTONE_VALUE
 
 
-def _tombstone(field: pa.Field) -> pa.Field:
+def tombstone_field(field: pa.Field) -> pa.Field:
     metadata = dict(field.metadata or {})
     metadata[TOMBSTONE_KEY] = _TOMBSTONE_VALUE
     return pa.field(field.name, field.type, nullable=True, metadata=metadata)
 
 
-def _child(dtype: pa.DataType, name: str) -> pa.Field | None:
+def child_field(dtype: pa.DataType, name: str) -> pa.Field | None:
     """The live child ``name`` of struct ``dtype``, else its tombstone, else None."""
     found = None
-    for field in _fields(dtype):
+    for field in child_fields(dtype):
         if field.name == name:
             if not is_tombstone(field):
                 return field
@@ -48,12 +48,12 @@ def _child(dtype: pa.DataType, name: str) -> pa.Field | None:
     return found
 
 
-def _describe(dtype: pa.DataType) -> str:
+def describe_type(dtype: pa.DataType) -> str:
     return str(_live_type(dtype))
 
 
-def _describe_field(field: pa.Field) -> str:
-    return f"{field.name}: {_describe(field.type)}{'' if field.nullable else ' not null'}"
+def describe_field(field: pa.Field) -> str:
+    return f"{field.name}: {describe_type(field.type)}{'' if field.nullable else ' not null'}"
 
 
 class _StripTombstones(TypeVisitor[pa.DataType, "pa.Field | None"]):
@@ -69,7 +69,7 @@ class _StripTombstones(TypeVisitor[pa.DataType, "pa.Field | None"]):
 
     def list_(self, dtype: pa.DataType, path: str, element: pa.Field | None) -> pa.DataType:
         assert element is not None  # an element field is never a tombstone
-        return _rebuild_list(dtype, element)
+        return rebuild_list(dtype, element)
 
     def map_(
         self, dtype: pa.MapType, path: str, key: pa.Field | None, value: pa.Field | None
@@ -100,8 +100,8 @@ class _TombstonePaths(TypeVisitor[list[str], list[str]]):
         return []
 
 
-def _rebuild_list(dtype: pa.DataType, element: pa.Field) -> pa.DataType:
-    return pa.large_list(element) if _kind(dtype) is _Kind.LARGE_LIST else pa.list_(element)
+def rebuild_list(dtype: pa.DataType, element: pa.Field) -> pa.DataType:
+    return pa.large_list(element) if kind_of(dtype) is Kind.LARGE_LIST else pa.list_(element)
 
 
 def _live_type(dtype: pa.DataType) -> pa.DataType:
@@ -110,10 +110,10 @@ def _live_type(dtype: pa.DataType) -> pa.DataType:
 
 def live_schema(mtype: pa.Schema) -> pa.Schema:
     """The live Arrow schema of a migration type: every tombstone removed, at every depth."""
-    return pa.schema(_fields(_live_type(_as_type(mtype))), metadata=mtype.metadata)
+    return pa.schema(child_fields(_live_type(as_data_type(mtype))), metadata=mtype.metadata)
 
 
-def _reject_tombstones(schema: pa.Schema, what: str) -> None:
+def reject_tombstones(schema: pa.Schema, what: str) -> None:
     paths = visit(schema, _TombstonePaths())
     if paths:
         raise BadInputError(
@@ -134,7 +134,7 @@ class FieldPartnerVisitor(PartnerVisitor[pa.Field, T, F]):
         return partner.type
 
     def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
-        child = _child(partner.type, field.name)
+        child = child_field(partner.type, field.name)
         if child is None or (self.live_only and is_tombstone(child)):
             return None
         return child

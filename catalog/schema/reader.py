@@ -8,9 +8,9 @@ import pyarrow as pa
 from catalog.errors import ReaderFencedError, SchemaIncompatibleError
 from catalog.schema.history import (
     FieldPartnerVisitor,
-    _child,
-    _describe,
-    _describe_field,
+    child_field,
+    describe_field,
+    describe_type,
     is_tombstone,
 )
 from catalog.schema.rules import (
@@ -23,18 +23,18 @@ from catalog.schema.rules import (
     RULE_READER_TYPE_MISMATCH,
     RULE_READER_UNKNOWN_FIELD,
     RULE_TYPE_CHANGED,
-    _refuse,
+    refusal,
 )
 from catalog.schema.walk import (
-    _ITEMS,
-    _KEY,
-    _VALUE,
-    _as_type,
-    _fields,
-    _join,
-    _Kind,
-    _kind,
-    _root,
+    ITEMS,
+    KEY,
+    VALUE,
+    Kind,
+    as_data_type,
+    child_fields,
+    join_path,
+    kind_of,
+    root_field,
     visit_with_partner,
 )
 
@@ -63,7 +63,7 @@ _READER_RULES = _TargetRules(
 )
 
 
-_PROJECTION_RULES = _TargetRules(
+PROJECTION_RULES = _TargetRules(
     error=SchemaIncompatibleError,
     type_mismatch=RULE_TYPE_CHANGED,
     needs_non_null=RULE_NULLABILITY_TIGHTENED,
@@ -75,7 +75,7 @@ _PROJECTION_RULES = _TargetRules(
 
 
 @attrs.frozen
-class _TargetCheck(FieldPartnerVisitor[None, None]):
+class TargetCheck(FieldPartnerVisitor[None, None]):
     """Checks that a target (a reader schema) is a projection of a source's migration target.
 
     Fields are matched by name at every depth, in any order; a target field may be nullable over
@@ -86,7 +86,7 @@ class _TargetCheck(FieldPartnerVisitor[None, None]):
     rules: _TargetRules
 
     def _refuse(self, rule: str, path: str, what: str, old: str | None, new: str | None) -> None:
-        raise _refuse(rule, path, what, old, new, self.rules.error)
+        raise refusal(rule, path, what, old, new, self.rules.error)
 
     def _check_field(self, source: pa.Field, target: pa.Field, path: str) -> None:
         if source.nullable and not target.nullable:
@@ -94,23 +94,23 @@ class _TargetCheck(FieldPartnerVisitor[None, None]):
                 self.rules.needs_non_null,
                 path,
                 "the target needs a non-null field that is nullable",
-                _describe_field(source),
-                _describe_field(target),
+                describe_field(source),
+                describe_field(target),
             )
 
     def before(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
-        kind = _kind(dtype)
-        if kind is _Kind.STRUCT:
-            for field in _fields(dtype):
-                field_path = _join(path, field.name)
-                source = _child(partner.type, field.name)
+        kind = kind_of(dtype)
+        if kind is Kind.STRUCT:
+            for field in child_fields(dtype):
+                field_path = join_path(path, field.name)
+                source = child_field(partner.type, field.name)
                 if source is not None and is_tombstone(source):
                     self._refuse(
                         self.rules.needs_deleted,
                         field_path,
                         "the target needs a deleted field",
                         f"{field.name} (deleted)",
-                        _describe_field(field),
+                        describe_field(field),
                     )
                 elif source is None and not (self.rules.allow_added and field.nullable):
                     self._refuse(
@@ -118,27 +118,27 @@ class _TargetCheck(FieldPartnerVisitor[None, None]):
                         field_path,
                         "the target needs a field the source does not have",
                         None,
-                        _describe_field(field),
+                        describe_field(field),
                     )
                 elif source is not None:
                     self._check_field(source, field, field_path)
-        elif kind in (_Kind.LIST, _Kind.LARGE_LIST):
-            self._check_field(partner.type.value_field, dtype.value_field, _join(path, _ITEMS))
-        elif kind is _Kind.MAP:
+        elif kind in (Kind.LIST, Kind.LARGE_LIST):
+            self._check_field(partner.type.value_field, dtype.value_field, join_path(path, ITEMS))
+        elif kind is Kind.MAP:
             old = partner.type
             if old.key_type != dtype.key_type or old.keys_sorted != dtype.keys_sorted:
                 self._refuse(
                     self.rules.map_key_changed,
-                    _join(path, _KEY),
+                    join_path(path, KEY),
                     "map keys differ",
-                    _describe(old),
-                    _describe(dtype),
+                    describe_type(old),
+                    describe_type(dtype),
                 )
-            self._check_field(old.item_field, dtype.item_field, _join(path, _VALUE))
+            self._check_field(old.item_field, dtype.item_field, join_path(path, VALUE))
 
     def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         self._refuse(
-            self.rules.type_mismatch, path, "types differ", _describe(partner.type), str(dtype)
+            self.rules.type_mismatch, path, "types differ", describe_type(partner.type), str(dtype)
         )
 
     def added(self, field: pa.Field, path: str) -> None:
@@ -174,6 +174,5 @@ def check_reader(shard_type: pa.Schema, reader_schema: pa.Schema) -> None:
     ``reader-needs-non-null``, ``reader-unknown-field``, ``reader-type-mismatch``) otherwise, so a
     reader is never fed data of a shape it does not expect.
     """
-    visit_with_partner(
-        _as_type(reader_schema), _root(_as_type(shard_type)), _TargetCheck(_READER_RULES)
-    )
+    target = root_field(as_data_type(shard_type))
+    visit_with_partner(as_data_type(reader_schema), target, TargetCheck(_READER_RULES))

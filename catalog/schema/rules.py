@@ -72,7 +72,7 @@ _SUGGESTIONS = types.MappingProxyType(
 )
 
 
-def _refuse(
+def refusal(
     rule: str,
     path: str,
     what: str,

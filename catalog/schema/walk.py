@@ -8,13 +8,13 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
-_ITEMS = "items"
+ITEMS = "items"
 
 
-_KEY = "key"
+KEY = "key"
 
 
-_VALUE = "value"
+VALUE = "value"
 
 
 P = TypeVar("P")
@@ -26,7 +26,7 @@ T = TypeVar("T")
 F = TypeVar("F")
 
 
-class _Kind(enum.Enum):
+class Kind(enum.Enum):
     STRUCT = "struct"
     LIST = "list"
     LARGE_LIST = "large_list"
@@ -36,23 +36,23 @@ class _Kind(enum.Enum):
 
 # By Arrow type id: one dict lookup per node (the walk visits every node of every schema of
 # every collection several times per migration).
-_KINDS: dict[int, _Kind] = {
-    pa.struct([]).id: _Kind.STRUCT,
-    pa.map_(pa.string(), pa.string()).id: _Kind.MAP,
-    pa.large_list(pa.string()).id: _Kind.LARGE_LIST,
-    pa.list_(pa.string()).id: _Kind.LIST,
+_KINDS: dict[int, Kind] = {
+    pa.struct([]).id: Kind.STRUCT,
+    pa.map_(pa.string(), pa.string()).id: Kind.MAP,
+    pa.large_list(pa.string()).id: Kind.LARGE_LIST,
+    pa.list_(pa.string()).id: Kind.LIST,
 }
 
 
-def _kind(dtype: pa.DataType) -> _Kind:
-    return _KINDS.get(dtype.id, _Kind.ATOMIC)
+def kind_of(dtype: pa.DataType) -> Kind:
+    return _KINDS.get(dtype.id, Kind.ATOMIC)
 
 
-def _join(path: str, name: str) -> str:
+def join_path(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _fields(dtype: pa.DataType) -> list[pa.Field]:
+def child_fields(dtype: pa.DataType) -> list[pa.Field]:
     return [dtype.field(i) for i in range(dtype.num_fields)]
 
 
@@ -77,17 +77,17 @@ class TypeVisitor(Generic[T, F], ABC):
 
 def visit(dtype: pa.DataType | pa.Schema, visitor: TypeVisitor[T, F], path: str = "") -> T:
     """Walk ``dtype`` (a Schema is the struct of its fields) bottom-up with ``visitor``."""
-    dtype = _as_type(dtype)
-    kind = _kind(dtype)
-    if kind is _Kind.STRUCT:
-        results = [_visit_field(f, visitor, _join(path, f.name)) for f in _fields(dtype)]
+    dtype = as_data_type(dtype)
+    kind = kind_of(dtype)
+    if kind is Kind.STRUCT:
+        results = [_visit_field(f, visitor, join_path(path, f.name)) for f in child_fields(dtype)]
         return visitor.struct(dtype, path, results)
-    if kind in (_Kind.LIST, _Kind.LARGE_LIST):
-        element = _visit_field(dtype.value_field, visitor, _join(path, _ITEMS))
+    if kind in (Kind.LIST, Kind.LARGE_LIST):
+        element = _visit_field(dtype.value_field, visitor, join_path(path, ITEMS))
         return visitor.list_(dtype, path, element)
-    if kind is _Kind.MAP:
-        key = _visit_field(dtype.key_field, visitor, _join(path, _KEY))
-        value = _visit_field(dtype.item_field, visitor, _join(path, _VALUE))
+    if kind is Kind.MAP:
+        key = _visit_field(dtype.key_field, visitor, join_path(path, KEY))
+        value = _visit_field(dtype.item_field, visitor, join_path(path, VALUE))
         return visitor.map_(dtype, path, key, value)
     return visitor.primitive(dtype, path)
 
@@ -149,28 +149,28 @@ def visit_with_partner(
     dtype: pa.DataType | pa.Schema, partner: P, visitor: PartnerVisitor[P, T, F], path: str = ""
 ) -> T:
     """Walk ``dtype`` together with ``partner``; see :class:`PartnerVisitor`."""
-    dtype = _as_type(dtype)
-    kind = _kind(dtype)
-    if kind is not _kind(visitor.partner_type(partner)):
+    dtype = as_data_type(dtype)
+    kind = kind_of(dtype)
+    if kind is not kind_of(visitor.partner_type(partner)):
         return visitor.kind_changed(dtype, partner, path)
     visitor.before(dtype, partner, path)
-    if kind is _Kind.STRUCT:
+    if kind is Kind.STRUCT:
         results: list[F] = []
-        for field in _fields(dtype):
-            child_path = _join(path, field.name)
+        for field in child_fields(dtype):
+            child_path = join_path(path, field.name)
             child = visitor.field_partner(partner, field, child_path)
             if child is None:
                 results.append(visitor.added(field, child_path))
             else:
                 results.append(_visit_partnered_field(field, child, visitor, child_path))
         return visitor.struct(dtype, partner, path, results)
-    if kind in (_Kind.LIST, _Kind.LARGE_LIST):
-        element_path = _join(path, _ITEMS)
+    if kind in (Kind.LIST, Kind.LARGE_LIST):
+        element_path = join_path(path, ITEMS)
         element_partner = visitor.element_partner(partner, element_path)
         element = _visit_partnered_field(dtype.value_field, element_partner, visitor, element_path)
         return visitor.list_(dtype, partner, path, element)
-    if kind is _Kind.MAP:
-        key_path, value_path = _join(path, _KEY), _join(path, _VALUE)
+    if kind is Kind.MAP:
+        key_path, value_path = join_path(path, KEY), join_path(path, VALUE)
         key_partner = visitor.key_partner(partner, key_path)
         key = _visit_partnered_field(dtype.key_field, key_partner, visitor, key_path)
         value_partner = visitor.value_partner(partner, value_path)
@@ -187,7 +187,7 @@ def _visit_partnered_field(
     )
 
 
-def _as_type(value: pa.DataType | pa.Schema) -> pa.DataType:
+def as_data_type(value: pa.DataType | pa.Schema) -> pa.DataType:
     if isinstance(value, pa.Schema):
         return pa.struct(list(value))
     if isinstance(value, pa.DataType):
@@ -195,13 +195,13 @@ def _as_type(value: pa.DataType | pa.Schema) -> pa.DataType:
     raise TypeError(f"expected a pyarrow Schema or DataType, got {type(value).__name__}")
 
 
-def _as_schema(value: pa.DataType | pa.Schema, what: str) -> pa.Schema:
+def as_schema(value: pa.DataType | pa.Schema, what: str) -> pa.Schema:
     if isinstance(value, pa.Schema):
         return value
     if isinstance(value, pa.DataType) and pa.types.is_struct(value):
-        return pa.schema(_fields(value))
+        return pa.schema(child_fields(value))
     raise TypeError(f"{what} must be a pyarrow Schema or struct type, got {value!r}")
 
 
-def _root(dtype: pa.DataType) -> pa.Field:
+def root_field(dtype: pa.DataType) -> pa.Field:
     return pa.field("", dtype)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import attrs
 import pyarrow as pa
 
-from catalog.schema.walk import PartnerVisitor, _fields, visit_with_partner
+from catalog.schema.walk import PartnerVisitor, child_fields, visit_with_partner
 
 __all__ = ["widen"]
 
@@ -77,11 +77,11 @@ class _Widen(PartnerVisitor[_Pair, pa.DataType, pa.Field]):
     ) -> pa.DataType:
         mine = {f.name: f for f in fields}
         olds = (
-            {f.name for f in _fields(partner.old)}
+            {f.name for f in child_fields(partner.old)}
             if _same_kind(partner.old, pa.types.is_struct)
             else set()
         )
-        latest = _fields(partner.latest)
+        latest = child_fields(partner.latest)
         out = []
         for field in latest:
             if field.name in mine:

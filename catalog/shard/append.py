@@ -14,7 +14,7 @@ from catalog.schema import (
     schema_diff,
 )
 from catalog.schema.conform import Mismatch, conform
-from catalog.shard.state import BatchRef, ShardState, _shard_error, update_schema
+from catalog.shard.state import BatchRef, ShardState, shard_error, update_schema
 
 
 def advance_times(table: pa.Table, since: int) -> pa.Table:
@@ -26,7 +26,7 @@ def advance_times(table: pa.Table, since: int) -> pa.Table:
     return table.set_column(index, table.schema.field(index), advanced)
 
 
-def _sort(table: pa.Table) -> tuple[pa.Table, bool]:
+def sort_rows(table: pa.Table) -> tuple[pa.Table, bool]:
     """``table`` sorted by every column, or unchanged (False) when a column is not sortable."""
     if any(is_nested(f.type) for f in table.schema):
         return table, False
@@ -36,7 +36,7 @@ def _sort(table: pa.Table) -> tuple[pa.Table, bool]:
         return table, False
 
 
-def _already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema) -> bool:
+def already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema) -> bool:
     """Whether ``batch`` read alone as ``reader`` is consolidated as it is stored.
 
     True for a consolidated batch at a single time whose migration to the reader drops nothing
@@ -49,12 +49,12 @@ def _already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema)
     )
 
 
-def _time_bounds(table: pa.Table) -> tuple[int, int]:
+def time_bounds(table: pa.Table) -> tuple[int, int]:
     bounds = pc.min_max(table.column(TS))
     return int(bounds["min"].as_py()), int(bounds["max"].as_py()) + 1
 
 
-def _prepare_append(
+def prepare_append(
     batch: pa.Table | pa.RecordBatch,
     live: pa.Schema,
     expected_upper: int,
@@ -66,7 +66,7 @@ def _prepare_append(
     names = table.column_names
     for column in (TS, DIFF):
         if column not in names:
-            raise _shard_error(
+            raise shard_error(
                 f"batch for shard {shard_id} has no {column} column",
                 shard_id,
                 "missing-column",
@@ -80,7 +80,7 @@ def _prepare_append(
             "type": "type-mismatch",
             "null": "null-in-non-null",
         }
-        raise _shard_error(
+        raise shard_error(
             f"batch for shard {shard_id} has {conformed.text}",
             shard_id,
             reason[conformed.kind],
@@ -90,7 +90,7 @@ def _prepare_append(
     times, diffs = table.column(TS), table.column(DIFF)
     for column, name in ((times, TS), (diffs, DIFF)):
         if not pa.types.is_integer(column.type) or column.null_count:
-            raise _shard_error(
+            raise shard_error(
                 f"{name} must be a non-null integer column (got {column.type})",
                 shard_id,
                 "bad-update-column",
@@ -100,14 +100,14 @@ def _prepare_append(
         times = times.cast(pa.uint64())
         diffs = diffs.cast(pa.int64())
     except pa.ArrowInvalid as exc:
-        raise _shard_error(
+        raise shard_error(
             f"{TS}/{DIFF} out of range: {exc}", shard_id, "bad-update-column", column=TS
         ) from exc
     stored = pa.Table.from_arrays([*columns, times, diffs], schema=update_schema(live))
     if stored.num_rows:
-        lower, upper = _time_bounds(stored)
+        lower, upper = time_bounds(stored)
         if lower < expected_upper or upper > new_upper:
-            raise _shard_error(
+            raise shard_error(
                 f"rows at times [{lower}, {upper - 1}] fall outside "
                 f"[{expected_upper}, {new_upper})",
                 shard_id,

@@ -24,11 +24,11 @@ from catalog.errors import (
 )
 from catalog.shard import read
 from catalog.shard.append import (
-    _sort,
-    _time_bounds,
     advance_times,
+    sort_rows,
+    time_bounds,
 )
-from catalog.shard.ops import _finalized
+from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     BatchRef,
     CompactionResult,
@@ -46,7 +46,7 @@ def compaction_inputs(shard: Shard) -> tuple[ShardState, list[BatchRef]]:
     refused."""
     state = shard.state()
     if state.finalized:
-        raise _finalized(state)
+        raise finalized_error(state)
     return state, shard.batches(state)
 
 
@@ -67,10 +67,10 @@ def compact(shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
     if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
         merged, ordered = consolidate_sorted(merged), True
     else:
-        merged, ordered = _sort(consolidate_hashed(merged))
+        merged, ordered = sort_rows(consolidate_hashed(merged))
     output: BatchRef | None = None
     if merged.num_rows:
-        lower, upper = _time_bounds(merged)
+        lower, upper = time_bounds(merged)
         output = BatchRef(
             uuid.uuid4().hex,
             state.schema_id,
@@ -111,7 +111,7 @@ def commit_compaction(
     def attempt() -> ShardState | None:
         current = pending.pop() if pending else shard.state()
         if current.finalized:
-            raise _finalized(current)
+            raise finalized_error(current)
         batches = shard.batches(current)
         names = {b.name for b in batches}
         if output_names and output_names <= names:

@@ -36,7 +36,7 @@ from catalog.shard.state import (
     EvolveResult,
     Lease,
     ShardState,
-    _shard_error,
+    shard_error,
     shard_key,
 )
 from catalog.shard.stored import change_ops, read_states
@@ -90,7 +90,7 @@ class Shard:
         except VersionMismatchError as exc:
             if exist_ok:
                 return self.state()
-            raise _shard_error(
+            raise shard_error(
                 f"shard {self.shard_id} already exists", self.shard_id, "exists"
             ) from exc
         self.log.info("shard_created", schema_fields=schema.names)
@@ -100,7 +100,7 @@ class Shard:
         """The current state; ShardError (reason ``not-found``) when the shard does not exist."""
         found = read_states(self.consensus, [self.shard_id])[self.shard_id]
         if found is None:
-            raise _shard_error(f"shard {self.shard_id} does not exist", self.shard_id, "not-found")
+            raise shard_error(f"shard {self.shard_id} does not exist", self.shard_id, "not-found")
         return found
 
     def exists(self) -> bool:
@@ -136,7 +136,7 @@ class Shard:
             if current is None or (guard.version >= 0 and current.version != guard.version):
                 moved.append(guard.key)
         if moved:
-            raise _shard_error(
+            raise shard_error(
                 f"append to shard {self.shard_id} refused: {', '.join(moved)} changed",
                 self.shard_id,
                 "guard-moved",

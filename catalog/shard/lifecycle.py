@@ -25,13 +25,13 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.shard.listing import blob_prefix
-from catalog.shard.ops import _finalized
+from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
     Lease,
     ShardState,
-    _shard_error,
+    shard_error,
 )
 from catalog.shard.stored import delete_ops
 from catalog.watch import (
@@ -87,7 +87,7 @@ def discard(shard: Shard, *, fence: Fence | None = None) -> None:
     except ShardError:
         return
     if state.batch_count:
-        raise _shard_error(
+        raise shard_error(
             f"shard {shard.shard_id} holds {state.batch_count} batches: finalize it instead",
             shard.shard_id,
             "not-empty",
@@ -118,7 +118,7 @@ def _wait_for_no_leases(shard: Shard, wait: float | None) -> None:
     try:
         wait_until(look, wait, safety=None)
     except WaitTimeout:
-        raise _shard_error(
+        raise shard_error(
             f"shard {shard.shard_id} is still leased by {len(leases)} readers",
             shard.shard_id,
             "leased",
@@ -140,7 +140,7 @@ def lease(
     """
     state = shard.state()
     if state.finalized:
-        raise _finalized(state)
+        raise finalized_error(state)
     # The time this reader reads at (the latest complete one, if not given): ``since`` is
     # never advanced past it while the lease lives (held_since).
     holds = as_of if as_of is not None else max(state.upper - 1, 0)
@@ -158,7 +158,7 @@ def lease(
         shard.consensus.client.sync(shard.consensus.path(shard.key))
         current = shard.state()
         if current.finalized:
-            raise _finalized(current)
+            raise finalized_error(current)
         yield Lease(shard_id=shard.shard_id, key=key, holder=holder)
     finally:
         with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):

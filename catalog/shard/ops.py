@@ -59,7 +59,7 @@ def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardSta
     carries the version the op gives the znode.
     """
     if state.finalized:
-        raise _finalized(state)
+        raise finalized_error(state)
     mtype = evolve(state.schema, schema)
     if mtype.equals(state.schema, check_metadata=True):
         return None, state
@@ -99,7 +99,7 @@ def clear_contraction_op(state: ShardState) -> tuple[Op | None, ShardState]:
     return _head_op(state, attrs.evolve(state, contraction=None))
 
 
-def _finalized(state: ShardState) -> ShardFinalizedError:
+def finalized_error(state: ShardState) -> ShardFinalizedError:
     what = "finalized" if state.finalized else "sealed"
     return ShardFinalizedError(
         f"shard {state.shard_id} is {what}: no more writes",

@@ -30,15 +30,15 @@ from catalog.schema import (
 )
 from catalog.schema.restore import restore_table
 from catalog.shard.append import (
-    _already_consolidated,
+    already_consolidated,
 )
-from catalog.shard.ops import _finalized
+from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
-    _READ_ATTEMPTS,
+    READ_ATTEMPTS,
     BatchRef,
     ShardState,
-    _shard_error,
     body_key,
+    shard_error,
     update_schema,
 )
 from catalog.watch import (
@@ -60,7 +60,7 @@ def snapshot_reader(state: ShardState, reader_schema: pa.Schema | None) -> pa.Sc
     """The schema a snapshot of ``state`` returns: ``reader_schema`` once fenced against the
     stored schemas (default: the latest live schema); a finalized shard is refused."""
     if state.finalized:
-        raise _finalized(state)
+        raise finalized_error(state)
     if reader_schema is None:
         return state.live_schema
     check_reader(state.schema, reader_schema)
@@ -73,7 +73,7 @@ def snapshot_time(state: ShardState, as_of: int | None) -> int | None:
     if as_of is None:
         return None if state.upper == 0 else state.upper - 1
     if as_of >= state.upper:
-        raise _shard_error(
+        raise shard_error(
             f"as_of {as_of} not yet complete: upper is {state.upper}",
             state.shard_id,
             "not-complete",
@@ -81,7 +81,7 @@ def snapshot_time(state: ShardState, as_of: int | None) -> int | None:
             upper=state.upper,
         )
     if as_of < state.since:
-        raise _shard_error(
+        raise shard_error(
             f"as_of {as_of} is below since {state.since}: those times were compacted",
             state.shard_id,
             "compacted",
@@ -131,7 +131,7 @@ def wait_for_upper(shard: Shard, as_of: int, timeout: float) -> ShardState:
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError(f"ZooKeeper did not answer for {shard.shard_id}") from exc
         if found is None:
-            raise _shard_error(
+            raise shard_error(
                 f"shard {shard.shard_id} does not exist", shard.shard_id, "not-found"
             )
         latest = shard.state()
@@ -177,7 +177,7 @@ def snapshot(
             return False
         current = shard.state()
         if current.finalized:
-            raise _finalized(current) from exc
+            raise finalized_error(current) from exc
         if current.revision == state.revision:
             return False
         shard.log.info("snapshot_state_moved", version=current.revision)
@@ -186,7 +186,7 @@ def snapshot(
 
     retry = Retry(
         retryable=(CorruptBlobError,),
-        max_attempts=_READ_ATTEMPTS + 1,
+        max_attempts=READ_ATTEMPTS + 1,
         deadline=None,
         base_delay=0.0,
         should_retry=moved,
@@ -222,7 +222,7 @@ def _snapshot(
     if not tables:
         return result_schema.empty_table()
     merged = pa.concat_tables(tables)
-    if len(refs) == 1 and _already_consolidated(state, refs[0], reader):
+    if len(refs) == 1 and already_consolidated(state, refs[0], reader):
         consolidated = merged
     else:
         consolidated = consolidate(merged)

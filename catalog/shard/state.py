@@ -53,7 +53,7 @@ GC_GRACE_SECONDS = 300.0
 
 
 # A snapshot whose blobs vanished under it (compaction or rollup merge) re-reads this often.
-_READ_ATTEMPTS = 5
+READ_ATTEMPTS = 5
 
 
 # Format 1: the whole state in one znode. Format 2: the head (schemas, flags, contraction) in
@@ -97,7 +97,7 @@ _ERROR_KINDS: dict[str, type[ShardError]] = {
 }
 
 
-def _shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
+def shard_error(message: str, shard_id: str, reason: str, **details: Any) -> ShardError:
     kind = _ERROR_KINDS.get(reason, ShardError)
     return kind(message, shard_id=shard_id, reason=reason, **details)
 
@@ -136,7 +136,7 @@ class Contraction:
         return cls(str(data["version"]), int(data["generation"]), schema)
 
 
-def _schemas_equal(a: tuple[pa.Schema, ...], b: tuple[pa.Schema, ...]) -> bool:
+def schemas_equal(a: tuple[pa.Schema, ...], b: tuple[pa.Schema, ...]) -> bool:
     return len(a) == len(b) and all(
         x.equals(y, check_metadata=True) for x, y in zip(a, b, strict=True)
     )
@@ -155,7 +155,7 @@ class ShardState:
     """
 
     shard_id: str
-    schemas: tuple[pa.Schema, ...] = attrs.field(eq=attrs.cmp_using(eq=_schemas_equal))
+    schemas: tuple[pa.Schema, ...] = attrs.field(eq=attrs.cmp_using(eq=schemas_equal))
     batches: Sequence[BatchRef] = ()
     rollups: tuple[RollupRef, ...] = ()
     upper: int = 0
@@ -211,7 +211,7 @@ class ShardState:
     def live(self, schema_id: int) -> pa.Schema:
         """The live schema registered as ``schema_id``; ShardError when unknown."""
         if not 0 <= schema_id < len(self.schemas):
-            raise _shard_error(
+            raise shard_error(
                 f"shard {self.shard_id} has no schema id {schema_id} (latest is {self.schema_id})",
                 self.shard_id,
                 "unknown-schema",

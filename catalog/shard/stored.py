@@ -43,8 +43,8 @@ from catalog.shard.state import (
     SPLIT_FORMAT,
     Contraction,
     ShardState,
-    _schemas_equal,
     body_key,
+    schemas_equal,
     shard_key,
 )
 
@@ -52,11 +52,11 @@ from catalog.shard.state import (
 _READ_ATTEMPTS = 20
 
 
-class _Torn(Exception):
+class Torn(Exception):
     """The head and body read belong to different writes of both: read again."""
 
 
-def _decode(head: Versioned, body: Versioned | None) -> ShardState | None:
+def decode_stored(head: Versioned, body: Versioned | None) -> ShardState | None:
     """The state stored as ``head`` (and ``body``); None when it was deleted in between."""
     raw = decode_json(head.value, head.key)
     if not isinstance(raw, dict) or raw.get("format", 1) != SPLIT_FORMAT:
@@ -84,7 +84,7 @@ def _decode(head: Versioned, body: Versioned | None) -> ShardState | None:
     data = decode_json(body.value, body.key)
     with decoding(body.key, "shard state body"):
         if int(data["link"]) != link or int(data["schemas"]) > len(schemas):
-            raise _Torn()
+            raise Torn()
         upper = int(data["upper"])
         return ShardState(
             **header,
@@ -121,9 +121,9 @@ def read_stored(
         for shard_id in pending:
             head = found[shard_key(shard_id)]
             try:
-                state = None if head is None else _decode(head, found[body_key(shard_id)])
+                state = None if head is None else decode_stored(head, found[body_key(shard_id)])
                 out[shard_id] = None if state is None or head is None else (state, head)
-            except _Torn:
+            except Torn:
                 torn.append(shard_id)
         if not torn:
             return {s: out[s] for s in shard_ids}
@@ -138,7 +138,7 @@ def read_stored(
 def _head_changed(old: ShardState, new: ShardState) -> bool:
     return (
         old.contraction != new.contraction
-        or (old.schemas is not new.schemas and not _schemas_equal(old.schemas, new.schemas))
+        or (old.schemas is not new.schemas and not schemas_equal(old.schemas, new.schemas))
         or _flags_changed(old, new)
     )
 

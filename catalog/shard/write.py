@@ -20,16 +20,16 @@ from catalog.errors import (
     WriteOutcomeUnknownError,
 )
 from catalog.shard.append import (
-    _prepare_append,
-    _time_bounds,
+    prepare_append,
+    time_bounds,
 )
 from catalog.shard.ledger import WriteLedger, WriteMark
-from catalog.shard.ops import _finalized
+from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     AppendResult,
     BatchRef,
     ShardState,
-    _shard_error,
+    shard_error,
 )
 
 if TYPE_CHECKING:
@@ -78,11 +78,11 @@ def compare_and_append(
     write_id = uuid.uuid4().hex if write_id is None else write_id
     appendable = not (initial.sealed or initial.finalized or initial.writes.find(write_id))
     if appendable and initial.upper == expected_upper:
-        stored = _prepare_append(
+        stored = prepare_append(
             batch, initial.live(schema_id), expected_upper, new_upper, shard.shard_id
         )
         if stored.num_rows:
-            lower, upper = _time_bounds(stored)
+            lower, upper = time_bounds(stored)
             ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
             shard.blob.put_batch(ref.key(shard.shard_id), stored)
             refs.append(ref)
@@ -115,7 +115,7 @@ def compare_and_append_batches(
         initial.live(ref.schema_id)  # ShardError for an unknown schema id
         if ref.lower < expected_upper or ref.upper > new_upper or ref.rows <= 0:
             shard.blob.delete_many([r.key(shard.shard_id) for r in refs])
-            raise _shard_error(
+            raise shard_error(
                 f"batch {ref.name} at times [{ref.lower}, {ref.upper - 1}] falls outside "
                 f"[{expected_upper}, {new_upper})",
                 shard.shard_id,
@@ -132,7 +132,7 @@ def compare_and_append_batches(
 
 def _check_frontiers(shard: Shard, expected_upper: int, new_upper: int) -> None:
     if new_upper < expected_upper:
-        raise _shard_error(
+        raise shard_error(
             f"new upper {new_upper} is below the expected upper {expected_upper}",
             shard.shard_id,
             "upper-regression",
@@ -162,7 +162,7 @@ def _append_refs(
         return AppendResult(True, landed.upper, initial, landed, replayed=True)
     if initial.sealed or initial.finalized:
         shard.blob.delete_many(owned)
-        raise _finalized(initial)
+        raise finalized_error(initial)
     if initial.upper != expected_upper:
         shard.blob.delete_many(owned)
         return AppendResult(False, initial.upper, initial)
@@ -183,7 +183,7 @@ def _append_refs(
                 raise _unknown_outcome(shard.shard_id, write_id, expected_upper, current)
             uncertain = False  # the ledger proves it did not land
         if current.sealed or current.finalized:
-            raise _finalized(current)
+            raise finalized_error(current)
         if current.upper != expected_upper:
             return AppendResult(False, current.upper, current)
         new, written, old_rollups = appended(shard, current, refs, new_upper)
@@ -247,11 +247,11 @@ def advance_since(shard: Shard, since: int, *, fence: Fence | None = None) -> Sh
 
     def change(state: ShardState) -> ShardState | None:
         if state.finalized:
-            raise _finalized(state)
+            raise finalized_error(state)
         if since <= state.since:
             return None
         if since > state.upper:
-            raise _shard_error(
+            raise shard_error(
                 f"since {since} would pass the upper {state.upper}",
                 shard.shard_id,
                 "since-beyond-upper",

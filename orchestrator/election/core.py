@@ -24,12 +24,12 @@ from orchestrator.election.values import (
 log = structlog.get_logger(__name__)
 
 
-def _seq(name: str) -> int:
+def candidate_seq(name: str) -> int:
     digits = name[len(CANDIDATE_PREFIX) :]
     return int(digits) if digits.isdigit() else 1 << 62
 
 
-def _session_hex(session_id: int) -> str:
+def session_hex(session_id: int) -> str:
     return f"0x{session_id:x}"
 
 
@@ -37,7 +37,7 @@ _Item = tuple[str, Any]
 
 
 # What a worker step may raise without killing the thread: the next event re-reads anyway.
-_WORKER_ERRORS: Final[tuple[type[BaseException], ...]] = (CatalogError, *CONNECTION_ERRORS)
+WORKER_ERRORS: Final[tuple[type[BaseException], ...]] = (CatalogError, *CONNECTION_ERRORS)
 
 
 class CandidateCore:
@@ -132,7 +132,7 @@ class CandidateCore:
         value = encode_json(
             {
                 "process_id": self.process_id,
-                "session": _session_hex(session_id),
+                "session": session_hex(session_id),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
             }

@@ -37,7 +37,7 @@ from catalog.errors import (
 )
 from catalog.retry import CasRetry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.election.values import _catalog_generation, _promotion_of
+from orchestrator.election.values import generation_of_catalog, promotion_of
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState
@@ -54,9 +54,9 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
 
     def attempt() -> bool:
         found = consensus.get_many([CATALOG_KEY, PROMOTION_KEY])
-        current = _catalog_generation(found[CATALOG_KEY])
+        current = generation_of_catalog(found[CATALOG_KEY])
         promoted = found[PROMOTION_KEY]
-        target = _promotion_of(promoted)
+        target = promotion_of(promoted)
         fenced = generation_fence(
             deploy_generation,
             catalog=current,

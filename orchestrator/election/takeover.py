@@ -33,12 +33,12 @@ from catalog.errors import (
     FencedError,
 )
 from catalog.retry import CasRetry
-from orchestrator.election.core import CandidateCore, _seq, _session_hex
+from orchestrator.election.core import CandidateCore, candidate_seq, session_hex
 from orchestrator.election.values import (
     EpochInfo,
     Leadership,
-    _promotion_of,
     candidate_key,
+    promotion_of,
 )
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
@@ -94,7 +94,7 @@ class Takeover(CandidateCore):
             if catalog_found is not None and catalog_found.value
             else None
         )
-        target = _promotion_of(promotion)
+        target = promotion_of(promotion)
         if target is None:
             if not (bootstrap and catalog is None):
                 return None
@@ -113,7 +113,7 @@ class Takeover(CandidateCore):
                 -1,
             )
             promotion = self.consensus.get(PROMOTION_KEY)
-            target = _promotion_of(promotion)
+            target = promotion_of(promotion)
         if target is None or promotion is None:
             return None
         fenced = generation_fence(
@@ -128,7 +128,7 @@ class Takeover(CandidateCore):
             return None
         names = self.consensus.children(candidate_key(self.deploy_generation))
         own = candidate.rsplit("/", 1)[-1]
-        if not names or min(names, key=_seq) != own:
+        if not names or min(names, key=candidate_seq) != own:
             return None
         stat = self._own_candidate_stat(candidate)
         if stat is None:
@@ -139,7 +139,7 @@ class Takeover(CandidateCore):
         if (
             previous is not None
             and previous.leader == self.process_id
-            and previous.session == _session_hex(self._session_id)
+            and previous.session == session_hex(self._session_id)
             and previous.deploy_generation == self.deploy_generation
             and (catalog is None or catalog.deploy_generation == self.deploy_generation)
         ):
@@ -151,7 +151,7 @@ class Takeover(CandidateCore):
                 "epoch": number,
                 "leader": self.process_id,
                 "deploy_generation": self.deploy_generation,
-                "session": _session_hex(self._session_id),
+                "session": session_hex(self._session_id),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "taken_over_at": time.time(),
@@ -198,8 +198,8 @@ class Takeover(CandidateCore):
             self._log.warning(
                 "candidate_not_ours",
                 candidate=candidate,
-                owner=_session_hex(stat.ephemeralOwner),
-                session=_session_hex(int(client_id[0])),
+                owner=session_hex(stat.ephemeralOwner),
+                session=session_hex(int(client_id[0])),
             )
             return None
         return stat

@@ -144,14 +144,14 @@ def _generation_in(found: Versioned | None, what: str) -> int | None:
         return int(data["deploy_generation"])
 
 
-def _promotion_of(found: Versioned | None) -> int | None:
+def promotion_of(found: Versioned | None) -> int | None:
     return _generation_in(found, "promotion target")
 
 
-def _catalog_generation(found: Versioned | None) -> int | None:
+def generation_of_catalog(found: Versioned | None) -> int | None:
     return _generation_in(found, "catalog")
 
 
 def read_promotion(consensus: Consensus) -> int | None:
     """The promotion target generation, or None when nothing was promoted yet."""
-    return _promotion_of(consensus.get(PROMOTION_KEY))
+    return promotion_of(consensus.get(PROMOTION_KEY))

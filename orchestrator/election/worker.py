@@ -17,13 +17,13 @@ from catalog.consensus import (
 )
 from catalog.environment import CATALOG_KEY, EPOCH_KEY
 from catalog.errors import CorruptStateError
-from orchestrator.election.core import _WORKER_ERRORS, _seq
+from orchestrator.election.core import WORKER_ERRORS, candidate_seq
 from orchestrator.election.takeover import Takeover
 from orchestrator.election.values import (
     ElectionEvent,
     EpochInfo,
     Leadership,
-    _promotion_of,
+    promotion_of,
     read_epoch,
 )
 
@@ -54,7 +54,7 @@ class ElectionWorker(Takeover):
     def _children_watch(self, children: list[str]) -> bool:
         if self._stopped:
             return False
-        self._queue.put(("candidates", tuple(sorted(children, key=_seq))))
+        self._queue.put(("candidates", tuple(sorted(children, key=candidate_seq))))
         return True
 
     def _run(self) -> None:
@@ -65,7 +65,7 @@ class ElectionWorker(Takeover):
             kind, payload = item
             try:
                 events = self._apply(kind, payload)
-            except _WORKER_ERRORS as exc:
+            except WORKER_ERRORS as exc:
                 self._log.warning("election_event_failed", kind=kind, error=repr(exc))
                 continue
             for event in events:
@@ -140,7 +140,7 @@ class ElectionWorker(Takeover):
 
     def _apply_promotion(self, data: bytes | None, version: int | None) -> list[ElectionEvent]:
         found = None if data is None or version is None else Versioned(data, version)
-        target = _promotion_of(found)
+        target = promotion_of(found)
         events = [self._event("promotion", promotion=target)]
         if target is not None and target > self.deploy_generation and self._leadership is not None:
             self._release("superseded")

@@ -31,7 +31,7 @@ COMPACT_MAX_ROWS = 5_000_000
 _OLD_SCHEMA_MIN_BATCHES = 2
 
 
-def _due(state: ShardState, min_batches: int) -> bool:
+def compaction_due(state: ShardState, min_batches: int) -> bool:
     if state.finalized or state.sealed or state.batch_count < _OLD_SCHEMA_MIN_BATCHES:
         return False
     if state.batch_count >= min_batches:
@@ -54,7 +54,7 @@ def compact_due(
         return []
     states = read_states(ctx.consensus, sorted(catalog.shard_ids()))
     due = sorted(
-        (s for s in states.values() if s is not None and _due(s, min_batches)),
+        (s for s in states.values() if s is not None and compaction_due(s, min_batches)),
         key=lambda s: (-s.batch_count, s.shard_id),
     )
     done: list[str] = []

@@ -26,7 +26,7 @@ from orchestrator.fencing import generation_fence
 from orchestrator.migrate.context import MigrationContext
 
 
-def _read_shard_states(ctx: MigrationContext, shard_ids: set[str]) -> dict[str, ShardState]:
+def read_shard_states(ctx: MigrationContext, shard_ids: set[str]) -> dict[str, ShardState]:
     """Every named shard's state in one pipelined read."""
     states = read_states(ctx.consensus, sorted(shard_ids))
     missing = sorted(sid for sid, st in states.items() if st is None)
@@ -38,7 +38,7 @@ def _read_shard_states(ctx: MigrationContext, shard_ids: set[str]) -> dict[str, 
     return {sid: st for sid, st in states.items() if st is not None}
 
 
-def _snapshot(catalog: CatalogState, shards: Mapping[str, ShardState]) -> CatalogSnapshot:
+def catalog_snapshot(catalog: CatalogState, shards: Mapping[str, ShardState]) -> CatalogSnapshot:
     collections = []
     for ref in catalog.collections.values():
         state = shards[ref.shard_id]
@@ -92,7 +92,7 @@ def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa
     return wider
 
 
-def _refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
+def refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
     fenced = generation_fence(ctx.deploy_generation, catalog=catalog.deploy_generation)
     if fenced is not None:
         raise fenced

@@ -31,7 +31,7 @@ from catalog.shard import (
     find_schema_id,
 )
 from orchestrator.migrate.context import PHASE_SCHEMAS, MigrationContext
-from orchestrator.migrate.durable import _read_shard_states, registration_schema
+from orchestrator.migrate.durable import read_shard_states, registration_schema
 
 __all__ = ["contract_all", "expand_all", "keeps_release_schema"]
 
@@ -69,7 +69,7 @@ def _states(
     date), the others read; all read when ``fresh`` (a retry after a lost race)."""
     missing = shard_ids if fresh else shard_ids - known.keys()
     if missing:
-        known.update(_read_shard_states(ctx, missing))
+        known.update(read_shard_states(ctx, missing))
     return {sid: known[sid] for sid in shard_ids}
 
 

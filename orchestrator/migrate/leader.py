@@ -39,12 +39,12 @@ from orchestrator.migrate.context import (
     MigrationContext,
 )
 from orchestrator.migrate.durable import (
-    _read_shard_states,
-    _refuse_fenced_or_older,
-    _snapshot,
+    catalog_snapshot,
+    read_shard_states,
+    refuse_fenced_or_older,
 )
 from orchestrator.migrate.evolution import contract_all, expand_all, keeps_release_schema
-from orchestrator.migrate.read_only import _copy_rewrites, _ensure_shards, _replacement_targets
+from orchestrator.migrate.replacements import copy_rewrites, ensure_shards, replacement_targets
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +55,7 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
     migration = ctx.migration_shard()
     migration.ensure(fence=leadership.fence)
     ctx.on_phase(PHASE_REPLACEMENTS)
-    shards = _ensure_shards(
+    shards = ensure_shards(
         ctx, {b.global_id: b.schema for b in ctx.release.builtins}, fence=leadership.fence
     )
     state = CatalogState(
@@ -87,18 +87,18 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     if found is None:
         return _bootstrap(ctx, leadership, started)
     catalog, catalog_version = found
-    _refuse_fenced_or_older(ctx, catalog)
-    shards = _read_shard_states(ctx, catalog.shard_ids())
-    plan_ = plan(_snapshot(catalog, shards), ctx.release)
+    refuse_fenced_or_older(ctx, catalog)
+    shards = read_shard_states(ctx, catalog.shard_ids())
+    plan_ = plan(catalog_snapshot(catalog, shards), ctx.release)
     fence = leadership.fence
 
-    wanted = _replacement_targets(ctx, plan_)
+    wanted = replacement_targets(ctx, plan_)
     wanted.update({b.global_id: b.schema for b in plan_.new_builtins})
     if wanted:
         ctx.on_phase(PHASE_REPLACEMENTS)
     # A suspended or superseded leader stops before each step; the fence stops it within one.
     leadership.check()
-    replacements = _ensure_shards(ctx, wanted, fence=fence)
+    replacements = ensure_shards(ctx, wanted, fence=fence)
     leadership.check()
     known = dict(shards)  # the states as last read or written: every later step starts here
     evolved = expand_all(
@@ -109,7 +109,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         known,
     )
     leadership.check()
-    _copy_rewrites(ctx, plan_, catalog, replacements, fence=fence)
+    copy_rewrites(ctx, plan_, catalog, replacements, fence=fence)
     leadership.check()
 
     # One transaction: the switch and the finalization queue of what it un-references.

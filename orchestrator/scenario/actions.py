@@ -31,7 +31,7 @@ from orchestrator.scenario.results import (
     AppendRecord,
     StepFailed,
 )
-from orchestrator.scenario.rows import _json_default, compare, row_multiset
+from orchestrator.scenario.rows import compare, json_default, row_multiset
 from orchestrator.scenario.run_core import RunCore
 from orchestrator.testing.harness import child_environment
 
@@ -123,7 +123,7 @@ class ProcessActions(RunCore):
     def _do_append(self, step: AppendStep) -> str:
         assert step.collection is not None
         process = self._process(step)
-        body = "".join(json.dumps(row, default=_json_default) + "\n" for row in step.rows)
+        body = "".join(json.dumps(row, default=json_default) + "\n" for row in step.rows)
         answer = process.request(
             "POST",
             f"/append?collection={step.collection}",

@@ -12,7 +12,7 @@ from orchestrator.scenario.format import (
 )
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -23,7 +23,7 @@ def _canonical_row(row: Mapping[str, Any]) -> str:
     return json.dumps(
         {k: v for k, v in row.items() if v is not None and k not in _UPDATE_COLUMNS},
         sort_keys=True,
-        default=_json_default,
+        default=json_default,
     )
 
 

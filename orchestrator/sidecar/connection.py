@@ -1,38 +1,75 @@
-"""The sidecar's ZooKeeper connection: connecting with backoff, session states, re-registering."""
+"""The sidecar's ZooKeeper connection and its process node.
+
+:class:`SidecarConnection` connects (kazoo's own retry does the backoff), follows kazoo's
+session states (each is passed to ``on_state`` from kazoo's event thread, which must never
+block), and owns the process node ``processes/<id>``: its registration (an ephemeral of the
+current session), its rewrites, its re-registration after a session loss and its removal.
+"""
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
-import structlog
 from kazoo.client import KazooClient, KazooState
 
-from orchestrator.sidecar.health import SidecarHealth
-from orchestrator.sidecar.states import (
-    State,
-    _Stop,
-    _Stopping,
-    _ZkState,
-)
+from catalog.consensus import Consensus, Create, Delete, SetData
+from catalog.environment import PROCESSES_KEY
+from catalog.errors import ConfigurationError, ConnectionLostError, VersionMismatchError
+from catalog.retry import Retry
+from orchestrator.sidecar.config import SidecarConfig
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.states import Stopping
 from orchestrator.zk import close, new_client
 
-log = structlog.get_logger(__name__)
 
+class SidecarConnection:
+    """One sidecar's ZooKeeper session and process node; safe to read from any thread."""
 
-class SidecarConnection(SidecarHealth):
-    """Connects (retrying until stopped), follows kazoo's session states through the inbox, and
-    re-registers the process node after a session loss."""
+    def __init__(
+        self,
+        config: SidecarConfig,
+        metrics: SidecarMetrics,
+        log: Any,
+        on_state: Callable[[str], None],
+    ) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._log = log
+        self._on_state = on_state
+        self.client: KazooClient | None = None
+        self.consensus: Consensus | None = None
+        self.registered = False
+        self._connected = threading.Event()
+        self._writes_paused = threading.Event()
 
-    def _connect(self) -> KazooClient:
-        """Connect, waiting until ZooKeeper answers or we are stopped.
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    @property
+    def writes_paused(self) -> bool:
+        """The session is not connected (SUSPENDED or LOST): a leader's writes wait."""
+        return self._writes_paused.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    @property
+    def node_key(self) -> str:
+        return f"{PROCESSES_KEY}/{self._config.process_id}"
+
+    def connect(self, stopping: threading.Event) -> KazooClient:
+        """Connect, waiting until ZooKeeper answers or ``stopping`` is set (Stopping).
 
         kazoo's own connection retry (:func:`orchestrator.zk.reconnect_retry`) does the backoff;
         this only waits for the first CONNECTED, staying responsive to SIGTERM, and says every
         so often that the hosts do not answer.
         """
-        client = new_client(self.config.zk, session_timeout=self.config.session_timeout)
+        config = self._config
+        client = new_client(config.zk, session_timeout=config.session_timeout)
         connected = threading.Event()
 
         def first_connection(state: str) -> bool:
@@ -47,43 +84,23 @@ class SidecarConnection(SidecarHealth):
         report_at = 1.0
         while not connected.wait(0.1):
             waited = time.monotonic() - started
-            if self._stopping:
+            if stopping.is_set():
                 self._log.warning(
-                    "zookeeper_unreachable",
-                    zk=self.config.zk,
-                    waited=round(waited, 1),
-                    stopping=True,
+                    "zookeeper_unreachable", zk=config.zk, waited=round(waited, 1), stopping=True
                 )
                 close(client)
-                raise _Stopping()
+                raise Stopping()
             if waited >= report_at:
-                self._log.warning("zookeeper_unreachable", zk=self.config.zk, waited=round(waited))
+                self._log.warning("zookeeper_unreachable", zk=config.zk, waited=round(waited))
                 report_at = min(report_at * 2, report_at + 30.0)
-        self._client = client
+        self.client = client
         self._connected.set()
-        self.metrics.zookeeper_connected.set(1)
-        client.add_listener(self._zk_listener)
-        self._log.info("zookeeper_connected", zk=self.config.zk, session=self._session())
+        self._metrics.zookeeper_connected.set(1)
+        client.add_listener(self._listener)
+        self._log.info("zookeeper_connected", zk=config.zk, session=self.session())
         return client
 
-    def _sleep(self, seconds: float) -> None:
-        """Wait, but wake for a stop request (and keep other messages for later)."""
-        deadline = time.monotonic() + seconds
-        kept: list[object] = []
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                try:
-                    message = self._inbox.get(timeout=left)
-                except queue.Empty:
-                    break
-                if isinstance(message, _Stop):
-                    raise _Stopping()
-                kept.append(message)
-        finally:
-            for message in kept:
-                self._inbox.put(message)
-
-    def _zk_listener(self, state: str) -> None:
+    def _listener(self, state: str) -> None:
         # kazoo's event thread: never block nor call ZooKeeper here (kazoo issues 356, 381).
         if state == KazooState.CONNECTED:
             self._connected.set()
@@ -91,42 +108,90 @@ class SidecarConnection(SidecarHealth):
         else:
             self._connected.clear()
             self._writes_paused.set()
-        self._inbox.put(_ZkState(str(state)))
+        self._on_state(str(state))
 
-    def _on_zk_state(self, state: str) -> None:
-        self.metrics.zookeeper_connected.set(1 if state == KazooState.CONNECTED else 0)
-        if state == KazooState.SUSPENDED:
-            self._log.warning("zookeeper_suspended", writes_paused=self._leadership is not None)
-        elif state == KazooState.LOST:
-            self._log.warning("zookeeper_session_lost", leader=self._leadership is not None)
-            self._step_down("session expired")
-            self._registered = False
-        elif state == KazooState.CONNECTED:
-            self._log.info("zookeeper_reconnected", session=self._session())
-            self._deferring(self._reregister)
-            self._pending = True
+    def session(self) -> str | None:
+        """The current session id in hex (None: no session yet)."""
+        client = self.client
+        if client is None or client.client_id is None:
+            return None
+        return f"{client.client_id[0]:#x}"
 
-    def _step_down(self, reason: str) -> None:
-        """Our session expired while leading: its candidate node (what made us leader) is gone
-        and a successor of our generation may already hold a newer epoch. Leadership ends
-        here, not the process: it re-checks and re-joins the election with its next session
-        (orchestrator.election), so an environment whose only leader expired gets one again.
-        A write of the old leadership still in flight carries its epoch's fence, valid only
-        while nobody took over."""
-        leadership, self._leadership = self._leadership, None
-        if leadership is None:
+    def require(self) -> Consensus:
+        """The consensus store while connected; ConnectionLostError otherwise."""
+        if self.consensus is None or not self.connected:
+            raise ConnectionLostError(
+                f"not connected to ZooKeeper at {self._config.zk}", zk=self._config.zk
+            )
+        return self.consensus
+
+    def exists(self, key: str) -> bool:
+        return self.consensus is not None and self.consensus.exists(key)
+
+    def register(self, value: Callable[[], bytes]) -> None:
+        """Create the process node holding ``value()``. A create whose answer was lost may
+        have landed: a node under our id that our own session owns is ours, not another
+        process's; another session's is ConfigurationError (exit 2)."""
+        consensus = self.consensus
+        assert consensus is not None
+        consensus.ensure(PROCESSES_KEY)
+        process_id = self._config.process_id
+
+        def attempt() -> None:
+            try:
+                consensus.commit([Create(self.node_key, value(), ephemeral=True)])
+            except VersionMismatchError as exc:
+                if not self.owns_node():
+                    raise ConfigurationError(
+                        f"process id {process_id} is in use by another live process",
+                        process_id=process_id,
+                        suggestion="pass a unique --process-id",
+                    ) from exc
+                self._log.info("registration_recovered", reason="our earlier create landed")
+
+        Retry(
+            retryable=(ConnectionLostError,),
+            max_attempts=10,
+            deadline=self._config.session_timeout,
+            base_delay=0.05,
+        )(attempt)
+        self.registered = True
+
+    def owns_node(self) -> bool:
+        """The process node exists and is an ephemeral of this client's current session."""
+        assert self.consensus is not None and self.client is not None
+        stat = self.client.exists(self.consensus.path(self.node_key))
+        session = self.client.client_id
+        return stat is not None and session is not None and stat.ephemeralOwner == session[0]
+
+    def write_status(self, value: Callable[[], bytes]) -> None:
+        """Rewrite the process node (skipped while not registered or not connected)."""
+        if self.consensus is None or not self.registered or not self.connected:
             return
-        self.metrics.leader.set(0)
-        self._log.error("leadership_lost", epoch=leadership.epoch, reason=reason, rejoining=True)
-        self._check = None
-        self._resume_state = None
-        self._unreadable = None
-        self._set_state(State.CHECKING, phase=f"{reason}: rejoining the election")
-        self._pending = True
+        try:
+            self.consensus.commit([SetData(self.node_key, value(), -1)])
+        except VersionMismatchError:  # our session's node vanished: it comes back on reconnect
+            self.registered = False
+        except ConnectionLostError:
+            self._log.debug("status_write_skipped", reason="connection lost")
 
-    def _reregister(self) -> None:
-        """A new session lost our ephemeral node (the election re-joins on its own)."""
-        if not self._registered or not self._consensus_exists(self._node_key):
-            self._registered = False
-            self._register()
-        self._write_status()
+    def reregister(self, value: Callable[[], bytes]) -> None:
+        """After a new session: create the node again if the old session took it along."""
+        if not self.registered or not self.exists(self.node_key):
+            self.registered = False
+            self.register(value)
+        self.write_status(value)
+
+    def lost(self) -> None:
+        """The session expired: its ephemeral node is gone with it."""
+        self.registered = False
+
+    def close(self, *, deregister: bool) -> None:
+        """Delete the process node (when ``deregister``) and close the session."""
+        if self.consensus is not None and self.registered and deregister:
+            try:
+                self.consensus.commit([Delete(self.node_key)])
+            except Exception:  # best effort: the ephemeral goes with the session anyway
+                self._log.debug("deregister_failed")
+        if self.client is not None:
+            close(self.client)

@@ -1,61 +1,94 @@
-"""The sidecar's data plane, called from HTTP threads: readiness, status, promote, append, read."""
+"""The sidecar's data plane, called from HTTP threads: readiness, status, promote, append, read.
+
+It only reads the machine's state and writes through kazoo (thread-safe); a promotion goes to
+the main thread through the inbox. Refusals are domain errors (``catalog.errors``) that carry
+their data; :mod:`orchestrator.sidecar.http` alone turns them into HTTP statuses.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from http import HTTPStatus
 from typing import Any
 
 import pyarrow as pa
-import structlog
 
 from catalog.environment import read_catalog
 from catalog.errors import (
+    BusyError,
     ConnectionLostError,
-    VersionMismatchError,
+    NoShardError,
+    NotLeaderError,
+    UnknownCollectionError,
+    WritesPausedError,
 )
-from catalog.release import Builtin
+from catalog.release import Builtin, Release
+from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, AppendResult, Shard
-from orchestrator.migrate import (
-    find_schema_id,
-)
+from catalog.shard import DIFF, TS, Rows, Shard, append_rows, find_schema_id
 from orchestrator.process_node import READY_STATES
-from orchestrator.sidecar.core import SidecarCore
-from orchestrator.sidecar.http import HttpError, Readiness, ReadinessCheck
+from orchestrator.sidecar.config import SidecarConfig
+from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.sidecar.machine import SidecarMachine
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
 from orchestrator.sidecar.rows import jsonable, rows_to_table
-from orchestrator.sidecar.states import State, _Promote
+from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
 from orchestrator.zk import why_unreachable
 
-log = structlog.get_logger(__name__)
+PROMOTE_TIMEOUT = 30.0
 
 
-class SidecarDataPlane(SidecarCore):
-    """What the HTTP server asks of the process; only reads its state, writes through kazoo."""
+class SidecarDataPlane:
+    """What the HTTP server asks of the process (:class:`~orchestrator.sidecar.http.SidecarApi`)."""
+
+    def __init__(
+        self,
+        config: SidecarConfig,
+        release: Release,
+        metrics: SidecarMetrics,
+        connection: SidecarConnection,
+        machine: SidecarMachine,
+        progress: Progress,
+        inbox: Callable[[object], None],
+    ) -> None:
+        self._config = config
+        self._release = release
+        self._metrics = metrics
+        self._connection = connection
+        self._machine = machine
+        self._progress = progress
+        self._inbox = inbox
+        self._append_retry = CasRetry(
+            max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
+        )
 
     def readiness(self) -> Readiness:
-        state = self._state
-        connected = self._connected.is_set()
+        progress = self._progress
+        state = progress.state
+        connected = self._connection.connected
         # Only when the session is not connected: ask the servers why (no quorum? all down?).
-        servers = "" if connected else why_unreachable(self.config.zk, timeout=0.5)
+        servers = "" if connected else why_unreachable(self._config.zk, timeout=0.5)
         checks = [
             ReadinessCheck(
                 "zookeeper",
                 connected,
-                f"not connected to {self.config.zk}" + (f": {servers}" if servers else ""),
+                f"not connected to {self._config.zk}" + (f": {servers}" if servers else ""),
             ),
-            ReadinessCheck("registered", self._registered, "process node not registered"),
+            ReadinessCheck(
+                "registered", self._connection.registered, "process node not registered"
+            ),
             ReadinessCheck(
                 "state",
                 state in READY_STATES,
-                f"state is {state.value}" + (f" ({self._phase})" if self._phase else ""),
+                f"state is {state.value}" + (f" ({progress.phase})" if progress.phase else ""),
             ),
         ]
-        unreadable = self._unreadable
+        unreadable = self._machine.health.unreadable
         checks.append(
             ReadinessCheck(
                 "durable-state",
@@ -63,11 +96,11 @@ class SidecarDataPlane(SidecarCore):
                 "" if unreadable is None else f"cannot read {unreadable.key}: {unreadable.message}",
             )
         )
-        if self._leadership is not None:
+        if self._machine.leadership is not None:
             checks.append(
                 ReadinessCheck(
                     "writes",
-                    not self._writes_paused.is_set(),
+                    not self._connection.writes_paused,
                     "leader writes paused: ZooKeeper session suspended"
                     + (f" ({servers})" if servers else ""),
                 )
@@ -75,29 +108,29 @@ class SidecarDataPlane(SidecarCore):
         return Readiness(tuple(checks))
 
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
-        return status_document(self._require_consensus(), coverage=coverage)
+        return status_document(self._connection.require(), coverage=coverage)
 
     def history_json(self) -> list[dict[str, Any]]:
-        return history_document(self._require_consensus())
+        return history_document(self._connection.require())
 
     def metrics_text(self) -> bytes:
-        return self.metrics.render()
+        return self._metrics.render()
 
     def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
-        self._require_consensus()
-        request = _Promote(
-            deploy_generation if deploy_generation is not None else self.config.deploy_generation,
-            Future(),
+        self._connection.require()
+        generation = (
+            deploy_generation if deploy_generation is not None else self._config.deploy_generation
         )
-        self._inbox.put(request)
+        request = Promote(generation, Future())
+        self._inbox(request)
         try:
-            return request.done.result(timeout=30)
+            return request.done.result(timeout=PROMOTE_TIMEOUT)
         except FutureTimeout:
             request.done.cancel()
-            raise HttpError(
-                HTTPStatus.GATEWAY_TIMEOUT,
-                "busy",
-                "the process did not handle the promotion within 30 s (migrating?)",
+            raise BusyError(
+                f"the process did not handle the promotion within {PROMOTE_TIMEOUT:g} s "
+                "(migrating?)",
+                timeout=PROMOTE_TIMEOUT,
             ) from None
 
     def append(
@@ -109,22 +142,19 @@ class SidecarDataPlane(SidecarCore):
         answer is resolved by it. With ``idempotency_key`` the identity derives from the key
         (and the body): a retry with the same key and body returns the first answer
         (``replayed``) and writes nothing, while its append is among the last
-        ``WRITE_MEMORY`` of the collection; the same key with another body is refused (422).
+        ``WRITE_MEMORY`` of the collection; the same key with another body is refused
+        (IdempotencyKeyReusedError).
         """
-        leadership = self._leadership
+        leadership = self._machine.leadership
+        state = self._progress.state
         if leadership is None:
-            raise HttpError(
-                HTTPStatus.CONFLICT,
-                "read-only",
-                f"process {self.config.process_id} is read-only: append through the leader",
-                state=self._state.value,
+            raise NotLeaderError(
+                f"process {self._config.process_id} is read-only: append through the leader",
+                state=state.value,
             )
-        if self._state is not State.SERVING:
-            raise HttpError(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                "writes-paused",
-                f"leader writes are paused: state is {self._state.value}",
-                state=self._state.value,
+        if state is not State.SERVING:
+            raise WritesPausedError(
+                f"leader writes are paused: state is {state.value}", state=state.value
             )
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
@@ -133,86 +163,53 @@ class SidecarDataPlane(SidecarCore):
         # another) pauses the request rather than failing it: every attempt waits up to a
         # third of the session timeout for the session, and a ConnectionLoss is retried by
         # the write's identity. Only a session still suspended after that answers 503.
-        wait = min(5.0, self.config.session_timeout / 3)
-        attempts = 0
-        replayed = sent = False
-        shard: Shard | None = None
+        wait = min(5.0, self._config.session_timeout / 3)
+        sent = False
 
-        def attempt() -> AppendResult:
-            nonlocal attempts, replayed, sent, shard
-            attempts += 1
+        def rows(current: Any) -> Rows:
+            identity.check_reuse(current.writes.marks, collection)
+            return Rows(table, schema=builtin.schema)
+
+        def before_send() -> None:
+            nonlocal sent
             leadership.check(wait)
-            shard = self._shard_of(builtin)
-            state = shard.state()
-            identity.check_reuse(state.writes.marks, collection)
-            # Only an append that landed before this request is a replay; one whose answer
-            # this request lost (found on a later attempt) is this request's own write.
-            landed = state.writes.find(identity.write_id) if attempts == 1 else None
-            if landed is not None:
-                replayed = True
-                return AppendResult(True, landed.upper, state, landed, replayed=True)
-            upper = state.upper
-            batch = table.append_column(
-                pa.field(TS, pa.uint64(), nullable=False),
-                pa.array([upper] * table.num_rows, pa.uint64()),
-            ).append_column(
-                pa.field(DIFF, pa.int64(), nullable=False),
-                pa.array([1] * table.num_rows, pa.int64()),
-            )
-            leadership.check(wait)
-            # The id of this release's schema, not the latest: a newer leader that registered
-            # a schema on this shard and crashed before its switch must not stop our writes.
-            schema_id = find_schema_id(state, builtin.schema)
-            if schema_id is None:
-                # Registered only inside a wider schema (migrate.registration_schema): write
-                # that one, the fields this release does not know as nulls.
-                schema_id = state.schema_id
-                batch = migrate_batch(batch, builtin.schema, state.live_schema, projection=True)
             sent = True
-            result = shard.compare_and_append(
-                batch,
-                upper,
-                upper + 1,
-                schema_id=schema_id,
-                fence=leadership.fence,
-                write_id=identity.write_id,
-            )
-            if not result.ok:
-                raise VersionMismatchError(
-                    f"upper of {shard.shard_id} moved to {result.upper}",
-                    key=shard.key,
-                    upper=result.upper,
-                )
-            return result
 
         try:
-            result = self._append_retry(attempt)
+            shard = self._shard_of(builtin)
+            result = append_rows(
+                shard,
+                rows,
+                fence=leadership.fence,
+                write_id=identity.write_id,
+                retry=lambda: self._append_retry,
+                before_read=lambda: leadership.check(wait),
+                before_send=before_send,
+            )
         except ConnectionLostError as exc:
             if sent:
                 raise  # an attempt may have landed: the outcome is unknown, not refused
-            raise HttpError(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                "writes-paused",
+            raise WritesPausedError(
                 f"leader writes are paused: the ZooKeeper session is suspended (waited {wait:g} s)",
-                state=self._state.value,
+                state=self._progress.state.value,
             ) from exc
-        assert result.mark is not None and shard is not None
-        if not replayed:
-            self.metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
+        assert result.mark is not None
+        if not result.replayed:
+            self._metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
         return {
             "collection": collection,
             "shard_id": shard.shard_id,
             "rows": result.mark.rows,
             "ts": result.mark.lower,
             "upper": result.mark.upper,
-            "replayed": replayed,
+            "replayed": result.replayed,
         }
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
         reads_with = find_schema_id(shard.state(), builtin.schema)
-        with shard.lease(holder=self.config.process_id, as_of=as_of, schema_id=reads_with):
+        with shard.lease(holder=self._config.process_id, as_of=as_of, schema_id=reads_with):
             if as_of is None and shard.state().upper == 0:
                 return []
             table = shard.snapshot(as_of)
@@ -222,12 +219,10 @@ class SidecarDataPlane(SidecarCore):
         return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
 
     def _builtin(self, collection: str) -> Builtin:
-        builtin = self.release.builtin(collection)
+        builtin = self._release.builtin(collection)
         if builtin is None:
-            raise HttpError(
-                HTTPStatus.NOT_FOUND,
-                "unknown-collection",
-                f"release {self.release.version} has no builtin collection {collection} "
+            raise UnknownCollectionError(
+                f"release {self._release.version} has no builtin collection {collection} "
                 "(name it SCHEMA.NAME)",
                 collection=collection,
             )
@@ -239,21 +234,19 @@ class SidecarDataPlane(SidecarCore):
         A follower reads its own replacement shard where it has one (what it will serve once
         promoted); otherwise the collection's shard in the catalog.
         """
-        consensus = self._require_consensus()
-        assert self._blob is not None
-        check = self._check
-        if self._leadership is None and check is not None:
+        consensus = self._connection.require()
+        blob = self._machine.blob
+        check = self._machine.check
+        if self._machine.leadership is None and check is not None:
             shard_id = check.replacement_shards.get(builtin.global_id)
             if shard_id is not None:
-                return Shard(consensus, self._blob, shard_id)
+                return Shard(consensus, blob, shard_id)
         found = read_catalog(consensus)
         ref = found[0].collections.get(builtin.global_id) if found else None
         if ref is None:
-            raise HttpError(
-                HTTPStatus.NOT_FOUND,
-                "no-shard",
+            raise NoShardError(
                 f"collection {builtin.name} has no shard yet (environment not bootstrapped, or "
                 "the builtin is new in this release and not promoted)",
                 collection=builtin.name,
             )
-        return Shard(consensus, self._blob, ref.shard_id)
+        return Shard(consensus, blob, ref.shard_id)

@@ -1,5 +1,4 @@
-"""The sidecar's health against its durable state: work deferred while ZooKeeper does not
-answer, and a process that cannot decode a node it needs leaves its state instead of dying.
+"""A sidecar that cannot decode a node it needs leaves its state instead of dying.
 
 A node that is not what its writer writes (an operator's mistake, a bug, a foreign writer) is a
 :class:`~catalog.errors.CorruptStateError` naming its key. The process then steps back to
@@ -12,12 +11,10 @@ node), and once the node reads again it returns to where it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import structlog
 
-from catalog.errors import ConnectionLostError, CorruptStateError
-from orchestrator.sidecar.core import SidecarCore
+from catalog.errors import CorruptStateError
+from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.states import State
 
 log = structlog.get_logger(__name__)
@@ -25,45 +22,48 @@ log = structlog.get_logger(__name__)
 PHASE_UNREADABLE = "durable state unreadable"
 
 
-class SidecarHealth(SidecarCore):
-    """Defers work while disconnected; degrades and recovers around unreadable durable state."""
+class Health:
+    """Which durable node cannot be read, by which action, and the state it interrupted."""
 
-    def _deferring(self, action: Callable[[], None]) -> None:
-        """Run ``action``; when ZooKeeper does not answer, retry it once reconnected; when a
-        durable node cannot be decoded, degrade until ``action`` succeeds again."""
-        try:
-            action()
-        except ConnectionLostError as exc:
-            self._pending = True
-            self._log.warning("deferred_until_reconnected", reason=exc.message)
-        except CorruptStateError as exc:
-            self._degrade(exc, action.__name__)
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self.unreadable: CorruptStateError | None = None
+        #: The state the process left for ``checking`` (it resumes that work once readable).
+        self.resume_state: State | None = None
+        self._degraded_by: str | None = None
 
-    def _degrade(self, exc: CorruptStateError, by: str) -> None:
+    def interrupted(self, state: State) -> bool:
+        """The process is in ``state``, or left it only because a node could not be read."""
+        return state in (self._progress.state, self.resume_state)
+
+    def degrade(self, exc: CorruptStateError, by: str) -> None:
         """Leave the current state for ``checking`` until ``by`` (the action that could not
         read ``exc``'s node) succeeds again; the next heartbeat looks again."""
-        first = self._unreadable is None
+        first = self.unreadable is None
         if first:
-            self._resume_state = self._state
-        if first or self._unreadable is None or self._unreadable.message != exc.message:
-            self._log.error("durable_state_unreadable", key=exc.key, message=exc.message)
-        self._unreadable = exc
+            self.resume_state = self._progress.state
+        if first or self.unreadable is None or self.unreadable.message != exc.message:
+            log.error("durable_state_unreadable", key=exc.key, message=exc.message)
+        self.unreadable = exc
         self._degraded_by = by
-        self._error = exc.to_json()
-        self._check = None  # a follower re-checks from the repaired state
-        self._set_state(State.CHECKING, phase=PHASE_UNREADABLE)
+        self._progress.error = exc.to_json()
+        self._progress.set_state(State.CHECKING, phase=PHASE_UNREADABLE)
 
-    def _recover(self, by: str) -> None:
+    def recover(self, by: str, *, leading: bool) -> None:
         """``by`` read everything it needs again: back to serving (a leader) or to what the
         re-check that just ran decided (a follower)."""
-        if self._unreadable is None or self._degraded_by != by:
+        if self.unreadable is None or self._degraded_by != by:
             return
-        key = self._unreadable.key
-        self._unreadable = None
-        self._resume_state = None
-        self._error = None
-        self._log.info("durable_state_readable", key=key)
-        if self._leadership is not None and self._state is State.CHECKING:
-            self._set_state(State.SERVING)
+        key = self.unreadable.key
+        self.forget()
+        self._progress.error = None
+        log.info("durable_state_readable", key=key)
+        if leading and self._progress.state is State.CHECKING:
+            self._progress.set_state(State.SERVING)
         else:
-            self._write_status()
+            self._progress.publish()
+
+    def forget(self) -> None:
+        """Leadership ended: what it was degraded from no longer resumes."""
+        self.unreadable = None
+        self.resume_state = None

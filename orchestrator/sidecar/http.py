@@ -38,14 +38,25 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wrappers import Request, Response
 
 from catalog.errors import (
+    BadIdempotencyKeyError,
     BadInputError,
+    BusyError,
     CatalogError,
     ConfigurationError,
     ConnectionLostError,
     FencedError,
+    ForbiddenError,
+    IdempotencyKeyReusedError,
     MigrationRefusedError,
+    NoShardError,
+    NotLeaderError,
+    UnauthorizedError,
+    UnknownCollectionError,
+    WritesPausedError,
 )
+from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.sidecar.readiness import Readiness
 from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)
@@ -55,37 +66,11 @@ JSON_TYPE = "application/json"
 JSON_LINES_TYPE = "application/x-ndjson"
 
 
-@attrs.frozen
-class ReadinessCheck:
-    """One condition behind ``/readyz``."""
-
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@attrs.frozen
-class Readiness:
-    checks: tuple[ReadinessCheck, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(check.ok for check in self.checks)
-
-    def render(self) -> str:
-        """Kubernetes-style lines: ``[+]name ok`` / ``[-]name failed: detail``."""
-        lines = [
-            f"[+]{c.name} ok" if c.ok else f"[-]{c.name} failed: {c.detail}".rstrip(": ")
-            for c in self.checks
-        ]
-        lines.append("readyz check passed" if self.ok else "readyz check failed")
-        return "\n".join(lines) + "\n"
-
-
 class HttpError(CatalogError):
-    """A request the API refuses with a specific status (409 read-only, 503 paused, ...).
+    """A request this module refuses itself (a body too large, bad JSON, a missing parameter).
 
     Part of the one hierarchy; its JSON body names the refusal (``error``) instead of the class.
+    The data plane's refusals are domain errors instead (:data:`REFUSALS`).
     """
 
     def __init__(self, status: HTTPStatus, error: str, message: str, **details: Any) -> None:
@@ -130,8 +115,26 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+#: The domain's refusals of a request and their statuses; the body's ``error`` is the class's
+#: ``code``.
+REFUSALS: Mapping[type[CatalogError], HTTPStatus] = {
+    UnknownCollectionError: HTTPStatus.NOT_FOUND,
+    NoShardError: HTTPStatus.NOT_FOUND,
+    BadIdempotencyKeyError: HTTPStatus.BAD_REQUEST,
+    IdempotencyKeyReusedError: HTTPStatus.UNPROCESSABLE_ENTITY,
+    NotLeaderError: HTTPStatus.CONFLICT,
+    WritesPausedError: HTTPStatus.SERVICE_UNAVAILABLE,
+    BusyError: HTTPStatus.GATEWAY_TIMEOUT,
+    UnauthorizedError: HTTPStatus.UNAUTHORIZED,
+    ForbiddenError: HTTPStatus.FORBIDDEN,
+}
+
+
 def status_for(exc: CatalogError) -> HTTPStatus:
-    """The HTTP status that matches an error's exit code."""
+    """The HTTP status that matches an error: a refusal's own, else by its exit code."""
+    refusal = REFUSALS.get(type(exc))
+    if refusal is not None:
+        return refusal
     if isinstance(exc, BadInputError):
         return HTTPStatus.BAD_REQUEST
     if isinstance(exc, (FencedError, MigrationRefusedError)):
@@ -159,7 +162,6 @@ ROUTES = Map(
 _TEXT = "text/plain; charset=utf-8"
 
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
@@ -219,12 +221,17 @@ class SidecarApp:
         except HTTPException as exc:
             return _json(HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description})
         except HttpError as exc:
-            response = _json(exc.status, exc.body)
-            if exc.status == HTTPStatus.UNAUTHORIZED:
+            return _json(exc.status, exc.body)
+        except CatalogError as exc:
+            status = status_for(exc)
+            body = exc.to_json()
+            if type(exc) in REFUSALS:  # named by the refusal, as an HTTP API's clients expect
+                body["error"] = exc.code
+                del body["exit_code"]
+            response = _json(status, body)
+            if status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'
             return response
-        except CatalogError as exc:
-            return _json(status_for(exc), exc.to_json())
         except Exception as exc:  # a bug: answer 500 and keep serving
             log.exception("http_handler_failed", path=request.path)
             return _json(

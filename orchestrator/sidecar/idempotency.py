@@ -4,7 +4,8 @@ The identity is the write id the shard's ledger records with the rows (catalog.s
 it is durable with the state change and survives compaction, roll-ups, a change of leader and a
 collection's switch to a replacement shard. A key's identity is ``k`` + 16 hex digits of the
 key's hash + 16 of the body's: the same key with the same body is the same append; the same key
-with another body is a client's mistake, refused with 422 rather than silently ignored.
+with another body is a client's mistake, refused (IdempotencyKeyReusedError, HTTP 422) rather
+than silently ignored.
 
 Retention: a key is recognised while its append is among the last
 :data:`~catalog.shard.WRITE_MEMORY` appends of its collection; a retry after that is a new
@@ -16,17 +17,19 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable
-from http import HTTPStatus
 
 import attrs
 
+from catalog.errors import BadIdempotencyKeyError, IdempotencyKeyReusedError
 from catalog.shard import WRITE_MEMORY, WriteMark
-from orchestrator.sidecar.http import IDEMPOTENCY_HEADER, HttpError
 
-__all__ = ["MAX_KEY_LENGTH", "WriteIdentity"]
+__all__ = ["IDEMPOTENCY_HEADER", "MAX_KEY_LENGTH", "WriteIdentity"]
 
 MAX_KEY_LENGTH = 255
 _PREFIX = "k"
+
+#: The request header that names an append (one home: the HTTP layer reads it by this name).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def _digest(data: bytes) -> str:
@@ -46,9 +49,7 @@ class WriteIdentity:
         if key is None:
             return cls(uuid.uuid4().hex)
         if not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
-            raise HttpError(
-                HTTPStatus.BAD_REQUEST,
-                "bad-idempotency-key",
+            raise BadIdempotencyKeyError(
                 f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters",
                 header=IDEMPOTENCY_HEADER,
             )
@@ -56,14 +57,12 @@ class WriteIdentity:
         return cls(prefix + _digest(body), prefix)
 
     def check_reuse(self, marks: Iterable[WriteMark], collection: str) -> None:
-        """422 when the ledger holds this key with another body."""
+        """IdempotencyKeyReusedError when the ledger holds this key with another body."""
         if self.key_prefix is None:
             return
         for mark in marks:
             if mark.id.startswith(self.key_prefix) and mark.id != self.write_id:
-                raise HttpError(
-                    HTTPStatus.UNPROCESSABLE_ENTITY,
-                    "idempotency-key-reused",
+                raise IdempotencyKeyReusedError(
                     f"{IDEMPOTENCY_HEADER} was used for another append to {collection} "
                     f"(at ts {mark.lower}) with a different body; use a new key per append",
                     collection=collection,

@@ -1,73 +1,222 @@
-"""The sidecar's state machine: check, wait for promotion, take over, migrate, serve, finalize."""
+"""The sidecar's state machine: check, wait for promotion, take over, migrate, serve, finalize.
+
+It runs on the main thread only (see :mod:`orchestrator.sidecar`); other threads reach it
+through the inbox. It holds the leadership, the read-only check and the migration context; the
+connection, the progress, the health and the leader's maintenance are its collaborators.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
-import time
+from collections.abc import Callable
+from typing import Any
 
 import structlog
+from kazoo.client import KazooState
 
-from catalog.consensus import Fence
-from catalog.environment import PROMOTION_KEY, read_catalog
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
+from catalog.environment import read_catalog
 from catalog.errors import (
     CatalogError,
     ConnectionLostError,
     CorruptStateError,
     FencedError,
 )
-from catalog.retry import Retry
+from catalog.release import Release
+from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
 from orchestrator.fencing import generation_fence
-from orchestrator.history import UpgradeRecord, phases_of, record_upgrade
 from orchestrator.migrate import (
+    CheckResult,
     LeaderResult,
     MigrationContext,
-    advance_frontiers,
     check_read_only,
-    collect_garbage,
-    collect_orphan_shards,
-    compact_due,
-    finalize_pending,
     migrate_as_leader,
 )
+from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.states import (
-    State,
-    _Promote,
-    _Stopping,
-)
-from orchestrator.status.coverage import read_coverage
-
-log = structlog.get_logger(__name__)
+from orchestrator.sidecar.health import Health
+from orchestrator.sidecar.journal import SidecarJournal
+from orchestrator.sidecar.maintenance import LeaderMaintenance
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.states import Promote, State, Stopping
 
 
-class SidecarMachine(SidecarConnection):
-    """Moves the process through its states on the main thread (see :mod:`orchestrator.sidecar`)."""
+def fenced_write_guard(
+    leading: Callable[[], election_mod.LeaderElection | None],
+    failpoint: Callable[[str], None] | None,
+) -> Callable[[str], None]:
+    """The hook run before every fenced write: while ``leading()`` names the election this
+    process leads, its guard must pass (a SUSPENDED session stops writes at once, inside a
+    step, with a retryable ConnectionLostError and nothing sent); then the crash failpoint."""
 
-    def _on_election_event(self, event: election_mod.ElectionEvent) -> None:
-        self._log.debug("election_event", kind=event.kind)
-        if self._leadership is not None and event.reason == "session_lost":
+    def before_fenced_write(key: str) -> None:
+        election = leading()
+        if election is not None:
+            election.leadership_guard()
+        if failpoint is not None:
+            failpoint(key)
+
+    return before_fenced_write
+
+
+class SidecarMachine:
+    """Moves the process through its states (see :mod:`orchestrator.sidecar`)."""
+
+    def __init__(
+        self,
+        config: SidecarConfig,
+        release: Release,
+        metrics: SidecarMetrics,
+        connection: SidecarConnection,
+        progress: Progress,
+        stopping: threading.Event,
+        inbox: Callable[[object], None],
+        status_value: Callable[[], bytes],
+        log: Any,
+    ) -> None:
+        self._config = config
+        self._release = release
+        self._metrics = metrics
+        self._connection = connection
+        self._progress = progress
+        self._stopping = stopping
+        self._inbox = inbox
+        self._status_value = status_value
+        self.log = log
+        self.health = Health(progress)
+        self.journal = SidecarJournal(config, release, connection, log)
+        self._maintenance = LeaderMaintenance(config, metrics, self.journal.event)
+        self._retry = CasRetry(on_retry=metrics.count_cas_retry)
+        self.ctx: MigrationContext | None = None
+        self._election: election_mod.LeaderElection | None = None
+        self.leadership: election_mod.Leadership | None = None
+        self._leader_session: str | None = None  # the session that took over (if leading)
+        self.check: CheckResult | None = None
+        self._checked_at: tuple[int | None, int | None] | None = None
+        self.epoch: int | None = None
+        self._ready_recorded = False
+        self._joined = False
+        self._auto_promoted = False
+        #: Something changed (a watch, a reconnect, a repaired node): evaluate again.
+        self.pending = False
+
+    # -- wiring -----------------------------------------------------------------------------
+
+    def start(self, consensus: Consensus, blob: BlobStore) -> None:
+        """Connected and registered: the migration context and the election exist from now."""
+        self.ctx = MigrationContext(
+            consensus=consensus,
+            blob=blob,
+            release=self._release,
+            deploy_generation=self._config.deploy_generation,
+            process_id=self._config.process_id,
+            on_phase=self._progress.on_phase,
+            retry=self._retry,
+            engine=self._config.engine,
+            spark=self._config.spark,
+        )
+        self._election = election_mod.LeaderElection(
+            consensus,
+            self._config.process_id,
+            self._config.deploy_generation,
+            on_change=self._inbox,
+        )
+        self.pending = True
+
+    def guard(self, failpoint: Callable[[str], None] | None) -> Callable[[str], None]:
+        """The fenced-write hook of this process's consensus store (:func:`fenced_write_guard`)."""
+        return fenced_write_guard(
+            lambda: self._election if self.leadership is not None else None, failpoint
+        )
+
+    @property
+    def blob(self) -> BlobStore:
+        if self.ctx is None:
+            raise ConnectionLostError(f"not connected to ZooKeeper at {self._config.zk}")
+        return self.ctx.blob
+
+    def stop_election(self) -> None:
+        election, self._election = self._election, None
+        if election is not None:
+            with contextlib.suppress(Exception):
+                election.stop()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def deferring(self, action: Callable[[], None], name: str) -> None:
+        """Run ``action``; when ZooKeeper does not answer, retry it once reconnected; when a
+        durable node cannot be decoded, degrade until ``action`` succeeds again."""
+        try:
+            action()
+        except ConnectionLostError as exc:
+            self.pending = True
+            self.log.warning("deferred_until_reconnected", reason=exc.message)
+        except CorruptStateError as exc:
+            self.check = None  # a follower re-checks from the repaired state
+            self.health.degrade(exc, name)
+
+    def on_zk_state(self, state: str) -> None:
+        self._metrics.zookeeper_connected.set(1 if state == KazooState.CONNECTED else 0)
+        if state == KazooState.SUSPENDED:
+            self.log.warning("zookeeper_suspended", writes_paused=self.leadership is not None)
+        elif state == KazooState.LOST:
+            self.log.warning("zookeeper_session_lost", leader=self.leadership is not None)
             self._step_down("session expired")
-        if self._leadership is not None and event.kind in ("superseded", "leadership_lost"):
+            self._connection.lost()
+        elif state == KazooState.CONNECTED:
+            self.log.info("zookeeper_reconnected", session=self._connection.session())
+            self.deferring(self._reregister, "reregister")
+            self.pending = True
+
+    def _reregister(self) -> None:
+        """A new session lost our ephemeral node (the election re-joins on its own)."""
+        self._connection.reregister(self._status_value)
+
+    def _step_down(self, reason: str) -> None:
+        """Our session expired while leading: its candidate node (what made us leader) is gone
+        and a successor of our generation may already hold a newer epoch. Leadership ends
+        here, not the process: it re-checks and re-joins the election with its next session
+        (orchestrator.election), so an environment whose only leader expired gets one again.
+        A write of the old leadership still in flight carries its epoch's fence, valid only
+        while nobody took over."""
+        leadership, self.leadership = self.leadership, None
+        if leadership is None:
+            return
+        self._metrics.leader.set(0)
+        self.log.error("leadership_lost", epoch=leadership.epoch, reason=reason, rejoining=True)
+        self.check = None
+        self.health.forget()
+        self._progress.set_state(State.CHECKING, phase=f"{reason}: rejoining the election")
+        self.pending = True
+
+    def on_election_event(self, event: election_mod.ElectionEvent) -> None:
+        self.log.debug("election_event", kind=event.kind)
+        if self.leadership is not None and event.reason == "session_lost":
+            self._step_down("session expired")
+        if self.leadership is not None and event.kind in ("superseded", "leadership_lost"):
             raise FencedError(
-                f"leadership of epoch {self._leadership.epoch} ended "
+                f"leadership of epoch {self.leadership.epoch} ended "
                 f"({event.reason or event.kind})",
-                epoch=self._leadership.epoch,
-                deploy_generation=self.config.deploy_generation,
+                epoch=self.leadership.epoch,
+                deploy_generation=self._config.deploy_generation,
                 reason=event.reason or event.kind,
             )
         if event.kind not in ("suspended", "stepped_down"):
-            self._pending = True
+            self.pending = True
 
-    def _evaluate(self, *, force_check: bool = False) -> None:
+    # -- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self) -> None:
         """Re-read what the election watches and act: fence, re-plan, or take over."""
-        if self._stopping:
-            raise _Stopping()
-        consensus = self._consensus
+        if self._stopping.is_set():
+            raise Stopping()
+        consensus = self._connection.consensus
         assert consensus is not None and self._election is not None
-        generation = self.config.deploy_generation
+        generation = self._config.deploy_generation
         promotion = election_mod.read_promotion(consensus)
         epoch = election_mod.read_epoch(consensus)
         unreadable: CorruptStateError | None = None
@@ -76,8 +225,8 @@ class SidecarMachine(SidecarConnection):
         except CorruptStateError as exc:  # still fence below: that needs no catalog
             found, unreadable = None, exc
         catalog = found[0] if found else None
-        self._epoch = epoch.epoch if epoch is not None else None
-        self.metrics.set_epoch(self._epoch)
+        self.epoch = epoch.epoch if epoch is not None else None
+        self._metrics.set_epoch(self.epoch)
         fenced = generation_fence(
             generation,
             catalog=None if catalog is None else catalog.deploy_generation,
@@ -85,92 +234,92 @@ class SidecarMachine(SidecarConnection):
         )
         if fenced is not None:
             raise fenced
-        if self._leadership is not None:
-            session = self._session()
+        if self.leadership is not None:
+            session = self._connection.session()
             if session is not None and session != self._leader_session:
                 # Our session expired and kazoo made a new one before its LOST reached us.
                 self._step_down("session expired")
-                self._pending = True
+                self.pending = True
                 return
-            if epoch is None or epoch.epoch != self._leadership.epoch:
+            if epoch is None or epoch.epoch != self.leadership.epoch:
                 raise FencedError(
-                    f"fenced: the epoch moved from {self._leadership.epoch} to "
+                    f"fenced: the epoch moved from {self.leadership.epoch} to "
                     f"{None if epoch is None else epoch.epoch}",
-                    epoch=self._leadership.epoch,
+                    epoch=self.leadership.epoch,
                     current_epoch=None if epoch is None else epoch.epoch,
                 )
             if unreadable is not None:
                 raise unreadable
             # Interrupted by a lost connection or an unreadable node: resume.
-            if State.MIGRATING in (self._state, self._resume_state):
-                self._complete_migration(self._leadership)
-            self._recover("_evaluate")
+            if self.health.interrupted(State.MIGRATING):
+                self._complete_migration(self.leadership)
+            self.health.recover("evaluate", leading=self.leadership is not None)
             return
         if unreadable is not None:
             raise unreadable
-        seen = (found[1] if found else None, self._epoch)
-        if force_check or self._checked_at != seen or self._check is None:
+        seen = (found[1] if found else None, self.epoch)
+        if self._checked_at != seen or self.check is None:
             self._run_check(seen)
         if self._election.candidate is None and not self._joined:
             # Join only once ready to lead; the election's watches drive re-evaluation from now.
             self._election.start()
             self._joined = True
-        if self.config.auto_promote and not self._auto_promoted:
-            assert self._check is not None
-            if not self._check.bootstrap:  # a bootstrapping takeover promotes itself
-                self._promote(self.config.deploy_generation)
+        if self._config.auto_promote and not self._auto_promoted:
+            assert self.check is not None
+            if not self.check.bootstrap:  # a bootstrapping takeover promotes itself
+                self._promote(self._config.deploy_generation)
             self._auto_promoted = True
             promotion = election_mod.read_promotion(consensus)
-        self._recover("_evaluate")
+        self.health.recover("evaluate", leading=self.leadership is not None)
         if self._should_take_over(promotion):
             self._take_over()
 
     def _run_check(self, seen: tuple[int | None, int | None]) -> None:
-        assert self._ctx is not None
-        self._set_state(State.CHECKING, phase="checking")
-        self._check = check_read_only(self._ctx)
+        assert self.ctx is not None
+        self._progress.set_state(State.CHECKING, phase="checking")
+        self.check = check_read_only(self.ctx)
         self._checked_at = seen
-        self._plan = self._check.summary()
-        self._set_state(State.READY)
+        self._progress.plan = self.check.summary()
+        self._progress.set_state(State.READY)
         if not self._ready_recorded:
             self._ready_recorded = True
-            self._event(
+            self.journal.event(
                 "ready",
-                version=str(self.release.version),
-                deploy_generation=self.config.deploy_generation,
-                bootstrap=self._check.bootstrap,
+                version=str(self._release.version),
+                deploy_generation=self._config.deploy_generation,
+                bootstrap=self.check.bootstrap,
             )
 
     def _should_take_over(self, promotion: int | None) -> bool:
-        if self._check is None or self._state is not State.READY:
+        if self.check is None or self._progress.state is not State.READY:
             return False
         if self._election is None or self._election.candidate is None:
             return False
-        return promotion == self.config.deploy_generation or (
-            promotion is None and self._check.bootstrap
+        return promotion == self._config.deploy_generation or (
+            promotion is None and self.check.bootstrap
         )
 
     def _take_over(self) -> None:
-        assert self._election is not None and self._ctx is not None and self._check is not None
-        leadership = self._election.try_take_over(bootstrap=self._check.bootstrap)
+        assert self._election is not None and self.ctx is not None and self.check is not None
+        leadership = self._election.try_take_over(bootstrap=self.check.bootstrap)
         if leadership is None:
             return
-        self._leadership = leadership
-        self._leader_session = self._session()
-        self._led = True
-        self._epoch = leadership.epoch
-        self.metrics.set_epoch(leadership.epoch)
-        self.metrics.leader.set(1)
-        self._log = self._log.bind(epoch=leadership.epoch)
+        self.leadership = leadership
+        self._leader_session = self._connection.session()
+        self.journal.led = True
+        self.epoch = leadership.epoch
+        self._metrics.set_epoch(leadership.epoch)
+        self._metrics.leader.set(1)
+        self.log = self.log.bind(epoch=leadership.epoch)
         structlog.contextvars.bind_contextvars(epoch=leadership.epoch)
-        self._log.info("leader", epoch=leadership.epoch)
-        self._migration_phases = [("taking over", time.time())]
-        self._set_state(State.MIGRATING, phase="migrating")
+        self.log.info("leader", epoch=leadership.epoch)
+        self._progress.begin_migration()
+        self._progress.set_state(State.MIGRATING, phase="migrating")
         self._complete_migration(leadership)
 
     def _complete_migration(self, leadership: election_mod.Leadership) -> None:
         result = self._migrate(leadership)
-        self._event(
+        self.journal.event(
             "bootstrap" if result.bootstrap else "migrated",
             fence=leadership.fence,
             version=result.version,
@@ -188,48 +337,21 @@ class SidecarMachine(SidecarConnection):
             ),
             seconds=round(result.seconds, 3),
         )
-        self._record_upgrade(leadership, result)
-        self._set_state(State.SERVING)
-        self._finalize()
-
-    def _record_upgrade(self, leadership: election_mod.Leadership, result: LeaderResult) -> None:
-        """Append this upgrade to the environment's history (fenced; best effort, like the
-        event log, except that fenced raises)."""
-        assert self._check is not None
-        entered, self._migration_phases = self._migration_phases or [], None
-        consensus = self._require_consensus()
-        promotion = consensus.get(PROMOTION_KEY)
-        asked = promotion.json() if promotion is not None else None
-        if (
-            not isinstance(asked, dict)
-            or asked.get("deploy_generation") != result.deploy_generation
-        ):
-            asked = {}
-        finished = time.time()
-        record = UpgradeRecord(
-            deploy_generation=result.deploy_generation,
-            to_version=result.version,
-            outcome="bootstrapped" if result.bootstrap else "completed",
-            from_version=self._check.catalog_version,
-            promoted_by=asked.get("requested_by"),
-            promoted_at=asked.get("requested_at"),
-            leader=self.config.process_id,
-            host=socket.gethostname(),
-            took_over_at=entered[0][1] if entered else None,
-            finished_at=finished,
-            phases=phases_of(entered, finished),
+        assert self.check is not None
+        self.journal.record_upgrade(
+            leadership, result, self.check.catalog_version, self._progress.end_migration()
         )
-        with contextlib.suppress(ConnectionLostError):
-            record_upgrade(consensus, record, fence=leadership.fence)
+        self._progress.set_state(State.SERVING)
+        self.finalize()
 
     def _migrate(self, leadership: election_mod.Leadership) -> LeaderResult:
         """``migrate_as_leader``, re-run after a lost connection (every step is idempotent)."""
-        ctx = self._ctx
+        ctx = self.ctx
         assert ctx is not None
 
         def reconnected(_exc: Exception) -> bool:
-            self._log.warning("migration_retry", reason="connection lost")
-            return self._connected.wait(self.config.session_timeout)
+            self.log.warning("migration_retry", reason="connection lost")
+            return self._connection.wait_connected(self._config.session_timeout)
 
         retry = Retry(
             retryable=(ConnectionLostError,),
@@ -240,72 +362,29 @@ class SidecarMachine(SidecarConnection):
         )
         return retry(lambda: migrate_as_leader(ctx, leadership))
 
-    def _finalize(self) -> None:
-        leadership = self._leadership
-        serving = State.SERVING in (self._state, self._resume_state)
-        if leadership is None or not serving or self._ctx is None:
+    def finalize(self) -> None:
+        """The serving leader's periodic work (:class:`LeaderMaintenance`)."""
+        leadership = self.leadership
+        if leadership is None or not self.health.interrupted(State.SERVING) or self.ctx is None:
             return
-        if self._writes_paused.is_set():
+        if self._connection.writes_paused:
             return
         try:
-            if time.monotonic() >= self._next_orphan_scan:
-                self._next_orphan_scan = time.monotonic() + self.config.orphan_interval
-                orphans = collect_orphan_shards(
-                    self._ctx,
-                    leadership.fence,
-                    grace_seconds=self.config.orphan_grace,
-                    known_finalized=self._known_finalized,
-                )
-                if orphans:
-                    self._event("orphans_queued", fence=leadership.fence, shards=orphans)
-            sweeping = self._sweeper is not None and self._sweeper.is_alive()
-            if time.monotonic() >= self._next_gc and not sweeping:
-                self._next_gc = time.monotonic() + self.config.gc_interval
-                # Thousands of reads at the target scale: off the main loop, whose heartbeats,
-                # promotions and watch events must not wait for it.
-                self._sweeper = threading.Thread(
-                    target=self._sweep,
-                    args=(self._ctx, leadership.fence),
-                    name="sidecar-sweep",
-                    daemon=True,
-                )
-                self._sweeper.start()
-            finalized = finalize_pending(self._ctx, leadership.fence, lease_timeout=0.0)
+            finalized = self._maintenance.run(self.ctx, leadership.fence, self.log)
         except ConnectionLostError:
             return
-        self._recover("_finalize")
+        self.health.recover("finalize", leading=True)
         if finalized:
-            self._event("finalized", fence=leadership.fence, shards=finalized)
+            self.journal.event("finalized", fence=leadership.fence, shards=finalized)
 
-    def _sweep(self, ctx: MigrationContext, fence: Fence) -> None:
-        """One maintenance pass on its own thread: read frontiers forward, then garbage.
-
-        Every write is fenced, so a leader that stepped down meanwhile stops at its next
-        write (and, recording before deleting, deletes no blob)."""
-        try:
-            found = read_catalog(ctx.consensus)
-            if found is not None:
-                advance_frontiers(ctx, found[0], fence)
-            deleted = collect_garbage(ctx, fence, grace_seconds=self.config.gc_grace)
-            self.metrics.blobs_collected.inc(len(deleted))
-            if found is not None:
-                compact_due(ctx, found[0], fence, min_batches=self.config.compact_min_batches)
-            self.metrics.set_coverage(
-                read_coverage(ctx.consensus, rollup_counts=self._rollup_counts)
-            )
-        except (ConnectionLostError, FencedError) as exc:
-            self._log.info("sweep_stopped", reason=type(exc).__name__)
-        except CatalogError as exc:
-            self._log.warning("sweep_failed", **exc.to_json())
-        except Exception:
-            self._log.exception("sweep_crashed")
+    # -- promotion --------------------------------------------------------------------------
 
     def _promote(self, generation: int) -> None:
-        assert self._consensus is not None
-        election_mod.promote(self._consensus, generation, requested_by=self.config.process_id)
-        self._log.info("promoted", target=generation)
+        consensus = self._connection.require()
+        election_mod.promote(consensus, generation, requested_by=self._config.process_id)
+        self.log.info("promoted", target=generation)
 
-    def _serve_promote(self, request: _Promote) -> None:
+    def serve_promote(self, request: Promote) -> None:
         if not request.done.set_running_or_notify_cancel():
             return
         try:

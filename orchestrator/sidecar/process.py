@@ -1,19 +1,34 @@
-"""The sidecar process: its main loop, signals and shutdown."""
+"""The sidecar process: its collaborators, its main loop, signals and shutdown.
+
+A :class:`Sidecar` owns, each with its own state and a small public surface:
+
+* its :class:`~orchestrator.sidecar.connection.SidecarConnection` (ZooKeeper session, process
+  node);
+* its :class:`~orchestrator.sidecar.progress.Progress` (state, phase, plan, error);
+* its :class:`~orchestrator.sidecar.machine.SidecarMachine` (check, election, migration,
+  maintenance, health);
+* its :class:`~orchestrator.sidecar.dataplane.SidecarDataPlane` (what HTTP requests ask);
+* its :class:`~orchestrator.sidecar.http.SidecarHttpServer`.
+
+Only the main thread changes state: other threads put messages in the inbox.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
+import socket
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from catalog.blob import BlobStore
-from catalog.consensus import Delete
 from catalog.environment import read_catalog
 from catalog.errors import (
     EXIT_OK,
@@ -23,26 +38,104 @@ from catalog.errors import (
 )
 from catalog.release import Release
 from orchestrator import election as election_mod
-from orchestrator.migrate import (
-    MigrationContext,
-)
+from orchestrator.process_node import ProcessMode, ProcessNode
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
+from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.dataplane import SidecarDataPlane
+from orchestrator.sidecar.http import SidecarHttpServer
 from orchestrator.sidecar.machine import SidecarMachine
-from orchestrator.sidecar.states import (
-    State,
-    _Promote,
-    _Stop,
-    _Stopping,
-    _ZkState,
-)
-from orchestrator.zk import close, consensus_for
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
+from orchestrator.sidecar.tls import server_context
+from orchestrator.sidecar.tokens import BearerToken, check_exposure
+from orchestrator.zk import consensus_for
 
 log = structlog.get_logger(__name__)
 
 
-class Sidecar(SidecarMachine, SidecarDataPlane):
+class Sidecar:
     """One sidecar process; ``run()`` returns the exit code."""
+
+    def __init__(self, config: SidecarConfig, release: Release) -> None:
+        self.config = config
+        self.release = release
+        self.metrics = SidecarMetrics()
+        self.metrics.deploy_generation.set(config.deploy_generation)
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._started_at = time.time()
+        self._log = log.bind(
+            env=config.env,
+            process_id=config.process_id,
+            version=str(release.version),
+            deploy_generation=config.deploy_generation,
+        )
+        self.connection = SidecarConnection(
+            config, self.metrics, self._log, lambda state: self._inbox.put(ZkState(state))
+        )
+        self.progress = Progress(self.metrics, self._publish)
+        self.machine = SidecarMachine(
+            config,
+            release,
+            self.metrics,
+            self.connection,
+            self.progress,
+            self._stopping,
+            self._inbox.put,
+            self._encoded_status,
+            self._log,
+        )
+        self.dataplane = SidecarDataPlane(
+            config,
+            release,
+            self.metrics,
+            self.connection,
+            self.machine,
+            self.progress,
+            self._inbox.put,
+        )
+        token = (
+            BearerToken.from_file(Path(config.http_token_file)) if config.http_token_file else None
+        )
+        check_exposure(config.http_host, token, config.http_insecure)
+        tls = (
+            server_context(config.http_tls_cert, config.http_tls_key)
+            if config.http_tls_cert and config.http_tls_key
+            else None
+        )
+        self.http = SidecarHttpServer(
+            self.dataplane, config.http_host, config.http_port, token, tls
+        )
+
+    def status(self) -> ProcessNode:
+        """The live status (what the process node holds)."""
+        progress = self.progress
+        leading = self.machine.leadership is not None
+        return ProcessNode(
+            id=self.config.process_id,
+            version=str(self.release.version),
+            deploy_generation=self.config.deploy_generation,
+            mode=(ProcessMode.LEADER if leading else ProcessMode.READ_ONLY).value,
+            state=progress.state.value,
+            phase=progress.phase,
+            phase_since=progress.phase_since,
+            plan=progress.plan,
+            error=progress.error,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            session=self.connection.session(),
+            epoch=self.machine.epoch,
+            http=self.http.address,
+            heartbeat=time.time(),
+            started_at=self._started_at,
+        )
+
+    def _encoded_status(self) -> bytes:
+        return self.status().encode()
+
+    def _publish(self) -> None:
+        self.connection.write_status(self._encoded_status)
 
     def run(self) -> int:
         """Serve until stopped, fenced or failed; the exit code."""
@@ -54,9 +147,9 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
         )
         previous = self._install_signal_handlers()
         try:
-            self._http.start()
+            self.http.start()
             return self._run()
-        except _Stopping:
+        except Stopping:
             self._log.info("stopping")
             return EXIT_OK
         except FencedError as exc:
@@ -78,8 +171,8 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
 
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the main loop to stop (safe from signal handlers and other threads)."""
-        self._stopping = True
-        self._inbox.put(_Stop(signum))
+        self._stopping.set()
+        self._inbox.put(Stop(signum))
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -95,56 +188,40 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
             signal.signal(signum, handler)
 
     def _run(self) -> int:
-        client = self._connect()
+        client = self.connection.connect(self._stopping)
         consensus = consensus_for(client, self.config.env)
         consensus.observer = self.metrics.observe_zookeeper
-        consensus.before_fenced_write = self._guarded(consensus.before_fenced_write)
+        consensus.before_fenced_write = self.machine.guard(consensus.before_fenced_write)
         found = read_catalog(consensus)
         blob_uri = resolve_blob_uri(
             self.config.blob, found[0].blob_uri if found else None, self.config.env
         )
-        self._blob = BlobStore.from_uri(blob_uri)
+        blob = BlobStore.from_uri(blob_uri)
         if self.config.engine != "arrow":  # a cluster must see the blob store (exit 2)
-            local = self._blob.filesystem.type_name == "local"
+            local = blob.filesystem.type_name == "local"
             self.config.spark.check_blob(blob_uri, local)
-        self._consensus = consensus
-        self._ctx = MigrationContext(
-            consensus=consensus,
-            blob=self._blob,
-            release=self.release,
-            deploy_generation=self.config.deploy_generation,
-            process_id=self.config.process_id,
-            on_phase=self._on_phase,
-            retry=self._retry,
-            engine=self.config.engine,
-            spark=self.config.spark,
-        )
-        self._register()
-        self._log.info("registered", blob=blob_uri, http=self._http.address)
-        self._election = election_mod.LeaderElection(
-            consensus,
-            self.config.process_id,
-            self.config.deploy_generation,
-            on_change=self._inbox.put,
-        )
-        self._pending = True
+        self.connection.consensus = consensus
+        self.machine.start(consensus, blob)
+        self.connection.register(self._encoded_status)
+        self._log.info("registered", blob=blob_uri, http=self.http.address)
         return self._loop()
 
     def _loop(self) -> int:
+        machine = self.machine
         next_heartbeat = time.monotonic() + self.config.heartbeat_interval
         next_finalize = time.monotonic() + self.config.finalize_interval
         while True:
-            if self._pending and self._connected.is_set():
-                self._pending = False
-                self._deferring(self._evaluate)
+            if machine.pending and self.connection.connected:
+                machine.pending = False
+                machine.deferring(machine.evaluate, "evaluate")
             now = time.monotonic()
             if now >= next_heartbeat:
-                self._write_status()
-                if self._unreadable is not None:
-                    self._pending = True  # look again: the bad node may be repaired
+                self._publish()
+                if machine.health.unreadable is not None:
+                    machine.pending = True  # look again: the bad node may be repaired
                 next_heartbeat = now + self.config.heartbeat_interval
             if now >= next_finalize:
-                self._deferring(self._finalize)
+                machine.deferring(machine.finalize, "finalize")
                 next_finalize = now + self.config.finalize_interval
             timeout = max(0.0, min(next_heartbeat, next_finalize) - time.monotonic())
             try:
@@ -161,38 +238,25 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
                     break
 
     def _handle(self, message: object) -> None:
-        if isinstance(message, _Stop):
-            raise _Stopping()
-        if isinstance(message, _ZkState):
-            self._on_zk_state(message.state)
-        elif isinstance(message, _Promote):
-            self._serve_promote(message)
+        """Act on one inbox message (main thread)."""
+        if isinstance(message, Stop):
+            raise Stopping()
+        if isinstance(message, ZkState):
+            self.machine.on_zk_state(message.state)
+        elif isinstance(message, Promote):
+            self.machine.serve_promote(message)
         elif isinstance(message, election_mod.ElectionEvent):
-            self._on_election_event(message)
+            self.machine.on_election_event(message)
         else:  # pragma: no cover - nothing else is ever queued
             self._log.warning("unknown_message", message=repr(message))
 
     def _shutdown(self) -> None:
         """Step down, deregister and disconnect; a successor can take over at once."""
-        election, self._election = self._election, None
-        if election is not None:
-            with contextlib.suppress(Exception):
-                election.stop()
-        if (
-            self._consensus is not None
-            and self._registered
-            and self._state
-            not in (
-                State.FENCED,
-                State.FAILED,
-            )
-        ):
-            with contextlib.suppress(Exception):
-                self._consensus.commit([Delete(self._node_key)])
-        if self._client is not None:
-            close(self._client)
-        self._http.stop()
-        self._log.info("stopped", state=self._state.value)
+        self.machine.stop_election()
+        ended = self.progress.state in (State.FENCED, State.FAILED)
+        self.connection.close(deregister=not ended)
+        self.http.stop()
+        self._log.info("stopped", state=self.progress.state.value)
 
     def _finish(self, state: State, exc: BaseException) -> None:
         """Record why the process ends (node and event) before it exits."""
@@ -205,19 +269,19 @@ class Sidecar(SidecarMachine, SidecarDataPlane):
                 "exit_code": EXIT_UNEXPECTED,
             }
         )
-        self._error = error
+        self.progress.error = error
         self._log.warning(
             state.value,
             **{k: v for k, v in error.items() if k != "error"},
             error_class=error.get("error"),
         )
-        if not self._registered:
+        if not self.connection.registered:
             # Refused before registering (bad configuration): nothing may be written.
-            self._state = state
+            self.progress.settle(state)
             return
-        self._set_state(state, phase=state.value)
+        self.progress.set_state(state, phase=state.value)
         with contextlib.suppress(CatalogError):
-            self._event(
+            self.machine.journal.event(
                 state.value,
                 version=str(self.release.version),
                 deploy_generation=self.config.deploy_generation,

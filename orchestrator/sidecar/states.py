@@ -13,25 +13,31 @@ from orchestrator.process_node import ProcessState
 State = ProcessState
 
 
-# Phases whose durations are migration work (a histogram each); ready/serving are resting.
-_RESTING_PHASES = frozenset(s.value for s in State) - {State.CHECKING.value}
+#: Phases whose durations are migration work (a histogram each); ready/serving are resting.
+RESTING_PHASES = frozenset(s.value for s in State) - {State.CHECKING.value}
 
 
 @attrs.frozen
-class _Stop:
+class Stop:
+    """A stop was asked for (a signal, or ``request_stop``)."""
+
     signal: int
 
 
 @attrs.frozen
-class _ZkState:
+class ZkState:
+    """kazoo's session state changed."""
+
     state: str  # KazooState value: CONNECTED, SUSPENDED, LOST
 
 
 @attrs.frozen
-class _Promote:
+class Promote:
+    """A promotion asked over HTTP, answered through ``done``."""
+
     deploy_generation: int
     done: Future[dict[str, Any]]
 
 
-class _Stopping(Exception):
+class Stopping(Exception):
     """Raised inside long waits once a stop was requested."""

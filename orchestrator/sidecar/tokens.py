@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from http import HTTPStatus
 from pathlib import Path
 
 import attrs
 
-from catalog.errors import ConfigurationError
-from orchestrator.sidecar.http import HttpError
+from catalog.errors import ConfigurationError, ForbiddenError, UnauthorizedError
 
 __all__ = ["BearerToken", "check_exposure"]
 
@@ -57,16 +55,15 @@ class BearerToken:
         return cls(text.encode(), str(path))
 
     def check(self, authorization: str | None) -> None:
-        """Pass, or HttpError 401 (no bearer token) / 403 (a wrong one)."""
+        """Pass, or UnauthorizedError (no bearer token, HTTP 401) / ForbiddenError (a wrong
+        one, HTTP 403)."""
         scheme, _, given = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
-            raise HttpError(
-                HTTPStatus.UNAUTHORIZED,
-                "unauthorized",
+            raise UnauthorizedError(
                 "this endpoint needs an Authorization: Bearer <token> header",
             )
         if not hmac.compare_digest(given.strip().encode(), self.value):
-            raise HttpError(HTTPStatus.FORBIDDEN, "forbidden", "the bearer token is not valid")
+            raise ForbiddenError("the bearer token is not valid")
 
 
 def check_exposure(host: str, token: BearerToken | None, insecure: bool) -> None:

@@ -29,7 +29,7 @@ from catalog.errors import (
     ShardError,
 )
 from orchestrator.election import EpochInfo
-from orchestrator.election.values import _promotion_of
+from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
 from orchestrator.status.model import (
@@ -190,7 +190,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     epoch = None
     if epoch_found is not None:
         epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
-    promotion = readable(lambda: _promotion_of(heads[PROMOTION_KEY]))
+    promotion = readable(lambda: promotion_of(heads[PROMOTION_KEY]))
     # Round trip 2: every process node and every referenced shard's state.
     process_keys = [f"{PROCESSES_KEY}/{name}" for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []

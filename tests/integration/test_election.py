@@ -35,7 +35,6 @@ from catalog.errors import (
     FencedError,
     MigrationRefusedError,
 )
-from catalog.release import Release
 from orchestrator.cli import main
 from orchestrator.election import (
     ElectionEvent,
@@ -48,7 +47,7 @@ from orchestrator.election import (
 )
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
-from orchestrator.sidecar import Sidecar, SidecarConfig
+from orchestrator.sidecar.machine import fenced_write_guard
 from support.zookeeper import ZkEnv, expire_session
 
 pytestmark = pytest.mark.integration
@@ -390,26 +389,25 @@ def test_a_sidecar_leader_stops_writing_within_a_step_once_suspended(
     steps; once the session is re-verified, writes go through."""
     write_catalog(store, generation=1)
     set_promotion(store, 2)
-    sidecar = Sidecar(
-        SidecarConfig(zk=zk_env.hosts, env=zk_env.name, release_ref="-", deploy_generation=2),
-        Release(version="0.1.0", builtins=[], migrations=[]),
-    )
-    guarded = attrs.evolve(store, before_fenced_write=sidecar._guarded(None))
+    leading: list[LeaderElection] = []
+    guarded = attrs.evolve(store, before_fenced_write=fenced_write_guard(
+        lambda: leading[0] if leading else None, None
+    ))  # fmt: skip
     refused: list[ConnectionLostError] = []
+    held: list[Leadership] = []
 
     def on_change(event: ElectionEvent) -> None:
-        if event.kind == "suspended" and sidecar._leadership is not None:
+        if event.kind == "suspended" and held:
             try:
-                guarded.commit(
-                    [SetData(CATALOG_KEY, b"{}", -1)], fence=sidecar._leadership.fence
-                )
+                guarded.commit([SetData(CATALOG_KEY, b"{}", -1)], fence=held[0].fence)
             except ConnectionLostError as exc:
                 refused.append(exc)
 
     leader = new_candidate("p", 2, on_change)
     leadership = leader.election.try_take_over(bootstrap=False)
     assert leadership is not None
-    sidecar._election, sidecar._leadership = leader.election, leadership
+    leading.append(leader.election)
+    held.append(leadership)
     before = store.get(CATALOG_KEY)
     leader.client._call(_CONNECTION_DROP, leader.client.handler.async_result())
     leader.wait_for("suspended")

@@ -27,7 +27,7 @@ from catalog.shard import (
     read_states,
     shard_key,
 )
-from catalog.shard.stored import _decode, _Torn
+from catalog.shard.stored import Torn, decode_stored
 from support.shards import contents, updates
 
 pytestmark = pytest.mark.integration
@@ -147,15 +147,15 @@ def test_a_head_and_body_of_different_writes_are_told_apart(
     append(shard, [2], wider(S0, 1))
     body = consensus.get(body_key(shard.shard_id))
     assert old_head is not None and body is not None
-    with pytest.raises(_Torn):
-        _decode(old_head, body)
+    with pytest.raises(Torn):
+        decode_stored(old_head, body)
     head = consensus.get(shard.key)
     assert head is not None
     shard.seal()
     sealed_body = consensus.get(body_key(shard.shard_id))
     assert sealed_body is not None
-    with pytest.raises(_Torn):
-        _decode(head, sealed_body)
+    with pytest.raises(Torn):
+        decode_stored(head, sealed_body)
     state = shard.state()
     assert state.sealed and all(b.schema_id <= state.schema_id for b in state.batches)
 
@@ -226,6 +226,6 @@ def test_state_round_trips_through_both_halves(consensus: Consensus, shard: Shar
     state = shard.state()
     head, body = consensus.get(shard.key), consensus.get(body_key(shard.shard_id))
     assert head is not None and body is not None
-    again = _decode(head, body)
+    again = decode_stored(head, body)
     assert again == state and again.revision == state.revision
     assert ShardState.decode(state.encode()) == state  # the whole form still round-trips

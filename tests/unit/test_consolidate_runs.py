@@ -95,9 +95,9 @@ def test_runs_consolidation_equals_hash_consolidation(
     or sliced: the same rows and diffs as hash consolidation, bitwise, and the same schema."""
     expected = as_bits(consolidate_hashed(table))
     with (
-        mock.patch.object(tuning, "_RUNS_MIN_ROWS", 0),
-        mock.patch.object(tuning, "_PARALLEL_MIN_ROWS", 0 if threads else 1 << 40),
-        mock.patch.object(tuning, "_SLICE_MIN_ROWS", 1 if slices else 1 << 40),
+        mock.patch.object(tuning, "RUNS_MIN_ROWS", 0),
+        mock.patch.object(tuning, "PARALLEL_MIN_ROWS", 0 if threads else 1 << 40),
+        mock.patch.object(tuning, "SLICE_MIN_ROWS", 1 if slices else 1 << 40),
     ):
         by_runs = consolidate_by_runs(table)
         if by_runs is not None:
@@ -194,7 +194,7 @@ def test_large_history_takes_the_runs_path_on_two_threads() -> None:
             }
             batches.append(pa.table(retracted))
     table = pa.concat_tables(batches)
-    assert table.num_rows >= tuning._PARALLEL_MIN_ROWS
+    assert table.num_rows >= tuning.PARALLEL_MIN_ROWS
     out = consolidate_by_runs(table)
     assert out is not None
     assert out.num_rows == 6 * rows - 5 * (rows // 10)
@@ -218,7 +218,7 @@ def test_gather_equals_take(values: list[str | None], cuts: list[int], data: st.
         data.draw(st.lists(st.integers(0, max(len(values) - 1, 0)), max_size=20)) if values else [],
         dtype=np.int64,
     )
-    assert gather._gather(column, indices).to_pylist() == [values[i] for i in indices]
+    assert gather.gather_column(column, indices).to_pylist() == [values[i] for i in indices]
 
 
 @settings(max_examples=200, deadline=None)
@@ -226,8 +226,8 @@ def test_gather_equals_take(values: list[str | None], cuts: list[int], data: st.
 def test_select_equals_filter(keep: list[bool], sliced: bool) -> None:
     table = pa.table({"n": pa.array(range(len(keep)), pa.int64())})
     mask = np.array(keep, dtype=bool)
-    with mock.patch.object(tuning, "_SLICE_MIN_ROWS", 1 if sliced else 1 << 40):
-        assert gather._select(table, mask).column("n").to_pylist() == [
+    with mock.patch.object(tuning, "SLICE_MIN_ROWS", 1 if sliced else 1 << 40):
+        assert gather.select_rows(table, mask).column("n").to_pylist() == [
             i for i, k in enumerate(keep) if k
         ]
 

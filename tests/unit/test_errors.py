@@ -16,8 +16,8 @@ from catalog.errors import (
     ShardLeasedError,
     ShardNotFoundError,
 )
-from catalog.shard.state import _shard_error
-from orchestrator.sidecar.http import HttpError
+from catalog.shard.state import shard_error
+from orchestrator.sidecar.http import REFUSALS, HttpError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,10 +29,10 @@ def test_shard_reasons_code_branches_on_are_types() -> None:
         ("guard-moved", ShardGuardMovedError),
         ("leased", ShardLeasedError),
     ):
-        error = _shard_error("m", "s1", reason)
+        error = shard_error("m", "s1", reason)
         assert type(error) is kind and isinstance(error, ShardError)
         assert error.to_json()["reason"] == reason and error.details["shard_id"] == "s1"
-    assert type(_shard_error("m", "s1", "upper-regression")) is ShardError
+    assert type(shard_error("m", "s1", "upper-regression")) is ShardError
 
 
 def test_blob_missing_is_a_corrupt_blob_with_its_reason() -> None:
@@ -44,6 +44,20 @@ def test_blob_missing_is_a_corrupt_blob_with_its_reason() -> None:
 def test_every_error_class_has_one_root() -> None:
     """HTTP refusals and corrupt state are CatalogErrors like everything else."""
     assert issubclass(HttpError, CatalogError) and issubclass(CorruptStateError, CatalogError)
+    for refusal in REFUSALS:
+        assert issubclass(refusal, CatalogError) and refusal.code, refusal
+
+
+def test_http_error_is_raised_only_by_the_http_module() -> None:
+    """The data plane and idempotency raise domain errors; only the HTTP edge knows statuses."""
+    for package in ("catalog", "orchestrator"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path == ROOT / "orchestrator" / "sidecar" / "http.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Raise) and node.exc is not None:
+                    raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                    assert ast.unparse(raised) != "HttpError", f"{path}:{node.lineno}"
     assert CorruptStateError("bad", key="catalog").exit_code == EXIT_UNEXPECTED
 
 

@@ -18,7 +18,7 @@ from catalog.errors import (
     ReaderFencedError,
     SchemaIncompatibleError,
 )
-from catalog.schema.walk import _as_type as as_type
+from catalog.schema.walk import as_data_type as as_type
 
 # --- builders ---------------------------------------------------------------------------------
 

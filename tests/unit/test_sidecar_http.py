@@ -6,21 +6,15 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
-from http import HTTPStatus
 from typing import Any
 
 import attrs
 import pytest
 
-from catalog.errors import BadInputError, FencedError
-from orchestrator.sidecar.http import (
-    HttpError,
-    Readiness,
-    ReadinessCheck,
-    SidecarHttpServer,
-    parse_address,
-)
+from catalog.errors import BadInputError, FencedError, NotLeaderError
+from orchestrator.sidecar.http import SidecarHttpServer, parse_address
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
 
 
 @attrs.define
@@ -121,8 +115,10 @@ def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
     assert status == 200
     assert [json.loads(line)["as_of"] for line in body.splitlines()] == [7, 7]
     assert call(f"{base}/append", b"{}")[0] == 400
-    api.append_error = HttpError(HTTPStatus.CONFLICT, "read-only", "not the leader")
-    assert call(f"{base}/append?collection=s.t", b"{}")[0] == 409
+    api.append_error = NotLeaderError("not the leader", state="ready")
+    status, body = call(f"{base}/append?collection=s.t", b"{}")
+    assert status == 409
+    assert json.loads(body) == {"error": "read-only", "message": "not the leader", "state": "ready"}
     api.append_error = BadInputError("bad row", line=1)
     status, body = call(f"{base}/append?collection=s.t", b"{}")
     assert status == 400 and json.loads(body)["line"] == 1

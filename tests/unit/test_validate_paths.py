@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from catalog.errors import ReleaseError
 from catalog.release import Builtin, Mechanism, Migration, Release, validate
-from catalog.release.planning import _build_plan, _InstructionIndex
+from catalog.release.planning import InstructionIndex, build_plan
 from catalog.release.validation import (
-    _EvolutionCache,
-    _ordered,
-    _removed,
-    _walk_histories,
+    EvolutionCache,
+    in_version_order,
+    removed_failure,
+    walk_histories,
 )
 
 KINDS = ("table", "source")
@@ -95,16 +95,16 @@ def _history(seed: int) -> list[Release] | None:
 
 def _reference(history: list[Release]) -> set[tuple[str, str, str, str | None, str]]:
     """Every path planned alone (the planner as `plan` runs it), plus removed instructions."""
-    ordered = _ordered(history)
-    cache = _EvolutionCache()
-    indexes = [_InstructionIndex.of(r) for r in ordered]
-    snapshots = _walk_histories(ordered, indexes, cache)
+    ordered = in_version_order(history)
+    cache = EvolutionCache()
+    indexes = [InstructionIndex.of(r) for r in ordered]
+    snapshots = walk_histories(ordered, indexes, cache)
     found = set()
     for i, source in enumerate(snapshots):
         for j in range(i + 1, len(ordered)):
             target = ordered[j]
             fingerprints = {b.global_id: cache.fingerprint(b.schema) for b in target.builtins}
-            _, problems = _build_plan(
+            _, problems = build_plan(
                 source,
                 target,
                 index=indexes[j],
@@ -122,7 +122,7 @@ def _reference(history: list[Release]) -> set[tuple[str, str, str, str | None, s
                     )
                 )
             for key in indexes[i].keys - indexes[j].keys:
-                failure = _removed(key, source.version, target.version)
+                failure = removed_failure(key, source.version, target.version)
                 found.add(
                     (
                         str(source.version),

@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import structlog
 
 from catalog.consensus import Fence
-from catalog.pipeline.spark.expressions import _col, consolidate_frame, spark_path
-from catalog.pipeline.spark.failures import SparkJobError, _raise_resource_error, _spark_errors
-from catalog.pipeline.spark.session import _PANDAS_WARNING
-from catalog.pipeline.spark.types import _is_sortable
-from catalog.pipeline.spark.workers import _WRITTEN_SCHEMA, _raise_worker_error, _write_partition
+from catalog.pipeline.spark.expressions import consolidate_frame, spark_col, spark_path
+from catalog.pipeline.spark.failures import SparkJobError, raise_resource_error, spark_errors
+from catalog.pipeline.spark.session import PANDAS_WARNING
+from catalog.pipeline.spark.types import is_sortable
+from catalog.pipeline.spark.workers import WRITTEN_SCHEMA, raise_worker_error, write_partition
 from catalog.shard import (
     TS,
     BatchRef,
@@ -94,21 +94,21 @@ def _compact(
     target = state.live_schema
     frame = engine.updates_frame(shard, state, inputs, target)
     if state.since > 0:
-        frame = frame.withColumn(TS, F.greatest(_col(TS), F.lit(state.since).cast("long")))
+        frame = frame.withColumn(TS, F.greatest(spark_col(TS), F.lit(state.since).cast("long")))
     sizes = {b.key: b.size for b in shard.blob.list_info(blob_prefix(shard.shard_id))}
     size = sum(sizes.get(ref.key(shard.shard_id), 0) for ref in inputs)
     frame = consolidate_frame(frame, target, partitions_for(size, _parallelism(engine.spark)))
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+        warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
         try:
-            if _is_sortable(target):
-                order = [_col(n).asc_nulls_last() for n in [*target.names, TS]]
+            if is_sortable(target):
+                order = [spark_col(n).asc_nulls_last() for n in [*target.names, TS]]
                 outputs = _spark_written(frame.sortWithinPartitions(*order), shard, state)
             else:
                 outputs = _python_written(frame, shard, state)
-        except _spark_errors() as exc:
-            _raise_worker_error(exc)
-            _raise_resource_error(exc)
+        except spark_errors() as exc:
+            raise_worker_error(exc)
+            raise_resource_error(exc)
             raise SparkJobError.of(exc, f"compaction of shard {shard.shard_id}") from exc
     outputs.sort(key=lambda b: (b.lower, b.name))
     result = shard.commit_compaction(state, inputs, outputs, fence=fence)
@@ -177,7 +177,7 @@ def _python_written(frame: Any, shard: Shard, state: ShardState) -> list[BatchRe
     """``frame`` written by the Python workers (one batch per partition, a row group at a
     time); their entries."""
     writer = functools.partial(
-        _write_partition, shard.blob.uri, shard.shard_id, update_schema(state.live_schema)
+        write_partition, shard.blob.uri, shard.shard_id, update_schema(state.live_schema)
     )
     return [
         BatchRef(
@@ -189,5 +189,5 @@ def _python_written(frame: Any, shard: Shard, state: ShardState) -> list[BatchRe
             ordered=r["ordered"],
             consolidated=True,
         )
-        for r in frame.mapInArrow(writer, _WRITTEN_SCHEMA).collect()
+        for r in frame.mapInArrow(writer, WRITTEN_SCHEMA).collect()
     ]

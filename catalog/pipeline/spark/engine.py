@@ -18,33 +18,33 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.output import STREAM_ROWS, SnapshotWritten, finish, open_output
-from catalog.pipeline.rewrite import _copy, _CopyPlan, _SourceMoved
+from catalog.pipeline.rewrite import CopyPlan, SourceMoved, copy_shard
 from catalog.pipeline.spark.compaction import compact
 from catalog.pipeline.spark.config import size_bytes
 from catalog.pipeline.spark.expressions import (
-    _col,
-    _null_of,
     consolidate_frame,
     migrate_expression,
+    null_of,
+    spark_col,
     spark_path,
 )
-from catalog.pipeline.spark.failures import SparkJobError, _raise_resource_error, _spark_errors
-from catalog.pipeline.spark.session import _PANDAS_WARNING, SparkSessionProvider, spark_provider
-from catalog.pipeline.spark.types import _read_schema, spark_schema
+from catalog.pipeline.spark.failures import SparkJobError, raise_resource_error, spark_errors
+from catalog.pipeline.spark.session import PANDAS_WARNING, SparkSessionProvider, spark_provider
+from catalog.pipeline.spark.types import read_schema, spark_schema
 from catalog.pipeline.spark.workers import (
-    _CHUNK_SCHEMA,
-    _PARTS_SCHEMA,
-    _WRITTEN_SCHEMA,
-    _ipc_partition,
-    _pickle_transforms,
-    _raise_worker_error,
-    _transform_partition,
-    _transform_write_partition,
-    _write_partition,
-    _write_snapshot_partition,
+    CHUNK_SCHEMA,
+    PARTS_SCHEMA,
+    WRITTEN_SCHEMA,
+    ipc_partition,
+    pickle_transforms,
+    raise_worker_error,
+    transform_partition,
+    transform_write_partition,
+    write_partition,
+    write_snapshot_partition,
 )
 from catalog.pipeline.transforms import Transform
-from catalog.pipeline.updates import _overlaps, _update_schema, estimated_bytes
+from catalog.pipeline.updates import copy_schema, estimated_bytes, overlaps
 from catalog.retry import Retry
 from catalog.schema.restore import restore_table
 from catalog.shard import (
@@ -91,17 +91,17 @@ class SparkEngine:
         for (schema_id, spark_written), group in sorted(by_writer(refs).items()):
             live = state.live(schema_id)
             paths = [spark_path(shard.blob, r.key(shard.shard_id)) for r in group]
-            scan = self.spark.read.schema(_read_schema(live, spark_written)).parquet(*paths)
+            scan = self.spark.read.schema(read_schema(live, spark_written)).parquet(*paths)
             columns = []
             for field in schema:
                 index = live.get_field_index(field.name)
                 if index < 0:
-                    columns.append(_null_of(field.type, field.name).alias(field.name))
+                    columns.append(null_of(field.type, field.name).alias(field.name))
                 else:
                     source = live.field(index).type
-                    expr = migrate_expression(_col(field.name), source, field.type, field.name)
+                    expr = migrate_expression(spark_col(field.name), source, field.type, field.name)
                     columns.append(expr.alias(field.name))
-            columns += [_col(TS).cast("long").alias(TS), _col(DIFF)]
+            columns += [spark_col(TS).cast("long").alias(TS), spark_col(DIFF)]
             frames.append(scan.select(*columns))
         if not frames:
             return self.spark.createDataFrame([], spark_schema(schema))
@@ -130,7 +130,7 @@ class SparkEngine:
             return self.spark.createDataFrame([], spark_schema(reader)), reader
         refs = [b for b in shard.batches(state) if b.lower <= time]
         frame = self.updates_frame(shard, state, refs, reader)
-        frame = frame.where(_col(TS) <= time).withColumn(TS, F.lit(time).cast("long"))
+        frame = frame.where(spark_col(TS) <= time).withColumn(TS, F.lit(time).cast("long"))
         return consolidate_frame(frame, reader), reader
 
     def snapshot(
@@ -161,7 +161,7 @@ class SparkEngine:
             return True
 
         retry = Retry(
-            retryable=_spark_errors(),
+            retryable=spark_errors(),
             max_attempts=_READ_ATTEMPTS,
             deadline=None,
             base_delay=0.0,
@@ -169,7 +169,7 @@ class SparkEngine:
         )
         try:
             return retry(attempt)
-        except _spark_errors() as exc:
+        except spark_errors() as exc:
             if retry.retries < _READ_ATTEMPTS:
                 raise SparkJobError.of(exc, f"snapshot of shard {shard.shard_id}") from exc
             raise ShardError(
@@ -180,12 +180,12 @@ class SparkEngine:
 
     def _collect(self, frame: Any) -> pa.Table:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
             try:
                 return frame.toArrow()
-            except _spark_errors() as exc:
-                _raise_worker_error(exc)
-                _raise_resource_error(exc)
+            except spark_errors() as exc:
+                raise_worker_error(exc)
+                raise_resource_error(exc)
                 raise
 
     def snapshot_chunks(
@@ -213,13 +213,13 @@ class SparkEngine:
             parts = math.ceil(4 * size / limit_bytes) if limit_bytes else 1
             if parts > 1:
                 frame = frame.repartition(parts)
-            encode = functools.partial(_ipc_partition, update_schema(reader), chunk_rows)
+            encode = functools.partial(ipc_partition, update_schema(reader), chunk_rows)
             try:
-                for row in frame.mapInArrow(encode, _CHUNK_SCHEMA).toLocalIterator():
+                for row in frame.mapInArrow(encode, CHUNK_SCHEMA).toLocalIterator():
                     yield pa.ipc.open_stream(row["chunk"]).read_all()
-            except _spark_errors() as exc:
-                _raise_worker_error(exc)
-                _raise_resource_error(exc)
+            except spark_errors() as exc:
+                raise_worker_error(exc)
+                raise_resource_error(exc)
                 raise SparkJobError.of(exc, f"snapshot of shard {shard.shard_id}") from exc
 
     def write_snapshot(
@@ -234,11 +234,11 @@ class SparkEngine:
         store = open_output(output)
         with shard.lease(holder=f"read-output-{os.getpid()}", as_of=as_of):
             frame, reader = self.snapshot_frame(shard, as_of, reader_schema)
-            writer = functools.partial(_write_snapshot_partition, store.uri, update_schema(reader))
+            writer = functools.partial(write_snapshot_partition, store.uri, update_schema(reader))
             try:
-                parts = frame.mapInArrow(writer, _PARTS_SCHEMA).collect()
-            except _spark_errors() as exc:
-                _raise_resource_error(exc)
+                parts = frame.mapInArrow(writer, PARTS_SCHEMA).collect()
+            except spark_errors() as exc:
+                raise_resource_error(exc)
                 raise SparkJobError.of(exc, f"snapshot of shard {shard.shard_id}") from exc
         return finish(store, output, [p["name"] for p in parts], sum(p["rows"] for p in parts))
 
@@ -263,9 +263,9 @@ class SparkEngine:
         ``[lower, upper)``, run the transforms and write the target's batch files; the driver
         commits their references in one compare-and-append. The ``by_diff`` delta (transformed
         source minus target, consolidated) runs on Spark too. No row passes the driver."""
-        payload = _pickle_transforms(transforms)
+        payload = pickle_transforms(transforms)
 
-        def produce(plan: _CopyPlan) -> list[BatchRef]:
+        def produce(plan: CopyPlan) -> list[BatchRef]:
             target_schema = plan.target.live_schema
             if not target_schema.equals(new_schema):
                 raise ShardError(
@@ -278,11 +278,11 @@ class SparkEngine:
                     written = self._diff_delta_written(source, target, plan, payload, new_schema)
                 else:
                     written = self._delta_written(source, target, plan, payload, new_schema)
-            except _spark_errors() as exc:
+            except spark_errors() as exc:
                 if source.state().revision != plan.source.revision:
-                    raise _SourceMoved() from exc
-                _raise_worker_error(exc)
-                _raise_resource_error(exc)
+                    raise SourceMoved() from exc
+                raise_worker_error(exc)
+                raise_resource_error(exc)
                 raise SparkJobError.of(exc, f"copy into shard {target.shard_id}") from exc
             schema_id = plan.target.schema_id
             refs = [
@@ -290,50 +290,50 @@ class SparkEngine:
             ]
             return sorted(refs, key=lambda b: (b.lower, b.name))
 
-        return _copy(source, target, fence, produce, self.name)
+        return copy_shard(source, target, fence, produce, self.name)
 
-    def _updates_between(self, source: Shard, plan: _CopyPlan, lower: int) -> Any:
+    def _updates_between(self, source: Shard, plan: CopyPlan, lower: int) -> Any:
         """The source's updates with ``_ts`` in ``[lower, plan.upper)``, in its live schema."""
-        refs = [b for b in source.batches(plan.source) if _overlaps(b, lower, plan.upper)]
+        refs = [b for b in source.batches(plan.source) if overlaps(b, lower, plan.upper)]
         frame = self.updates_frame(source, plan.source, refs, plan.source.live_schema)
-        return frame.where((_col(TS) >= lower) & (_col(TS) < plan.upper))
+        return frame.where((spark_col(TS) >= lower) & (spark_col(TS) < plan.upper))
 
     def _delta_written(
-        self, source: Shard, target: Shard, plan: _CopyPlan, payload: bytes, new_schema: pa.Schema
+        self, source: Shard, target: Shard, plan: CopyPlan, payload: bytes, new_schema: pa.Schema
     ) -> list[Any]:
         frame = self._updates_between(source, plan, plan.lower)
         body = functools.partial(
-            _transform_write_partition, payload, _update_schema(plan.source.live_schema),
+            transform_write_partition, payload, copy_schema(plan.source.live_schema),
             new_schema, target.blob.uri, target.shard_id,
         )  # fmt: skip
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
-            return list(frame.mapInArrow(body, _WRITTEN_SCHEMA).collect())
+            warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
+            return list(frame.mapInArrow(body, WRITTEN_SCHEMA).collect())
 
     def _diff_delta_written(
-        self, source: Shard, target: Shard, plan: _CopyPlan, payload: bytes, new_schema: pa.Schema
+        self, source: Shard, target: Shard, plan: CopyPlan, payload: bytes, new_schema: pa.Schema
     ) -> list[Any]:
         """``transform(source) - target`` at time ``upper - 1``, consolidated (see
-        ``_CopyPlan.by_diff``), written by the executors."""
+        ``CopyPlan.by_diff``), written by the executors."""
         from pyspark.sql import functions as F
 
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+            warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
             spark_out = spark_schema(new_schema)
             body = functools.partial(
-                _transform_partition, payload, _update_schema(plan.source.live_schema),
+                transform_partition, payload, copy_schema(plan.source.live_schema),
                 new_schema, _spark_arrow_schema(spark_out),
             )  # fmt: skip
             full = self._updates_between(source, plan, 0).mapInArrow(body, spark_out)
             held_refs = [b for b in target.batches(plan.target) if b.lower < plan.lower]
             held = self.updates_frame(target, plan.target, held_refs, new_schema)
-            held = held.where(_col(TS) < plan.lower).withColumn(DIFF, -_col(DIFF))
+            held = held.where(spark_col(TS) < plan.lower).withColumn(DIFF, -spark_col(DIFF))
             both = full.unionByName(held).withColumn(TS, F.lit(plan.upper - 1).cast("long"))
             delta = consolidate_frame(both, new_schema)
             writer = functools.partial(
-                _write_partition, target.blob.uri, target.shard_id, update_schema(new_schema)
+                write_partition, target.blob.uri, target.shard_id, update_schema(new_schema)
             )
-            return list(delta.mapInArrow(writer, _WRITTEN_SCHEMA).collect())
+            return list(delta.mapInArrow(writer, WRITTEN_SCHEMA).collect())
 
 
 def _spark_arrow_schema(struct: Any) -> pa.Schema:

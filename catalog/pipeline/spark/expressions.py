@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from catalog.blob import BlobStore
 from catalog.consolidate.floats import has_floats
-from catalog.pipeline.spark.types import _contains_map, _join, spark_type
+from catalog.pipeline.spark.types import contains_map, join_path, spark_type
 from catalog.schema.restore import relaxed as _relaxed
 from catalog.shard import (
     DIFF,
@@ -17,13 +17,13 @@ from catalog.shard import (
 )
 
 
-def _col(name: str) -> Any:
+def spark_col(name: str) -> Any:
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _null_of(dtype: pa.DataType, path: str) -> Any:
+def null_of(dtype: pa.DataType, path: str) -> Any:
     from pyspark.sql import functions as F
 
     return F.lit(None).cast(spark_type(dtype, path))
@@ -44,10 +44,10 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
     if pa.types.is_struct(source) and pa.types.is_struct(target):
         children = []
         for field in target.fields:
-            child_path = _join(path, field.name)
+            child_path = join_path(path, field.name)
             index = source.get_field_index(field.name)
             if index < 0:
-                children.append(_null_of(field.type, child_path).alias(field.name))
+                children.append(null_of(field.type, child_path).alias(field.name))
             else:
                 child = column.getField(field.name)
                 migrated = migrate_expression(
@@ -57,12 +57,12 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
         return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*children))
     lists = (pa.types.is_list, pa.types.is_large_list)
     if any(f(source) for f in lists) and any(f(target) for f in lists):
-        items = _join(path, "items")
+        items = join_path(path, "items")
         return F.transform(
             column, lambda e: migrate_expression(e, source.value_type, target.value_type, items)
         )
     if pa.types.is_map(source) and pa.types.is_map(target):
-        values = _join(path, "value")
+        values = join_path(path, "value")
         return F.transform_values(
             column, lambda _k, v: migrate_expression(v, source.item_type, target.item_type, values)
         )
@@ -106,20 +106,20 @@ def consolidate_frame(frame: Any, schema: pa.Schema, partitions: int | None = No
 
     keys, kept = [], []
     for index, field in enumerate(schema):
-        if _contains_map(field.type):
+        if contains_map(field.type):
             # Spark normalizes floats in grouping keys itself (catalog.consolidate.floats),
             # but not inside a JSON string: normalize first.
-            value = normalize_expression(_col(field.name), field.type)
+            value = normalize_expression(spark_col(field.name), field.type)
             keys.append(F.to_json(F.struct(value.alias("v"))).alias(f"__key{index}"))
             kept.append(F.first(value).alias(field.name))
         else:
-            keys.append(_col(field.name))
-    keys.append(_col(TS))
+            keys.append(spark_col(field.name))
+    keys.append(spark_col(TS))
     if partitions is not None:
         frame = frame.repartition(partitions, *keys)
-    grouped = frame.groupBy(*keys).agg(F.sum(_col(DIFF)).alias(DIFF), *kept)
-    grouped = grouped.where(_col(DIFF) != 0)
-    return grouped.select(*[_col(f.name) for f in schema], _col(TS), _col(DIFF))
+    grouped = frame.groupBy(*keys).agg(F.sum(spark_col(DIFF)).alias(DIFF), *kept)
+    grouped = grouped.where(spark_col(DIFF) != 0)
+    return grouped.select(*[spark_col(f.name) for f in schema], spark_col(TS), spark_col(DIFF))
 
 
 def spark_path(blob: BlobStore, key: str) -> str:

@@ -21,7 +21,7 @@ class SparkJobError(ShardError):
         )
 
 
-def _raise_resource_error(exc: BaseException) -> None:
+def raise_resource_error(exc: BaseException) -> None:
     """Re-raise a Spark failure a setting explains as an error line naming the setting."""
     text = str(exc)
     if "maxResultSize" in text:
@@ -42,7 +42,7 @@ def _raise_resource_error(exc: BaseException) -> None:
         ) from exc
 
 
-def _spark_errors() -> tuple[type[Exception], ...]:
+def spark_errors() -> tuple[type[Exception], ...]:
     """The exceptions a failed Spark job raises in the driver."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException

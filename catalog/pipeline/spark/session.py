@@ -51,7 +51,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 
 
 # PySpark warns about pandas 3 on every Arrow UDF; we never hand Spark pandas objects.
-_PANDAS_WARNING = "PySpark does not yet fully support pandas"
+PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 
 _JAVA_VERSION_RE = re.compile(r'version "(?P<version>[^"]+)"')
@@ -157,7 +157,7 @@ class SparkSessionProvider:
 
         # Python workers must run this interpreter: it has pyarrow and the catalog package.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+        warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
         self._log_dir = Path(tempfile.mkdtemp(prefix="catalog-upgrade-spark-"))
         log4j = self._log_dir / "log4j2.properties"
         log4j.write_text(_LOG4J_PROPERTIES)
@@ -224,7 +224,7 @@ class SparkSessionProvider:
                 "--spark-remote needs PySpark's Connect client: pip install 'pyspark[connect]'",
                 suggestion="pip install 'pyspark[connect]'",
             ) from exc
-        warnings.filterwarnings("ignore", message=_PANDAS_WARNING, category=FutureWarning)
+        warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
         ours = {
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

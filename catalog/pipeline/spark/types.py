@@ -61,27 +61,27 @@ def spark_type(dtype: pa.DataType, path: str = "") -> Any:
             raise _unsupported(dtype, path)
         return T.StructType(
             [
-                T.StructField(f.name, spark_type(f.type, _join(path, f.name)), True)
+                T.StructField(f.name, spark_type(f.type, join_path(path, f.name)), True)
                 for f in dtype.fields
             ]
         )
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return T.ArrayType(spark_type(dtype.value_type, _join(path, "items")), True)
+        return T.ArrayType(spark_type(dtype.value_type, join_path(path, "items")), True)
     if pa.types.is_map(dtype):
         return T.MapType(
-            spark_type(dtype.key_type, _join(path, "key")),
-            spark_type(dtype.item_type, _join(path, "value")),
+            spark_type(dtype.key_type, join_path(path, "key")),
+            spark_type(dtype.item_type, join_path(path, "value")),
             True,
         )
     raise _unsupported(dtype, path)
 
 
-def _join(path: str, name: str) -> str:
+def join_path(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
 def spark_schema(schema: pa.Schema) -> Any:
-    """The Spark StructType of an update schema (``_ts`` as a long: see :func:`_read_schema`)."""
+    """The Spark StructType of an update schema (``_ts`` as a long: see :func:`read_schema`)."""
     from pyspark.sql import types as T
 
     fields = [T.StructField(f.name, spark_type(f.type, f.name), True) for f in schema]
@@ -89,7 +89,7 @@ def spark_schema(schema: pa.Schema) -> Any:
     return T.StructType(fields)
 
 
-def _read_schema(schema: pa.Schema, spark_written: bool = False) -> Any:
+def read_schema(schema: pa.Schema, spark_written: bool = False) -> Any:
     """What Spark reads a stored batch of live ``schema`` as: ``_ts`` is a uint64 there, an
     int64 in a batch Spark's writer wrote (``BatchRef.spark_types``)."""
     from pyspark.sql import types as T
@@ -102,15 +102,15 @@ def _read_schema(schema: pa.Schema, spark_written: bool = False) -> Any:
     return T.StructType(fields)
 
 
-def _contains_map(dtype: pa.DataType) -> bool:
+def contains_map(dtype: pa.DataType) -> bool:
     if pa.types.is_map(dtype):
         return True
     if pa.types.is_struct(dtype):
-        return any(_contains_map(f.type) for f in dtype.fields)
+        return any(contains_map(f.type) for f in dtype.fields)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return _contains_map(dtype.value_type)
+        return contains_map(dtype.value_type)
     return False
 
 
-def _is_sortable(schema: pa.Schema) -> bool:
+def is_sortable(schema: pa.Schema) -> bool:
     return not any(pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type) for f in schema)

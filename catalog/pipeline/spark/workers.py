@@ -18,7 +18,7 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.output import PART_ROWS, write_part
-from catalog.pipeline.spark.types import _is_sortable
+from catalog.pipeline.spark.types import is_sortable
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.schema.restore import restore_batch as _restore_batch
 from catalog.schema.restore import restore_table
@@ -36,7 +36,7 @@ def _worker_error(exc: ShardError) -> RuntimeError:
     return RuntimeError(_ERROR_MARKER + json.dumps(exc.to_json()))
 
 
-def _transform_partition(
+def transform_partition(
     payload: bytes,
     source_schema: pa.Schema,
     new_schema: pa.Schema,
@@ -58,14 +58,14 @@ def _transform_partition(
         yield _restore_batch(out, spark_arrow)
 
 
-_WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
+WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
 
 
 # Spark compaction writes a row group per this many rows (what a task holds at a time).
 ROW_GROUP_ROWS = 131_072
 
 
-def _write_partition(
+def write_partition(
     uri: str,
     shard_id: str,
     schema: pa.Schema,
@@ -95,18 +95,18 @@ def _write_partition(
 
     store = BlobStore.from_uri(uri)
     store.put_tables(BatchRef(name, 0, 0, 0, 0).key(shard_id), schema, tables())
-    yield _entry(name, sum(rows), min(lows), max(highs) + 1, _is_sortable(schema))
+    yield _entry(name, sum(rows), min(lows), max(highs) + 1, is_sortable(schema))
 
 
 def _entry(name: str, rows: int, lower: int, upper: int, ordered: bool) -> pa.RecordBatch:
-    """A written batch's entry for the driver's commit (``_WRITTEN_SCHEMA``)."""
+    """A written batch's entry for the driver's commit (``WRITTEN_SCHEMA``)."""
     return pa.RecordBatch.from_pydict(
         {"name": [name], "rows": [rows], "lower": [lower], "upper": [upper], "ordered": [ordered]}
     )
 
 
 def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool) -> pa.RecordBatch:
-    """Write ``table`` as a new batch file of ``shard_id``; its entry (``_WRITTEN_SCHEMA``)."""
+    """Write ``table`` as a new batch file of ``shard_id``; its entry (``WRITTEN_SCHEMA``)."""
     bounds = pc.min_max(table.column(TS))
     name = uuid.uuid4().hex
     store.put_batch(BatchRef(name, 0, table.num_rows, 0, 0).key(shard_id), table)
@@ -114,7 +114,7 @@ def _write_batch(store: BlobStore, shard_id: str, table: pa.Table, ordered: bool
     return _entry(name, table.num_rows, low, high + 1, ordered)
 
 
-def _transform_write_partition(
+def transform_write_partition(
     payload: bytes,
     source_schema: pa.Schema,
     new_schema: pa.Schema,
@@ -145,7 +145,7 @@ def _transform_write_partition(
         yield _write_batch(store, shard_id, table, False)
 
 
-_PARTS_SCHEMA = "name string, rows long"
+PARTS_SCHEMA = "name string, rows long"
 
 
 def _in_parts(
@@ -167,7 +167,7 @@ def _in_parts(
         yield pending
 
 
-def _write_snapshot_partition(
+def write_snapshot_partition(
     uri: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of ``read --output``: a partition's rows in exact types, written as
@@ -179,10 +179,10 @@ def _write_snapshot_partition(
         yield pa.RecordBatch.from_pydict({"name": [name], "rows": [table.num_rows]})
 
 
-_CHUNK_SCHEMA = "chunk binary"
+CHUNK_SCHEMA = "chunk binary"
 
 
-def _ipc_partition(
+def ipc_partition(
     schema: pa.Schema, part_rows: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of a streamed snapshot: a partition's rows in exact types, as Arrow IPC
@@ -196,7 +196,7 @@ def _ipc_partition(
         yield pa.RecordBatch.from_pydict({"chunk": [sink.getvalue().to_pybytes()]})
 
 
-def _pickle_transforms(transforms: Sequence[Transform]) -> bytes:
+def pickle_transforms(transforms: Sequence[Transform]) -> bytes:
     """The transforms pickled for Spark workers, by value where workers could not import them.
 
     Release files are imported from their directory, which workers do not have on their path,
@@ -231,7 +231,7 @@ def _needs_pickling_by_value(module: types.ModuleType) -> bool:
     return not any(part in filename for part in ("site-packages", "dist-packages"))
 
 
-def _raise_worker_error(exc: BaseException) -> None:
+def raise_worker_error(exc: BaseException) -> None:
     """Re-raise a ShardError a worker reported, with its data, if ``exc`` carries one."""
     text = str(exc)
     start = text.find(_ERROR_MARKER)

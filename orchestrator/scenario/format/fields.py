@@ -20,7 +20,7 @@ def _is_number(value: Any) -> bool:
 Checker = Callable[[Any], str | None]  # an error message, or None when the value is fine
 
 
-def _number(minimum: float) -> Checker:
+def number_field(minimum: float) -> Checker:
     def check(value: Any) -> str | None:
         if not _is_number(value) or value < minimum:
             return f"must be a number >= {minimum:g}, not {value!r}"
@@ -43,7 +43,7 @@ def _string(value: Any) -> str | None:
     return None if isinstance(value, str) and value else f"must be a non-empty string: {value!r}"
 
 
-def _boolean(value: Any) -> str | None:
+def boolean_field(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
 
 
@@ -99,30 +99,30 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "process": _process_names,
     "release": _string,
     "generation": _integer(0),
-    "auto_promote": _boolean,
-    "session_timeout": _number(1.0),
+    "auto_promote": boolean_field,
+    "session_timeout": number_field(1.0),
     "crash_before_write": _integer(1),
     "lose_answer_after_write": _integer(1),
     "state": _state,
-    "timeout": _number(0.1),
+    "timeout": number_field(0.1),
     "collection": _collection,
     "rows": _rows,
     "expect_rows": _rows,
     "expect_count": _integer(0),
     "expect_http": _http,
-    "refused": _boolean,
+    "refused": boolean_field,
     "code": _integer(-64, 255),  # negative: killed by that signal (-9: SIGKILL)
     "path": _string,
     "equals": _any,
     "not_equals": _any,
     "length": _integer(0),
     "contains": _any,
-    "exists": _boolean,
-    "seconds": _number(0.0),
-    "wait": _number(0.0),
+    "exists": boolean_field,
+    "seconds": number_field(0.0),
+    "wait": number_field(0.0),
     "log_contains": _string,
     "as_of": _integer(0),
-    "down": _number(0.0),
+    "down": number_field(0.0),
     "server": _server,
     "server_number": _integer(1),
     "note": _string,

@@ -12,7 +12,7 @@ import attrs
 
 from catalog.errors import BadInputError, CatalogError
 from catalog.release import Release, Version
-from orchestrator.scenario.format.fields import _boolean, _number
+from orchestrator.scenario.format.fields import boolean_field, number_field
 from orchestrator.scenario.format.releases import ReleaseIndex
 from orchestrator.scenario.format.steps import StartStep, Step
 from orchestrator.scenario.format.structure import build_step
@@ -210,7 +210,7 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
             field=key,
         )
     out = Defaults()
-    for key, checker in (("session_timeout", _number(1.0)), ("timeout", _number(0.1))):
+    for key, checker in (("session_timeout", number_field(1.0)), ("timeout", number_field(0.1))):
         if key in value:
             problem = checker(value[key])
             if problem:
@@ -233,7 +233,7 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
         else:
             out = attrs.evolve(out, zookeeper_servers=servers)
     if "invariants" in value:
-        problem = _boolean(value["invariants"])
+        problem = boolean_field(value["invariants"])
         if problem:
             found.add(f"[defaults] invariants {problem}", field="invariants")
         else:

@@ -19,7 +19,7 @@ from orchestrator.scenario.invariants.view import (
     DurableView,
     TrackedRows,
     Violation,
-    _quiescent,
+    is_quiescent,
 )
 
 log = structlog.get_logger(__name__)
@@ -76,8 +76,8 @@ class InvariantChecker(DurableRules, RowRules):
         if (
             not writes_expected
             and before is not None
-            and _quiescent(before)
-            and _quiescent(view)
+            and is_quiescent(before)
+            and is_quiescent(view)
             and before.epoch_number == view.epoch_number
         ):
             found += self._count("read-only-writes-nothing", self._read_only(before, view))

@@ -23,7 +23,7 @@ from orchestrator.scenario.invariants.core import CheckerCore
 from orchestrator.scenario.invariants.view import (
     DurableView,
     Violation,
-    _durable_snapshot,
+    durable_snapshot,
 )
 
 log = structlog.get_logger(__name__)
@@ -204,7 +204,7 @@ class DurableRules(CheckerCore):
         found = []
         present = {sid: s for sid, s in states.items() if s is not None}
         if len(present) == len(states):
-            snapshot = _durable_snapshot(catalog, present)
+            snapshot = durable_snapshot(catalog, present)
             current = Version.parse(catalog.version)
             for release in self.releases:
                 if release.version < current or not self._path_valid(catalog.version, release):

@@ -159,7 +159,7 @@ class DurableView:
         }
 
 
-def _quiescent(view: DurableView) -> bool:
+def is_quiescent(view: DurableView) -> bool:
     """The epoch's leader serves its generation, which is the promotion target; nobody migrates."""
     epoch, promotion = view.epoch, view.promotion
     if epoch is None or promotion is None:
@@ -191,7 +191,7 @@ class TrackedRows:
     uncertain: set[str] = attrs.field(factory=set)
 
 
-def _durable_snapshot(catalog: CatalogState, states: Mapping[str, ShardState]) -> CatalogSnapshot:
+def durable_snapshot(catalog: CatalogState, states: Mapping[str, ShardState]) -> CatalogSnapshot:
     """The catalog as a plan sees it: each collection's cataloged schema and full history."""
     out = []
     for ref in catalog.collections.values():

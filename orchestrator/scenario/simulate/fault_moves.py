@@ -11,7 +11,7 @@ from catalog.release import Version
 from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
 from orchestrator.scenario.simulate.rows import make_rows
-from orchestrator.scenario.simulate.values import Member, _WalkFailed
+from orchestrator.scenario.simulate.values import Member, WalkFailed
 from orchestrator.scenario.simulate.walk_core import WalkerCore
 
 # The lost-answer fault picks its write among the first this many of the new leader (about what
@@ -147,7 +147,7 @@ class FaultMoves(WalkerCore):
         try:
             self.do("append", processes=(zombie,), collection=name, rows=rows, refused=True)
         except StepFailed as exc:
-            raise _WalkFailed(
+            raise WalkFailed(
                 str(exc), [self.checker.stale_write(zombie, epoch.get("leader"), str(exc))]
             ) from exc
         self.checker.no_stale_write_checked()

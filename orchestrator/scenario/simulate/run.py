@@ -23,8 +23,8 @@ from orchestrator.scenario.simulate.values import (
     READ_ONLY_KINDS,
     SimulationConfig,
     SimulationResult,
+    WalkFailed,
     WalkStep,
-    _WalkFailed,
 )
 from orchestrator.scenario.simulate.walker import Walker
 
@@ -74,12 +74,12 @@ def _run_walk(
                 found = run.checker.check(writes_expected=kind not in READ_ONLY_KINDS, rows=True)
                 unexpected = run.unexpected_exits()
                 if found:
-                    raise _WalkFailed(f"invariant violated: {describe(found)}", found)
+                    raise WalkFailed(f"invariant violated: {describe(found)}", found)
                 if unexpected:
-                    raise _WalkFailed("; ".join(unexpected))
-            except (_WalkFailed, StepFailed, CatalogError, KazooException) as exc:
+                    raise WalkFailed("; ".join(unexpected))
+            except (WalkFailed, StepFailed, CatalogError, KazooException) as exc:
                 message = exc.message if isinstance(exc, CatalogError) else str(exc) or repr(exc)
-                if isinstance(exc, _WalkFailed):
+                if isinstance(exc, WalkFailed):
                     violations = exc.violations
                 error = f"walk step {i + 1} ({kind}): {message}"
                 item = WalkStep(

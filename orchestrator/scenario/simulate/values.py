@@ -135,7 +135,7 @@ class Member:
     generation: int
 
 
-class _WalkFailed(Exception):
+class WalkFailed(Exception):
     def __init__(self, message: str, violations: Sequence[Violation] = ()) -> None:
         super().__init__(message)
         self.violations = tuple(violations)

@@ -1,0 +1,94 @@
+"""What a sidecar records for the environment's readers: upgrade events and the history.
+
+Events (``orchestrator.events``) are best effort, like a log, except that a fenced write
+raises: a read-only process's go to its release's own log (the read-only rule), a leader's, and
+those of a process that led (its exit), to the environment's. The upgrade history
+(``orchestrator.history``) gets one fenced record per completed upgrade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Any
+
+from catalog.consensus import Fence
+from catalog.environment import PROMOTION_KEY
+from catalog.errors import ConnectionLostError
+from catalog.release import Release
+from orchestrator import election as election_mod
+from orchestrator.events import record_event
+from orchestrator.history import UpgradeRecord, phases_of, record_upgrade
+from orchestrator.migrate import LeaderResult
+from orchestrator.sidecar.config import SidecarConfig
+from orchestrator.sidecar.connection import SidecarConnection
+
+
+class SidecarJournal:
+    """Records one sidecar's events and upgrades through its connection."""
+
+    def __init__(
+        self, config: SidecarConfig, release: Release, connection: SidecarConnection, log: Any
+    ) -> None:
+        self._config = config
+        self._release = release
+        self._connection = connection
+        self._log = log
+        #: Led at some point: its exit events belong to the environment.
+        self.led = False
+
+    def event(self, kind: str, *, fence: Fence | None = None, **fields: Any) -> None:
+        """Record an upgrade event; best effort (status history), except that fenced raises."""
+        consensus = self._connection.consensus
+        if consensus is None or not self._connection.connected:
+            return
+        try:
+            # A read-only process's events go to its release's own log (the read-only rule);
+            # a leader's, and those of a process that led (its exit), to the environment's.
+            own = (str(self._release.version), self._config.deploy_generation)
+            owner = None if fence is not None or self.led else own
+            record_event(
+                consensus,
+                kind,
+                fence=fence,
+                owner=owner,
+                process_id=self._config.process_id,
+                **fields,
+            )
+        except ConnectionLostError:
+            self._log.warning("event_not_recorded", kind=kind)
+
+    def record_upgrade(
+        self,
+        leadership: election_mod.Leadership,
+        result: LeaderResult,
+        from_version: str | None,
+        entered: list[tuple[str, float]],
+    ) -> None:
+        """Append this upgrade to the environment's history (fenced; best effort, like the
+        event log, except that fenced raises)."""
+        consensus = self._connection.require()
+        promotion = consensus.get(PROMOTION_KEY)
+        asked = promotion.json() if promotion is not None else None
+        if (
+            not isinstance(asked, dict)
+            or asked.get("deploy_generation") != result.deploy_generation
+        ):
+            asked = {}
+        finished = time.time()
+        record = UpgradeRecord(
+            deploy_generation=result.deploy_generation,
+            to_version=result.version,
+            outcome="bootstrapped" if result.bootstrap else "completed",
+            from_version=from_version,
+            promoted_by=asked.get("requested_by"),
+            promoted_at=asked.get("requested_at"),
+            leader=self._config.process_id,
+            host=socket.gethostname(),
+            took_over_at=entered[0][1] if entered else None,
+            finished_at=finished,
+            phases=phases_of(entered, finished),
+        )
+        with contextlib.suppress(ConnectionLostError):
+            record_upgrade(consensus, record, fence=leadership.fence)

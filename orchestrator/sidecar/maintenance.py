@@ -1,0 +1,91 @@
+"""The serving leader's periodic work: orphan collection, finalization and, on a thread of
+its own, the sweep (read frontiers forward, garbage collection, scheduled compaction, coverage).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from catalog.consensus import Fence
+from catalog.environment import read_catalog
+from catalog.errors import CatalogError, ConnectionLostError, FencedError
+from catalog.shard.coverage import RollupCounts
+from orchestrator.migrate import (
+    MigrationContext,
+    advance_frontiers,
+    collect_garbage,
+    collect_orphan_shards,
+    compact_due,
+    finalize_pending,
+)
+from orchestrator.sidecar.config import SidecarConfig
+from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.status.coverage import read_coverage
+
+#: ``event(kind, fence=..., **fields)``: record an upgrade event.
+EventSink = Callable[..., None]
+
+
+class LeaderMaintenance:
+    """When each periodic task is due, and the sweep thread; one per sidecar."""
+
+    def __init__(self, config: SidecarConfig, metrics: SidecarMetrics, event: EventSink) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._event = event
+        self._next_orphan_scan = 0.0
+        self._next_gc = time.monotonic() + config.gc_interval  # not at once: after a grace
+        self._sweeper: threading.Thread | None = None
+        self._known_finalized: set[str] = set()
+        self._rollup_counts: RollupCounts = {}  # coverage metrics: rollup summaries read once
+
+    def run(self, ctx: MigrationContext, fence: Fence, log: Any) -> list[str]:
+        """One round: orphans when due, a sweep started when due, pending finalizations; the
+        shards finalized. ConnectionLostError when ZooKeeper stops answering."""
+        config = self._config
+        if time.monotonic() >= self._next_orphan_scan:
+            self._next_orphan_scan = time.monotonic() + config.orphan_interval
+            orphans = collect_orphan_shards(
+                ctx,
+                fence,
+                grace_seconds=config.orphan_grace,
+                known_finalized=self._known_finalized,
+            )
+            if orphans:
+                self._event("orphans_queued", fence=fence, shards=orphans)
+        sweeping = self._sweeper is not None and self._sweeper.is_alive()
+        if time.monotonic() >= self._next_gc and not sweeping:
+            self._next_gc = time.monotonic() + config.gc_interval
+            # Thousands of reads at the target scale: off the main loop, whose heartbeats,
+            # promotions and watch events must not wait for it.
+            self._sweeper = threading.Thread(
+                target=self._sweep, args=(ctx, fence, log), name="sidecar-sweep", daemon=True
+            )
+            self._sweeper.start()
+        return finalize_pending(ctx, fence, lease_timeout=0.0)
+
+    def _sweep(self, ctx: MigrationContext, fence: Fence, log: Any) -> None:
+        """One maintenance pass on its own thread: read frontiers forward, then garbage.
+
+        Every write is fenced, so a leader that stepped down meanwhile stops at its next
+        write (and, recording before deleting, deletes no blob)."""
+        try:
+            found = read_catalog(ctx.consensus)
+            if found is not None:
+                advance_frontiers(ctx, found[0], fence)
+            deleted = collect_garbage(ctx, fence, grace_seconds=self._config.gc_grace)
+            self._metrics.blobs_collected.inc(len(deleted))
+            if found is not None:
+                compact_due(ctx, found[0], fence, min_batches=self._config.compact_min_batches)
+            self._metrics.set_coverage(
+                read_coverage(ctx.consensus, rollup_counts=self._rollup_counts)
+            )
+        except (ConnectionLostError, FencedError) as exc:
+            log.info("sweep_stopped", reason=type(exc).__name__)
+        except CatalogError as exc:
+            log.warning("sweep_failed", **exc.to_json())
+        except Exception:
+            log.exception("sweep_crashed")
