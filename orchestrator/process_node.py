@@ -14,17 +14,28 @@ JSON (every key present; absent values are null)::
 
 A value that is not such an object is a :class:`~catalog.errors.CorruptStateError` naming the
 key and what is wrong, never a silently empty process.
+
+Reading every process node goes through :func:`read_processes` (or :func:`decode_processes`
+for values read in a caller's own pipelined round trip), with one policy for a node that
+cannot be decoded: it is neither dropped nor fatal to the read. It is returned in
+:attr:`Processes.unreadable` with its error, and each reader says what an unreadable process
+means to it (the orphan collection: it may be creating shards, so wait; ``status``: an error
+line; the invariants and ``promote --wait``: an error). A node deleted between the listing and
+the read is simply absent.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 import cattrs
 
+from catalog.consensus import Consensus, Versioned
+from catalog.environment import PROCESSES_KEY
 from catalog.errors import CorruptStateError
 
 __all__ = [
@@ -34,6 +45,10 @@ __all__ = [
     "ProcessMode",
     "ProcessNode",
     "ProcessState",
+    "Processes",
+    "decode_processes",
+    "process_key",
+    "read_processes",
 ]
 
 
@@ -146,3 +161,43 @@ def _messages(exc: BaseException) -> list[str]:
 
 
 _CONVERTER = cattrs.Converter(forbid_extra_keys=False)
+
+
+def process_key(process_id: str) -> str:
+    """The key of a process's node (``processes/<id>``)."""
+    return f"{PROCESSES_KEY}/{process_id}"
+
+
+@attrs.frozen
+class Processes:
+    """The process nodes of an environment as read at one moment, by process id."""
+
+    nodes: Mapping[str, ProcessNode]
+    unreadable: Mapping[str, CorruptStateError]
+
+    def raise_unreadable(self) -> None:
+        """For a reader to whom an unreadable process is an error: raise the first one's."""
+        for name in sorted(self.unreadable):
+            raise self.unreadable[name]
+
+
+def decode_processes(values: Mapping[str, bytes | Versioned | None]) -> Processes:
+    """The nodes read as ``values`` (by process id; None: gone since the listing)."""
+    nodes: dict[str, ProcessNode] = {}
+    unreadable: dict[str, CorruptStateError] = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        data = value.value if isinstance(value, Versioned) else value
+        try:
+            nodes[name] = ProcessNode.decode(process_key(name), data)
+        except CorruptStateError as exc:
+            unreadable[name] = exc
+    return Processes(nodes, unreadable)
+
+
+def read_processes(consensus: Consensus) -> Processes:
+    """Every process node, in two pipelined round trips (the listing, then the nodes)."""
+    names = consensus.children(PROCESSES_KEY)
+    found = consensus.get_many([process_key(n) for n in names])
+    return decode_processes({n: found[process_key(n)] for n in names})

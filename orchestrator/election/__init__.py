@@ -39,9 +39,11 @@ from orchestrator.election.values import (
     ElectionEvent,
     EpochInfo,
     Leadership,
+    Promotion,
     candidate_key,
     read_epoch,
     read_promotion,
+    read_promotion_request,
 )
 
 __all__ = [
@@ -49,9 +51,11 @@ __all__ = [
     "EpochInfo",
     "LeaderElection",
     "Leadership",
+    "Promotion",
     "candidate_key",
     "promote",
     "read_epoch",
     "read_promotion",
+    "read_promotion_request",
     "wait_promoted",
 ]

@@ -17,8 +17,6 @@ from catalog.consensus import (
     CONNECTION_ERRORS,
     Consensus,
     decode_json,
-    decoding,
-    encode_json,
 )
 from catalog.environment import (
     CATALOG_KEY,
@@ -37,10 +35,10 @@ from catalog.errors import (
 )
 from catalog.retry import CasRetry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.election.values import generation_of_catalog, promotion_of
+from orchestrator.election.values import Promotion, generation_of_catalog, promotion_of
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
-from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState
+from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, decode_processes
 
 log = structlog.get_logger(__name__)
 
@@ -67,14 +65,7 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
             raise fenced
         if target == deploy_generation:
             return False
-        value = encode_json(
-            {
-                "deploy_generation": deploy_generation,
-                "requested_by": requested_by,
-                "requested_at": time.time(),
-                "previous": target,
-            }
-        )
+        value = Promotion(deploy_generation, requested_by, time.time(), target).encode()
         if promoted is None:
             consensus.ensure()
             consensus.cas(PROMOTION_KEY, value, -1)
@@ -173,11 +164,8 @@ def _promotion_progress(
     watcher: Callable[[WatchedEvent | None], None],
 ) -> tuple[bool | CatalogError | None, str]:
     """One look at the environment, leaving watches on everything read."""
-    target_data = _get_watched(client, consensus.path(PROMOTION_KEY), watcher)
-    target = None
-    if target_data:
-        with decoding(PROMOTION_KEY, "promotion target"):
-            target = decode_json(target_data, PROMOTION_KEY)["deploy_generation"]
+    promotion = Promotion.decode(_get_watched(client, consensus.path(PROMOTION_KEY), watcher))
+    target = None if promotion is None else promotion.deploy_generation
     waiting = f"waiting for generation {deploy_generation}"
     fenced = generation_fence(
         deploy_generation, promoted=None if target is None else int(target), acting=waiting
@@ -236,13 +224,16 @@ def _generation_processes(
             watcher(None)
         return {}
     pending = [(name, client.get_async(f"{base}/{name}", watch=watcher)) for name in names]
-    out: dict[str, ProcessNode] = {}
+    values: dict[str, bytes | None] = {}
     for name, result in pending:
         try:
-            data, _stat = result.get()
+            values[name], _stat = result.get()
         except NoNodeError:
-            continue
-        node = ProcessNode.decode(f"{PROCESSES_KEY}/{name}", data)
-        if node.deploy_generation == deploy_generation:
-            out[name] = node
-    return out
+            values[name] = None
+    processes = decode_processes(values)
+    processes.raise_unreadable()  # promote --wait cannot tell such a process's state
+    return {
+        name: node
+        for name, node in processes.nodes.items()
+        if node.deploy_generation == deploy_generation
+    }

@@ -37,6 +37,7 @@ from orchestrator.election.core import CandidateCore, candidate_seq, session_hex
 from orchestrator.election.values import (
     EpochInfo,
     Leadership,
+    Promotion,
     candidate_key,
     promotion_of,
 )
@@ -100,18 +101,8 @@ class Takeover(CandidateCore):
                 return None
             # Bootstrap of an empty environment: promote ourselves first (a CAS create; a
             # concurrent bootstrapper's create wins and this attempt re-reads).
-            self.consensus.cas(
-                PROMOTION_KEY,
-                encode_json(
-                    {
-                        "deploy_generation": self.deploy_generation,
-                        "requested_by": f"bootstrap:{self.process_id}",
-                        "requested_at": time.time(),
-                        "previous": None,
-                    }
-                ),
-                -1,
-            )
+            asked = Promotion(self.deploy_generation, f"bootstrap:{self.process_id}", time.time())
+            self.consensus.cas(PROMOTION_KEY, asked.encode(), -1)
             promotion = self.consensus.get(PROMOTION_KEY)
             target = promotion_of(promotion)
         if target is None or promotion is None:

@@ -12,12 +12,16 @@ from catalog.consensus import (
     Consensus,
     Fence,
     Versioned,
+    decode_json,
     decoding,
+    encode_json,
 )
 from catalog.environment import (
+    CATALOG_KEY,
     ELECTION_KEY,
     EPOCH_KEY,
     PROMOTION_KEY,
+    CatalogState,
 )
 
 CANDIDATE_PREFIX: Final = "n_"
@@ -134,22 +138,61 @@ def read_epoch(consensus: Consensus) -> EpochInfo | None:
     return None if found is None else EpochInfo.from_versioned(found)
 
 
-def _generation_in(found: Versioned | None, what: str) -> int | None:
-    """The ``deploy_generation`` a node holds (None: absent or empty); CorruptStateError naming
-    the node when it holds something else."""
-    if found is None or not found.value:
-        return None
-    data = found.json()
-    with decoding(found.key, what):
-        return int(data["deploy_generation"])
+@attrs.frozen
+class Promotion:
+    """The promotion node: the generation asked to lead, who asked and when, and the target it
+    replaced. The one codec of ``promotion`` (the CLI, the HTTP promote and a bootstrapping
+    takeover write it; the election, ``promote --wait``, status and the history read it)."""
+
+    deploy_generation: int
+    requested_by: str | None = None
+    requested_at: float | None = None
+    previous: int | None = None
+
+    @classmethod
+    def decode(cls, data: bytes | None, key: str = PROMOTION_KEY) -> Promotion | None:
+        """The promotion stored at ``key`` (None: nothing promoted yet, an empty node);
+        CorruptStateError naming the key when it holds something else."""
+        if not data:
+            return None
+        value = decode_json(data, key)
+        with decoding(key, "promotion target"):
+            if not isinstance(value, dict):
+                raise TypeError(f"expected an object, found {type(value).__name__}")
+            previous = value.get("previous")
+            return cls(
+                deploy_generation=int(value["deploy_generation"]),
+                requested_by=value.get("requested_by"),
+                requested_at=value.get("requested_at"),
+                previous=None if previous is None else int(previous),
+            )
+
+    @classmethod
+    def of(cls, found: Versioned | None) -> Promotion | None:
+        """:meth:`decode` of a node read with its version (None: absent or empty)."""
+        return None if found is None else cls.decode(found.value, found.key or PROMOTION_KEY)
+
+    def encode(self) -> bytes:
+        return encode_json(attrs.asdict(self))
 
 
 def promotion_of(found: Versioned | None) -> int | None:
-    return _generation_in(found, "promotion target")
+    """The promoted generation a read node holds (None: nothing promoted yet)."""
+    promotion = Promotion.of(found)
+    return None if promotion is None else promotion.deploy_generation
 
 
 def generation_of_catalog(found: Versioned | None) -> int | None:
-    return _generation_in(found, "catalog")
+    """The generation of a read catalog node (None: absent or empty); decoded by
+    :meth:`CatalogState.decode`, the catalog's one codec."""
+    if found is None or not found.value:
+        return None
+    return CatalogState.decode(found.value, found.key or CATALOG_KEY).deploy_generation
+
+
+def read_promotion_request(consensus: Consensus) -> Promotion | None:
+    """The promotion node, or None when nothing was promoted yet."""
+    return Promotion.of(consensus.get(PROMOTION_KEY))
 
 
 def read_promotion(consensus: Consensus) -> int | None:

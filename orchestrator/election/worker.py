@@ -13,9 +13,8 @@ from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from catalog.consensus import (
     CONNECTION_ERRORS,
     Versioned,
-    decode_json,
 )
-from catalog.environment import CATALOG_KEY, EPOCH_KEY
+from catalog.environment import EPOCH_KEY, CatalogState
 from catalog.errors import CorruptStateError
 from orchestrator.election.core import WORKER_ERRORS, candidate_seq
 from orchestrator.election.takeover import Takeover
@@ -163,16 +162,16 @@ class ElectionWorker(Takeover):
 
     def _apply_catalog(self, data: bytes | None) -> list[ElectionEvent]:
         try:
-            value = decode_json(data, CATALOG_KEY) if data else None
+            catalog = CatalogState.decode(data) if data else None
         except CorruptStateError:
-            value = None  # still an event: the sidecar re-reads and reports the bad node
-        if not isinstance(value, dict):
+            catalog = None  # still an event: the sidecar re-reads and reports the bad node
+        if catalog is None:
             return [self._event("catalog")]
         return [
             self._event(
                 "catalog",
-                catalog_version=value.get("version"),
-                catalog_generation=value.get("deploy_generation"),
+                catalog_version=catalog.version,
+                catalog_generation=catalog.deploy_generation,
             )
         ]
 

@@ -13,19 +13,17 @@ from catalog.environment import (
     CATALOG_KEY,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
-    PROCESSES_KEY,
     SHARDS_KEY,
     read_catalog,
 )
 from catalog.errors import (
-    CorruptStateError,
     ShardLeasedError,
     ShardNotFoundError,
     VersionMismatchError,
 )
 from catalog.shard import ShardState, change_ops, read_stored
 from orchestrator.migrate.context import MigrationContext
-from orchestrator.process_node import CREATING_STATES, ProcessNode
+from orchestrator.process_node import CREATING_STATES, read_processes
 
 log = structlog.get_logger(__name__)
 
@@ -74,18 +72,12 @@ _ORPHAN_CHUNK = 50
 
 def _creation_in_flight(consensus: Consensus, process_id: str) -> str | None:
     """The id of another live process that may be creating shards right now, if any."""
-    names = [n for n in consensus.children(PROCESSES_KEY) if n != process_id]
-    found = consensus.get_many([f"{PROCESSES_KEY}/{n}" for n in names])
-    for name in names:
-        key = f"{PROCESSES_KEY}/{name}"
-        value = found[key]
-        if value is None:
-            continue
-        try:
-            node = ProcessNode.decode(key, value.value)
-        except CorruptStateError:
+    processes = read_processes(consensus)
+    for name in sorted(processes.unreadable):
+        if name != process_id:
             return name  # unreadable: it may be creating shards, so wait
-        if node.in_states(CREATING_STATES):
+    for name, node in sorted(processes.nodes.items()):
+        if name != process_id and node.in_states(CREATING_STATES):
             return name
     return None
 

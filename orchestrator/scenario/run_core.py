@@ -25,7 +25,7 @@ from catalog.environment import (
 from catalog.errors import EXIT_FENCED, EXIT_OK
 from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState
+from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
 from orchestrator.scenario.fleet import Fleet
 from orchestrator.scenario.format import (
     Step,
@@ -80,7 +80,7 @@ class RunCore:
 
     def process_node(self, name: str, *, watch: Watch | None = None) -> ProcessNode | None:
         """The process node (None when absent), optionally leaving ``watch`` on it."""
-        key = f"{PROCESSES_KEY}/{name}"
+        key = process_key(name)
         path = self.consensus.path(key)
         if watch is not None:
             found = watched_data(self.client, path, watch)

@@ -19,6 +19,7 @@ from catalog.consensus import Consensus, Create, Delete, SetData
 from catalog.environment import PROCESSES_KEY
 from catalog.errors import ConfigurationError, ConnectionLostError, VersionMismatchError
 from catalog.retry import Retry
+from orchestrator.process_node import process_key
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.states import Stopping
@@ -59,7 +60,7 @@ class SidecarConnection:
 
     @property
     def node_key(self) -> str:
-        return f"{PROCESSES_KEY}/{self._config.process_id}"
+        return process_key(self._config.process_id)
 
     def connect(self, stopping: threading.Event) -> KazooClient:
         """Connect, waiting until ZooKeeper answers or ``stopping`` is set (Stopping).

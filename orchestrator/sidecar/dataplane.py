@@ -175,8 +175,12 @@ class SidecarDataPlane:
             leadership.check(wait)
             sent = True
 
+        def resolve() -> Shard:
+            leadership.check(wait)
+            return self._shard_of(builtin)
+
         try:
-            shard = self._shard_of(builtin)
+            shard = self._append_retry(resolve)
             result = append_rows(
                 shard,
                 rows,

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 from catalog.consensus import Fence
-from catalog.environment import PROMOTION_KEY
 from catalog.errors import ConnectionLostError
 from catalog.release import Release
 from orchestrator import election as election_mod
@@ -69,21 +68,17 @@ class SidecarJournal:
         """Append this upgrade to the environment's history (fenced; best effort, like the
         event log, except that fenced raises)."""
         consensus = self._connection.require()
-        promotion = consensus.get(PROMOTION_KEY)
-        asked = promotion.json() if promotion is not None else None
-        if (
-            not isinstance(asked, dict)
-            or asked.get("deploy_generation") != result.deploy_generation
-        ):
-            asked = {}
+        promotion = election_mod.read_promotion_request(consensus)
+        if promotion is not None and promotion.deploy_generation != result.deploy_generation:
+            promotion = None
         finished = time.time()
         record = UpgradeRecord(
             deploy_generation=result.deploy_generation,
             to_version=result.version,
             outcome="bootstrapped" if result.bootstrap else "completed",
             from_version=from_version,
-            promoted_by=asked.get("requested_by"),
-            promoted_at=asked.get("requested_at"),
+            promoted_by=None if promotion is None else promotion.requested_by,
+            promoted_at=None if promotion is None else promotion.requested_at,
             leader=self._config.process_id,
             host=socket.gethostname(),
             took_over_at=entered[0][1] if entered else None,

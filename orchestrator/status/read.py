@@ -31,7 +31,7 @@ from catalog.errors import (
 from orchestrator.election import EpochInfo
 from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
-from orchestrator.process_node import ProcessNode
+from orchestrator.process_node import decode_processes, process_key
 from orchestrator.status.model import (
     CatalogSummary,
     CollectionStatus,
@@ -113,9 +113,12 @@ class _Readable:
         try:
             return decode()
         except CorruptStateError as exc:
-            log.warning("node_unreadable", key=exc.key, error=exc.message)
-            self.errors.append({"key": exc.key, "error": exc.message})
+            self.report(exc)
             return None
+
+    def report(self, exc: CorruptStateError) -> None:
+        log.warning("node_unreadable", key=exc.key, error=exc.message)
+        self.errors.append({"key": exc.key, "error": exc.message})
 
 
 def _json_of(found: Versioned | None) -> Any:
@@ -192,7 +195,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
     promotion = readable(lambda: promotion_of(heads[PROMOTION_KEY]))
     # Round trip 2: every process node and every referenced shard's state.
-    process_keys = [f"{PROCESSES_KEY}/{name}" for name in children[PROCESSES_KEY]]
+    process_keys = [process_key(name) for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
     shard_keys = [f"{SHARDS_KEY}/{shard_id}" for shard_id in shard_ids]
     migration_key = f"{SHARDS_KEY}/{MIGRATION_SHARD_ID}"
@@ -200,13 +203,10 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         shard_keys.append(migration_key)
     found = consensus.get_many([*process_keys, *shard_keys])
     processes: list[ProcessStatus] = []
-    for key in process_keys:
-        node = found[key]
-        if node is None:  # a node gone between listing and reading is skipped
-            continue
-        decoded = readable(lambda: ProcessNode.decode(key, node.value))  # noqa: B023
-        if decoded is not None:
-            processes.append(decoded)
+    read = decode_processes({name: found[process_key(name)] for name in children[PROCESSES_KEY]})
+    processes.extend(read.nodes.values())
+    for _name, exc in sorted(read.unreadable.items()):
+        readable.report(exc)
     processes.sort(key=lambda p: (p.deploy_generation or -1, p.id))
     leader = None
     if epoch is not None:

@@ -19,6 +19,7 @@ from catalog.environment import (
     PROMOTION_KEY,
 )
 from catalog.errors import ConnectionLostError
+from orchestrator.process_node import process_key
 from orchestrator.status.model import UpgradeStatus
 from orchestrator.status.read import DEFAULT_EVENTS, read_status
 
@@ -55,7 +56,7 @@ def _arm_watches(consensus: Consensus, changed: threading.Event) -> None:
                 logs = [f"{EVENTS_KEY}/{name}" for name in listed if not name.startswith("e-")]
         for result in [
             *(
-                client.exists_async(consensus.path(f"{PROCESSES_KEY}/{name}"), watch=fire)
+                client.exists_async(consensus.path(process_key(name)), watch=fire)
                 for name in names
             ),
             *(client.get_children_async(consensus.path(key), watch=fire) for key in logs),

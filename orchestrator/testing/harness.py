@@ -28,10 +28,9 @@ import attrs
 from kazoo.client import KazooClient
 
 from catalog.consensus import env_root
-from catalog.environment import PROCESSES_KEY
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
-from orchestrator.process_node import ProcessNode
+from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.zkserver import free_port
 
 __all__ = [
@@ -332,7 +331,7 @@ class SidecarProcess:
     ) -> ProcessNode:
         """The process node once ``predicate`` holds, on a watch of the node; SidecarExited
         (with the log's tail) when the child exits first or the time runs out."""
-        key = f"{PROCESSES_KEY}/{self.name}"
+        key = process_key(self.name)
         path = f"{env_root(self.env)}/{key}"
         last: ProcessNode | None = None
 

@@ -15,7 +15,6 @@ from catalog.environment import (
     EPOCH_KEY,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
-    PROCESSES_KEY,
     PROMOTION_KEY,
     SHARDS_KEY,
     CatalogState,
@@ -28,7 +27,7 @@ from catalog.release import (
 )
 from catalog.schema import fingerprint
 from catalog.shard import ShardState, body_key, read_states, shard_key
-from orchestrator.process_node import ProcessNode, ProcessState
+from orchestrator.process_node import ProcessNode, ProcessState, read_processes
 
 INVARIANTS = (
     "single-leader",
@@ -107,14 +106,9 @@ class DurableView:
     def _read_parts(cls, consensus: Consensus, blob: BlobStore) -> DurableView:
         found = read_catalog(consensus)
         heads = consensus.get_many([EPOCH_KEY, PROMOTION_KEY])
-        names = consensus.children(PROCESSES_KEY)
-        nodes = consensus.get_many([f"{PROCESSES_KEY}/{n}" for n in names])
-        processes = {}
-        for name in names:
-            key = f"{PROCESSES_KEY}/{name}"
-            node = nodes[key]
-            if node is not None:
-                processes[name] = ProcessNode.decode(key, node.value)
+        read = read_processes(consensus)
+        read.raise_unreadable()  # the invariants read only what its writers wrote
+        processes = dict(read.nodes)
         shard_ids = consensus.children(SHARDS_KEY)
         states = read_states(consensus, shard_ids) if shard_ids else {}
         entries: tuple[MigrationEntry, ...] = ()
