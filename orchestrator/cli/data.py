@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
+import attrs
 import click
 
 from catalog.errors import EXIT_UNEXPECTED
@@ -53,6 +55,50 @@ def spark_config(
     from catalog.pipeline import SparkConfig
 
     return SparkConfig.of(master, conf, blob_shared=blob_shared, remote=remote)
+
+
+@attrs.frozen
+class DataOptions:
+    """The options every data command takes (where the data is, which engine reads it), as
+    one value: :func:`data_options` builds it from the command line."""
+
+    zk: str
+    env: str
+    engine: str
+    blob_uri: str | None
+    spark_master: str | None
+    spark_remote: str | None
+    spark_conf: tuple[str, ...]
+    blob_shared: bool
+
+    def spark(self) -> Any:
+        """The checked ``SparkConfig`` (BadInputError, exit 2, if a setting is bad)."""
+        return spark_config(self.spark_master, self.spark_conf, self.blob_shared, self.spark_remote)
+
+
+def data_options(func: F) -> F:
+    """--zk/--env (and credentials), --engine, the Spark options and --blob, passed to the
+    command as one ``data: DataOptions``."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        zk: str,
+        env: str,
+        engine: str,
+        blob_uri: str | None,
+        spark_master: str | None,
+        spark_remote: str | None,
+        spark_conf: tuple[str, ...],
+        blob_shared: bool,
+        **kwargs: Any,
+    ) -> Any:
+        data = DataOptions(
+            zk, env, engine, blob_uri, spark_master, spark_remote, spark_conf, blob_shared
+        )
+        return func(*args, data=data, **kwargs)
+
+    return engine_options(zk_options(cast(F, wrapper)))
 
 
 def engine_options(func: F) -> F:
@@ -135,21 +181,15 @@ def _with_progress(job: Callable[[], Any], engine: Any, description: str) -> Any
 
 @contextlib.contextmanager
 def _collection(
-    ctx: click.Context,
-    zk: str,
-    env: str,
-    collection: str,
-    blob_uri: str | None,
-    engine: str,
-    spark: Any,
+    ctx: click.Context, data: DataOptions, collection: str, spark: Any
 ) -> Iterator[tuple[Any, Any]]:
     """The collection's shard and the engine chosen for it, while connected to ZooKeeper."""
     from catalog.pipeline import collection_shard, engine_for
     from orchestrator.zk import open_consensus
 
-    with open_consensus(zk, env) as consensus:
-        shard = collection_shard(consensus, collection, blob_uri)
-        yield shard, engine_for(engine, shard, spark=_spark_for(ctx, spark), config=spark)
+    with open_consensus(data.zk, data.env) as consensus:
+        shard = collection_shard(consensus, collection, data.blob_uri)
+        yield shard, engine_for(data.engine, shard, spark=_spark_for(ctx, spark), config=spark)
 
 
 def _cell(value: Any) -> str:
@@ -177,8 +217,7 @@ def _cell(value: Any) -> str:
     help="Write the rows as Parquet parts into this new directory (or URI) instead of "
     "printing them; on Spark the executors write them.",
 )
-@engine_options
-@zk_options
+@data_options
 @handle_errors
 @click.pass_context
 def read_command(
@@ -188,14 +227,7 @@ def read_command(
     as_json: bool,
     limit: int | None,
     output: str | None,
-    engine: str,
-    spark_master: str | None,
-    spark_remote: str | None,
-    spark_conf: tuple[str, ...],
-    blob_shared: bool,
-    blob_uri: str | None,
-    zk: str,
-    env: str,
+    data: DataOptions,
 ) -> None:
     """A collection's contents as of a time, migrated to its latest schema."""
     from rich.console import Console
@@ -206,8 +238,8 @@ def read_command(
 
     if output is not None and limit is not None:
         raise BadInputError("--limit does not apply to --output (it writes every row)")
-    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
-    with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
+    spark = data.spark()
+    with _collection(ctx, data, collection, spark) as (shard, chosen):
         if output is not None:
             if chosen.name == "spark":  # executors write there: they must see the path
                 local = "://" not in output or output.startswith("file://")
@@ -267,8 +299,7 @@ def read_command(
     "retire; shows rows/s and the time left.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@engine_options
-@zk_options
+@data_options
 @handle_errors
 @click.pass_context
 def compact_command(
@@ -276,23 +307,16 @@ def compact_command(
     collection: str | None,
     until_retired: bool,
     as_json: bool,
-    engine: str,
-    spark_master: str | None,
-    spark_remote: str | None,
-    spark_conf: tuple[str, ...],
-    blob_shared: bool,
-    blob_uri: str | None,
-    zk: str,
-    env: str,
+    data: DataOptions,
 ) -> None:
     """Merge a collection's batches into its latest schema (reads are unchanged)."""
-    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
+    spark = data.spark()
     if until_retired:
-        _compact_until_retired(ctx, collection, as_json, engine, spark, blob_uri, zk, env)
+        _compact_until_retired(ctx, collection, as_json, data, spark)
         return
     if collection is None:
         raise click.UsageError("--collection is required (or --until-retired)")
-    with _collection(ctx, zk, env, collection, blob_uri, engine, spark) as (shard, chosen):
+    with _collection(ctx, data, collection, spark) as (shard, chosen):
         state = shard.state()
         description = (
             f"compacting {collection}: {state.batch_count} batches, {state.row_count} rows"
@@ -320,14 +344,7 @@ def compact_command(
 
 
 def _compact_until_retired(
-    ctx: click.Context,
-    collection: str | None,
-    as_json: bool,
-    engine: str,
-    spark: Any,
-    blob_uri: str | None,
-    zk: str,
-    env: str,
+    ctx: click.Context, collection: str | None, as_json: bool, data: DataOptions, spark: Any
 ) -> None:
     from rich.console import Console
     from rich.progress import (
@@ -362,12 +379,12 @@ def _compact_until_retired(
     def done(outcome: RetireOutcome) -> None:
         progress.advance(task, outcome.rows_migrated)
 
-    with open_consensus(zk, env) as consensus, progress:
+    with open_consensus(data.zk, data.env) as consensus, progress:
         outcomes = compact_until_retired(
             consensus,
-            lambda name: collection_shard(consensus, name, blob_uri),
+            lambda name: collection_shard(consensus, name, data.blob_uri),
             lambda shard: engine_for(
-                engine, shard, spark=_spark_for(ctx, spark), config=spark
+                data.engine, shard, spark=_spark_for(ctx, spark), config=spark
             ).compact(shard),
             collections=(collection,) if collection else (),
             on_start=started,
