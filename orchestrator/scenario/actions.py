@@ -7,7 +7,9 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
@@ -32,49 +34,52 @@ from orchestrator.scenario.results import (
     StepFailed,
 )
 from orchestrator.scenario.rows import compare, json_default, row_multiset
-from orchestrator.scenario.run_core import RunCore
 from orchestrator.testing.harness import child_environment
 
+if TYPE_CHECKING:
+    from orchestrator.scenario.runner import ScenarioRun
 
-class ProcessActions(RunCore):
-    """The ``_do_<action>`` methods of the process-facing actions."""
 
-    __slots__ = ()
+@attrs.define
+class ProcessActions:
+    """The process-facing steps of a run: one ``do_<action>`` method per step kind."""
 
-    def _do_start(self, step: StartStep) -> str:
+    run: ScenarioRun
+
+    def do_start(self, step: StartStep) -> str:
         assert step.release is not None and step.generation is not None
-        release_file = self.release_files[step.release]
+        release_file = self.run.release_files[step.release]
         names = list(step.processes)
-        self.rng.shuffle(names)  # concurrent starts in a seed-chosen order
+        self.run.rng.shuffle(names)  # concurrent starts in a seed-chosen order
         started = []
         for name in names:
-            process = self.fleet.start(
+            process = self.run.fleet.start(
                 name,
                 release_file,
                 step.release,
                 step.generation,
                 auto_promote=step.auto_promote,
-                session_timeout=step.session_timeout or self.default_session_timeout,
+                session_timeout=step.session_timeout or self.run.default_session_timeout,
                 crash_before_write=step.crash_before_write,
                 lose_answer_after_write=step.lose_answer_after_write,
             )
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)
 
-    def _do_wait(self, step: WaitStep) -> str:
+    def do_wait(self, step: WaitStep) -> str:
         assert step.state is not None
-        process = self._process(step)
-        return self.wait_state(process, step.state, self._timeout(step))
+        process = self.run.process_of(step)
+        return self.run.wait_state(process, step.state, self.run.timeout_of(step))
 
-    def _do_promote(self, step: PromoteStep) -> str:
+    def do_promote(self, step: PromoteStep) -> str:
         assert step.generation is not None
         if step.process:
-            process = self._process(step)
+            process = self.run.process_of(step)
             answer = process.request(
                 "POST",
                 f"/promote?deploy_generation={step.generation}",
                 b"",
-                timeout=self._timeout(step),
+                timeout=self.run.timeout_of(step),
             )
             expected = step.expect_http or (200,)
             if answer.status not in expected:
@@ -91,13 +96,13 @@ class ProcessActions(RunCore):
             "--deploy-generation",
             str(step.generation),
             "--zk",
-            self.zookeeper.hosts,
+            self.run.zookeeper.hosts,
             "--env",
-            self.env,
+            self.run.env,
         ]
         if step.wait is not None:
             command += ["--wait", f"{step.wait:g}"]
-        timeout = self._timeout(step, (step.wait or 0.0) + self.default_timeout)
+        timeout = self.run.timeout_of(step, (step.wait or 0.0) + self.run.default_timeout)
         try:
             done = subprocess.run(
                 command,
@@ -120,21 +125,20 @@ class ProcessActions(RunCore):
         shown = lines[0] if done.returncode else (lines[-1] if lines else "")
         return f"exit {done.returncode}" + (f": {shown.strip()}" if shown else "")
 
-    def _do_append(self, step: AppendStep) -> str:
+    def do_append(self, step: AppendStep) -> str:
         assert step.collection is not None
-        process = self._process(step)
+        process = self.run.process_of(step)
         body = "".join(json.dumps(row, default=json_default) + "\n" for row in step.rows)
         answer = process.request(
             "POST",
             f"/append?collection={step.collection}",
             body.encode(),
-            timeout=self._timeout(step, 15.0),
+            timeout=self.run.timeout_of(step, 15.0),
         )
         if step.refused:
             if answer.ok:
                 raise StepFailed(
-                    f"{process.name} acknowledged a write that must be refused: "
-                    f"{answer.summary()}"
+                    f"{process.name} acknowledged a write that must be refused: {answer.summary()}"
                 )
             return f"refused: {answer.summary()}"
         expected = step.expect_http or (200,)
@@ -145,15 +149,15 @@ class ProcessActions(RunCore):
             )
         if answer.ok:
             data = json.loads(answer.body or b"{}")
-            self.acked.append(AppendRecord(process.name, step.collection, step.rows, data))
+            self.run.acked.append(AppendRecord(process.name, step.collection, step.rows, data))
             return f"HTTP {answer.status}: ts {data.get('ts')}, shard {data.get('shard_id')}"
         return answer.summary()
 
-    def _do_read(self, step: ReadStep) -> str:
+    def do_read(self, step: ReadStep) -> str:
         assert step.collection is not None
-        process = self._process(step)
-        answer, rows = self.read_rows(
-            process, step.collection, step.as_of, self._timeout(step, 30.0)
+        process = self.run.process_of(step)
+        answer, rows = self.run.read_rows(
+            process, step.collection, step.as_of, self.run.timeout_of(step, 30.0)
         )
         expected_http = step.expect_http or (200,)
         if answer.status not in expected_http:
@@ -181,10 +185,10 @@ class ProcessActions(RunCore):
                 )
         return f"{count} row(s)"
 
-    def _do_stop(self, step: StopStep) -> str:
-        process = self._process(step)
+    def do_stop(self, step: StopStep) -> str:
+        process = self.run.process_of(step)
         process.terminate()
-        timeout = self._timeout(step, 15.0)
+        timeout = self.run.timeout_of(step, 15.0)
         code = process.wait_exit(timeout)
         process.exit_expected = True
         if code is None:
@@ -194,10 +198,10 @@ class ProcessActions(RunCore):
             raise StepFailed(f"{process.name} exited with code {code}, expected {expected}")
         return f"exited {code}"
 
-    def _do_expect_exit(self, step: ExpectExitStep) -> str:
+    def do_expect_exit(self, step: ExpectExitStep) -> str:
         assert step.code is not None
-        process = self._process(step)
-        timeout = self._timeout(step)
+        process = self.run.process_of(step)
+        timeout = self.run.timeout_of(step)
         code = process.wait_exit(timeout)
         if code is None:
             raise StepFailed(
@@ -210,7 +214,7 @@ class ProcessActions(RunCore):
             raise StepFailed(f"the log of {process.name} does not mention {step.log_contains!r}")
         return f"exited {code}"
 
-    def _do_expect_status(self, step: ExpectStatusStep) -> str:
+    def do_expect_status(self, step: ExpectStatusStep) -> str:
         assert step.path is not None
         path = step.path
         problem: str | None = None
@@ -219,10 +223,10 @@ class ProcessActions(RunCore):
             nonlocal problem
             if step.timeout is not None:
                 with contextlib.suppress(*CONNECTION_ERRORS):
-                    self._arm_status_watches(watch)
+                    self.run.arm_status_watches(watch)
             value: Any = None
             try:
-                document = self.status()
+                document = self.run.status()
             except CatalogError as exc:
                 problem = f"status unreadable: {exc.message}"
             else:
@@ -238,7 +242,7 @@ class ProcessActions(RunCore):
         except WaitTimeout:
             raise StepFailed(f"status {path}: {problem}") from None
 
-    def _do_sleep(self, step: SleepStep) -> str:
+    def do_sleep(self, step: SleepStep) -> str:
         assert step.seconds is not None
         time.sleep(step.seconds)  # deliberate: the scenario lets time pass
         return f"slept {step.seconds:g} s"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
+import attrs
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 
@@ -24,43 +26,47 @@ from orchestrator.scenario.format.steps import (
 from orchestrator.scenario.results import (
     StepFailed,
 )
-from orchestrator.scenario.run_core import RunCore
+
+if TYPE_CHECKING:
+    from orchestrator.scenario.runner import ScenarioRun
 
 
-class FaultActions(RunCore):
-    """The ``_do_<action>`` methods of the fault actions."""
+@attrs.define
+class FaultActions:
+    """The fault steps of a run: one ``do_<action>`` method per step kind."""
 
-    __slots__ = ()
+    run: ScenarioRun
 
-    def _do_kill(self, step: KillStep) -> str:
-        process = self._process(step)
+    def do_kill(self, step: KillStep) -> str:
+        process = self.run.process_of(step)
         was_running = process.running
         code = process.kill()
         process.exit_expected = True
         return f"killed (exit {code})" if was_running else f"had already exited with {code}"
 
-    def _do_pause(self, step: PauseStep) -> str:
-        process = self._process(step)
+    def do_pause(self, step: PauseStep) -> str:
+        process = self.run.process_of(step)
         if not process.running:
             raise StepFailed(f"{process.name} is not running (exit {process.returncode})")
         process.pause()
         return f"SIGSTOP pid {process.pid}"
 
-    def _do_resume(self, step: ResumeStep) -> str:
-        process = self._process(step)
+    def do_resume(self, step: ResumeStep) -> str:
+        process = self.run.process_of(step)
         process.resume()
         return f"SIGCONT pid {process.pid}"
 
-    def _do_expire(self, step: ExpireStep) -> str:
+    def do_expire(self, step: ExpireStep) -> str:
         """SIGSTOP until the server expires the session (its ephemeral node goes), SIGCONT."""
-        process = self._process(step)
-        if self.process_node(process.name) is None:
+        process = self.run.process_of(step)
+        if self.run.process_node(process.name) is None:
             raise StepFailed(f"{process.name} has no process node: nothing to expire")
-        timeout = self._timeout(step, process.session_timeout * 4 + 10)
+        timeout = self.run.timeout_of(step, process.session_timeout * 4 + 10)
         started = time.monotonic()
         process.pause()
+
         def look(watch: Watch) -> bool | NotYet:
-            return True if self.process_node(process.name, watch=watch) is None else NOT_YET
+            return True if self.run.process_node(process.name, watch=watch) is None else NOT_YET
 
         try:
             wait_until(look, timeout, safety=1.0)
@@ -72,42 +78,42 @@ class FaultActions(RunCore):
             process.resume()
         return f"session expired after {time.monotonic() - started:.2f} s paused"
 
-    def _do_restart_zookeeper(self, step: RestartZooKeeperStep) -> str:
+    def do_restart_zookeeper(self, step: RestartZooKeeperStep) -> str:
         self._controlled(step)
         started = time.monotonic()
-        self.zookeeper.restart(step.down, self._timeout(step))
+        self.run.zookeeper.restart(step.down, self.run.timeout_of(step))
         back = time.monotonic() - started
-        self._wait_connected(self._timeout(step))
+        self._wait_connected(self.run.timeout_of(step))
         return f"ZooKeeper back after {back:.2f} s"
 
-    def _do_kill_zookeeper(self, step: KillZooKeeperStep) -> str:
+    def do_kill_zookeeper(self, step: KillZooKeeperStep) -> str:
         self._controlled(step)
         try:
-            number = self.zookeeper.kill(step.server)
+            number = self.run.zookeeper.kill(step.server)
         except BadInputError as exc:
             raise StepFailed(exc.message) from None
         detail = f"SIGKILL ZooKeeper server {number}" + (
             f" (the {step.server})" if isinstance(step.server, str) else ""
         )
-        if not self.zookeeper.has_quorum:
+        if not self.run.zookeeper.has_quorum:
             return detail + ": no quorum"
         # The survivors may hold an election first: the next step starts once they serve.
         started = time.monotonic()
-        self._wait_answering(self._timeout(step))
+        self._wait_answering(self.run.timeout_of(step))
         return detail + f"; the quorum answers after {time.monotonic() - started:.2f} s"
 
-    def _do_start_zookeeper(self, step: StartZooKeeperStep) -> str:
+    def do_start_zookeeper(self, step: StartZooKeeperStep) -> str:
         self._controlled(step)
         started = time.monotonic()
         try:
-            numbers = self.zookeeper.start(step.server, self._timeout(step))
+            numbers = self.run.zookeeper.start(step.server, self.run.timeout_of(step))
         except CatalogError as exc:
             raise StepFailed(exc.message) from None
         if not numbers:
             return "every ZooKeeper server was running"
-        self._wait_connected(self._timeout(step))
-        if self.zookeeper.has_quorum:
-            self._wait_answering(self._timeout(step))
+        self._wait_connected(self.run.timeout_of(step))
+        if self.run.zookeeper.has_quorum:
+            self._wait_answering(self.run.timeout_of(step))
         which = ", ".join(map(str, numbers))
         return f"ZooKeeper server(s) {which} serving after {time.monotonic() - started:.2f} s"
 
@@ -116,7 +122,7 @@ class FaultActions(RunCore):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.client.sync("/")
+                self.run.client.sync("/")
                 return
             except KazooException as exc:
                 if time.monotonic() > deadline:
@@ -126,10 +132,10 @@ class FaultActions(RunCore):
                 time.sleep(0.1)
 
     def _controlled(self, step: Step) -> None:
-        if not self.zookeeper.restartable:
+        if not self.run.zookeeper.restartable:
             raise StepFailed(
                 f"{step.action} needs the embedded ZooKeeper: this run uses an external "
-                f"server ({self.zookeeper.hosts})"
+                f"server ({self.run.zookeeper.hosts})"
             )
 
     def _wait_connected(self, timeout: float) -> None:
@@ -140,11 +146,11 @@ class FaultActions(RunCore):
             if state == KazooState.CONNECTED:
                 connected.set()
 
-        self.client.add_listener(listener)
+        self.run.client.add_listener(listener)
         try:
-            if not self.client.connected:
+            if not self.run.client.connected:
                 connected.wait(timeout)
-            if not self.client.connected:
+            if not self.run.client.connected:
                 raise StepFailed(f"the runner could not reconnect to ZooKeeper in {timeout:g} s")
         finally:
-            self.client.remove_listener(listener)
+            self.run.client.remove_listener(listener)

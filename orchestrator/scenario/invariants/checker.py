@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
 import structlog
 
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
 from catalog.environment import (
     FINALIZE_KEY,
 )
+from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_children
 from orchestrator.scenario.invariants.durable import DurableRules
 from orchestrator.scenario.invariants.rows import RowRules
@@ -25,10 +30,25 @@ from orchestrator.scenario.invariants.view import (
 log = structlog.get_logger(__name__)
 
 
-class InvariantChecker(DurableRules, RowRules):
-    """Checks the invariants of one environment after every step; counts checks and catches."""
+@attrs.define
+class InvariantChecker:
+    """Checks the invariants of one environment after every step; counts checks and catches.
 
-    __slots__ = ()
+    The invariants of the durable state and of the rows are its two collaborators."""
+
+    consensus: Consensus
+    blob: BlobStore
+    releases: Sequence[Release]
+    tracked: dict[str, TrackedRows] = attrs.field(factory=dict)
+    checks: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    caught: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    durable: DurableRules = attrs.field(init=False)
+    row_rules: RowRules = attrs.field(init=False)
+    _last: DurableView | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.durable = DurableRules(self.releases)
+        self.row_rules = RowRules(self.consensus, self.blob, self.releases, self.tracked)
 
     def track(self, collection: str, token_column: str) -> TrackedRows:
         return self.tracked.setdefault(collection, TrackedRows(collection, token_column))
@@ -71,7 +91,7 @@ class InvariantChecker(DurableRules, RowRules):
         """
         view = self.view()
         found: list[Violation] = []
-        found += self._count("single-leader", self._single_leader(view))
+        found += self._count("single-leader", self.durable.single_leader(view))
         before = self._last
         if (
             not writes_expected
@@ -80,12 +100,12 @@ class InvariantChecker(DurableRules, RowRules):
             and is_quiescent(view)
             and before.epoch_number == view.epoch_number
         ):
-            found += self._count("read-only-writes-nothing", self._read_only(before, view))
-        found += self._count("replacement-agreement", self._agreement(view))
-        found += self._count("referenced-not-finalized", self._referenced(view))
-        found += self._count("releases-can-start", self._releases_start(view))
+            found += self._count("read-only-writes-nothing", self.durable.read_only(before, view))
+        found += self._count("replacement-agreement", self.durable.agreement(view))
+        found += self._count("referenced-not-finalized", self.durable.referenced(view))
+        found += self._count("releases-can-start", self.durable.releases_start(view))
         if rows:
-            found += self._count("rows-never-lost", self._rows(view))
+            found += self._count("rows-never-lost", self.row_rules.rows(view))
         self._last = view
         for violation in found:
             log.warning(

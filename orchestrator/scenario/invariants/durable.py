@@ -4,8 +4,10 @@ others', one replacement per key, referenced shards live, every newer release ca
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import attrs
 import structlog
 
 from catalog.environment import (
@@ -19,7 +21,6 @@ from catalog.release import (
     plan_path,
 )
 from orchestrator.process_node import READY_STATES, ProcessState
-from orchestrator.scenario.invariants.core import CheckerCore
 from orchestrator.scenario.invariants.view import (
     DurableView,
     Violation,
@@ -29,12 +30,18 @@ from orchestrator.scenario.invariants.view import (
 log = structlog.get_logger(__name__)
 
 
-class DurableRules(CheckerCore):
-    """Each method checks one invariant on a :class:`DurableView` and returns its violations."""
+@attrs.define
+class DurableRules:
+    """Each method checks one invariant on a :class:`DurableView` and returns its violations;
+    it remembers what it needs across steps (each epoch's leader, plans already checked)."""
 
-    __slots__ = ()
+    releases: Sequence[Release]
+    epoch_leaders: dict[int, str] = attrs.field(factory=dict)
+    highest_epoch: int = 0
+    _planned: dict[Any, list[Violation]] = attrs.field(factory=dict, init=False)
+    _paths: dict[tuple[str, str], bool] = attrs.field(factory=dict, init=False)
 
-    def _single_leader(self, view: DurableView) -> list[Violation]:
+    def single_leader(self, view: DurableView) -> list[Violation]:
         found = []
         epoch = view.epoch
         if epoch is not None:
@@ -75,7 +82,7 @@ class DurableRules(CheckerCore):
                 )
         return found
 
-    def _read_only(self, before: DurableView, after: DurableView) -> list[Violation]:
+    def read_only(self, before: DurableView, after: DurableView) -> list[Violation]:
         own_keys = before.read_only_keys() | after.read_only_keys()
         old = before.foreign_digest(own_keys)
         new = after.foreign_digest(own_keys)
@@ -99,7 +106,7 @@ class DurableRules(CheckerCore):
             )
         ]
 
-    def _agreement(self, view: DurableView) -> list[Violation]:
+    def agreement(self, view: DurableView) -> list[Violation]:
         found = []
         groups: dict[tuple[str, int], dict[str, dict[str, str]]] = collections.defaultdict(dict)
         for pid, node in view.processes.items():
@@ -161,7 +168,7 @@ class DurableRules(CheckerCore):
                     )
         return found
 
-    def _referenced(self, view: DurableView) -> list[Violation]:
+    def referenced(self, view: DurableView) -> list[Violation]:
         found = []
         catalog_shards = view.referenced_by_catalog()
         for shard_id in sorted(view.referenced()):
@@ -190,7 +197,7 @@ class DurableRules(CheckerCore):
                 )
         return found
 
-    def _releases_start(self, view: DurableView) -> list[Violation]:
+    def releases_start(self, view: DurableView) -> list[Violation]:
         catalog = view.catalog
         if catalog is None:
             return []

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
+import attrs
 import structlog
 
+from catalog.blob import BlobStore
+from catalog.consensus import Consensus
 from catalog.errors import CatalogError
 from catalog.release import (
     Mechanism,
+    Release,
     plan_path,
 )
 from catalog.shard import DIFF, Shard, ShardState
-from orchestrator.scenario.invariants.core import CheckerCore
 from orchestrator.scenario.invariants.view import (
     DurableView,
     TrackedRows,
@@ -22,12 +26,17 @@ from orchestrator.scenario.invariants.view import (
 log = structlog.get_logger(__name__)
 
 
-class RowRules(CheckerCore):
+@attrs.define
+class RowRules:
     """Checks the tracked rows against what every collection reads."""
 
-    __slots__ = ()
+    consensus: Consensus
+    blob: BlobStore
+    releases: Sequence[Release]
+    tracked: dict[str, TrackedRows]
+    _catalog_seen: tuple[str, int] | None = attrs.field(default=None, init=False)
 
-    def _rows(self, view: DurableView) -> list[Violation]:
+    def rows(self, view: DurableView) -> list[Violation]:
         catalog = view.catalog
         if catalog is None:
             return []

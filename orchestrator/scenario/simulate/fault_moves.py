@@ -7,187 +7,199 @@ import contextlib
 import random
 import time
 
+import attrs
+
 from catalog.release import Version
 from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
+from orchestrator.scenario.simulate.moves import UpgradeMoves
 from orchestrator.scenario.simulate.rows import make_rows
 from orchestrator.scenario.simulate.values import Member, WalkFailed
-from orchestrator.scenario.simulate.walk_core import WalkerCore
+from orchestrator.scenario.simulate.walk_core import WalkModel
 
 # The lost-answer fault picks its write among the first this many of the new leader (about what
 # a migration of the example history makes, so late picks land on appends and finalizations).
 LOST_ANSWER_WRITES = 16
 
 
-class FaultMoves(WalkerCore):
-    """One method per fault kind; each recovers the environment before returning."""
+@attrs.define
+class FaultMoves:
+    """One method per fault kind (named after it); each recovers the environment before
+    returning."""
 
-    __slots__ = ()
+    model: WalkModel
+    upgrades: UpgradeMoves
 
     def _recover(self, old_epoch: int, *, ready: bool = True) -> str:
         """The leader is gone: a follower of its generation takes over, or a restart does;
         with ``ready``, every other process is then waited for until ready again."""
-        assert self.catalog_version is not None
-        if not self.leader_group():
-            (name,) = self.start(self.catalog_version, self.catalog_generation, 1)
+        assert self.model.catalog_version is not None
+        if not self.model.leader_group():
+            (name,) = self.model.start(self.model.catalog_version, self.model.catalog_generation, 1)
             how = f"restarted as {name}"
         else:
             how = "a follower took over"
-        self.leader = self.wait_takeover(old_epoch, self.catalog_generation)
-        for name in sorted(self.live) if ready else ():
-            if name != self.leader:
-                self.wait(name, "ready")
-        return f"{how}: {self.leader}"
+        self.model.leader = self.model.wait_takeover(old_epoch, self.model.catalog_generation)
+        for name in sorted(self.model.live) if ready else ():
+            if name != self.model.leader:
+                self.model.wait(name, "ready")
+        return f"{how}: {self.model.leader}"
 
-    def _kill_checking(self, rng: random.Random) -> str:
+    def kill_checking(self, rng: random.Random) -> str:
         """SIGKILL a new read-only process while it checks (between its shard and entry
         writes, when the timing is right): what it leaves behind must not block anyone."""
-        assert self.catalog_version is not None
-        current = Version.parse(self.catalog_version)
-        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
-        generation = self.next_generation
-        self.next_generation += 1
-        (name,) = self.start(version, generation, 1)
-        process = self.run.fleet.get(name)
+        assert self.model.catalog_version is not None
+        current = Version.parse(self.model.catalog_version)
+        version = rng.choice([v for v in self.model.versions if Version.parse(v) >= current])
+        generation = self.model.next_generation
+        self.model.next_generation += 1
+        (name,) = self.model.start(version, generation, 1)
+        process = self.model.run.fleet.get(name)
         started = time.monotonic()
         delay = rng.uniform(0.0, 0.25)
         seen = None
-        while time.monotonic() - started < self.config.timeout and process.running:
-            node = self.run.process_node(name)
+        while time.monotonic() - started < self.model.config.timeout and process.running:
+            node = self.model.run.process_node(name)
             seen = node.process_state if node else None
             if seen in (ProcessState.CHECKING, ProcessState.READY):
                 break
             time.sleep(0.005)  # racing the process on purpose: a watch round trip is too slow
         time.sleep(delay)
-        node = self.run.process_node(name)
+        node = self.model.run.process_node(name)
         state, phase = (node.state, node.phase) if node else (None, None)
-        self.do(
+        self.model.do(
             "kill",
             processes=(name,),
             note=f"killed {time.monotonic() - started:.3f} s after start, in state "
             f"{state} ({phase})",
         )
-        self.live.pop(name)
+        self.model.live.pop(name)
         return f"SIGKILL {name} ({version} g{generation}) in state {state}"
 
-    def _kill_follower(self, rng: random.Random) -> str:
-        name = rng.choice(self.followers())
-        self.do("kill", processes=(name,))
-        self.live.pop(name)
+    def kill_follower(self, rng: random.Random) -> str:
+        name = rng.choice(self.model.followers())
+        self.model.do("kill", processes=(name,))
+        self.model.live.pop(name)
         return f"SIGKILL follower {name}"
 
-    def _kill_leader(self, rng: random.Random) -> str:
-        assert self.leader is not None
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-        killed = self.leader
-        self.do("kill", processes=(killed,))
-        self.live.pop(killed)
+    def kill_leader(self, rng: random.Random) -> str:
+        assert self.model.leader is not None
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        killed = self.model.leader
+        self.model.do("kill", processes=(killed,))
+        self.model.live.pop(killed)
         return f"SIGKILL leader {killed}; " + self._recover(old_epoch)
 
-    def _kill_mid_migration(self, rng: random.Random) -> str:
+    def kill_mid_migration(self, rng: random.Random) -> str:
         """Promote over HTTP and SIGKILL the new leader as soon as it took over."""
-        (version, generation), members = rng.choice(list(self.pending().items()))
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-        self.do("promote", processes=(rng.choice(members),), generation=generation)
-        epoch = self.await_epoch(old_epoch, generation, safety=0.5)
+        (version, generation), members = rng.choice(list(self.model.pending().items()))
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", processes=(rng.choice(members),), generation=generation)
+        epoch = self.model.await_epoch(old_epoch, generation, safety=0.5)
         victim = str(epoch["leader"])
         if rng.random() < 0.5:
             # The other crash point: once the new leader reports it is migrating.
             with contextlib.suppress(StepFailed):
-                self.run.wait_state(self.run.fleet.get(victim), "migrating", 5.0)
-        node = self.run.process_node(victim)
+                self.model.run.wait_state(self.model.run.fleet.get(victim), "migrating", 5.0)
+        node = self.model.run.process_node(victim)
         state, phase = (node.state, node.phase) if node else (None, None)
-        self.do("kill", processes=(victim,), note=f"killed in state {state}")
-        self.live.pop(victim, None)
+        self.model.do("kill", processes=(victim,), note=f"killed in state {state}")
+        self.model.live.pop(victim, None)
         # The promotion fences lower generations at once; refusals wait for the catalog switch,
         # which only the successor (a follower, or a restart) completes.
-        self._expect_exits(version, generation, refused=False)
+        self.model.expect_exits(version, generation, refused=False)
         recovered = self._recover(int(epoch["epoch"]), ready=False)
-        self._promoted(version, generation)
+        self.model.promoted(version, generation)
         return (
             f"promote {version} g{generation}, SIGKILL its leader {victim} "
             f"(state {state}, phase {phase}); {recovered}"
         )
 
-    def _lost_answer(self, rng: random.Random) -> str:
+    def lost_answer(self, rng: random.Random) -> str:
         """Upgrade with one process whose Nth fenced write lands but whose answer is lost (the
         ConnectionLoss of a dropped reply), and promote it: it must recognise its own write,
         during its migration or, for a late N, at a finalization or an append it serves."""
-        assert self.catalog_version is not None
-        current = Version.parse(self.catalog_version)
-        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
-        generation = self.next_generation
-        self.next_generation += 1
+        assert self.model.catalog_version is not None
+        current = Version.parse(self.model.catalog_version)
+        version = rng.choice([v for v in self.model.versions if Version.parse(v) >= current])
+        generation = self.model.next_generation
+        self.model.next_generation += 1
         write = rng.randint(1, LOST_ANSWER_WRITES)
-        (name,) = self.start(version, generation, 1, lose_answer_after_write=write)
-        self.wait(name, "ready")
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-        self.do("promote", processes=(name,), generation=generation)
-        self.leader = self.wait_takeover(old_epoch, generation)
-        self._promoted(version, generation)
+        (name,) = self.model.start(version, generation, 1, lose_answer_after_write=write)
+        self.model.wait(name, "ready")
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", processes=(name,), generation=generation)
+        self.model.leader = self.model.wait_takeover(old_epoch, generation)
+        self.model.promoted(version, generation)
         return f"promote {version} g{generation}: {name} loses the answer of fenced write {write}"
 
-    def _zombie(self, rng: random.Random) -> str:
-        assert self.leader is not None and self.catalog_version is not None
-        if len(self.leader_group()) < 2:
-            (spare,) = self.start(self.catalog_version, self.catalog_generation, 1)
-            self.wait(spare, "ready")
-        zombie = self.leader
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-        self.do("pause", processes=(zombie,))
-        self.live.pop(zombie)
-        self.leader = self.wait_takeover(old_epoch, self.catalog_generation)
-        self.do("resume", processes=(zombie,))
-        release = self.release(self.catalog_version)
-        name = rng.choice(sorted(n for n in self.appendable if release.builtin(n) is not None))
+    def zombie(self, rng: random.Random) -> str:
+        assert self.model.leader is not None and self.model.catalog_version is not None
+        if len(self.model.leader_group()) < 2:
+            (spare,) = self.model.start(
+                self.model.catalog_version, self.model.catalog_generation, 1
+            )
+            self.model.wait(spare, "ready")
+        zombie = self.model.leader
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("pause", processes=(zombie,))
+        self.model.live.pop(zombie)
+        self.model.leader = self.model.wait_takeover(old_epoch, self.model.catalog_generation)
+        self.model.do("resume", processes=(zombie,))
+        release = self.model.release(self.model.catalog_version)
+        name = rng.choice(
+            sorted(n for n in self.model.appendable if release.builtin(n) is not None)
+        )
         builtin = release.builtin(name)
         assert builtin is not None
-        rows = tuple(make_rows(builtin, self.appendable[name], ["zombie"]))
-        epoch = self.epoch() or {}
+        rows = tuple(make_rows(builtin, self.model.appendable[name], ["zombie"]))
+        epoch = self.model.epoch() or {}
         try:
-            self.do("append", processes=(zombie,), collection=name, rows=rows, refused=True)
+            self.model.do("append", processes=(zombie,), collection=name, rows=rows, refused=True)
         except StepFailed as exc:
             raise WalkFailed(
-                str(exc), [self.checker.stale_write(zombie, epoch.get("leader"), str(exc))]
+                str(exc), [self.model.checker.stale_write(zombie, epoch.get("leader"), str(exc))]
             ) from exc
-        self.checker.no_stale_write_checked()
-        self.live[zombie] = Member(zombie, self.catalog_version, self.catalog_generation)
-        self.wait(zombie, "ready")  # it steps down and re-joins as a follower
+        self.model.checker.no_stale_write_checked()
+        self.model.live[zombie] = Member(
+            zombie, self.model.catalog_version, self.model.catalog_generation
+        )
+        self.model.wait(zombie, "ready")  # it steps down and re-joins as a follower
         return (
-            f"zombie {zombie}: paused until {self.leader} took over; its write was refused "
+            f"zombie {zombie}: paused until {self.model.leader} took over; its write was refused "
             "and it re-joined as a follower"
         )
 
-    def _zookeeper_server(self, rng: random.Random) -> str:
+    def zookeeper_server(self, rng: random.Random) -> str:
         """Kill a ZooKeeper server of the ensemble (its leader or a follower) and write through
         the remaining quorum; or, one time in three, kill a second one for half a session
         timeout (no quorum: nothing may be written, nobody may be fenced). Then restart them:
         the same leader serves, every acknowledged row intact."""
-        assert self.leader is not None
+        assert self.model.leader is not None
         first = rng.choice(["leader", "follower"])
-        detail = self.do("kill_zookeeper", server=first)
+        detail = self.model.do("kill_zookeeper", server=first)
         lose_quorum = rng.random() < 1 / 3
         if lose_quorum:
-            self.do("kill_zookeeper", server="follower")
-            self.do("sleep", seconds=self.config.session_timeout / 2)
+            self.model.do("kill_zookeeper", server="follower")
+            self.model.do("sleep", seconds=self.model.config.session_timeout / 2)
         else:
-            self._append(rng)  # two of three servers: writes go on
-        self.do("start_zookeeper", timeout=self.config.timeout)
-        self.wait(self.leader, "serving")
+            self.upgrades.append(rng)  # two of three servers: writes go on
+        self.model.do("start_zookeeper", timeout=self.model.config.timeout)
+        self.model.wait(self.model.leader, "serving")
         outage = "quorum lost, then back" if lose_quorum else "a write through the quorum"
-        return f"{detail}; {outage}; {self.leader} serves again"
+        return f"{detail}; {outage}; {self.model.leader} serves again"
 
-    def _expire_follower(self, rng: random.Random) -> str:
-        name = rng.choice(self.followers())
-        self.do("expire", processes=(name,), timeout=self.config.timeout)
-        self.wait(name, "ready")
+    def expire_follower(self, rng: random.Random) -> str:
+        name = rng.choice(self.model.followers())
+        self.model.do("expire", processes=(name,), timeout=self.model.config.timeout)
+        self.model.wait(name, "ready")
         return f"session of follower {name} expired; ready again"
 
-    def _expire_leader(self, rng: random.Random) -> str:
-        assert self.leader is not None
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-        expired = self.leader
-        self.do("expire", processes=(expired,), timeout=self.config.timeout)
+    def expire_leader(self, rng: random.Random) -> str:
+        assert self.model.leader is not None
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        expired = self.model.leader
+        self.model.do("expire", processes=(expired,), timeout=self.model.config.timeout)
         # It steps down and re-joins: a follower of its generation takes over, or, alone, it
         # leads again at a new epoch.
         return f"session of leader {expired} expired; " + self._recover(old_epoch)

@@ -5,111 +5,116 @@ from __future__ import annotations
 import random
 import uuid
 
+import attrs
+
 from catalog.release import Version
 from orchestrator.scenario import StepFailed
 from orchestrator.scenario.simulate.rows import make_rows
-from orchestrator.scenario.simulate.walk_core import WalkerCore
+from orchestrator.scenario.simulate.walk_core import WalkModel
 
 
-class UpgradeMoves(WalkerCore):
-    """One method per move kind; each returns a line describing what it did."""
+@attrs.define
+class UpgradeMoves:
+    """One method per move kind (named after it); each returns a line describing what it did."""
 
-    __slots__ = ()
+    model: WalkModel
 
-    def _upgrade(self, rng: random.Random) -> str:
-        assert self.catalog_version is not None
-        current = Version.parse(self.catalog_version)
-        candidates = [v for v in self.versions if Version.parse(v) >= current]
+    def upgrade(self, rng: random.Random) -> str:
+        assert self.model.catalog_version is not None
+        current = Version.parse(self.model.catalog_version)
+        candidates = [v for v in self.model.versions if Version.parse(v) >= current]
         version = rng.choice(candidates)
-        generation = self.next_generation
-        self.next_generation += 1
-        room = self.config.max_processes - len(self.live)
+        generation = self.model.next_generation
+        self.model.next_generation += 1
+        room = self.model.config.max_processes - len(self.model.live)
         count = rng.randint(1, max(1, min(3, room)))
         auto = rng.random() < 0.15
-        names = self.start(version, generation, count, auto=auto)
+        names = self.model.start(version, generation, count, auto=auto)
         if auto:
-            old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
-            self.leader = self.wait_takeover(old_epoch, generation)
-            self._promoted(version, generation)
+            old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+            self.model.leader = self.model.wait_takeover(old_epoch, generation)
+            self.model.promoted(version, generation)
             return f"upgrade to {version} g{generation} x{count} with --auto-promote"
         for name in names:
-            self.wait(name, "ready")
+            self.model.wait(name, "ready")
         return f"upgrade to {version} g{generation} x{count} (read-only)"
 
-    def _promote(self, rng: random.Random) -> str:
-        (version, generation), members = rng.choice(list(self.pending().items()))
-        old_epoch = int((self.epoch() or {"epoch": 0})["epoch"])
+    def promote(self, rng: random.Random) -> str:
+        (version, generation), members = rng.choice(list(self.model.pending().items()))
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
         if rng.random() < 0.6:
-            self.do("promote", generation=generation, wait=self.config.timeout)
+            self.model.do("promote", generation=generation, wait=self.model.config.timeout)
             how = "CLI --wait"
         else:
-            self.do("promote", processes=(rng.choice(members),), generation=generation)
+            self.model.do("promote", processes=(rng.choice(members),), generation=generation)
             how = "POST /promote"
-        self.leader = self.wait_takeover(old_epoch, generation)
-        self._promoted(version, generation)
-        return f"promote {version} g{generation} ({how}); leader {self.leader}"
+        self.model.leader = self.model.wait_takeover(old_epoch, generation)
+        self.model.promoted(version, generation)
+        return f"promote {version} g{generation} ({how}); leader {self.model.leader}"
 
-    def _abort(self, rng: random.Random) -> str:
-        (version, generation), members = rng.choice(list(self.pending().items()))
+    def abort(self, rng: random.Random) -> str:
+        (version, generation), members = rng.choice(list(self.model.pending().items()))
         for name in members:
-            self.do("stop", processes=(name,), code=0, timeout=self.config.timeout)
-            self.live.pop(name)
+            self.model.do("stop", processes=(name,), code=0, timeout=self.model.config.timeout)
+            self.model.live.pop(name)
         return f"abort {version} g{generation} ({len(members)} process(es))"
 
-    def _append(self, rng: random.Random) -> str:
-        assert self.leader is not None and self.catalog_version is not None
-        release = self.release(self.live[self.leader].version)
-        names = sorted(n for n in self.appendable if release.builtin(n) is not None)
+    def append(self, rng: random.Random) -> str:
+        assert self.model.leader is not None and self.model.catalog_version is not None
+        release = self.model.release(self.model.live[self.model.leader].version)
+        names = sorted(n for n in self.model.appendable if release.builtin(n) is not None)
         # Collections some release migrates are where rows can get lost: favour them.
-        weights = [4.0 if n in self.migrated else 1.0 for n in names]
+        weights = [4.0 if n in self.model.migrated else 1.0 for n in names]
         name = rng.choices(names, weights=weights)[0]
         builtin = release.builtin(name)
         assert builtin is not None
-        token_column = self.appendable[name]
-        self.checker.track(name, token_column)
-        tokens = [f"w{self.config.seed}x{uuid.uuid4().hex[:10]}" for _ in range(rng.randint(1, 3))]
+        token_column = self.model.appendable[name]
+        self.model.checker.track(name, token_column)
+        tokens = [
+            f"w{self.model.config.seed}x{uuid.uuid4().hex[:10]}" for _ in range(rng.randint(1, 3))
+        ]
         rows = tuple(make_rows(builtin, token_column, tokens))
-        before = len(self.run.acked)
+        before = len(self.model.run.acked)
         try:
-            self.do("append", processes=(self.leader,), collection=name, rows=rows)
+            self.model.do("append", processes=(self.model.leader,), collection=name, rows=rows)
         except StepFailed:
-            self.checker.unknown_outcome(name, tokens)
+            self.model.checker.unknown_outcome(name, tokens)
             raise
-        if len(self.run.acked) > before:
-            self.checker.acknowledged(name, tokens)
-        return f"append {len(rows)} row(s) to {name} via {self.leader}"
+        if len(self.model.run.acked) > before:
+            self.model.checker.acknowledged(name, tokens)
+        return f"append {len(rows)} row(s) to {name} via {self.model.leader}"
 
-    def _read(self, rng: random.Random) -> str:
+    def read(self, rng: random.Random) -> str:
         """Read a tracked collection back through the leader: exactly the acknowledged rows."""
-        assert self.leader is not None
-        release = self.release(self.live[self.leader].version)
+        assert self.model.leader is not None
+        release = self.model.release(self.model.live[self.model.leader].version)
         names = sorted(
             n
-            for n, t in self.checker.tracked.items()
+            for n, t in self.model.checker.tracked.items()
             if t.acked and not t.uncertain and release.builtin(n) is not None
         )
         if not names:
             return "read: nothing to read back"
         name = rng.choice(names)
-        count = sum(self.checker.tracked[name].acked.values())
-        self.do("read", processes=(self.leader,), collection=name, expect_count=count)
-        return f"read {count} row(s) of {name} via {self.leader}"
+        count = sum(self.model.checker.tracked[name].acked.values())
+        self.model.do("read", processes=(self.model.leader,), collection=name, expect_count=count)
+        return f"read {count} row(s) of {name} via {self.model.leader}"
 
-    def _start_older(self, rng: random.Random) -> str:
-        assert self.catalog_version is not None
-        current = Version.parse(self.catalog_version)
-        version = rng.choice([v for v in self.versions if Version.parse(v) < current])
-        generation = self.next_generation
-        self.next_generation += 1
-        (name,) = self.start(version, generation, 1)
-        self.expect_exit(name, 4)
+    def start_older(self, rng: random.Random) -> str:
+        assert self.model.catalog_version is not None
+        current = Version.parse(self.model.catalog_version)
+        version = rng.choice([v for v in self.model.versions if Version.parse(v) < current])
+        generation = self.model.next_generation
+        self.model.next_generation += 1
+        (name,) = self.model.start(version, generation, 1)
+        self.model.expect_exit(name, 4)
         return f"start older {version} g{generation}: refused"
 
-    def _start_stale(self, rng: random.Random) -> str:
-        assert self.catalog_version is not None
-        current = Version.parse(self.catalog_version)
-        version = rng.choice([v for v in self.versions if Version.parse(v) >= current])
-        generation = rng.randint(1, self.catalog_generation - 1)
-        (name,) = self.start(version, generation, 1)
-        self.expect_exit(name, 3)
+    def start_stale(self, rng: random.Random) -> str:
+        assert self.model.catalog_version is not None
+        current = Version.parse(self.model.catalog_version)
+        version = rng.choice([v for v in self.model.versions if Version.parse(v) >= current])
+        generation = rng.randint(1, self.model.catalog_generation - 1)
+        (name,) = self.model.start(version, generation, 1)
+        self.model.expect_exit(name, 3)
         return f"start stale {version} g{generation}: fenced"

@@ -58,7 +58,7 @@ def _run_walk(
     try:
         run.open()
         assert run.checker is not None
-        walker = Walker(
+        walker = Walker.of(
             run=run,
             config=config,
             history=history,
@@ -157,9 +157,7 @@ def simulate(
     index.versions()  # load errors surface before any process starts
     with contextlib.ExitStack() as stack:
         if target is None:
-            target = stack.enter_context(
-                ZooKeeperTarget.open(zk, servers=config.zookeeper_servers)
-            )
+            target = stack.enter_context(ZooKeeperTarget.open(zk, servers=config.zookeeper_servers))
         result = _run_walk(config, target, index, config.steps, on_step)
         if result.ok:
             return result

@@ -1,10 +1,9 @@
-"""The core of a walker: its run, its members, and scenario steps executed through the runner."""
+"""The model a walker moves: its run, its members, and steps executed through the runner."""
 
 from __future__ import annotations
 
 import collections
 import json
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from orchestrator.scenario.simulate.values import Member, SimulationConfig
 
 
 @attrs.define
-class WalkerCore:
+class WalkModel:
     """The model of one environment and the actions that move it."""
 
     run: ScenarioRun
@@ -53,10 +52,6 @@ class WalkerCore:
         self.recorded.append(step)
         self._current.append(step)
         return self.run.execute(step)
-
-    def _append(self, rng: random.Random) -> str:
-        """The append move (``moves.UpgradeMoves``), which fault moves use too."""
-        raise NotImplementedError
 
     def take_steps(self) -> tuple[Step, ...]:
         taken, self._current = tuple(self._current), []
@@ -127,14 +122,14 @@ class WalkerCore:
             if m.generation == self.catalog_generation and m.version == self.catalog_version
         )
 
-    def _promoted(self, version: str, generation: int) -> None:
+    def promoted(self, version: str, generation: int) -> None:
         """After generation ``generation`` took over: who must exit, and how; the rest re-plan."""
-        self._expect_exits(version, generation)
+        self.expect_exits(version, generation)
         for name in sorted(self.live):
             if name != self.leader:
                 self.wait(name, "ready")
 
-    def _expect_exits(
+    def expect_exits(
         self, version: str, generation: int, *, fenced: bool = True, refused: bool = True
     ) -> None:
         """Generation ``generation`` of ``version`` was promoted: lower generations are fenced
