@@ -1,22 +1,21 @@
-"""The core of a candidacy: its fields, public state and the leadership guard writers consult."""
+"""A candidacy: the state one process's election shares between its collaborators (the takeover
+and the worker), its candidate node and the leadership guard writers consult."""
 
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import threading
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from kazoo.client import KazooClient
+from kazoo.protocol.states import ZnodeStat
 
 from catalog.consensus import CONNECTION_ERRORS, Consensus, Create, encode_json
 from catalog.errors import CatalogError, ConnectionLostError, FencedError
 from orchestrator.election.values import (
     CANDIDATE_PREFIX,
-    ElectionEvent,
     Leadership,
     candidate_key,
 )
@@ -33,20 +32,16 @@ def session_hex(session_id: int) -> str:
     return f"0x{session_id:x}"
 
 
-_Item = tuple[str, Any]
-
 
 # What a worker step may raise without killing the thread: the next event re-reads anyway.
 WORKER_ERRORS: Final[tuple[type[BaseException], ...]] = (CatalogError, *CONNECTION_ERRORS)
 
 
-class CandidateCore:
-    """One process's candidacy in the election of its deploy generation.
+class Candidacy:
+    """One process's candidacy in the election of its generation: what its collaborators share.
 
-    ``start`` joins; ``try_take_over`` becomes leader when this process is the lowest candidate
-    of the promotion target's generation; ``step_down`` releases leadership at once; ``stop``
-    also ends the watches and the worker thread. ``on_change`` runs on the election's worker
-    thread (never kazoo's), so it may call ZooKeeper and ``try_take_over``.
+    Every field is changed under ``lock`` (the takeover on the caller's thread, the worker on the
+    election's thread); ``active`` is set while the session is connected and verified.
     """
 
     def __init__(
@@ -54,44 +49,30 @@ class CandidateCore:
         consensus: Consensus,
         process_id: str,
         deploy_generation: int,
-        *,
-        on_change: Callable[[ElectionEvent], None],
     ) -> None:
         self.consensus = consensus
         self.process_id = process_id
         self.deploy_generation = deploy_generation
-        self._on_change = on_change
-        self._client: KazooClient = consensus.client
-        self._lock = threading.RLock()
-        self._queue: queue.Queue[_Item | None] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._leadership: Leadership | None = None
-        self._candidate: str | None = None  # key of our candidate node
-        self._session_id: int | None = None  # the session the candidate belongs to
+        self.client: KazooClient = consensus.client
+        self.lock = threading.RLock()
+        self.leadership: Leadership | None = None
+        self.candidate: str | None = None  # key of our candidate node
+        self.session_id: int | None = None  # the session the candidate belongs to
         # Set while connected and verified; writers check it before every write.
-        self._active = threading.Event()
-        self._ended_reason: str | None = None  # why the last leadership ended
-        self._joined = False
-        self._stopped = False
-        self._log = log.bind(process_id=process_id, deploy_generation=deploy_generation)
+        self.active = threading.Event()
+        self.ended_reason: str | None = None  # why the last leadership ended
+        self.joined = False
+        self.stopped = False
+        self.log = log.bind(process_id=process_id, deploy_generation=deploy_generation)
 
     @property
     def is_leader(self) -> bool:
-        return self._leadership is not None
-
-    @property
-    def leadership(self) -> Leadership | None:
-        return self._leadership
+        return self.leadership is not None
 
     @property
     def paused(self) -> bool:
         """True while the session is suspended (or lost): no write may start."""
-        return not self._active.is_set()
-
-    @property
-    def candidate(self) -> str | None:
-        """Our candidate node's key, while joined."""
-        return self._candidate
+        return not self.active.is_set()
 
     def leadership_guard(self, timeout: float = 0.0) -> Leadership:
         """The current leadership, if this process may write right now; call before each write.
@@ -100,20 +81,20 @@ class CandidateCore:
         ConnectionLostError (retryable; nothing was written). Raises FencedError when this
         process does not lead (never did, stepped down, superseded or its session expired).
         """
-        if self._leadership is None:
-            raise self._not_leader()
-        if not self._active.wait(timeout):
+        if self.leadership is None:
+            raise self.not_leader()
+        if not self.active.wait(timeout):
             raise ConnectionLostError(
                 "leadership paused: the ZooKeeper session is suspended",
                 process_id=self.process_id,
             )
-        leadership = self._leadership
+        leadership = self.leadership
         if leadership is None:
-            raise self._not_leader()
+            raise self.not_leader()
         return leadership
 
-    def _not_leader(self) -> FencedError:
-        reason = self._ended_reason or "not_leader"
+    def not_leader(self) -> FencedError:
+        reason = self.ended_reason or "not_leader"
         return FencedError(
             f"process {self.process_id} of generation {self.deploy_generation} does not lead "
             f"({reason})",
@@ -122,8 +103,8 @@ class CandidateCore:
             reason=reason,
         )
 
-    def _join(self) -> None:
-        client_id = self._client.client_id
+    def join(self) -> None:
+        client_id = self.client.client_id
         if client_id is None:
             raise ConnectionLostError("not connected to ZooKeeper: cannot join the election")
         session_id = int(client_id[0])
@@ -140,7 +121,36 @@ class CandidateCore:
         (created,) = self.consensus.commit(
             [Create(f"{base}/{CANDIDATE_PREFIX}", value, ephemeral=True, sequence=True)]
         )
-        self._candidate = self.consensus.key_of(str(created))
-        self._session_id = session_id
-        self._active.set()
-        self._log.info("election_joined", candidate=self._candidate)
+        self.candidate = self.consensus.key_of(str(created))
+        self.session_id = session_id
+        self.active.set()
+        self.log.info("election_joined", candidate=self.candidate)
+
+    def own_candidate_stat(self, candidate: str) -> ZnodeStat | None:
+        """Our candidate's stat, only if its ephemeralOwner is our current session."""
+        try:
+            stat = self.client.exists(self.consensus.path(candidate))
+        except CONNECTION_ERRORS as exc:
+            raise ConnectionLostError(
+                f"ZooKeeper did not answer for {candidate}", key=candidate
+            ) from exc
+        client_id = self.client.client_id
+        if stat is None or client_id is None:
+            return None
+        if stat.ephemeralOwner != client_id[0] or stat.ephemeralOwner != self.session_id:
+            self.log.warning(
+                "candidate_not_ours",
+                candidate=candidate,
+                owner=session_hex(stat.ephemeralOwner),
+                session=session_hex(int(client_id[0])),
+            )
+            return None
+        return stat
+
+    def end_leadership(self, reason: str) -> bool:
+        """Drop leadership (caller holds the lock); True if there was one."""
+        had = self.leadership is not None
+        self.leadership = None
+        if had:
+            self.ended_reason = reason
+        return had

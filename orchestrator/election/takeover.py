@@ -10,10 +10,8 @@ import time
 
 import attrs
 import structlog
-from kazoo.protocol.states import ZnodeStat
 
 from catalog.consensus import (
-    CONNECTION_ERRORS,
     Check,
     Create,
     Fence,
@@ -33,7 +31,7 @@ from catalog.errors import (
     FencedError,
 )
 from catalog.retry import CasRetry
-from orchestrator.election.core import CandidateCore, candidate_seq, session_hex
+from orchestrator.election.core import Candidacy, candidate_seq, session_hex
 from orchestrator.election.values import (
     EpochInfo,
     Leadership,
@@ -47,8 +45,11 @@ from orchestrator.fencing import generation_fence
 log = structlog.get_logger(__name__)
 
 
-class Takeover(CandidateCore):
+class Takeover:
     """Becomes leader when this candidate is the lowest of the promotion target's generation."""
+
+    def __init__(self, candidacy: Candidacy) -> None:
+        self._candidacy = candidacy
 
     def try_take_over(self, *, bootstrap: bool) -> Leadership | None:
         """Become leader if this process is the lowest candidate of the promotion target.
@@ -58,36 +59,38 @@ class Takeover(CandidateCore):
         ``bootstrap`` (the environment is empty), an absent promotion target is first set to our
         generation. Raises FencedError when a newer generation is promoted or in the catalog.
         """
-        with self._lock:
-            if self._leadership is not None:
-                return self._leadership
-            if self._candidate is None or self._stopped or self.paused:
+        c = self._candidacy
+        with c.lock:
+            if c.leadership is not None:
+                return c.leadership
+            if c.candidate is None or c.stopped or c.paused:
                 return None
             leadership = CasRetry(max_attempts=20, deadline=10.0)(
                 lambda: self._take_over_attempt(bootstrap)
             )
             if leadership is None:
                 return None
-            self._leadership = leadership
-            self._ended_reason = None
-        self._log.info("took_over", epoch=leadership.epoch, fence_version=leadership.fence.version)
+            c.leadership = leadership
+            c.ended_reason = None
+        c.log.info("took_over", epoch=leadership.epoch, fence_version=leadership.fence.version)
         # The log is informational; a leader superseded at once learns it from its guard.
         with contextlib.suppress(ConnectionLostError, FencedError):
             record_event(
-                self.consensus,
+                c.consensus,
                 "leader",
                 fence=leadership.fence,
-                process_id=self.process_id,
-                deploy_generation=self.deploy_generation,
+                process_id=c.process_id,
+                deploy_generation=c.deploy_generation,
                 epoch=leadership.epoch,
             )
         return leadership
 
     def _take_over_attempt(self, bootstrap: bool) -> Leadership | None:
-        candidate = self._candidate
+        c = self._candidacy
+        candidate = c.candidate
         if candidate is None:
             return None
-        found = self.consensus.get_many([PROMOTION_KEY, EPOCH_KEY, CATALOG_KEY])
+        found = c.consensus.get_many([PROMOTION_KEY, EPOCH_KEY, CATALOG_KEY])
         promotion = found[PROMOTION_KEY]
         catalog_found = found[CATALOG_KEY]
         catalog = (
@@ -101,38 +104,38 @@ class Takeover(CandidateCore):
                 return None
             # Bootstrap of an empty environment: promote ourselves first (a CAS create; a
             # concurrent bootstrapper's create wins and this attempt re-reads).
-            asked = Promotion(self.deploy_generation, f"bootstrap:{self.process_id}", time.time())
-            self.consensus.cas(PROMOTION_KEY, asked.encode(), -1)
-            promotion = self.consensus.get(PROMOTION_KEY)
+            asked = Promotion(c.deploy_generation, f"bootstrap:{c.process_id}", time.time())
+            c.consensus.cas(PROMOTION_KEY, asked.encode(), -1)
+            promotion = c.consensus.get(PROMOTION_KEY)
             target = promotion_of(promotion)
         if target is None or promotion is None:
             return None
         fenced = generation_fence(
-            self.deploy_generation,
+            c.deploy_generation,
             catalog=None if catalog is None else catalog.deploy_generation,
             promoted=target,
             acting="cannot take over",
         )
         if fenced is not None:
             raise fenced
-        if target < self.deploy_generation:
+        if target < c.deploy_generation:
             return None
-        names = self.consensus.children(candidate_key(self.deploy_generation))
+        names = c.consensus.children(candidate_key(c.deploy_generation))
         own = candidate.rsplit("/", 1)[-1]
         if not names or min(names, key=candidate_seq) != own:
             return None
-        stat = self._own_candidate_stat(candidate)
+        stat = c.own_candidate_stat(candidate)
         if stat is None:
             return None
         epoch_found = found[EPOCH_KEY]
         previous = EpochInfo.from_versioned(epoch_found) if epoch_found is not None else None
-        assert self._session_id is not None
+        assert c.session_id is not None
         if (
             previous is not None
-            and previous.leader == self.process_id
-            and previous.session == session_hex(self._session_id)
-            and previous.deploy_generation == self.deploy_generation
-            and (catalog is None or catalog.deploy_generation == self.deploy_generation)
+            and previous.leader == c.process_id
+            and previous.session == session_hex(c.session_id)
+            and previous.deploy_generation == c.deploy_generation
+            and (catalog is None or catalog.deploy_generation == c.deploy_generation)
         ):
             # Our own takeover landed but its answer was lost (a retried attempt): adopt it.
             return self._leadership_at(previous.epoch, previous.version)
@@ -140,9 +143,9 @@ class Takeover(CandidateCore):
         epoch_value = encode_json(
             {
                 "epoch": number,
-                "leader": self.process_id,
-                "deploy_generation": self.deploy_generation,
-                "session": session_hex(self._session_id),
+                "leader": c.process_id,
+                "deploy_generation": c.deploy_generation,
+                "session": session_hex(c.session_id),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "taken_over_at": time.time(),
@@ -154,51 +157,23 @@ class Takeover(CandidateCore):
             else SetData(EPOCH_KEY, epoch_value, epoch_found.version)
         ]
         if catalog is not None and catalog_found is not None:
-            if catalog.deploy_generation == self.deploy_generation:
+            if catalog.deploy_generation == c.deploy_generation:
                 ops.append(Check(CATALOG_KEY, catalog_found.version))
             else:
-                moved = attrs.evolve(catalog, deploy_generation=self.deploy_generation)
+                moved = attrs.evolve(catalog, deploy_generation=c.deploy_generation)
                 ops.append(catalog_write_op(moved, catalog_found.version))
         ops.append(Check(PROMOTION_KEY, promotion.version))
         ops.append(Check(candidate, stat.version))
-        results = self.consensus.commit(ops)
+        results = c.consensus.commit(ops)
         version = 0 if epoch_found is None else int(results[0].version)
         return self._leadership_at(number, version)
 
     def _leadership_at(self, epoch: int, version: int) -> Leadership:
+        c = self._candidacy
         return Leadership(
-            process_id=self.process_id,
-            deploy_generation=self.deploy_generation,
+            process_id=c.process_id,
+            deploy_generation=c.deploy_generation,
             epoch=epoch,
             fence=Fence(EPOCH_KEY, version),
-            guard=self.leadership_guard,
+            guard=c.leadership_guard,
         )
-
-    def _own_candidate_stat(self, candidate: str) -> ZnodeStat | None:
-        """Our candidate's stat, only if its ephemeralOwner is our current session."""
-        try:
-            stat = self._client.exists(self.consensus.path(candidate))
-        except CONNECTION_ERRORS as exc:
-            raise ConnectionLostError(
-                f"ZooKeeper did not answer for {candidate}", key=candidate
-            ) from exc
-        client_id = self._client.client_id
-        if stat is None or client_id is None:
-            return None
-        if stat.ephemeralOwner != client_id[0] or stat.ephemeralOwner != self._session_id:
-            self._log.warning(
-                "candidate_not_ours",
-                candidate=candidate,
-                owner=session_hex(stat.ephemeralOwner),
-                session=session_hex(int(client_id[0])),
-            )
-            return None
-        return stat
-
-    def _end_leadership(self, reason: str) -> bool:
-        """Drop leadership (caller holds the lock); True if there was one."""
-        had = self._leadership is not None
-        self._leadership = None
-        if had:
-            self._ended_reason = reason
-        return had
