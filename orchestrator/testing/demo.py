@@ -43,7 +43,7 @@ from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
 
 ENV = "demo"
-DEFAULT_RELEASES = Path(__file__).resolve().parents[1] / "scenarios" / "releases"
+DEFAULT_RELEASES = Path(__file__).resolve().parents[2] / "scenarios" / "releases"
 TABLES = "mz_catalog.mz_tables"
 ROLES = "mz_catalog.mz_roles"
 TABLE_ROWS: Sequence[Mapping[str, Any]] = (

@@ -44,7 +44,7 @@ __all__ = [
 
 # The directory holding the `catalog` and `orchestrator` packages, so children import the same
 # code as their parent even when the project is not installed.
-_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -5,6 +5,7 @@ process machinery."""
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,13 @@ def test_no_class_mixes_project_classes() -> None:
     for name, (bases, error) in classes.items():
         mixed = {b for b in bases if b in classes and not classes[b][1]}
         assert error or len(mixed) < 2, f"{name} mixes {mixed}"
+
+
+def test_the_testing_package_finds_the_repository() -> None:
+    """The harness runs children on this source tree and the demo reads the example releases:
+    both find them from where the testing package sits."""
+    from orchestrator.testing import demo, harness
+
+    assert demo.DEFAULT_RELEASES.is_dir(), demo.DEFAULT_RELEASES
+    pythonpath = harness.child_environment()["PYTHONPATH"].split(os.pathsep)
+    assert pythonpath[0] == str(ROOT), pythonpath
