@@ -14,7 +14,16 @@ Writes are atomic, so a reader never sees half a blob:
 
 A blob that is missing, truncated or not valid Parquet is reported on read as
 :class:`~catalog.errors.CorruptBlobError` naming the key. Parquet files are written with page
-checksums, which are verified on read, so flipped bytes are caught too.
+checksums, which are verified on read, so flipped bytes are caught too. A store that does not
+answer, refuses the credentials or lacks the bucket is never reported so: every failure goes
+through :mod:`catalog.blobfaults` (unreachable, denied, bucket missing, missing).
+
+An ``s3://BUCKET/PREFIX`` store takes its endpoint from ``endpoint`` (``--blob-endpoint``, or
+``CATALOG_UPGRADE_BLOB_ENDPOINT``) or the URI's ``endpoint_override``/``scheme``/``region``
+query, and its credentials from the standard AWS chain (environment, profile, instance role),
+never from the URI (:func:`catalog.blobfaults.check_uri`). Its client gives up on a store that
+does not answer within :data:`S3_CONNECT_TIMEOUT` seconds after :data:`S3_ATTEMPTS` attempts,
+so an outage is an error in seconds, not a hang.
 """
 
 from __future__ import annotations
@@ -22,9 +31,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pyarrow as pa
@@ -32,15 +43,22 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
+from catalog.blobfaults import blob_error, is_transport
+from catalog.bloburi import check_uri
 from catalog.errors import (
     BadInputError,
-    BlobError,
+    BlobBucketMissingError,
     BlobMissingError,
-    ConfigurationError,
     CorruptBlobError,
 )
 
-__all__ = ["TEMP_MARKER", "BlobInfo", "BlobStore", "local_uri"]
+__all__ = ["ENDPOINT_ENV", "TEMP_MARKER", "BlobInfo", "BlobStore"]
+
+#: The environment variable ``--blob-endpoint`` sets (every process of a host reads it).
+ENDPOINT_ENV = "CATALOG_UPGRADE_BLOB_ENDPOINT"
+S3_CONNECT_TIMEOUT = 2.0
+S3_ATTEMPTS = 3
+_S3_QUERY = frozenset({"endpoint_override", "scheme", "region"})
 
 log = structlog.get_logger(__name__)
 
@@ -73,16 +91,23 @@ class BlobStore:
     filesystem: pafs.FileSystem
     root: str
     uri: str
+    #: The object store's endpoint, when one was named (for messages; no credentials).
+    endpoint: str | None = None
 
     @classmethod
-    def from_uri(cls, uri: str) -> BlobStore:
-        """A store at ``uri``: a local directory path (created if missing) or a pyarrow URI."""
+    def from_uri(cls, uri: str, *, endpoint: str | None = None) -> BlobStore:
+        """A store at ``uri``: a local directory path (created if missing) or a pyarrow URI;
+        ``endpoint`` (default: ``$CATALOG_UPGRADE_BLOB_ENDPOINT``) for an ``s3://`` one."""
         if not uri:
             raise BadInputError("empty blob URI", uri=uri)
         if "://" not in uri:
             path = Path(uri).expanduser().resolve()
             path.mkdir(parents=True, exist_ok=True)
             return cls(filesystem=pafs.LocalFileSystem(), root=str(path), uri=str(path))
+        check_uri(uri)
+        parts = urllib.parse.urlsplit(uri)
+        if parts.scheme == "s3":
+            return cls._s3(uri, parts, endpoint or os.environ.get(ENDPOINT_ENV) or None)
         try:
             filesystem, root = pafs.FileSystem.from_uri(uri)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
@@ -91,6 +116,64 @@ class BlobStore:
         if filesystem.type_name == "local":
             Path(root).mkdir(parents=True, exist_ok=True)
         return cls(filesystem=filesystem, root=root, uri=uri)
+
+    @classmethod
+    def _s3(cls, uri: str, parts: urllib.parse.SplitResult, endpoint: str | None) -> BlobStore:
+        options = dict(urllib.parse.parse_qsl(parts.query))
+        unknown = sorted(set(options) - _S3_QUERY)
+        if unknown or not parts.netloc:
+            raise BadInputError(
+                f"blob URI {uri!r} is not usable: "
+                + (f"unknown option {', '.join(unknown)} " if unknown else "no bucket ")
+                + "(s3://BUCKET/PREFIX?endpoint_override=HOST:PORT&scheme=http&region=R)",
+                uri=uri,
+            )
+        scheme = options.get("scheme")
+        endpoint = endpoint or options.get("endpoint_override")
+        if endpoint and "://" in endpoint:
+            scheme, _, endpoint = endpoint.partition("://")
+        region = options.get("region") or ("us-east-1" if endpoint else None)
+        try:
+            filesystem = pafs.S3FileSystem(
+                endpoint_override=endpoint,
+                scheme=scheme or "https",
+                region=region,
+                connect_timeout=S3_CONNECT_TIMEOUT,
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
+            )
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise BadInputError(f"blob URI {uri!r} is not usable: {exc}", uri=uri) from exc
+        root = (parts.netloc + parts.path).rstrip("/")
+        return cls(filesystem=filesystem, root=root, uri=uri, endpoint=endpoint)
+
+    def _fault(self, exc: BaseException, message: str, **details: Any) -> Exception:
+        """A file system's failure as the project's error, naming this store."""
+        where = {"uri": self.uri, **({"endpoint": self.endpoint} if self.endpoint else {})}
+        return blob_error(exc, message, **details, **where)
+
+    def probe(self) -> None:
+        """Ask the store whether it serves this root: BlobUnreachableError (an outage),
+        BlobDeniedError or BlobBucketMissingError (configuration, exit 2); nothing when fine.
+        One or two cheap requests (a HEAD of the bucket)."""
+        if self.filesystem.type_name != "s3":
+            self._info(self.root, "reaching the blob root")
+            return
+        bucket = self.root.split("/", 1)[0]
+        if self._info(bucket, f"reaching bucket {bucket}").type == pafs.FileType.NotFound:
+            raise BlobBucketMissingError(
+                f"bucket {bucket} does not exist"
+                + (f" at endpoint {self.endpoint}" if self.endpoint else ""),
+                bucket=bucket,
+                uri=self.uri,
+                endpoint=self.endpoint,
+                suggestion="create the bucket first: catalog-upgrade never creates one",
+            )
+
+    def _info(self, path: str, doing: str) -> pafs.FileInfo:
+        try:
+            return self.filesystem.get_file_info(path)
+        except OSError as exc:
+            raise self._fault(exc, doing, path=path) from exc
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -125,7 +208,7 @@ class BlobStore:
                     self.filesystem.delete_file(temp)
                 raise
         except OSError as exc:
-            raise BlobError(f"writing blob {key} failed: {exc}", key=key, uri=self.uri) from exc
+            raise self._fault(exc, f"writing blob {key} failed", key=key) from exc
 
     def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
         """Write ``table`` as one Parquet file at ``key`` atomically; returns its size in bytes."""
@@ -162,8 +245,7 @@ class BlobStore:
         self._publish(key, write)
 
     def _size(self, key: str) -> int:
-        info = self.filesystem.get_file_info(self.path(key))
-        return int(info.size or 0)
+        return int(self._info(self.path(key), f"reading the size of blob {key}").size or 0)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -189,6 +271,8 @@ class BlobStore:
                 f"blob {key} is missing", key=key, uri=self.uri
             ) from exc
         except (pa.ArrowException, OSError, ValueError) as exc:
+            if is_transport(exc):  # says nothing of the data: never reported as corrupt
+                raise self._fault(exc, f"reading blob {key} failed", key=key) from exc
             if not self.exists(key):
                 raise BlobMissingError(
                     f"blob {key} is missing", key=key, uri=self.uri
@@ -241,7 +325,9 @@ class BlobStore:
                 page_checksum_verification=True,
                 pre_buffer=True,
             )
-        except (pa.ArrowException, OSError, ValueError):
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            if is_transport(exc):  # says nothing of the data: never reported as corrupt
+                raise self._fault(exc, f"reading {len(keys)} blobs failed", key=keys[0]) from exc
             table = None
         if table is not None and (expected_rows is None or table.num_rows == sum(expected_rows)):
             return table
@@ -266,10 +352,11 @@ class BlobStore:
                 f"blob {key} is missing", key=key, uri=self.uri
             ) from exc
         except OSError as exc:
-            raise BlobError(f"reading blob {key} failed: {exc}", key=key, uri=self.uri) from exc
+            raise self._fault(exc, f"reading blob {key} failed", key=key) from exc
 
     def exists(self, key: str) -> bool:
-        return bool(self.filesystem.get_file_info(self.path(key)).type == pafs.FileType.File)
+        info = self._info(self.path(key), f"looking up blob {key}")
+        return bool(info.type == pafs.FileType.File)
 
     def list_info(self, prefix: str) -> list[BlobInfo]:
         """Every complete blob below the directory ``prefix``, sorted by key.
@@ -292,7 +379,7 @@ class BlobStore:
         try:
             infos = self.filesystem.get_file_info(selector)
         except OSError as exc:
-            raise BlobError(f"listing {prefix} failed: {exc}", prefix=prefix) from exc
+            raise self._fault(exc, f"listing {prefix} failed", prefix=prefix) from exc
         out = [
             BlobInfo(
                 key=self._key_of(info.path),
@@ -313,9 +400,9 @@ class BlobStore:
         except FileNotFoundError:
             return
         except OSError as exc:
-            if not self.exists(key):
+            if not is_transport(exc) and not self.exists(key):
                 return
-            raise BlobError(f"deleting blob {key} failed: {exc}", key=key) from exc
+            raise self._fault(exc, f"deleting blob {key} failed", key=key) from exc
 
     def delete_many(self, keys: Sequence[str]) -> None:
         for key in keys:
@@ -329,31 +416,9 @@ class BlobStore:
         except FileNotFoundError:
             return
         except OSError as exc:
-            if self.filesystem.get_file_info(base).type == pafs.FileType.NotFound:
+            gone = not is_transport(exc) and (
+                self._info(base, f"looking up {prefix}").type == pafs.FileType.NotFound
+            )
+            if gone:
                 return
-            raise BlobError(f"deleting {prefix} failed: {exc}", prefix=prefix) from exc
-
-
-def local_uri(path: str | os.PathLike[str]) -> str:
-    """The blob URI of a local directory (what ``--blob DIR`` records)."""
-    return str(Path(path).expanduser().resolve())
-
-
-def normalize_uri(uri: str) -> str:
-    """The form a blob URI is recorded and compared in: a local path absolute and resolved,
-    any other URI (``s3://``, ``file://``...) as given without a trailing slash."""
-    return uri.rstrip("/") if "://" in uri else local_uri(uri)
-
-
-def agreed_uri(given: str | None, recorded: str) -> str:
-    """The environment's recorded blob URI, after checking that ``given`` (``--blob``, may be
-    None) does not contradict it: ConfigurationError (exit 2) when it does."""
-    if given is not None and normalize_uri(given) != normalize_uri(recorded):
-        raise ConfigurationError(
-            f"--blob {given} differs from the blob URI {recorded} this environment recorded "
-            "at bootstrap",
-            given=normalize_uri(given),
-            recorded=recorded,
-            suggestion=f"omit --blob, or pass --blob {recorded}",
-        )
-    return recorded
+            raise self._fault(exc, f"deleting {prefix} failed", prefix=prefix) from exc

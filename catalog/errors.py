@@ -165,7 +165,26 @@ class CorruptStateError(ConsensusError):
 
 
 class BlobError(CatalogError):
-    """Blob storage failed."""
+    """Blob storage failed (catalog.blobfaults sorts a store's failures into the kinds below)."""
+
+
+class BlobUnreachableError(BlobError):
+    """The blob store did not answer, or answered that it cannot now (down, partitioned,
+    overloaded): an outage to wait out and retry, never a sign of lost or corrupt data."""
+
+    code = "blob-store-unreachable"
+
+
+class BlobDeniedError(BlobError, ConfigurationError):
+    """The blob store refused our credentials or this operation (exit 2: configuration)."""
+
+    code = "blob-store-denied"
+
+
+class BlobBucketMissingError(BlobError, ConfigurationError):
+    """The bucket does not exist (exit 2: catalog-upgrade does not create buckets)."""
+
+    code = "blob-bucket-missing"
 
 
 class CorruptBlobError(BlobError):

@@ -10,7 +10,7 @@ JSON (every key present; absent values are null)::
     {"id", "version", "deploy_generation", "mode": "read-only"|"leader",
      "state": "starting"|"checking"|"ready"|"migrating"|"serving"|"fenced"|"failed",
      "phase", "phase_since", "plan", "error", "host", "pid", "session", "epoch", "http",
-     "heartbeat", "started_at"}
+     "heartbeat", "started_at", "blob_store": null or {"reachable": false, "since", "error"}}
 
 A value that is not such an object is a :class:`~catalog.errors.CorruptStateError` naming the
 key and what is wrong, never a silently empty process.
@@ -103,6 +103,8 @@ class ProcessNode:
     http: str | None = None
     heartbeat: float | None = None
     started_at: float | None = None
+    # While its blob store does not answer: {"reachable": false, "since", "error"}.
+    blob_store: Any = None
 
     @property
     def process_state(self) -> ProcessState:

@@ -1,3 +1,3 @@
 """Test configuration: fixtures live in small plugin modules under tests/support/."""
 
-pytest_plugins = ["support.zookeeper", "support.spark"]
+pytest_plugins = ["support.zookeeper", "support.spark", "support.objectstore"]

@@ -9,7 +9,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from catalog.blob import BlobStore, agreed_uri
+from catalog.blob import BlobStore
+from catalog.bloburi import agreed_uri
 from catalog.consensus import Consensus, Fence
 from catalog.environment import read_catalog
 from catalog.errors import (

@@ -72,8 +72,27 @@ def _export(ctx: click.Context, param: click.Parameter, value: str | None) -> No
         os.environ[names[str(param.name)]] = value
 
 
+def _blob_endpoint(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Make --blob-endpoint this process's (and its children's): every blob store it opens
+    reads it (catalog.blob.ENDPOINT_ENV)."""
+    from catalog.blob import ENDPOINT_ENV
+
+    if value:
+        os.environ[ENDPOINT_ENV] = value
+
+
 def zk_options(func: F) -> F:
-    """The --zk and --env options every ZooKeeper-facing command takes, credentials and TLS."""
+    """The --zk and --env options every ZooKeeper-facing command takes, credentials and TLS,
+    and where the environment's object store answers."""
+    func = click.option(
+        "--blob-endpoint",
+        metavar="HOST:PORT|URL",
+        envvar="CATALOG_UPGRADE_BLOB_ENDPOINT",
+        expose_value=False,
+        callback=_blob_endpoint,
+        help="The S3 endpoint of an s3:// blob store (default: the URI's endpoint_override, "
+        "else AWS). Credentials come from the AWS environment, never the URI.",
+    )(func)
     for name, what in (
         ("key", "this client's private key"),
         ("cert", "this client's certificate"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import attrs
 
-from catalog.blob import agreed_uri, local_uri, normalize_uri
+from catalog.bloburi import agreed_uri, check_uri, local_uri, normalize_uri
 from catalog.errors import (
     BadInputError,
 )
@@ -88,6 +88,8 @@ def resolve_blob_uri(given: str | None, recorded: str | None, env: str) -> str:
 
     An environment not bootstrapped yet takes ``given``, or ``./var/blob/<env>`` made absolute.
     """
+    if given is not None:
+        check_uri(given)  # before any message could show it
     if recorded is not None:
         return agreed_uri(given, recorded)
     return normalize_uri(given) if given else local_uri(DEFAULT_BLOB_DIR / env)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from catalog.environment import read_catalog
 from catalog.errors import (
+    BlobUnreachableError,
     BusyError,
     ConnectionLostError,
     NoShardError,
@@ -97,6 +98,14 @@ class SidecarDataPlane:
             )
         )
         if self._machine.leadership is not None:
+            store = self._machine.store
+            checks.append(
+                ReadinessCheck(
+                    "blob-store",
+                    store.unreachable is None,
+                    f"blob store unreachable since {store.detail()}",
+                )
+            )
             checks.append(
                 ReadinessCheck(
                     "writes",
@@ -159,6 +168,8 @@ class SidecarDataPlane:
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
         table = rows_to_table(body, builtin.schema)
+        store = self._machine.store
+        store.refuse_writes()  # fail fast during an outage: nothing is tried, nothing lands
         # A session suspended for a moment (its ZooKeeper server died, the client moves to
         # another) pauses the request rather than failing it: every attempt waits up to a
         # third of the session timeout for the session, and a ConnectionLoss is retried by
@@ -190,6 +201,9 @@ class SidecarDataPlane:
                 before_read=lambda: leadership.check(wait),
                 before_send=before_send,
             )
+        except BlobUnreachableError as exc:  # the batch never reached the store: not landed
+            store.failed(exc)
+            raise
         except ConnectionLostError as exc:
             if sent:
                 raise  # an attempt may have landed: the outcome is unknown, not refused
@@ -197,6 +211,7 @@ class SidecarDataPlane:
                 f"leader writes are paused: the ZooKeeper session is suspended (waited {wait:g} s)",
                 state=self._progress.state.value,
             ) from exc
+        store.answered()
         assert result.mark is not None
         if not result.replayed:
             self._metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
@@ -210,6 +225,15 @@ class SidecarDataPlane:
         }
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+        try:
+            rows = self._read(collection, as_of)
+        except BlobUnreachableError as exc:
+            self._machine.store.failed(exc)
+            raise
+        self._machine.store.answered()
+        return rows
+
+    def _read(self, collection: str, as_of: int | None) -> list[dict[str, Any]]:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
         reads_with = find_schema_id(shard.state(), builtin.schema)

@@ -40,6 +40,9 @@ from werkzeug.wrappers import Request, Response
 from catalog.errors import (
     BadIdempotencyKeyError,
     BadInputError,
+    BlobBucketMissingError,
+    BlobDeniedError,
+    BlobUnreachableError,
     BusyError,
     CatalogError,
     ConfigurationError,
@@ -62,6 +65,8 @@ from orchestrator.status.web import page_response
 log = structlog.get_logger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Seconds a 503 answer asks the client to wait (Retry-After), unless the error says.
+RETRY_AFTER = 1
 JSON_TYPE = "application/json"
 JSON_LINES_TYPE = "application/x-ndjson"
 
@@ -118,6 +123,9 @@ def parse_address(text: str) -> tuple[str, int]:
 #: The domain's refusals of a request and their statuses; the body's ``error`` is the class's
 #: ``code``.
 REFUSALS: Mapping[type[CatalogError], HTTPStatus] = {
+    BlobUnreachableError: HTTPStatus.SERVICE_UNAVAILABLE,
+    BlobDeniedError: HTTPStatus.INTERNAL_SERVER_ERROR,
+    BlobBucketMissingError: HTTPStatus.INTERNAL_SERVER_ERROR,
     UnknownCollectionError: HTTPStatus.NOT_FOUND,
     NoShardError: HTTPStatus.NOT_FOUND,
     BadIdempotencyKeyError: HTTPStatus.BAD_REQUEST,
@@ -231,6 +239,8 @@ class SidecarApp:
             response = _json(status, body)
             if status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'
+            if status == HTTPStatus.SERVICE_UNAVAILABLE:  # a state that passes: say when to retry
+                response.headers["Retry-After"] = str(exc.details.get("retry_after", RETRY_AFTER))
             return response
         except Exception as exc:  # a bug: answer 500 and keep serving
             log.exception("http_handler_failed", path=request.path)

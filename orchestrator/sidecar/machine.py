@@ -19,6 +19,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import (
+    BlobUnreachableError,
     CatalogError,
     ConnectionLostError,
     CorruptStateError,
@@ -41,6 +42,7 @@ from orchestrator.sidecar.health import Health
 from orchestrator.sidecar.journal import SidecarJournal
 from orchestrator.sidecar.maintenance import LeaderMaintenance
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.states import Promote, State, Stopping
 
@@ -88,8 +90,9 @@ class SidecarMachine:
         self._status_value = status_value
         self.log = log
         self.health = Health(progress)
+        self.store = BlobStoreHealth(metrics)
         self.journal = SidecarJournal(config, release, connection, log)
-        self._maintenance = LeaderMaintenance(config, metrics, self.journal.event)
+        self._maintenance = LeaderMaintenance(config, metrics, self.journal.event, self.store)
         self._retry = CasRetry(on_retry=metrics.count_cas_retry)
         self.ctx: MigrationContext | None = None
         self._election: election_mod.LeaderElection | None = None
@@ -158,6 +161,10 @@ class SidecarMachine:
         except CorruptStateError as exc:
             self.check = None  # a follower re-checks from the repaired state
             self.health.degrade(exc, name)
+        except BlobUnreachableError as exc:  # an outage: a state, retried at the next beat
+            self.pending = True
+            self.store.failed(exc)
+            self._progress.publish()
 
     def on_zk_state(self, state: str) -> None:
         self._metrics.zookeeper_connected.set(1 if state == KazooState.CONNECTED else 0)
@@ -369,6 +376,11 @@ class SidecarMachine:
             return
         if self._connection.writes_paused:
             return
+        was_down = self.store.unreachable is not None
+        self.ctx.blob.probe()  # one cheap request: readiness follows the store within a round
+        self.store.answered()
+        if was_down:
+            self._progress.publish()
         try:
             finalized = self._maintenance.run(self.ctx, leadership.fence, self.log)
         except ConnectionLostError:

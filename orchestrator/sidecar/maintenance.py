@@ -11,7 +11,7 @@ from typing import Any
 
 from catalog.consensus import Fence
 from catalog.environment import read_catalog
-from catalog.errors import CatalogError, ConnectionLostError, FencedError
+from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostError, FencedError
 from catalog.shard.coverage import RollupCounts
 from orchestrator.migrate import (
     MigrationContext,
@@ -23,19 +23,46 @@ from orchestrator.migrate import (
 )
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.status.coverage import read_coverage
 
 #: ``event(kind, fence=..., **fields)``: record an upgrade event.
 EventSink = Callable[..., None]
 
 
+class Backoff:
+    """Delays that double from one second up to ``cap`` until :meth:`reset`."""
+
+    def __init__(self, cap: float) -> None:
+        self._cap = cap
+        self._delay = 0.5
+
+    def next(self) -> float:
+        self._delay = min(self._delay * 2, self._cap)
+        return self._delay
+
+    def reset(self) -> None:
+        self._delay = 0.5
+
+
 class LeaderMaintenance:
     """When each periodic task is due, and the sweep thread; one per sidecar."""
 
-    def __init__(self, config: SidecarConfig, metrics: SidecarMetrics, event: EventSink) -> None:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        metrics: SidecarMetrics,
+        event: EventSink,
+        store: BlobStoreHealth,
+    ) -> None:
         self._config = config
         self._metrics = metrics
         self._event = event
+        self._store = store
+        # After an outage of the blob store, the next try comes sooner than the interval:
+        # 1 s, 2 s, 4 s ... up to it.
+        self._orphan_backoff = Backoff(config.orphan_interval)
+        self._gc_backoff = Backoff(config.gc_interval)
         self._next_orphan_scan = 0.0
         self._next_gc = time.monotonic() + config.gc_interval  # not at once: after a grace
         self._sweeper: threading.Thread | None = None
@@ -48,12 +75,17 @@ class LeaderMaintenance:
         config = self._config
         if time.monotonic() >= self._next_orphan_scan:
             self._next_orphan_scan = time.monotonic() + config.orphan_interval
-            orphans = collect_orphan_shards(
-                ctx,
-                fence,
-                grace_seconds=config.orphan_grace,
-                known_finalized=self._known_finalized,
-            )
+            try:
+                orphans = collect_orphan_shards(
+                    ctx,
+                    fence,
+                    grace_seconds=config.orphan_grace,
+                    known_finalized=self._known_finalized,
+                )
+            except BlobUnreachableError:
+                self._next_orphan_scan = time.monotonic() + self._orphan_backoff.next()
+                raise
+            self._orphan_backoff.reset()
             if orphans:
                 self._event("orphans_queued", fence=fence, shards=orphans)
         sweeping = self._sweeper is not None and self._sweeper.is_alive()
@@ -82,6 +114,15 @@ class LeaderMaintenance:
                 compact_due(ctx, found[0], fence, min_batches=self._config.compact_min_batches)
             self._metrics.set_coverage(
                 read_coverage(ctx.consensus, rollup_counts=self._rollup_counts)
+            )
+            self._gc_backoff.reset()
+        except BlobUnreachableError as exc:  # an outage: try again soon, not at the interval
+            self._store.failed(exc)
+            self._next_gc = time.monotonic() + self._gc_backoff.next()
+            log.warning(
+                "sweep_deferred",
+                reason="blob store unreachable",
+                retry_in=self._next_gc - time.monotonic(),
             )
         except (ConnectionLostError, FencedError) as exc:
             log.info("sweep_stopped", reason=type(exc).__name__)

@@ -40,6 +40,8 @@ class SidecarMetrics:
     rows_appended: Counter = attrs.field(init=False)
     blobs_collected: Counter = attrs.field(init=False)
     zookeeper_connected: Gauge = attrs.field(init=False)
+    blob_store_up: Gauge = attrs.field(init=False)
+    blob_store_failures: Counter = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
     retirable_schemas: Gauge = attrs.field(init=False)
@@ -95,6 +97,17 @@ class SidecarMetrics:
         self.zookeeper_connected = Gauge(
             "catalog_upgrade_zookeeper_connected",
             "1 while the ZooKeeper session is connected",
+            registry=r,
+        )
+        self.blob_store_up = Gauge(
+            "catalog_upgrade_blob_store_up",
+            "1 while the blob store answers this process (0 during an outage)",
+            registry=r,
+        )
+        self.blob_store_up.set(1)
+        self.blob_store_failures = Counter(
+            "catalog_upgrade_blob_store_failures",
+            "Blob store operations that failed because the store did not answer",
             registry=r,
         )
         self.schema_batches = Gauge(

@@ -33,6 +33,7 @@ from catalog.environment import read_catalog
 from catalog.errors import (
     EXIT_OK,
     EXIT_UNEXPECTED,
+    BlobUnreachableError,
     CatalogError,
     FencedError,
 )
@@ -129,6 +130,7 @@ class Sidecar:
             http=self.http.address,
             heartbeat=time.time(),
             started_at=self._started_at,
+            blob_store=self.machine.store.report(),
         )
 
     def _encoded_status(self) -> bytes:
@@ -197,6 +199,10 @@ class Sidecar:
             self.config.blob, found[0].blob_uri if found else None, self.config.env
         )
         blob = BlobStore.from_uri(blob_uri)
+        try:  # a wrong credential or a missing bucket is configuration: exit 2, nothing written
+            blob.probe()
+        except BlobUnreachableError as exc:  # an outage: start, and say so until it answers
+            self.machine.store.failed(exc)
         if self.config.engine != "arrow":  # a cluster must see the blob store (exit 2)
             local = blob.filesystem.type_name == "local"
             self.config.spark.check_blob(blob_uri, local)

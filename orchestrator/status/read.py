@@ -244,6 +244,16 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         catalog.blob_uri if catalog is not None else None,
         shard_exists=found.get(migration_key) is not None,
     )
+    warnings = [warning] if warning else []
+    for process in processes:  # a process that meets an outage of the store says so
+        report = process.blob_store
+        if isinstance(report, dict) and not report.get("reachable", True):
+            since = report.get("since")
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
+            warnings.append(
+                f"{process.id} reports the blob store unreachable since {when}: "
+                f"{report.get('error')}"
+            )
     return UpgradeStatus(
         environment=_environment_name(consensus),
         catalog=summary,
@@ -256,6 +266,6 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         events=tuple(read_events(consensus, events)),
         read_at=read_at,
         plan_source=focus.id if focus is not None else None,
-        warnings=(warning,) if warning else (),
+        warnings=tuple(warnings),
         errors=tuple(errors),
     )

