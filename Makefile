@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench clean zookeeper spark-cluster
+.PHONY: demo test lint typecheck unit integration bench clean zookeeper s3 spark-cluster
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ integration: $(STAMP)
 
 zookeeper: $(STAMP)
 	$(BIN)/catalog-upgrade zookeeper
+
+s3: $(STAMP)
+	$(BIN)/catalog-upgrade s3
 
 spark-cluster: $(STAMP)
 	$(BIN)/catalog-upgrade spark-cluster --connect-port 15002

