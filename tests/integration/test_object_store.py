@@ -301,3 +301,20 @@ def test_an_outage_of_the_store_is_a_state_the_leader_survives(
     )
     leader.signal(signal.SIGTERM)
     assert leader.wait_exit() == EXIT_OK
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_without_the_s3a_classes_names_the_missing_piece(
+    launch: Launch, zk_env: ZkEnv, s3_blob: str
+) -> None:
+    """The pyspark wheel has no hadoop-aws: a Spark read of an s3:// store is one error line
+    (exit 2) naming what is missing and what to do, not a Py4J traceback."""
+    leader = launch(V1, 1, "leader", blob=s3_blob, auto_promote=True)
+    leader.wait_state("serving")
+    assert leader.http("POST", f"/append?collection={TABLES}", table_rows("a"))[0] == 200
+    done = cli("read", "--zk", zk_env.hosts, "--env", zk_env.name, "--collection", TABLES,
+               "--engine", "spark", "--json", timeout=180)  # fmt: skip
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Py4J" not in done.stderr, done.stderr[-3000:]
+    assert "hadoop-aws" in done.stderr and "--engine arrow" in done.stderr, done.stderr[-3000:]

@@ -91,7 +91,11 @@ class SparkEngine:
         for (schema_id, spark_written), group in sorted(by_writer(refs).items()):
             live = state.live(schema_id)
             paths = [spark_path(shard.blob, r.key(shard.shard_id)) for r in group]
-            scan = self.spark.read.schema(read_schema(live, spark_written)).parquet(*paths)
+            try:
+                scan = self.spark.read.schema(read_schema(live, spark_written)).parquet(*paths)
+            except spark_errors() as exc:  # the scan's analysis opens the file system
+                raise_resource_error(exc)
+                raise
             columns = []
             for field in schema:
                 index = live.get_field_index(field.name)

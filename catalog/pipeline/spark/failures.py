@@ -24,6 +24,16 @@ class SparkJobError(ShardError):
 def raise_resource_error(exc: BaseException) -> None:
     """Re-raise a Spark failure a setting explains as an error line naming the setting."""
     text = str(exc)
+    if "S3AFileSystem" in text or 'No FileSystem for scheme "s3' in text:
+        raise ConfigurationError(
+            "Spark cannot open an s3:// blob store: this Spark has no Hadoop S3A file system "
+            "(org.apache.hadoop.fs.s3a.S3AFileSystem, from the hadoop-aws jars, which the "
+            "pyspark wheel lacks). Add hadoop-aws and its AWS SDK bundle to the cluster "
+            "(--spark-conf spark.jars.packages=org.apache.hadoop:hadoop-aws:VERSION, VERSION "
+            "that of its Hadoop), or use --engine arrow",
+            missing="org.apache.hadoop.fs.s3a.S3AFileSystem",
+            suggestion="--engine arrow",
+        ) from exc
     if "maxResultSize" in text:
         raise ConfigurationError(
             "the result Spark sends to this process is larger than spark.driver.maxResultSize: "
