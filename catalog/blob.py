@@ -93,6 +93,8 @@ class BlobStore:
     uri: str
     #: The object store's endpoint, when one was named (for messages; no credentials).
     endpoint: str | None = None
+    #: ``uri`` with this process's endpoint written in (``located_uri``).
+    location: str | None = None
 
     @classmethod
     def from_uri(cls, uri: str, *, endpoint: str | None = None) -> BlobStore:
@@ -144,7 +146,20 @@ class BlobStore:
         except (pa.ArrowInvalid, OSError) as exc:
             raise BadInputError(f"blob URI {uri!r} is not usable: {exc}", uri=uri) from exc
         root = (parts.netloc + parts.path).rstrip("/")
-        return cls(filesystem=filesystem, root=root, uri=uri, endpoint=endpoint)
+        located = {k: v for k, v in options.items() if k not in ("endpoint_override", "scheme")}
+        if endpoint:
+            located |= {"endpoint_override": endpoint, "scheme": scheme or "https"}
+        location = urllib.parse.urlunsplit(
+            ("s3", parts.netloc, parts.path, urllib.parse.urlencode(located, safe=":/"), "")
+        )
+        return cls(filesystem, root, uri, endpoint=endpoint, location=location)
+
+    @property
+    def located_uri(self) -> str:
+        """``uri`` naming the endpoint this process reaches the store at: what a process that
+        does not share this one's environment (a Spark executor) opens. No credentials: those
+        come from that process's own AWS chain."""
+        return self.location or self.uri
 
     def _fault(self, exc: BaseException, message: str, **details: Any) -> Exception:
         """A file system's failure as the project's error, naming this store."""

@@ -75,12 +75,19 @@ class EmbeddedS3:
     credentials: S3Credentials = attrs.field(factory=S3Credentials.generate)
     ports: dict[str, tuple[int, int]] = attrs.field(factory=dict)
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+    # Ports picked here (not given), which a first start may pick again if one was taken.
+    _picked: set[str] = attrs.field(factory=set, init=False)
+    _started_once: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
         for component in _COMPONENTS:
-            if component not in self.ports:
+            if component not in self.ports or component in self._picked:
                 self.ports[component] = (free_port(self.host), free_port(self.host))
+                self._picked.add(component)
 
     @property
     def endpoint(self) -> str:
@@ -122,9 +129,25 @@ class EmbeddedS3:
         return config
 
     def start(self, timeout: float = 60.0) -> EmbeddedS3:
-        """Start the server (same ports and data as before) and return once S3 answers."""
+        """Start the server (same ports and data as before) and return once S3 answers. A
+        first start whose picked port another process took meanwhile picks again."""
+        for attempt in range(3):
+            try:
+                self._launch(timeout)
+                self._started_once = True
+                return self
+            except ConfigurationError:
+                if self._started_once or attempt == 2 or "address already in use" not in (
+                    self.tail_log()
+                ):
+                    raise
+                log.warning("s3_port_taken", attempt=attempt + 1)
+                self._pick_ports()
+        return self
+
+    def _launch(self, timeout: float) -> None:
         if self.running:
-            return self
+            return
         config = self._write_identities()
         command = [
             weed_binary(),
@@ -148,7 +171,6 @@ class EmbeddedS3:
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         self.wait_serving(timeout)
-        return self
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Return once the S3 gateway answers HTTP (any status: it asks for a signature)."""

@@ -187,3 +187,19 @@ def test_compaction_partitions_follow_input_bytes_but_keep_every_core_busy() -> 
     assert partitions_for(150 * mib, 2) == 2  # one file would leave a core idle
     assert partitions_for(150 * mib, 64) == 10  # at least 16 MiB of input each
     assert partitions_for(4000 * mib, 2) == 21  # files of about 192 MiB
+
+
+def test_a_spark_without_s3a_is_one_line_naming_hadoop_aws() -> None:
+    """What Spark's analysis raises when it has no S3A file system becomes exit 2 naming
+    hadoop-aws and --engine arrow (the message of pyspark 4's Py4J error, first lines)."""
+    from catalog.errors import ConfigurationError
+    from catalog.pipeline.spark.failures import raise_resource_error
+
+    text = (
+        "An error occurred while calling o47.parquet.\n: java.lang.RuntimeException: "
+        "java.lang.ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found"
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        raise_resource_error(RuntimeError(text))
+    assert "hadoop-aws" in caught.value.message and "--engine arrow" in caught.value.message
+    assert "\n" not in caught.value.message

@@ -53,7 +53,7 @@ def partitions_for(input_bytes: int, parallelism: int) -> int:
     return max(1, by_size, spread)
 
 
-def _parallelism(spark: Any) -> int:
+def compaction_parallelism(spark: Any) -> int:
     """Cores Spark runs tasks on (a Spark Connect session does not say: its shuffle default)."""
     try:
         return int(spark.sparkContext.defaultParallelism)
@@ -68,7 +68,9 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
 
     A flat schema is sorted in Spark and written by Spark's own Parquet writer (no row goes
     through Python; the batches are marked ``spark_types`` and readers restore the types). A
-    nested one is written by the Python workers, a row group at a time. Outputs of a failed
+    nested one, or any on a store Spark's file system cannot reach (an object store without
+    the S3A classes: :meth:`SparkEngine.hadoop_reaches`), is written by the Python workers, a
+    row group at a time. Outputs of a failed
     job, and what Spark's writer leaves beside them, are orphans the garbage collection
     removes.
     """
@@ -97,14 +99,18 @@ def _compact(
         frame = frame.withColumn(TS, F.greatest(spark_col(TS), F.lit(state.since).cast("long")))
     sizes = {b.key: b.size for b in shard.blob.list_info(blob_prefix(shard.shard_id))}
     size = sum(sizes.get(ref.key(shard.shard_id), 0) for ref in inputs)
-    frame = consolidate_frame(frame, target, partitions_for(size, _parallelism(engine.spark)))
+    parts = partitions_for(size, compaction_parallelism(engine.spark))
+    frame = consolidate_frame(frame, target, parts)
+    if is_sortable(target):  # sorted in Spark; the Python writer marks such batches ordered
+        frame = frame.sortWithinPartitions(
+            *[spark_col(n).asc_nulls_last() for n in [*target.names, TS]]
+        )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
         try:
-            if is_sortable(target):
-                order = [spark_col(n).asc_nulls_last() for n in [*target.names, TS]]
-                outputs = _spark_written(frame.sortWithinPartitions(*order), shard, state)
-            else:
+            if is_sortable(target) and engine.hadoop_reaches(shard.blob):
+                outputs = _spark_written(frame, shard, state)
+            else:  # nested, or a store only pyarrow reaches (an object store without S3A)
                 outputs = _python_written(frame, shard, state)
         except spark_errors() as exc:
             raise_worker_error(exc)
@@ -177,7 +183,7 @@ def _python_written(frame: Any, shard: Shard, state: ShardState) -> list[BatchRe
     """``frame`` written by the Python workers (one batch per partition, a row group at a
     time); their entries."""
     writer = functools.partial(
-        write_partition, shard.blob.uri, shard.shard_id, update_schema(state.live_schema)
+        write_partition, shard.blob.located_uri, shard.shard_id, update_schema(state.live_schema)
     )
     return [
         BatchRef(

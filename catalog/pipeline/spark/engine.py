@@ -13,13 +13,14 @@ import attrs
 import pyarrow as pa
 import structlog
 
+from catalog.blob import BlobStore
 from catalog.consensus import Fence
 from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.output import STREAM_ROWS, SnapshotWritten, finish, open_output
 from catalog.pipeline.rewrite import CopyPlan, SourceMoved, copy_shard
-from catalog.pipeline.spark.compaction import compact
+from catalog.pipeline.spark.compaction import compact, compaction_parallelism
 from catalog.pipeline.spark.config import size_bytes
 from catalog.pipeline.spark.expressions import (
     consolidate_frame,
@@ -34,10 +35,12 @@ from catalog.pipeline.spark.types import read_schema, spark_schema
 from catalog.pipeline.spark.workers import (
     CHUNK_SCHEMA,
     PARTS_SCHEMA,
+    SCAN_KEYS_SCHEMA,
     WRITTEN_SCHEMA,
     ipc_partition,
     pickle_transforms,
     raise_worker_error,
+    scan_partition,
     transform_partition,
     transform_write_partition,
     write_partition,
@@ -71,10 +74,40 @@ class SparkEngine:
 
     provider: SparkSessionProvider = attrs.field(factory=spark_provider)
     name: str = "spark"
+    _s3a: bool | None = attrs.field(default=None, init=False)
 
     @property
     def spark(self) -> Any:
         return self.provider.session()
+
+    def hadoop_reaches(self, blob: BlobStore) -> bool:
+        """Whether Spark's own (Hadoop) file system opens ``blob``'s files. An ``s3://`` store
+        needs the S3A classes (hadoop-aws), which the pyspark wheel lacks; without them (or on
+        Spark Connect, which cannot tell) the executors read and write through pyarrow."""
+        if blob.filesystem.type_name != "s3":
+            return True
+        if self._s3a is None:
+            try:
+                jvm = self.spark.sparkContext._jvm
+                jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+                self._s3a = True
+            except Exception:  # no class, or Spark Connect (no JVM here)
+                self._s3a = False
+        return self._s3a
+
+    def _scan(self, blob: BlobStore, keys: list[str], struct: Any) -> Any:
+        """The Parquet files ``keys`` of ``blob`` as a DataFrame of ``struct``: Spark's own
+        scan, or pyarrow on the executors when Spark's file system cannot reach the store."""
+        if self.hadoop_reaches(blob):
+            try:
+                return self.spark.read.schema(struct).parquet(*[spark_path(blob, k) for k in keys])
+            except spark_errors() as exc:  # the scan's analysis opens the file system
+                raise_resource_error(exc)
+                raise
+        parts = max(1, min(len(keys), compaction_parallelism(self.spark)))
+        listing = self.spark.createDataFrame([(k,) for k in keys], SCAN_KEYS_SCHEMA)
+        reader = functools.partial(scan_partition, blob.located_uri, _spark_arrow_schema(struct))
+        return listing.repartition(parts).mapInArrow(reader, struct)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -90,12 +123,8 @@ class SparkEngine:
         frames = []
         for (schema_id, spark_written), group in sorted(by_writer(refs).items()):
             live = state.live(schema_id)
-            paths = [spark_path(shard.blob, r.key(shard.shard_id)) for r in group]
-            try:
-                scan = self.spark.read.schema(read_schema(live, spark_written)).parquet(*paths)
-            except spark_errors() as exc:  # the scan's analysis opens the file system
-                raise_resource_error(exc)
-                raise
+            keys = [r.key(shard.shard_id) for r in group]
+            scan = self._scan(shard.blob, keys, read_schema(live, spark_written))
             columns = []
             for field in schema:
                 index = live.get_field_index(field.name)
@@ -238,7 +267,9 @@ class SparkEngine:
         store = open_output(output)
         with shard.lease(holder=f"read-output-{os.getpid()}", as_of=as_of):
             frame, reader = self.snapshot_frame(shard, as_of, reader_schema)
-            writer = functools.partial(write_snapshot_partition, store.uri, update_schema(reader))
+            writer = functools.partial(
+                write_snapshot_partition, store.located_uri, update_schema(reader)
+            )
             try:
                 parts = frame.mapInArrow(writer, PARTS_SCHEMA).collect()
             except spark_errors() as exc:
@@ -308,7 +339,7 @@ class SparkEngine:
         frame = self._updates_between(source, plan, plan.lower)
         body = functools.partial(
             transform_write_partition, payload, copy_schema(plan.source.live_schema),
-            new_schema, target.blob.uri, target.shard_id,
+            new_schema, target.blob.located_uri, target.shard_id,
         )  # fmt: skip
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
@@ -335,7 +366,7 @@ class SparkEngine:
             both = full.unionByName(held).withColumn(TS, F.lit(plan.upper - 1).cast("long"))
             delta = consolidate_frame(both, new_schema)
             writer = functools.partial(
-                write_partition, target.blob.uri, target.shard_id, update_schema(new_schema)
+                write_partition, target.blob.located_uri, target.shard_id, update_schema(new_schema)
             )
             return list(delta.mapInArrow(writer, WRITTEN_SCHEMA).collect())
 

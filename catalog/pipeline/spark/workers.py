@@ -59,6 +59,22 @@ def transform_partition(
 
 
 WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
+#: The rows a pyarrow scan distributes: one blob key each.
+SCAN_KEYS_SCHEMA = "key string"
+
+
+def scan_partition(
+    uri: str, spark_arrow: pa.Schema, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of a scan that Spark's Hadoop file system cannot do (an object store
+    without its connector): each key's Parquet file read by pyarrow here, in ``spark_arrow``
+    (the Arrow form of what Spark's own scan would give), a row group's worth at a time."""
+    store = BlobStore.from_uri(uri)
+    for batch in batches:
+        for key in batch.column("key").to_pylist():
+            table = store.get_batch(key, columns=spark_arrow.names)
+            yield from restore_table(table, spark_arrow).to_batches(max_chunksize=ROW_GROUP_ROWS)
+
 
 
 # Spark compaction writes a row group per this many rows (what a task holds at a time).
