@@ -26,6 +26,7 @@ from catalog.errors import (
     BlobUnreachableError,
     CorruptBlobError,
 )
+from catalog.shard import Shard
 from orchestrator.testing.s3server import EmbeddedS3
 from support.objectstore import BUCKET, ObjectStore
 from support.sidecars import SidecarProcess, cli, json_lines, sidecars, tree_digest
@@ -344,3 +345,40 @@ def test_spark_reads_compacts_and_rewrites_on_s3_through_pyarrow_on_the_executor
     assert sorted(r["id"] for r in rewritten) == [f"u{i}" for i in range(5)]
     assert read("spark", ROLES) == rewritten
     assert "spark" in green.log_file.read_text()
+
+
+@pytest.mark.slow
+def test_a_crash_between_a_blob_write_and_its_commit_leaves_an_orphan_the_gc_removes(
+    launch: Launch, zk_env: ZkEnv, s3_blob: str
+) -> None:
+    """A leader killed (SIGKILL) right before the commit of an append whose batch is already
+    in the bucket: nothing of that append is visible, its successor serves every acknowledged
+    row, and the garbage collection deletes the blob nobody references."""
+    leader = launch(V1, 1, "crashing", blob=s3_blob, auto_promote=True, crash_before_write=40)
+    leader.wait_state("serving")
+    acknowledged: list[str] = []
+    for i in range(60):
+        status, _ = leader.http("POST", f"/append?collection={TABLES}", table_rows(f"r{i}"))
+        if status != 200:
+            break
+        acknowledged.append(f"r{i}")
+    assert leader.wait_exit() == -signal.SIGKILL, "the failpoint never fired"
+    assert acknowledged, "the leader crashed before serving an append"
+    store = BlobStore.from_uri(s3_blob)
+    consensus = Consensus(leader.client, f"/catalog-upgrade/{zk_env.name}")
+    found = read_catalog(consensus)
+    assert found is not None
+    shard_id = found[0].by_name()[TABLES].shard_id
+    shard = Shard(consensus, store, shard_id)
+    _state, unreferenced = shard.unreferenced_blobs()
+    assert len(unreferenced) == 1, "the crashed append's batch should be in the bucket"
+
+    successor = launch(V1, 1, "successor", blob=s3_blob, auto_promote=True,
+                       extra=["--gc-grace", "2"])  # fmt: skip
+    successor.wait_state("serving")
+    names = [r["name"] for r in json_lines(successor.http("GET", f"/read?collection={TABLES}")[1])]
+    assert sorted(names) == sorted(acknowledged)
+    deadline = time.monotonic() + 30
+    while shard.unreferenced_blobs()[1] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not shard.unreferenced_blobs()[1], "the orphan batch is still in the bucket"
