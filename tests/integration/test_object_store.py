@@ -342,7 +342,7 @@ def test_spark_reads_compacts_and_rewrites_on_s3_through_pyarrow_on_the_executor
     assert done.returncode == EXIT_OK, done.stderr[-3000:]
     green.wait_state("serving", timeout=60)
     rewritten = read("arrow", ROLES)
-    assert sorted(r["id"] for r in rewritten) == [f"u{i}" for i in range(5)]
+    assert sorted(str(r["id"]) for r in rewritten) == [f"u{i}" for i in range(5)]
     assert read("spark", ROLES) == rewritten
     assert "spark" in green.log_file.read_text()
 
@@ -376,7 +376,8 @@ def test_a_crash_between_a_blob_write_and_its_commit_leaves_an_orphan_the_gc_rem
     successor = launch(V1, 1, "successor", blob=s3_blob, auto_promote=True,
                        extra=["--gc-grace", "2"])  # fmt: skip
     successor.wait_state("serving")
-    names = [r["name"] for r in json_lines(successor.http("GET", f"/read?collection={TABLES}")[1])]
+    body = successor.http("GET", f"/read?collection={TABLES}")[1]
+    names = [str(r["name"]) for r in json_lines(body)]
     assert sorted(names) == sorted(acknowledged)
     deadline = time.monotonic() + 30
     while shard.unreferenced_blobs()[1] and time.monotonic() < deadline:
