@@ -66,6 +66,30 @@ class S3Credentials:
         return cls("cu" + secrets.token_hex(8), secrets.token_urlsafe(24))
 
 
+def create_bucket(endpoint: str, credentials: S3Credentials, bucket: str) -> None:
+    """Create ``bucket`` on the S3 server at ``endpoint`` (plain HTTP), as an operator would;
+    retried for 30 s while a just-started server finishes joining its parts."""
+    import pyarrow.fs as pafs
+
+    filesystem = pafs.S3FileSystem(
+        access_key=credentials.access_key,
+        secret_key=credentials.secret_key,
+        endpoint_override=endpoint,
+        scheme="http",
+        region="us-east-1",
+        allow_bucket_creation=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            filesystem.create_dir(bucket)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @attrs.define
 class EmbeddedS3:
     """A SeaweedFS S3 server child process; a context manager."""
@@ -212,25 +236,7 @@ class EmbeddedS3:
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (idempotent), with this server's credentials."""
-        import pyarrow.fs as pafs
-
-        filesystem = pafs.S3FileSystem(
-            access_key=self.credentials.access_key,
-            secret_key=self.credentials.secret_key,
-            endpoint_override=self.endpoint,
-            scheme="http",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                filesystem.create_dir(bucket)
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)  # the filer may still be joining its volume server
+        create_bucket(self.endpoint, self.credentials, bucket)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""

@@ -205,12 +205,11 @@ client.stop()
 """
 
 
-def test_rewrite_copy_on_a_cluster_passes_no_rows_through_the_driver(
+def copy_on_the_cluster(
     shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster
-) -> None:
-    """A REWRITE copy of 160,000 stored rows on the cluster with maxResultSize=1m: the
-    executors write the target's batches and the driver commits their references; the target
-    holds the transformed source."""
+) -> tuple[Shard, subprocess.CompletedProcess[str]]:
+    """COPY_SCRIPT (a REWRITE copy of ``shard`` into a new shard, on the cluster) in a process
+    of its own; the target and the finished process."""
     new = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
     target = Shard(shard.consensus, shard.blob, f"t-{uuid.uuid4().hex[:8]}")
     target.create(new)
@@ -218,6 +217,16 @@ def test_rewrite_copy_on_a_cluster_passes_no_rows_through_the_driver(
     command = [sys.executable, "-c", COPY_SCRIPT, *args, cluster.master_url]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    return target, done
+
+
+def test_rewrite_copy_on_a_cluster_passes_no_rows_through_the_driver(
+    shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster
+) -> None:
+    """A REWRITE copy of 160,000 stored rows on the cluster with maxResultSize=1m: the
+    executors write the target's batches and the driver commits their references; the target
+    holds the transformed source."""
+    target, done = copy_on_the_cluster(shard, zk_env, cluster)
     assert json.loads(done.stdout.splitlines()[-1])["rows"] == 160_000
     state = target.state()
     assert state.upper == shard.state().upper and state.batch_count >= 2  # one per partition
@@ -308,13 +317,7 @@ def test_read_compaction_and_rewrite_copy_on_an_object_store_on_the_cluster(
     assert summary["applied"] and summary["engine"] == "spark" and summary["rows"] == 160_000
     assert canonical(shard.snapshot()) == canonical(expected)
 
-    new = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
-    target = Shard(shard.consensus, shard.blob, f"t-{uuid.uuid4().hex[:8]}")
-    target.create(new)
-    args = [zk_env.hosts, shard.consensus.root, shard.blob.uri, shard.shard_id, target.shard_id]
-    command = [sys.executable, "-c", COPY_SCRIPT, *args, cluster.master_url]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    target, _ = copy_on_the_cluster(shard, zk_env, cluster)
     expected_copy = sorted((r["id"], r["name"].upper(), r[DIFF]) for r in expected.to_pylist())
     got = sorted((r["id"], r["label"], r[DIFF]) for r in target.snapshot().to_pylist())
     assert got == expected_copy

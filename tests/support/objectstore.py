@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from orchestrator.testing.s3server import EmbeddedS3, S3Credentials
+from orchestrator.testing.s3server import EmbeddedS3, S3Credentials, create_bucket
 from support.zookeeper import docker_engine_answers
 
 BUCKET = "catalog"
@@ -56,22 +56,8 @@ def minio() -> Iterator[ObjectStore]:
     with container:
         endpoint = f"{container.get_container_host_ip()}:{container.get_exposed_port(9000)}"
         store = ObjectStore(endpoint, credentials, "testcontainers")
-        create_bucket(store, BUCKET)
+        create_bucket(endpoint, credentials, BUCKET)
         yield store
-
-
-def create_bucket(store: ObjectStore, bucket: str) -> None:
-    import pyarrow.fs as pafs
-
-    filesystem = pafs.S3FileSystem(
-        access_key=store.credentials.access_key,
-        secret_key=store.credentials.secret_key,
-        endpoint_override=store.endpoint,
-        scheme="http",
-        region="us-east-1",
-        allow_bucket_creation=True,
-    )
-    filesystem.create_dir(bucket)
 
 
 @contextlib.contextmanager
