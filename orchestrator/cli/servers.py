@@ -162,7 +162,33 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     type=click.Path(dir_okay=False),
     default=None,
     envvar="CATALOG_UPGRADE_HTTP_TOKEN_FILE",
-    help="File holding the bearer token POST /promote and POST /append require.",
+    help="File holding the bearer token POST /promote and POST /append require (and reads "
+    "accept); re-read when it changes.",
+)
+@click.option(
+    "--http-read-token-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="CATALOG_UPGRADE_HTTP_READ_TOKEN_FILE",
+    help="File holding a bearer token for /status, /history, /read and /metrics only.",
+)
+@click.option(
+    "--http-allowed-host",
+    "http_allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name to answer besides loopback and the listen address (repeatable; * any).",
+)
+@click.option(
+    "--metrics-public", is_flag=True, help="Serve /metrics without a token (for a scraper)."
+)
+@click.option(
+    "--http-max-body",
+    type=click.IntRange(min=1),
+    default=64 * 1024 * 1024,
+    show_default=True,
+    metavar="BYTES",
+    help="The largest request body read (chunked or not): 413 past it.",
 )
 @click.option(
     "--http-insecure",
@@ -228,6 +254,10 @@ def sidecar_command(
     blob: str | None,
     http: str,
     http_token_file: str | None,
+    http_read_token_file: str | None,
+    http_allowed_hosts: tuple[str, ...],
+    metrics_public: bool,
+    http_max_body: int,
     http_insecure: bool,
     http_tls_cert: str | None,
     http_tls_key: str | None,
@@ -263,6 +293,10 @@ def sidecar_command(
         http_host=host,
         http_port=port,
         http_token_file=http_token_file,
+        http_read_token_file=http_read_token_file,
+        http_allowed_hosts=http_allowed_hosts,
+        metrics_public=metrics_public,
+        http_max_body=http_max_body,
         http_insecure=http_insecure,
         http_tls_cert=http_tls_cert,
         http_tls_key=http_tls_key,

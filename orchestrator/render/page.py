@@ -45,6 +45,10 @@ STATUS_PAGE: Final = """<!doctype html>
 <h1>catalog-upgrade <span id="env" class="muted"></span></h1>
 <div id="headline"></div>
 <div id="banner"></div>
+<form id="auth" hidden>This sidecar needs a token to show its status:
+  <input type="password" id="token" autocomplete="off" placeholder="read or write token">
+  <button type="submit">show</button>
+  <span class="muted">(kept in this tab's memory only)</span></form>
 <h2>Processes</h2><div id="processes"></div>
 <h2>Refusals and failures</h2><div id="refusals"><span class="muted">none</span></div>
 <h2>Migration entries</h2><div id="entries"></div>
@@ -150,8 +154,23 @@ function renderHistory(rows) {
       el("span", r.outcome + (r.rule ? " (" + r.rule + ")" : ""),
          ["completed", "bootstrapped"].includes(r.outcome) ? "ok" : "bad")])));
 }
+// The bearer token, when the sidecar asks for one: in this tab's memory, never stored.
+let token = null;
+const auth = document.getElementById("auth");
+auth.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const field = document.getElementById("token");
+  token = field.value.trim() || null;
+  field.value = "";
+  auth.hidden = true;
+});
 async function get(path) {
-  const answer = await fetch(path, {cache: "no-store"});
+  const headers = token ? {"Authorization": "Bearer " + token} : {};
+  const answer = await fetch(path, {cache: "no-store", headers: headers});
+  if (answer.status === 401 || answer.status === 403) {
+    token = null;
+    auth.hidden = false;
+  }
   if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
   return answer.json();
 }

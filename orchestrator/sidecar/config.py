@@ -37,10 +37,16 @@ class SidecarConfig:
     blob: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 0
-    # POST /promote and /append need the token in this file (orchestrator.sidecar.tokens);
-    # without one, only a loopback listener is allowed unless http_insecure.
+    # POST /promote and /append need the token in this file, and reads need it or the read
+    # token (orchestrator.sidecar.access); without one, only a loopback listener is allowed
+    # unless http_insecure.
     http_token_file: str | None = None
+    http_read_token_file: str | None = None
     http_insecure: bool = False
+    # Hosts (the Host header's name) answered besides loopback and the listen address.
+    http_allowed_hosts: tuple[str, ...] = ()
+    metrics_public: bool = False
+    http_max_body: int = 64 * 1024 * 1024
     # HTTPS: PEM certificate and key (orchestrator.sidecar.tls).
     http_tls_cert: str | None = None
     http_tls_key: str | None = None

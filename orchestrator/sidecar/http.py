@@ -57,6 +57,7 @@ from catalog.errors import (
     UnknownCollectionError,
     WritesPausedError,
 )
+from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
@@ -64,7 +65,11 @@ from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)
 
+#: The largest request body read, chunked or not (``--http-max-body``): 413 past it, and
+#: reading stops there.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: What a POST body must be (415 otherwise): a simple cross-site request cannot send these.
+POST_TYPES = frozenset({"application/json", "application/x-ndjson"})
 #: Seconds a 503 answer asks the client to wait (Retry-After), unless the error says.
 RETRY_AFTER = 1
 JSON_TYPE = "application/json"
@@ -177,31 +182,48 @@ def _json(status: HTTPStatus, value: Any) -> Response:
     return Response(json.dumps(value, indent=2) + "\n", status=status, content_type=JSON_TYPE)
 
 
-def _body(request: Request) -> bytes:
-    length = request.content_length or 0
-    if length > MAX_BODY_BYTES:
+def _body(request: Request, limit: int) -> bytes:
+    """The request's body, read up to ``limit`` bytes whatever its framing (a declared length,
+    chunks, or a stream): 413 as soon as it passes the limit, the rest never read."""
+    length = request.content_length
+    if length is not None and length > limit:
         raise HttpError(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
             "body-too-large",
-            f"request body of {length} bytes is above the {MAX_BODY_BYTES} limit",
+            f"request body of {length} bytes is above the {limit}-byte limit (--http-max-body)",
+            limit=limit,
         )
-    return request.get_data(cache=False)
+    stream = request.stream
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(min(1 << 16, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise HttpError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "body-too-large",
+                f"request body is above the {limit}-byte limit (--http-max-body); reading "
+                "stopped there",
+                limit=limit,
+            )
+        chunks.append(chunk)
 
 
-# Endpoints that change the environment: they need the bearer token when one is configured.
-PROTECTED = frozenset({"promote", "append"})
-
-
-class TokenCheck(Protocol):
-    def check(self, authorization: str | None) -> None: ...
+def _media_type(request: Request) -> str:
+    return (request.headers.get("Content-Type") or "").partition(";")[0].strip().lower()
 
 
 @attrs.frozen
 class SidecarApp:
-    """The WSGI application: routes a request to one endpoint, errors to status codes."""
+    """The WSGI application: checks the Host and the caller's credential, routes a request to
+    one endpoint, errors to status codes."""
 
     api: SidecarApi
-    token: TokenCheck | None = None
+    policy: AccessPolicy = attrs.field(factory=AccessPolicy)
+    max_body: int = MAX_BODY_BYTES
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -212,8 +234,23 @@ class SidecarApp:
         try:
             endpoint, _args = ROUTES.bind_to_environ(request.environ).match()
             handler: Callable[[Request], Response] = getattr(self, endpoint)
-            if endpoint in PROTECTED and self.token is not None:
-                self.token.check(request.headers.get("Authorization"))
+            host = request.headers.get("Host")
+            if not self.policy.allows_host(endpoint, host):
+                raise HttpError(
+                    HTTPStatus.MISDIRECTED_REQUEST,
+                    "misdirected-host",
+                    f"this sidecar does not answer to Host {host!r}: name it with "
+                    "--http-allowed-host (a guard against DNS rebinding)",
+                    host=host,
+                )
+            self.policy.authorize(endpoint, request.headers.get("Authorization"))
+            if request.method == "POST" and _media_type(request) not in POST_TYPES:
+                raise HttpError(
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported-media-type",
+                    f"POST {request.path} takes Content-Type {' or '.join(sorted(POST_TYPES))}, "
+                    f"not {_media_type(request) or 'none'}",
+                )
             return handler(request)
         except MethodNotAllowed as exc:
             allowed = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
@@ -278,12 +315,12 @@ class SidecarApp:
         return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)
 
     def promote(self, request: Request) -> Response:
-        body = _body(request)
+        body = _body(request, self.max_body)
         generation = _int_param(request.args, "deploy_generation")
         if generation is None and body.strip():
             try:
                 data = json.loads(body)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 raise HttpError(
                     HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
                 ) from exc
@@ -294,7 +331,7 @@ class SidecarApp:
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
         key = request.headers.get(IDEMPOTENCY_HEADER)
-        answer = self.api.append(collection, _body(request), key)
+        answer = self.api.append(collection, _body(request, self.max_body), key)
         response = _json(HTTPStatus.OK, answer)
         if answer.get("replayed"):
             response.headers[REPLAYED_HEADER] = "true"
@@ -343,9 +380,10 @@ class SidecarHttpServer:
     api: SidecarApi
     host: str = "127.0.0.1"
     port: int = 0
-    token: TokenCheck | None = None
+    policy: AccessPolicy = attrs.field(factory=AccessPolicy)
     # HTTPS when given (orchestrator.sidecar.tls).
     ssl_context: ssl.SSLContext | None = None
+    max_body: int = MAX_BODY_BYTES
     _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
 
@@ -372,7 +410,7 @@ class SidecarHttpServer:
             server = make_server(
                 self.host,
                 self.port,
-                SidecarApp(self.api, self.token),
+                SidecarApp(self.api, self.policy, self.max_body),
                 threaded=True,
                 fd=listener.fileno(),
                 ssl_context=self.ssl_context,

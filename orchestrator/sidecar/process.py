@@ -40,6 +40,7 @@ from catalog.errors import (
 from catalog.release import Release
 from orchestrator import election as election_mod
 from orchestrator.process_node import ProcessMode, ProcessNode
+from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.dataplane import SidecarDataPlane
@@ -49,7 +50,7 @@ from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.sidecar.tls import server_context
-from orchestrator.sidecar.tokens import BearerToken, check_exposure
+from orchestrator.sidecar.tokens import TokenFile, check_exposure
 from orchestrator.zk import consensus_for
 
 log = structlog.get_logger(__name__)
@@ -96,17 +97,23 @@ class Sidecar:
             self.progress,
             self._inbox.put,
         )
-        token = (
-            BearerToken.from_file(Path(config.http_token_file)) if config.http_token_file else None
+        write = TokenFile(Path(config.http_token_file)) if config.http_token_file else None
+        read = TokenFile(Path(config.http_read_token_file)) if config.http_read_token_file else None
+        check_exposure(config.http_host, write, config.http_insecure)
+        policy = AccessPolicy.of(
+            write=write,
+            read=read,
+            metrics_public=config.metrics_public,
+            listen_host=config.http_host,
+            allowed_hosts=config.http_allowed_hosts,
         )
-        check_exposure(config.http_host, token, config.http_insecure)
         tls = (
             server_context(config.http_tls_cert, config.http_tls_key)
             if config.http_tls_cert and config.http_tls_key
             else None
         )
         self.http = SidecarHttpServer(
-            self.dataplane, config.http_host, config.http_port, token, tls
+            self.dataplane, config.http_host, config.http_port, policy, tls, config.http_max_body
         )
 
     def status(self) -> ProcessNode:

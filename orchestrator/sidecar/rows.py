@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -14,19 +15,30 @@ from catalog.errors import (
     BadInputError,
 )
 
+#: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
+MAX_JSON_DEPTH = 64
+
 
 def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
-    """Parse JSON lines into a table of ``schema``; BadInputError naming the line and field."""
+    """Parse JSON lines into a table of ``schema``; BadInputError naming the line and field.
+
+    The body must be UTF-8 (an invalid byte is refused naming its line and field, never
+    replaced) and no row may nest deeper than :data:`MAX_JSON_DEPTH`."""
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     names = set(schema.names)
-    for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), start=1):
+    for number, raw in enumerate(body.splitlines(), start=1):
+        line = _decoded(raw, number)
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BadInputError(f"line {number} is not JSON: {exc.msg}", line=number) from exc
+        except RecursionError as exc:
+            raise _too_deep(number) from exc
+        if _depth(row) > MAX_JSON_DEPTH:
+            raise _too_deep(number)
         if not isinstance(row, dict):
             raise BadInputError(f"line {number} is not a JSON object", line=number)
         unknown = sorted(set(row) - names)
@@ -61,6 +73,54 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+
+def _decoded(raw: bytes, number: int) -> str:
+    """Line ``number`` as text; BadInputError naming it, and the field the bad byte is in."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        field = _field_at(raw.decode("utf-8", errors="replace"), exc.start)
+        where = f"line {number}" + (f": field {field}" if field else "")
+        raise BadInputError(
+            f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "send UTF-8 text, or binary values base64-encoded",
+            line=number,
+            field=field,
+            offset=exc.start,
+        ) from exc
+
+
+def _field_at(text: str, offset: int) -> str | None:
+    """The JSON key whose value holds ``offset`` of ``text`` (approximately: the last key
+    before it), if any."""
+    keys = list(re.finditer(r'"((?:[^"\\]|\\.)*)"\s*:', text[:offset]))
+    return keys[-1].group(1) if keys else None
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (a scalar is 0), without recursion."""
+    deepest, pending = 0, [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            pending.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            pending.extend((v, depth + 1) for v in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_JSON_DEPTH:
+            break
+    return deepest
+
+
+def _too_deep(number: int) -> BadInputError:
+    return BadInputError(
+        f"line {number}: JSON nested deeper than {MAX_JSON_DEPTH} levels",
+        line=number,
+        limit=MAX_JSON_DEPTH,
+    )
 
 
 def _locate(

@@ -317,9 +317,12 @@ class SidecarProcess:
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
     ) -> HttpAnswer:
-        """One HTTP request to the process's server (a POST carries its token, if it has one)."""
-        url = f"http://{self.http}{path}"
-        if self.http_token is not None and method == "POST":
+        """One HTTP request to the process's server (with its token, if it has one)."""
+        host, _, port = self.http.rpartition(":")
+        if host.strip("[]") in ("0.0.0.0", "::", ""):  # a wildcard listener: ask on loopback
+            host = "127.0.0.1"
+        url = f"http://{host}:{port}{path}"
+        if self.http_token is not None:
             headers = {"Authorization": f"Bearer {self.http_token}", **(headers or {})}
         return http_request(method, url, body, timeout=timeout, headers=headers)
 

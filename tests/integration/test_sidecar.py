@@ -626,7 +626,7 @@ def test_token_protects_promote_and_append_of_a_real_sidecar(
         status, _ = http_call("POST", f"{url}/append?collection={TABLES}", lines(TABLE_ROWS))
         assert status == 401
         assert http_call("GET", f"{url}/readyz")[0] == 200
-        # The harness sends the token with every POST of a sidecar started with one.
+        # The harness sends the token with every request of a sidecar started with one.
         status, body = leader.http("POST", f"/append?collection={TABLES}", lines(TABLE_ROWS))
         assert status == 200, body
     finally:

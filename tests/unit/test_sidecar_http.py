@@ -73,7 +73,10 @@ def served() -> Iterator[tuple[ScriptedApi, str]]:
 
 
 def call(url: str, data: bytes | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    headers = {"Content-Type": "application/x-ndjson"} if data is not None else {}
+    request = urllib.request.Request(
+        url, data=data, method="POST" if data is not None else "GET", headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read()
@@ -134,7 +137,7 @@ def test_append_passes_the_idempotency_key_and_marks_a_replay(
             f"{base}/append?collection=s.t",
             data=b'{"id": 1}\n',
             method="POST",
-            headers={"Idempotency-Key": key},
+            headers={"Idempotency-Key": key, "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=5) as response:
             replayed = response.headers.get("Idempotent-Replayed")

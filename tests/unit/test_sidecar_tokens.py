@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
+from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.http import SidecarHttpServer
-from orchestrator.sidecar.tokens import BearerToken, check_exposure
+from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
 from unit.test_sidecar_http import ScriptedApi
 
 TOKEN = "s3cret-token-0123456789"
@@ -23,13 +24,18 @@ def served(tmp_path: Path) -> Iterator[tuple[ScriptedApi, str]]:
     path = tmp_path / "token"
     path.write_text(TOKEN + "\n")
     api = ScriptedApi()
-    server = SidecarHttpServer(api, token=BearerToken.from_file(path)).start()
+    policy = AccessPolicy.of(
+        write=TokenFile(path), read=None, metrics_public=False, listen_host="127.0.0.1"
+    )
+    server = SidecarHttpServer(api, policy=policy).start()
     yield api, f"http://{server.address}"
     server.stop()
 
 
 def call(url: str, data: bytes | None = None, token: str | None = None) -> tuple[int, dict]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    if data is not None:
+        headers["Content-Type"] = "application/x-ndjson"
     method = "POST" if data is not None else "GET"
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
@@ -41,7 +47,7 @@ def call(url: str, data: bytes | None = None, token: str | None = None) -> tuple
         return exc.code, {**dict(exc.headers), "error": error}
 
 
-def test_writing_endpoints_need_the_token_probes_and_metrics_stay_open(
+def test_writing_endpoints_need_the_token_and_only_probes_stay_open(
     served: tuple[ScriptedApi, str],
 ) -> None:
     api, base = served
@@ -54,8 +60,11 @@ def test_writing_endpoints_need_the_token_probes_and_metrics_stay_open(
     assert api.appended == [], "nothing reached the sidecar"
     assert call(append, b'{"id": 1}\n', token=TOKEN)[0] == 200
     assert len(api.appended) == 1
-    for path in ("/healthz", "/readyz", "/metrics"):
+    for path in ("/healthz", "/readyz"):
         assert call(f"{base}{path}")[0] in (200, 503), path
+    for path in ("/metrics", "/status", "/history", "/read?collection=s.t"):
+        assert call(f"{base}{path}")[0] == 401, path
+        assert call(f"{base}{path}", token=TOKEN)[0] == 200, path
 
 
 @pytest.mark.parametrize("content", ["", "short", "has a space in it 0123456789"])
