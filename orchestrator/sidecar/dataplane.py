@@ -125,12 +125,16 @@ class SidecarDataPlane:
     def metrics_text(self) -> bytes:
         return self._metrics.render()
 
-    def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
+    def promote(
+        self, deploy_generation: int | None, requested_by: str | None = None
+    ) -> Mapping[str, Any]:
+        """Ask the main thread to promote (default: this generation); ``requested_by`` (the
+        caller's credential name and address) is recorded with the promotion and logged."""
         self._connection.require()
         generation = (
             deploy_generation if deploy_generation is not None else self._config.deploy_generation
         )
-        request = Promote(generation, Future())
+        request = Promote(generation, Future(), requested_by)
         self._inbox(request)
         try:
             return request.done.result(timeout=PROMOTE_TIMEOUT)

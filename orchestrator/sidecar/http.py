@@ -104,7 +104,9 @@ class SidecarApi(Protocol):
 
     def metrics_text(self) -> bytes: ...
 
-    def promote(self, deploy_generation: int | None) -> Mapping[str, Any]: ...
+    def promote(
+        self, deploy_generation: int | None, requested_by: str | None = None
+    ) -> Mapping[str, Any]: ...
 
     def append(
         self, collection: str, body: bytes, idempotency_key: str | None = None
@@ -326,7 +328,10 @@ class SidecarApp:
                 ) from exc
             raw = data.get("deploy_generation") if isinstance(data, dict) else data
             generation = _as_int(raw, "deploy_generation")
-        return _json(HTTPStatus.OK, self.api.promote(generation))
+        who = self.policy.authorize("promote", request.headers.get("Authorization"))
+        caller = f"http:{who or 'anonymous'}@{request.remote_addr or '?'}"
+        log.info("promotion_requested", deploy_generation=generation, requested_by=caller)
+        return _json(HTTPStatus.OK, self.api.promote(generation, caller))
 
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")

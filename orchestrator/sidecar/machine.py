@@ -391,16 +391,17 @@ class SidecarMachine:
 
     # -- promotion --------------------------------------------------------------------------
 
-    def _promote(self, generation: int) -> None:
+    def _promote(self, generation: int, requested_by: str | None = None) -> None:
         consensus = self._connection.require()
-        election_mod.promote(consensus, generation, requested_by=self._config.process_id)
-        self.log.info("promoted", target=generation)
+        who = requested_by or self._config.process_id
+        election_mod.promote(consensus, generation, requested_by=who)
+        self.log.info("promoted", target=generation, requested_by=who)
 
     def serve_promote(self, request: Promote) -> None:
         if not request.done.set_running_or_notify_cancel():
             return
         try:
-            self._promote(request.deploy_generation)
+            self._promote(request.deploy_generation, request.requested_by)
         except CatalogError as exc:
             request.done.set_exception(exc)
         else:

@@ -37,6 +37,8 @@ class Promote:
 
     deploy_generation: int
     done: Future[dict[str, Any]]
+    # Who asked, for the audit: the credential's name (or "anonymous") @ the client's address.
+    requested_by: str | None = None
 
 
 class Stopping(Exception):

@@ -17,6 +17,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
+from catalog.environment import PROMOTION_KEY
 from support.sidecars import SidecarProcess, sidecars, tree_digest
 from support.zookeeper import ZkEnv
 
@@ -164,7 +165,13 @@ def test_hostile_requests_are_refused_before_anything_is_written(
     assert "http_token_file_readable_by_others" in log and '"mode": "0644"' in log
     # The write token still writes: the refusals were refusals, not a broken sidecar.
     assert request(leader, "POST", append, ROW, bearer(WRITE_TOKEN))[0] == 200
-    print(f"{len(probes)} probes refused with nothing written")
+    print(f"{len(probes)} probes answered, the refused ones with nothing written")
+    # A promotion is audited: which credential asked, from where (node and log).
+    answer = request(leader, "POST", "/promote?deploy_generation=2", b"", bearer(WRITE_TOKEN))
+    assert answer[0] == 200, answer[1]
+    node = json.loads(zk_client.get(f"{zk_env.root}/{PROMOTION_KEY}")[0])
+    assert node["requested_by"] == "http:write-token@127.0.0.1"
+    assert '"event": "promotion_requested"' in leader.log_file.read_text()
 
 
 def test_a_rotated_token_takes_effect_without_a_restart(

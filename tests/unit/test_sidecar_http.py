@@ -24,6 +24,7 @@ class ScriptedApi:
     ready: bool = False
     metrics_: SidecarMetrics = attrs.field(factory=SidecarMetrics)
     promoted: list[int | None] = attrs.field(factory=list)
+    requested_by: list[str | None] = attrs.field(factory=list)
     appended: list[tuple[str, bytes]] = attrs.field(factory=list)
     keys: list[str | None] = attrs.field(factory=list)
     append_error: Exception | None = None
@@ -45,8 +46,11 @@ class ScriptedApi:
     def metrics_text(self) -> bytes:
         return self.metrics_.render()
 
-    def promote(self, deploy_generation: int | None) -> Mapping[str, Any]:
+    def promote(
+        self, deploy_generation: int | None, requested_by: str | None = None
+    ) -> Mapping[str, Any]:
         self.promoted.append(deploy_generation)
+        self.requested_by.append(requested_by)
         if deploy_generation == 0:
             raise FencedError("stale", deploy_generation=0, catalog_generation=1)
         return {"deploy_generation": deploy_generation}
@@ -106,6 +110,8 @@ def test_promote_takes_query_or_body_and_maps_errors(served: tuple[ScriptedApi, 
     assert json.loads(body)["error"] == "FencedError"
     assert call(f"{base}/promote?deploy_generation=x", b"")[0] == 400
     assert api.promoted == [3, 4, None, 0]
+    # Audited: who asked (no credential configured: anonymous) and from where.
+    assert api.requested_by[0] == "http:anonymous@127.0.0.1"
 
 
 def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
