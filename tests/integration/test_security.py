@@ -157,6 +157,10 @@ def test_hostile_requests_are_refused_before_anything_is_written(
                request(leader, "POST", "/promote", b"", bearer(WRITE_TOKEN, kind)))  # fmt: skip
     simple = {"Content-Type": "text/plain", "Origin": "http://attacker.example"}
     expect("simple cross-site", 401, request(leader, "POST", append, ROW, simple))
+    # A bodyless fetch() POST is a simple request too: no media type, refused before anything.
+    bare = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+    promote_nine = "/promote?deploy_generation=9"
+    expect("bodyless promote", 415, request(leader, "POST", promote_nine, None, bare))
 
     log = leader.log_file.read_text()
     assert "Traceback" not in log and "RecursionError" not in log
