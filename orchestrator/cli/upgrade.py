@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import click
+import structlog
 
 from catalog.errors import EXIT_UNEXPECTED
 from orchestrator.cli.root import handle_errors, main, zk_options
@@ -158,8 +159,12 @@ def status_command(
 def secure_command(zk: str, env: str) -> None:
     """Secure an existing environment: every node gets the ACL of --zk-auth (all rights) and
     --zk-read-auth (read); nobody else may read or write it afterwards."""
+    import getpass
+    import socket
+
     from catalog.consensus import env_root
     from catalog.errors import BadInputError
+    from orchestrator.events import record_event
     from orchestrator.zk import open_consensus
     from orchestrator.zkauth import ZkAuth, secure_tree
 
@@ -170,6 +175,10 @@ def secure_command(zk: str, env: str) -> None:
         if not consensus.exists(""):
             raise BadInputError(f"environment {env} does not exist", root=env_root(env))
         count = secure_tree(consensus.client, consensus.root, auth.acl())
+        # Audit: who locked it, from where (the event node is created under the new ACL).
+        who = f"{getpass.getuser()}@{socket.gethostname()}"
+        record_event(consensus, "secured", requested_by=who, nodes=count)
+        structlog.get_logger(__name__).info("environment_secured", requested_by=who, nodes=count)
     reader = f" and read by {auth.reader.user}" if auth.reader else ""
     click.echo(f"secured {count} nodes of {env}: owned by {auth.credential.user}{reader}")
 

@@ -127,6 +127,12 @@ def test_secure_locks_an_environment_created_without_credentials(
     owner.start(timeout=15)
     try:
         assert reader.get(root + "/catalog")[0] == b"{}"
+        events = [
+            json.loads(reader.get(f"{root}/events/{name}")[0])
+            for name in reader.get_children(root + "/events")
+        ]
+        secured = [e for e in events if e["kind"] == "secured"]
+        assert secured and "@" in secured[0]["requested_by"], events  # audited: who, where
         with pytest.raises(NoAuthError):
             reader.set(root + "/catalog", b"[]")
         owner.set(root + "/catalog", b"[]")
