@@ -18,12 +18,9 @@ checksums, which are verified on read, so flipped bytes are caught too. A store 
 answer, refuses the credentials or lacks the bucket is never reported so: every failure goes
 through :mod:`catalog.blobfaults` (unreachable, denied, bucket missing, missing).
 
-An ``s3://BUCKET/PREFIX`` store takes its endpoint from ``endpoint`` (``--blob-endpoint``, or
-``CATALOG_UPGRADE_BLOB_ENDPOINT``) or the URI's ``endpoint_override``/``scheme``/``region``
-query, and its credentials from the standard AWS chain (environment, profile, instance role),
-never from the URI (:func:`catalog.blobfaults.check_uri`). Its client gives up on a store that
-does not answer within :data:`S3_CONNECT_TIMEOUT` seconds after :data:`S3_ATTEMPTS` attempts,
-so an outage is an error in seconds, not a hang.
+An ``s3://BUCKET/PREFIX`` store is opened by :mod:`catalog.s3` (its endpoint from
+``--blob-endpoint``/``CATALOG_UPGRADE_BLOB_ENDPOINT`` or the URI's query, credentials from the
+AWS chain only, a client that fails in seconds when the store does not answer).
 """
 
 from __future__ import annotations
@@ -51,14 +48,12 @@ from catalog.errors import (
     BlobMissingError,
     CorruptBlobError,
 )
+from catalog.s3 import open_s3
 
 __all__ = ["ENDPOINT_ENV", "TEMP_MARKER", "BlobInfo", "BlobStore"]
 
 #: The environment variable ``--blob-endpoint`` sets (every process of a host reads it).
 ENDPOINT_ENV = "CATALOG_UPGRADE_BLOB_ENDPOINT"
-S3_CONNECT_TIMEOUT = 2.0
-S3_ATTEMPTS = 3
-_S3_QUERY = frozenset({"endpoint_override", "scheme", "region"})
 
 log = structlog.get_logger(__name__)
 
@@ -109,7 +104,8 @@ class BlobStore:
         check_uri(uri)
         parts = urllib.parse.urlsplit(uri)
         if parts.scheme == "s3":
-            return cls._s3(uri, parts, endpoint or os.environ.get(ENDPOINT_ENV) or None)
+            opened = open_s3(uri, parts, endpoint or os.environ.get(ENDPOINT_ENV) or None)
+            return cls(opened.filesystem, opened.root, uri, opened.endpoint, opened.location)
         try:
             filesystem, root = pafs.FileSystem.from_uri(uri)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
@@ -118,41 +114,6 @@ class BlobStore:
         if filesystem.type_name == "local":
             Path(root).mkdir(parents=True, exist_ok=True)
         return cls(filesystem=filesystem, root=root, uri=uri)
-
-    @classmethod
-    def _s3(cls, uri: str, parts: urllib.parse.SplitResult, endpoint: str | None) -> BlobStore:
-        options = dict(urllib.parse.parse_qsl(parts.query))
-        unknown = sorted(set(options) - _S3_QUERY)
-        if unknown or not parts.netloc:
-            raise BadInputError(
-                f"blob URI {uri!r} is not usable: "
-                + (f"unknown option {', '.join(unknown)} " if unknown else "no bucket ")
-                + "(s3://BUCKET/PREFIX?endpoint_override=HOST:PORT&scheme=http&region=R)",
-                uri=uri,
-            )
-        scheme = options.get("scheme")
-        endpoint = endpoint or options.get("endpoint_override")
-        if endpoint and "://" in endpoint:
-            scheme, _, endpoint = endpoint.partition("://")
-        region = options.get("region") or ("us-east-1" if endpoint else None)
-        try:
-            filesystem = pafs.S3FileSystem(
-                endpoint_override=endpoint,
-                scheme=scheme or "https",
-                region=region,
-                connect_timeout=S3_CONNECT_TIMEOUT,
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
-            )
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise BadInputError(f"blob URI {uri!r} is not usable: {exc}", uri=uri) from exc
-        root = (parts.netloc + parts.path).rstrip("/")
-        located = {k: v for k, v in options.items() if k not in ("endpoint_override", "scheme")}
-        if endpoint:
-            located |= {"endpoint_override": endpoint, "scheme": scheme or "https"}
-        location = urllib.parse.urlunsplit(
-            ("s3", parts.netloc, parts.path, urllib.parse.urlencode(located, safe=":/"), "")
-        )
-        return cls(filesystem, root, uri, endpoint=endpoint, location=location)
 
     @property
     def located_uri(self) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from catalog.errors import CatalogError
-from orchestrator.cli.data import spark_config, spark_options
+from orchestrator.cli.options import spark_config, spark_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 
@@ -279,7 +279,7 @@ def sidecar_command(
     from catalog.consensus import env_root
     from catalog.release import load_release
     from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
-    from orchestrator.sidecar.http import parse_address
+    from orchestrator.sidecar.server import parse_address
 
     env_root(env)
     host, port = parse_address(http)

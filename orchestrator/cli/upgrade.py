@@ -208,7 +208,7 @@ def _serve_status(address: str, zk: str, env: str) -> None:
     import signal
     import threading
 
-    from orchestrator.sidecar.http import parse_address
+    from orchestrator.sidecar.server import parse_address
     from orchestrator.status.web import status_server
     from orchestrator.zk import open_consensus
 

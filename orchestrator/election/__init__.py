@@ -33,7 +33,7 @@ Protocol and invariants:
 
 from __future__ import annotations
 
-from orchestrator.election.candidate import LeaderElection
+from orchestrator.election.candidate import LeaderElection, fenced_write_guard
 from orchestrator.election.promotion import promote, wait_promoted
 from orchestrator.election.values import (
     ElectionEvent,
@@ -53,6 +53,7 @@ __all__ = [
     "Leadership",
     "Promotion",
     "candidate_key",
+    "fenced_write_guard",
     "promote",
     "read_epoch",
     "read_promotion",

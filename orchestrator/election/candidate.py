@@ -122,3 +122,21 @@ class LeaderElection:
         with self._candidacy.lock:
             self._candidacy.stopped = True
         self._worker.stop()
+
+
+def fenced_write_guard(
+    leading: Callable[[], LeaderElection | None],
+    failpoint: Callable[[str], None] | None,
+) -> Callable[[str], None]:
+    """The hook run before every fenced write: while ``leading()`` names the election this
+    process leads, its guard must pass (a SUSPENDED session stops writes at once, inside a
+    step, with a retryable ConnectionLostError and nothing sent); then the crash failpoint."""
+
+    def before_fenced_write(key: str) -> None:
+        election = leading()
+        if election is not None:
+            election.leadership_guard()
+        if failpoint is not None:
+            failpoint(key)
+
+    return before_fenced_write

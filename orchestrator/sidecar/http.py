@@ -1,4 +1,4 @@
-"""The sidecar's HTTP server: health, readiness, status, metrics, promotion and the data plane.
+"""The sidecar's HTTP API: health, readiness, status, metrics, promotion and the data plane.
 
 Endpoints (docs/design.md section 8)::
 
@@ -23,9 +23,6 @@ or ``{"error": ..., "message": ...}``.
 from __future__ import annotations
 
 import json
-import socket
-import ssl
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -34,7 +31,6 @@ import attrs
 import structlog
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, make_server
 from werkzeug.wrappers import Request, Response
 
 from catalog.errors import (
@@ -45,7 +41,6 @@ from catalog.errors import (
     BlobUnreachableError,
     BusyError,
     CatalogError,
-    ConfigurationError,
     ConnectionLostError,
     FencedError,
     ForbiddenError,
@@ -113,18 +108,6 @@ class SidecarApi(Protocol):
     ) -> Mapping[str, Any]: ...
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]: ...
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) as a bind address; BadInputError when malformed."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise BadInputError(
-            f"invalid --http address {text!r}: expected HOST:PORT (PORT 0 picks a free port)",
-            address=text,
-        )
-    return host, int(port)
 
 
 #: The domain's refusals of a request and their statuses; the body's ``error`` is the class's
@@ -376,66 +359,3 @@ def _as_int(value: Any, name: str) -> int | None:
         raise HttpError(
             HTTPStatus.BAD_REQUEST, "bad-parameter", f"{name} must be an integer, not {value!r}"
         ) from None
-
-
-@attrs.define
-class SidecarHttpServer:
-    """werkzeug's threaded WSGI server on its own daemon thread; ``address`` is the bound one."""
-
-    api: SidecarApi
-    host: str = "127.0.0.1"
-    port: int = 0
-    policy: AccessPolicy = attrs.field(factory=AccessPolicy)
-    # HTTPS when given (orchestrator.sidecar.tls).
-    ssl_context: ssl.SSLContext | None = None
-    max_body: int = MAX_BODY_BYTES
-    _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
-    _thread: threading.Thread | None = attrs.field(default=None, init=False)
-
-    @property
-    def address(self) -> str:
-        """``host:port`` actually bound (the chosen port when 0 was asked)."""
-        if self._server is None:
-            return f"{self.host}:{self.port}"
-        host, port = self._server.server_address[:2]
-        host = str(host)
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    def start(self) -> SidecarHttpServer:
-        # Bind here, so a taken port is our error (werkzeug would print and exit the process).
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        try:
-            listener = socket.create_server((self.host, self.port), family=family)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}",
-                address=f"{self.host}:{self.port}",
-            ) from exc
-        with listener:
-            server = make_server(
-                self.host,
-                self.port,
-                SidecarApp(self.api, self.policy, self.max_body),
-                threaded=True,
-                fd=listener.fileno(),
-                ssl_context=self.ssl_context,
-            )
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="sidecar-http",
-            daemon=True,
-        )
-        self._thread.start()
-        log.info("http_serving", address=self.address, tls=self.ssl_context is not None)
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=2)

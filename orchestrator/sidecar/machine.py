@@ -47,24 +47,6 @@ from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.states import Promote, State, Stopping
 
 
-def fenced_write_guard(
-    leading: Callable[[], election_mod.LeaderElection | None],
-    failpoint: Callable[[str], None] | None,
-) -> Callable[[str], None]:
-    """The hook run before every fenced write: while ``leading()`` names the election this
-    process leads, its guard must pass (a SUSPENDED session stops writes at once, inside a
-    step, with a retryable ConnectionLostError and nothing sent); then the crash failpoint."""
-
-    def before_fenced_write(key: str) -> None:
-        election = leading()
-        if election is not None:
-            election.leadership_guard()
-        if failpoint is not None:
-            failpoint(key)
-
-    return before_fenced_write
-
-
 class SidecarMachine:
     """Moves the process through its states (see :mod:`orchestrator.sidecar`)."""
 
@@ -131,8 +113,9 @@ class SidecarMachine:
         self.pending = True
 
     def guard(self, failpoint: Callable[[str], None] | None) -> Callable[[str], None]:
-        """The fenced-write hook of this process's consensus store (:func:`fenced_write_guard`)."""
-        return fenced_write_guard(
+        """The fenced-write hook of this process's consensus store
+        (:func:`orchestrator.election.fenced_write_guard`)."""
+        return election_mod.fenced_write_guard(
             lambda: self._election if self.leadership is not None else None, failpoint
         )
 

@@ -44,10 +44,10 @@ from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.dataplane import SidecarDataPlane
-from orchestrator.sidecar.http import SidecarHttpServer
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.sidecar.tls import server_context
 from orchestrator.sidecar.tokens import TokenFile, check_exposure

@@ -40,6 +40,7 @@ from orchestrator.election import (
     ElectionEvent,
     LeaderElection,
     Leadership,
+    fenced_write_guard,
     promote,
     read_epoch,
     read_promotion,
@@ -47,7 +48,6 @@ from orchestrator.election import (
 )
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
-from orchestrator.sidecar.machine import fenced_write_guard
 from support.zookeeper import ZkEnv, expire_session
 
 pytestmark = pytest.mark.integration

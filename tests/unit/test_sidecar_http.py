@@ -12,9 +12,9 @@ import attrs
 import pytest
 
 from catalog.errors import BadInputError, FencedError, NotLeaderError
-from orchestrator.sidecar.http import SidecarHttpServer, parse_address
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.sidecar.server import SidecarHttpServer, parse_address
 
 
 @attrs.define

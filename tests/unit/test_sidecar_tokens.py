@@ -12,7 +12,7 @@ import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
 from orchestrator.sidecar.access import AccessPolicy
-from orchestrator.sidecar.http import SidecarHttpServer
+from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
 from unit.test_sidecar_http import ScriptedApi
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 from catalog.blob import BlobStore
 from catalog.consolidate.floats import has_floats
 from catalog.pipeline.spark.types import contains_map, join_path, spark_type
-from catalog.schema.restore import relaxed as _relaxed
+from catalog.schema.restore import relaxed
 from catalog.shard import (
     DIFF,
     TS,
@@ -39,7 +39,7 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
     """
     from pyspark.sql import functions as F
 
-    if source.equals(target) or _relaxed(source).equals(_relaxed(target)):
+    if source.equals(target) or relaxed(source).equals(relaxed(target)):
         return column
     if pa.types.is_struct(source) and pa.types.is_struct(target):
         children = []

@@ -20,8 +20,7 @@ from catalog.errors import (
 from catalog.pipeline.output import PART_ROWS, write_part
 from catalog.pipeline.spark.types import is_sortable
 from catalog.pipeline.transforms import Transform, apply_transforms
-from catalog.schema.restore import restore_batch as _restore_batch
-from catalog.schema.restore import restore_table
+from catalog.schema.restore import restore_batch, restore_table
 from catalog.shard import (
     TS,
     BatchRef,
@@ -50,12 +49,12 @@ def transform_partition(
     for batch in batches:
         if not batch.num_rows:
             continue
-        exact = _restore_batch(batch, source_schema)
+        exact = restore_batch(batch, source_schema)
         try:
             out = apply_transforms(exact, transforms, new_schema)
         except ShardError as exc:
             raise _worker_error(exc) from exc
-        yield _restore_batch(out, spark_arrow)
+        yield restore_batch(out, spark_arrow)
 
 
 WRITTEN_SCHEMA = "name string, rows long, lower long, upper long, ordered boolean"
@@ -151,7 +150,7 @@ def transform_write_partition(
         for batch in batches:
             if batch.num_rows:
                 try:
-                    exact = _restore_batch(batch, source_schema)
+                    exact = restore_batch(batch, source_schema)
                     yield apply_transforms(exact, transforms, new_schema)
                 except ShardError as exc:
                     raise _worker_error(exc) from exc

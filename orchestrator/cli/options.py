@@ -1,0 +1,115 @@
+"""The options the data commands (and the sidecar's Spark settings) share, parsed once."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, cast
+
+import attrs
+import click
+
+from orchestrator.cli.root import F, zk_options
+
+
+def spark_options(func: F) -> F:
+    """--spark-master, --spark-conf and --blob-shared: how a command runs Spark, if it does."""
+    func = click.option(
+        "--blob-shared",
+        is_flag=True,
+        help="The local blob path is mounted at the same place on every Spark machine "
+        "(without it, a local path with a cluster master is refused).",
+    )(func)
+    func = click.option(
+        "--spark-conf",
+        "spark_conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A Spark setting (repeatable); wins over spark-defaults.conf and our defaults.",
+    )(func)
+    func = click.option(
+        "--spark-remote",
+        envvar="SPARK_REMOTE",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="A Spark Connect server to run on (a warm application: no session start per "
+        "command); instead of --spark-master.",
+    )(func)
+    func = click.option(
+        "--spark-master",
+        envvar="SPARK_MASTER",
+        default=None,
+        help="Spark master, e.g. spark://HOST:7077 (default: local[<cores>]).",
+    )(func)
+    return func
+
+
+def spark_config(
+    master: str | None, conf: tuple[str, ...], blob_shared: bool, remote: str | None = None
+) -> Any:
+    """The options of :func:`spark_options` as a checked ``SparkConfig`` (exit 2 if bad)."""
+    from catalog.pipeline import SparkConfig
+
+    return SparkConfig.of(master, conf, blob_shared=blob_shared, remote=remote)
+
+
+@attrs.frozen
+class DataOptions:
+    """The options every data command takes (where the data is, which engine reads it), as
+    one value: :func:`data_options` builds it from the command line."""
+
+    zk: str
+    env: str
+    engine: str
+    blob_uri: str | None
+    spark_master: str | None
+    spark_remote: str | None
+    spark_conf: tuple[str, ...]
+    blob_shared: bool
+
+    def spark(self) -> Any:
+        """The checked ``SparkConfig`` (BadInputError, exit 2, if a setting is bad)."""
+        return spark_config(self.spark_master, self.spark_conf, self.blob_shared, self.spark_remote)
+
+
+def data_options(func: F) -> F:
+    """--zk/--env (and credentials), --engine, the Spark options and --blob, passed to the
+    command as one ``data: DataOptions``."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any,
+        zk: str,
+        env: str,
+        engine: str,
+        blob_uri: str | None,
+        spark_master: str | None,
+        spark_remote: str | None,
+        spark_conf: tuple[str, ...],
+        blob_shared: bool,
+        **kwargs: Any,
+    ) -> Any:
+        data = DataOptions(
+            zk, env, engine, blob_uri, spark_master, spark_remote, spark_conf, blob_shared
+        )
+        return func(*args, data=data, **kwargs)
+
+    return engine_options(zk_options(cast(F, wrapper)))
+
+
+def engine_options(func: F) -> F:
+    """The --engine, Spark and --blob options of the data commands."""
+    func = click.option(
+        "--blob",
+        "blob_uri",
+        default=None,
+        help="Blob URI; must match the one the environment recorded (default: that one).",
+    )(func)
+    func = spark_options(func)
+    func = click.option(
+        "--engine",
+        type=click.Choice(["arrow", "spark", "auto"]),
+        default="auto",
+        show_default=True,
+        help="arrow: in process; spark: PySpark; auto: by the shard's estimated size.",
+    )(func)
+    return func
