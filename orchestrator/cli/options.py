@@ -1,8 +1,10 @@
-"""The options the data commands (and the sidecar's Spark settings) share, parsed once."""
+"""The options the data commands (and the sidecar's Spark settings and HTTP limits) share, parsed
+once."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, cast
 
 import attrs
@@ -41,6 +43,63 @@ def spark_options(func: F) -> F:
         help="Spark master, e.g. spark://HOST:7077 (default: local[<cores>]).",
     )(func)
     return func
+
+
+def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--http-max-body, --http-workers, --http-max-connections and the three --http-*-timeout:
+    the sidecar's HTTP server limits, passed as ``http_limits`` (a ``ServerLimits``)."""
+    from orchestrator.sidecar.exchange import ServerLimits
+
+    defaults = ServerLimits()
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        kwargs["http_limits"] = ServerLimits(
+            workers=kwargs.pop("http_workers"),
+            max_connections=kwargs.pop("http_max_connections"),
+            idle_timeout=kwargs.pop("http_idle_timeout"),
+            header_timeout=kwargs.pop("http_header_timeout"),
+            body_timeout=kwargs.pop("http_body_timeout"),
+            max_body=kwargs.pop("http_max_body"),
+        )
+        return func(**kwargs)
+
+    seconds: dict[str, Any] = {
+        "type": click.FloatRange(min=0.1),
+        "show_default": True,
+        "metavar": "SECONDS",
+    }
+    options = [
+        click.option(
+            "--http-max-body", type=click.IntRange(min=1), default=defaults.max_body,
+            show_default=True, metavar="BYTES",
+            help="The largest request body read (chunked or not): 413 past it.",
+        ),
+        click.option(
+            "--http-workers", type=click.IntRange(min=1), default=defaults.workers,
+            show_default=True, help="Threads running requests; slow clients never hold one.",
+        ),
+        click.option(
+            "--http-max-connections", type=click.IntRange(min=1),
+            default=defaults.max_connections, show_default=True,
+            help="Open connections; one more is answered 503 and closed.",
+        ),
+        click.option(
+            "--http-header-timeout", default=defaults.header_timeout, **seconds,
+            help="From a request's first byte to the end of its headers (408 past it).",
+        ),
+        click.option(
+            "--http-body-timeout", default=defaults.body_timeout, **seconds,
+            help="From the end of the headers to the end of the body (408 past it).",
+        ),
+        click.option(
+            "--http-idle-timeout", default=defaults.idle_timeout, **seconds,
+            help="A connection sending no request this long is closed.",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
 
 
 def spark_config(

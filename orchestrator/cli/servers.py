@@ -5,12 +5,16 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from catalog.errors import CatalogError
-from orchestrator.cli.options import spark_config, spark_options
+from orchestrator.cli.options import http_limit_options, spark_config, spark_options
 from orchestrator.cli.root import handle_errors, main, zk_options
+
+if TYPE_CHECKING:
+    from orchestrator.sidecar.exchange import ServerLimits
 
 
 @main.command()
@@ -55,11 +59,7 @@ def zookeeper(
 
     if (tls_keystore is None) != (tls_truststore is None):
         raise click.UsageError("--tls-keystore and --tls-truststore go together")
-    tls = (
-        ServerTls.of(tls_keystore, tls_truststore)
-        if tls_keystore and tls_truststore
-        else None
-    )
+    tls = ServerTls.of(tls_keystore, tls_truststore) if tls_keystore and tls_truststore else None
     ensemble = ZooKeeperEnsemble(data_dir, servers, tls=tls) if servers > 1 else None
     members = (
         ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port, tls=tls)]
@@ -124,9 +124,7 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     else:
         credentials = S3Credentials.generate()
         saved.touch(mode=0o600)
-        saved.write_text(
-            "".join(f"export {k}={v}\n" for k, v in credentials.environment().items())
-        )
+        saved.write_text("".join(f"export {k}={v}\n" for k, v in credentials.environment().items()))
     server = EmbeddedS3(data_dir, credentials=credentials, ports={"s3": (port, port + 10000)})
     stopping = False
 
@@ -181,14 +179,6 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
 )
 @click.option(
     "--metrics-public", is_flag=True, help="Serve /metrics without a token (for a scraper)."
-)
-@click.option(
-    "--http-max-body",
-    type=click.IntRange(min=1),
-    default=64 * 1024 * 1024,
-    show_default=True,
-    metavar="BYTES",
-    help="The largest request body read (chunked or not): 413 past it.",
 )
 @click.option(
     "--http-insecure",
@@ -246,6 +236,7 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     help="Engine of REWRITE copies; auto: by the shard's estimated size.",
 )
 @spark_options
+@http_limit_options
 @zk_options
 @handle_errors
 def sidecar_command(
@@ -257,7 +248,7 @@ def sidecar_command(
     http_read_token_file: str | None,
     http_allowed_hosts: tuple[str, ...],
     metrics_public: bool,
-    http_max_body: int,
+    http_limits: ServerLimits,
     http_insecure: bool,
     http_tls_cert: str | None,
     http_tls_key: str | None,
@@ -296,7 +287,7 @@ def sidecar_command(
         http_read_token_file=http_read_token_file,
         http_allowed_hosts=http_allowed_hosts,
         metrics_public=metrics_public,
-        http_max_body=http_max_body,
+        http_limits=http_limits,
         http_insecure=http_insecure,
         http_tls_cert=http_tls_cert,
         http_tls_key=http_tls_key,

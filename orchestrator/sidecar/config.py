@@ -19,6 +19,7 @@ from orchestrator.migrate import (
     GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
+from orchestrator.sidecar.exchange import ServerLimits
 
 DEFAULT_HTTP = "127.0.0.1:0"
 
@@ -46,7 +47,8 @@ class SidecarConfig:
     # Hosts (the Host header's name) answered besides loopback and the listen address.
     http_allowed_hosts: tuple[str, ...] = ()
     metrics_public: bool = False
-    http_max_body: int = 64 * 1024 * 1024
+    # Workers, connections, timeouts and the body limit of the HTTP server (--http-*).
+    http_limits: ServerLimits = attrs.field(factory=ServerLimits)
     # HTTPS: PEM certificate and key (orchestrator.sidecar.tls).
     http_tls_cert: str | None = None
     http_tls_key: str | None = None

@@ -163,7 +163,8 @@ _TEXT = "text/plain; charset=utf-8"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
-def _json(status: HTTPStatus, value: Any) -> Response:
+def json_response(status: HTTPStatus, value: Any) -> Response:
+    """The API's JSON answer (errors included): one format for the app and the server."""
     return Response(json.dumps(value, indent=2) + "\n", status=status, content_type=JSON_TYPE)
 
 
@@ -239,26 +240,28 @@ class SidecarApp:
             return handler(request)
         except MethodNotAllowed as exc:
             allowed = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
-            return _json(
+            return json_response(
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 {"error": "method-not-allowed", "message": f"{request.path} takes {allowed}"},
             )
         except NotFound:
-            return _json(
+            return json_response(
                 HTTPStatus.NOT_FOUND,
                 {"error": "not-found", "message": f"no endpoint {request.path}"},
             )
         except HTTPException as exc:
-            return _json(HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description})
+            return json_response(
+                HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description}
+            )
         except HttpError as exc:
-            return _json(exc.status, exc.body)
+            return json_response(exc.status, exc.body)
         except CatalogError as exc:
             status = status_for(exc)
             body = exc.to_json()
             if type(exc) in REFUSALS:  # named by the refusal, as an HTTP API's clients expect
                 body["error"] = exc.code
                 del body["exit_code"]
-            response = _json(status, body)
+            response = json_response(status, body)
             if status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'
             if status == HTTPStatus.SERVICE_UNAVAILABLE:  # a state that passes: say when to retry
@@ -266,7 +269,7 @@ class SidecarApp:
             return response
         except Exception as exc:  # a bug: answer 500 and keep serving
             log.exception("http_handler_failed", path=request.path)
-            return _json(
+            return json_response(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 {"error": type(exc).__name__, "message": str(exc)},
             )
@@ -291,10 +294,12 @@ class SidecarApp:
         return page_response()
 
     def history(self, _request: Request) -> Response:
-        return _json(HTTPStatus.OK, self.api.history_json())
+        return json_response(HTTPStatus.OK, self.api.history_json())
 
     def status(self, request: Request) -> Response:
-        return _json(HTTPStatus.OK, self.api.status_json(coverage="coverage" in request.args))
+        return json_response(
+            HTTPStatus.OK, self.api.status_json(coverage="coverage" in request.args)
+        )
 
     def metrics(self, _request: Request) -> Response:
         return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)
@@ -314,13 +319,13 @@ class SidecarApp:
         who = self.policy.authorize("promote", request.headers.get("Authorization"))
         caller = f"http:{who or 'anonymous'}@{request.remote_addr or '?'}"
         log.info("promotion_requested", deploy_generation=generation, requested_by=caller)
-        return _json(HTTPStatus.OK, self.api.promote(generation, caller))
+        return json_response(HTTPStatus.OK, self.api.promote(generation, caller))
 
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
         key = request.headers.get(IDEMPOTENCY_HEADER)
         answer = self.api.append(collection, _body(request, self.max_body), key)
-        response = _json(HTTPStatus.OK, answer)
+        response = json_response(HTTPStatus.OK, answer)
         if answer.get("replayed"):
             response.headers[REPLAYED_HEADER] = "true"
         return response

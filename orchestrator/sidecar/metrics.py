@@ -41,6 +41,7 @@ class SidecarMetrics:
     blobs_collected: Counter = attrs.field(init=False)
     zookeeper_connected: Gauge = attrs.field(init=False)
     blob_store_up: Gauge = attrs.field(init=False)
+    http_connections: Gauge = attrs.field(init=False)
     blob_store_failures: Counter = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
@@ -105,6 +106,11 @@ class SidecarMetrics:
             registry=r,
         )
         self.blob_store_up.set(1)
+        self.http_connections = Gauge(
+            "catalog_upgrade_http_connections",
+            "HTTP connections open to the sidecar (--http-max-connections is the limit)",
+            registry=r,
+        )
         self.blob_store_failures = Counter(
             "catalog_upgrade_blob_store_failures",
             "Blob store operations that failed because the store did not answer",

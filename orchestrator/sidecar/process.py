@@ -113,8 +113,9 @@ class Sidecar:
             else None
         )
         self.http = SidecarHttpServer(
-            self.dataplane, config.http_host, config.http_port, policy, tls, config.http_max_body
+            self.dataplane, config.http_host, config.http_port, policy, tls, config.http_limits
         )
+        self.metrics.http_connections.set_function(lambda: self.http.connections)
 
     def status(self) -> ProcessNode:
         """The live status (what the process node holds)."""

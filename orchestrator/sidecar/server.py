@@ -1,21 +1,37 @@
-"""The sidecar's HTTP server: the listening socket (a taken port is our error, exit 2) and the
-WSGI application (:mod:`orchestrator.sidecar.http`) served on a daemon thread."""
+"""The sidecar's HTTP server: the listening socket (a taken port is our error, exit 2), an asyncio
+event loop on its own thread holding the connections (:mod:`orchestrator.sidecar.exchange`), and
+a bounded pool of worker threads running the WSGI application (:mod:`orchestrator.sidecar.http`).
+
+Threads stay at ``1 + workers`` and memory at a few kilobytes per idle connection however many
+clients connect; a connection past ``max_connections`` is answered 503 and closed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import socket
 import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from http import HTTPStatus
+from typing import Any
 
 import attrs
 import structlog
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.sidecar.access import AccessPolicy
-from orchestrator.sidecar.http import MAX_BODY_BYTES, SidecarApi, SidecarApp
+from orchestrator.sidecar.exchange import Exchange, ServerLimits, call_app, refusal
+from orchestrator.sidecar.http import SidecarApi, SidecarApp
 
 log = structlog.get_logger(__name__)
+
+#: Connections the kernel queues before they are accepted (capped by net.core.somaxconn).
+_BACKLOG = 4096
+#: File descriptors the process keeps beyond its connections (ZooKeeper, blobs, logs, Spark).
+_SPARE_FILES = 1024
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -32,7 +48,7 @@ def parse_address(text: str) -> tuple[str, int]:
 
 @attrs.define
 class SidecarHttpServer:
-    """werkzeug's threaded WSGI server on its own daemon thread; ``address`` is the bound one."""
+    """The server; ``address`` is the bound one once started."""
 
     api: SidecarApi
     host: str = "127.0.0.1"
@@ -40,54 +56,133 @@ class SidecarHttpServer:
     policy: AccessPolicy = attrs.field(factory=AccessPolicy)
     # HTTPS when given (orchestrator.sidecar.tls).
     ssl_context: ssl.SSLContext | None = None
-    max_body: int = MAX_BODY_BYTES
-    _server: BaseWSGIServer | None = attrs.field(default=None, init=False)
+    limits: ServerLimits = attrs.field(factory=ServerLimits)
+    _bound: tuple[str, int] | None = attrs.field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
+    _stopping: asyncio.Event | None = attrs.field(default=None, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
+    _workers: ThreadPoolExecutor | None = attrs.field(default=None, init=False)
+    _open: set[asyncio.Task[Any]] = attrs.field(factory=set, init=False)
+    _app: SidecarApp | None = attrs.field(default=None, init=False)
 
     @property
     def address(self) -> str:
         """``host:port`` actually bound (the chosen port when 0 was asked)."""
-        if self._server is None:
-            return f"{self.host}:{self.port}"
-        host, port = self._server.server_address[:2]
-        host = str(host)
+        host, port = self._bound or (self.host, self.port)
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._open)
+
     def start(self) -> SidecarHttpServer:
-        # Bind here, so a taken port is our error (werkzeug would print and exit the process).
+        # Bind here, so a taken port is our error, named, before any thread starts.
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            listener = socket.create_server((self.host, self.port), family=family)
+            listener = socket.create_server((self.host, self.port), family=family, backlog=_BACKLOG)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}",
                 address=f"{self.host}:{self.port}",
             ) from exc
-        with listener:
-            server = make_server(
-                self.host,
-                self.port,
-                SidecarApp(self.api, self.policy, self.max_body),
-                threaded=True,
-                fd=listener.fileno(),
-                ssl_context=self.ssl_context,
-            )
-        self._server = server
+        self._bound = listener.getsockname()[:2]
+        self._app = SidecarApp(self.api, self.policy, self.limits.max_body)
+        _raise_file_limit(self.limits.max_connections + _SPARE_FILES)
+        self._workers = ThreadPoolExecutor(
+            max_workers=self.limits.workers, thread_name_prefix="sidecar-http-worker"
+        )
+        ready = threading.Event()
         self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="sidecar-http",
-            daemon=True,
+            target=self._run, args=(listener, ready), name="sidecar-http", daemon=True
         )
         self._thread.start()
-        log.info("http_serving", address=self.address, tls=self.ssl_context is not None)
+        ready.wait()
+        log.info(
+            "http_serving",
+            address=self.address,
+            tls=self.ssl_context is not None,
+            workers=self.limits.workers,
+            max_connections=self.limits.max_connections,
+        )
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
+        loop, stopping = self._loop, self._stopping
+        if loop is None or stopping is None:
             return
-        server.shutdown()
-        server.server_close()
+        self._loop = None
+        loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=5)
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+
+    # -- the loop's thread --------------------------------------------------------------------
+
+    def _run(self, listener: socket.socket, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(listener, ready))
+        finally:
+            loop.close()
+
+    async def _serve(self, listener: socket.socket, ready: threading.Event) -> None:
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(
+            self._connection,
+            sock=listener,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=self.limits.header_timeout if self.ssl_context else None,
+            limit=self.limits.max_header_bytes,
+            backlog=_BACKLOG,  # asyncio listens again, with 100 unless told
+        )
+        ready.set()
+        async with server:
+            await self._stopping.wait()
+            server.close()
+            for task in list(self._open):
+                task.cancel()
+            await asyncio.gather(*self._open, return_exceptions=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._open) >= self.limits.max_connections:
+            log.warning("http_connection_refused", open=len(self._open))
+            writer.write(
+                refusal(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    "too-many-connections",
+                    f"{len(self._open)} connections are open, the limit "
+                    "(--http-max-connections); retry later",
+                )
+            )
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._open.add(task)
+        try:
+            exchange = Exchange(
+                reader, writer, self.limits, self._call, secure=self.ssl_context is not None
+            )
+            await exchange.serve()
+        except asyncio.CancelledError:
+            writer.close()  # the server stops: end quietly (asyncio logs a task cancelled here)
+        finally:
+            self._open.discard(task)
+
+    async def _call(self, environ: dict[str, Any]) -> Any:
+        assert self._app is not None, "started"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._workers, partial(call_app, self._app, environ))
+
+
+def _raise_file_limit(wanted: int) -> None:
+    """Lift the soft limit on open files towards ``wanted`` (never past the hard limit), so the
+    connection limit, not the default 1,024 descriptors, is what refuses a client."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        log.info("open_file_limit_raised", soft=target, was=soft)

@@ -2,13 +2,15 @@
 
 The probes: oversized bodies (declared and chunked), invalid UTF-8, JSON nested 100,000 deep,
 reads without a credential, the read token on a write, foreign Host headers and browser-style
-simple requests, a world-readable token file, and a token rotated without a restart."""
+simple requests, a world-readable token file, a token rotated without a restart, and a thousand
+idle and slow clients."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,8 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.environment import PROMOTION_KEY
+from orchestrator.testing.procstat import Peaks, rss_kib, thread_count
+from orchestrator.testing.slowclients import SlowClients
 from support.sidecars import SidecarProcess, sidecars, tree_digest
 from support.zookeeper import ZkEnv
 
@@ -83,13 +87,6 @@ def written(client: KazooClient, zk_env: ZkEnv, blob: Path) -> tuple[str, list[s
     heartbeat aside) and the blob listing."""
     digest = tree_digest(client, f"{zk_env.root}/shards")
     return digest, BlobStore.from_uri(str(blob)).list("")
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_hostile_requests_are_refused_before_anything_is_written(
@@ -196,3 +193,61 @@ def test_a_rotated_token_takes_effect_without_a_restart(
     assert request(leader, "POST", append, ROW, bearer(rotated))[0] == 200
     assert leader.process.poll() is None
     assert "http_token_rotated" in leader.log_file.read_text()
+
+
+def test_a_thousand_idle_and_slow_clients_hold_no_thread(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """500 idle connections and 500 slowloris ones (a header line a second, never the end):
+    probes, reads and an authenticated append still answer, the sidecar's threads stay at what
+    they were plus its worker pool, the slow clients get 408 at the header deadline and the idle
+    ones are closed at the idle deadline, one connection past the limit gets 503, and none of it
+    writes."""
+    write = tmp_path / "write-token"
+    write.write_text(WRITE_TOKEN + "\n")
+    write.chmod(0o600)
+    limits = ["--http-workers", "4", "--http-max-connections", "1010",
+              "--http-header-timeout", "6", "--http-idle-timeout", "9"]  # fmt: skip
+    with sidecars() as started:
+        leader = SidecarProcess.start(
+            zk_client, zk_env.hosts, zk_env.name, V1, 1, process_id="crowded", log_dir=tmp_path,
+            blob=tmp_path / "blob", auto_promote=True, http_token_file=write, extra=limits,
+        )  # fmt: skip
+        started.append(leader)
+        leader.wait_state("serving")
+        pid = leader.sidecar.pid
+        append = f"/append?collection={TABLES}"
+        assert request(leader, "POST", append, ROW, bearer(WRITE_TOKEN))[0] == 200  # warm
+        threads, rss = thread_count(pid), rss_kib(pid)
+        reading = f"/read?collection={TABLES}"
+        rows = request(leader, "GET", reading, None, bearer(WRITE_TOKEN, None))[1].count(b"\n")
+        before = written(zk_client, zk_env, tmp_path / "blob")
+        host, _, port = leader.sidecar.http.rpartition(":")
+        with Peaks(pid) as peaks, SlowClients(host, int(port), idle=500, slow=500) as crowd:
+            time.sleep(1.5)
+            assert request(leader, "GET", "/healthz")[0] == 200
+            assert request(leader, "GET", f"/read?collection={TABLES}",
+                           headers=bearer(WRITE_TOKEN, None))[0] == 200  # fmt: skip
+            crowd_row = ROW.replace(b'"u1","oid":20001', b'"u9","oid":20009')
+            assert request(leader, "POST", append, crowd_row, bearer(WRITE_TOKEN))[0] == 200
+            metrics = request(leader, "GET", "/metrics", headers=bearer(WRITE_TOKEN, None))[1]
+            assert "catalog_upgrade_http_connections 100" in metrics.decode(), "1,000 and more"
+            extra = [socket.create_connection((host, int(port))) for _ in range(12)]
+            extra[-1].settimeout(5)
+            refused = extra[-1].recv(4096)
+            assert refused.startswith(b"HTTP/1.1 503 ") and b"too-many-connections" in refused
+            for sock in extra:
+                sock.close()
+            assert crowd.outcomes() == {"idle": {"open": 500}, "slow": {"open": 500}}
+            deadline = time.monotonic() + 15
+            while crowd.outcomes() != {"idle": {"closed": 500}, "slow": {"408": 500}}:
+                assert time.monotonic() < deadline, crowd.outcomes()
+                time.sleep(0.5)
+        assert peaks.threads <= threads + 4, f"{peaks.threads} threads, {threads} before"
+        assert peaks.rss_kib - rss < 64 * 1024, f"RSS {rss} -> {peaks.rss_kib} KiB"
+        assert request(leader, "GET", "/healthz")[0] == 200
+        after_rows = request(leader, "GET", reading, None, bearer(WRITE_TOKEN, None))[1]
+        assert after_rows.count(b"\n") == rows + 1  # the append made among the crowd
+        after = written(zk_client, zk_env, tmp_path / "blob")
+        assert after[0] != before[0]  # the one append wrote ...
+        assert not any("slow" in name for name in after[1])  # ... the slowloris nothing

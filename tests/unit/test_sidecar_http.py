@@ -5,67 +5,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
-import attrs
 import pytest
 
-from catalog.errors import BadInputError, FencedError, NotLeaderError
+from catalog.errors import BadInputError, NotLeaderError
 from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
 from orchestrator.sidecar.server import SidecarHttpServer, parse_address
-
-
-@attrs.define
-class ScriptedApi:
-    """A SidecarApi whose answers the test sets; it records what the server passed in."""
-
-    ready: bool = False
-    metrics_: SidecarMetrics = attrs.field(factory=SidecarMetrics)
-    promoted: list[int | None] = attrs.field(factory=list)
-    requested_by: list[str | None] = attrs.field(factory=list)
-    appended: list[tuple[str, bytes]] = attrs.field(factory=list)
-    keys: list[str | None] = attrs.field(factory=list)
-    append_error: Exception | None = None
-
-    def readiness(self) -> Readiness:
-        return Readiness(
-            (
-                ReadinessCheck("zookeeper", True),
-                ReadinessCheck("state", self.ready, "state is checking"),
-            )
-        )
-
-    def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
-        return {"catalog": None, "processes": [], **({"coverage": {}} if coverage else {})}
-
-    def history_json(self) -> list[dict[str, Any]]:
-        return [{"deploy_generation": 1, "outcome": "bootstrapped"}]
-
-    def metrics_text(self) -> bytes:
-        return self.metrics_.render()
-
-    def promote(
-        self, deploy_generation: int | None, requested_by: str | None = None
-    ) -> Mapping[str, Any]:
-        self.promoted.append(deploy_generation)
-        self.requested_by.append(requested_by)
-        if deploy_generation == 0:
-            raise FencedError("stale", deploy_generation=0, catalog_generation=1)
-        return {"deploy_generation": deploy_generation}
-
-    def append(
-        self, collection: str, body: bytes, idempotency_key: str | None = None
-    ) -> Mapping[str, Any]:
-        if self.append_error is not None:
-            raise self.append_error
-        self.appended.append((collection, body))
-        self.keys.append(idempotency_key)
-        return {"rows": body.count(b"\n"), "upper": 3, "replayed": idempotency_key == "seen"}
-
-    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
-        return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]
+from support.api import ScriptedApi
 
 
 @pytest.fixture

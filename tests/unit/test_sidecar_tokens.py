@@ -14,7 +14,7 @@ from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
-from unit.test_sidecar_http import ScriptedApi
+from support.api import ScriptedApi
 
 TOKEN = "s3cret-token-0123456789"
 

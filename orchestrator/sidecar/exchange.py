@@ -1,0 +1,270 @@
+"""One HTTP/1.1 connection of the sidecar's server: requests read under deadlines, handed whole to
+the WSGI application on a worker thread, answers written back.
+
+h11 parses and frames; this module decides *when*. A request is read completely on the event loop
+(headers within ``header_timeout`` of its first byte, the body within ``body_timeout`` of the
+headers, at most ``max_body + 1`` bytes of it, spooled to disk past 1 MiB) before a worker thread
+sees it, so a slow or idle client holds a socket, never a thread. A connection with no request under
+way closes after ``idle_timeout``. Refusals of the server itself (a malformed request, a request
+too slow, too many connections) answer the API's JSON error body and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
+from typing import IO, Any
+from urllib.parse import unquote_to_bytes, urlsplit
+
+import attrs
+import h11
+import structlog
+
+from orchestrator.sidecar.http import MAX_BODY_BYTES, HttpError, json_response
+
+log = structlog.get_logger(__name__)
+
+WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
+Answer = tuple[int, list[tuple[str, str]], bytes]
+
+#: Bytes asked of the socket per read.
+READ_SIZE = 1 << 16
+#: A body is kept in memory up to this size, then spooled to a temporary file.
+SPOOL_BYTES = 1 << 20
+#: Headers this module sets itself (framing) or never passes on.
+_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
+
+
+@attrs.frozen
+class ServerLimits:
+    """What one client may hold of the server (``sidecar --http-*``; docs/design.md section 8)."""
+
+    #: Worker threads running the application; requests beyond them wait on the loop.
+    workers: int = 8
+    #: Open connections; one more is answered 503 and closed.
+    max_connections: int = 2048
+    #: Seconds a connection may wait, between requests, before sending one.
+    idle_timeout: float = 75.0
+    #: Seconds from a request's first byte to the end of its headers (a slowloris's limit).
+    header_timeout: float = 10.0
+    #: Seconds from the end of the headers to the end of the body.
+    body_timeout: float = 60.0
+    #: Seconds a client may take to take in an answer.
+    write_timeout: float = 30.0
+    #: Largest body read (the application answers 413 past it); reading stops there.
+    max_body: int = MAX_BODY_BYTES
+    #: Largest request line plus headers (431 past it).
+    max_header_bytes: int = 64 * 1024
+
+
+def refusal(status: HTTPStatus, error: str, message: str) -> bytes:
+    """A complete ``Connection: close`` answer in the API's JSON error shape, for the refusals
+    the server makes before a request reaches the application."""
+    response = json_response(status, HttpError(status, error, message).body)
+    head = [f"HTTP/1.1 {status.value} {status.phrase}"]
+    head += [f"{name}: {value}" for name, value in response.headers.items()]
+    head.append("Connection: close")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + response.get_data()
+
+
+@attrs.define
+class Exchange:
+    """The requests of one connection, in turn; :meth:`serve` returns when it closes."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    limits: ServerLimits
+    #: Runs the application on a worker thread: an environ in, (status, headers, body) out.
+    call: Callable[[dict[str, Any]], Any]
+    secure: bool = False
+    _conn: h11.Connection = attrs.field(init=False)
+    _loop: asyncio.AbstractEventLoop = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._conn = h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes
+        )
+        self._loop = asyncio.get_running_loop()
+
+    async def serve(self) -> None:
+        try:
+            while await self._one():
+                self._conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            status = HTTPStatus(exc.error_status_hint)
+            error = "headers-too-large" if status == 431 else "bad-request"
+            await self._refuse(status, error, f"malformed HTTP request: {exc}")
+        except TimeoutError:
+            await self._refuse(
+                HTTPStatus.REQUEST_TIMEOUT,
+                "request-timeout",
+                f"the request did not arrive within {self.limits.header_timeout:g} s (headers) "
+                f"and {self.limits.body_timeout:g} s (body)",
+            )
+        except (ConnectionError, h11.LocalProtocolError):
+            pass  # the client went away, or its request cannot be answered any more
+        finally:
+            self.writer.close()
+
+    async def _one(self) -> bool:
+        """Read one request, answer it; whether the connection may carry another."""
+        request = await self._request()
+        if request is None:
+            return False
+        deadline = self._loop.time() + self.limits.body_timeout
+        body, length, complete = await self._body(request, deadline)
+        environ = self._environ(request, body, length)
+        try:
+            status, headers, payload = await self.call(environ)
+        finally:
+            body.close()
+        await self._answer(status, headers, payload, complete)
+        return self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
+
+    async def _request(self) -> h11.Request | None:
+        """The next request's head, or None when the client closed or stayed idle."""
+        if not self._conn.trailing_data[0]:
+            try:
+                data = await asyncio.wait_for(self.reader.read(READ_SIZE), self.limits.idle_timeout)
+            except TimeoutError:
+                return None
+            if not data:
+                return None
+            self._conn.receive_data(data)
+        event = await self._next(self._loop.time() + self.limits.header_timeout)
+        return event if isinstance(event, h11.Request) else None
+
+    async def _body(self, request: h11.Request, deadline: float) -> tuple[IO[bytes], int, bool]:
+        """The body, spooled, up to ``max_body + 1`` bytes; its length; whether it was read to
+        its end. A declared length past the limit is not read at all: the application refuses
+        it by the header."""
+        spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the caller closes it)
+        declared = _declared_length(request)
+        if declared is not None and declared > self.limits.max_body:
+            return spool, declared, False
+        if self._conn.they_are_waiting_for_100_continue:
+            self.writer.write(
+                self._conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+            )
+        total = 0
+        while True:
+            event = await self._next(deadline)
+            if isinstance(event, h11.Data):
+                spool.write(event.data)
+                total += len(event.data)
+                if total > self.limits.max_body:
+                    break
+            elif isinstance(event, h11.EndOfMessage):
+                spool.seek(0)
+                return spool, total, True
+            else:
+                raise ConnectionError("closed mid-body")
+        spool.seek(0)
+        return spool, total, False
+
+    async def _next(self, deadline: float) -> Any:
+        while True:
+            event = self._conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                raise TimeoutError
+            self._conn.receive_data(await asyncio.wait_for(self.reader.read(READ_SIZE), remaining))
+
+    def _environ(self, request: h11.Request, body: IO[bytes], length: int) -> dict[str, Any]:
+        target = request.target
+        if not target.startswith(b"/"):  # absolute form: http://host/path?query
+            parts = urlsplit(target)
+            target = (parts.path or b"/") + (b"?" + parts.query if parts.query else b"")
+        path, _, query = target.partition(b"?")
+        sockname = self.writer.get_extra_info("sockname") or ("", 0)
+        peer = self.writer.get_extra_info("peername") or ("", 0)
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": request.method.decode("ascii"),
+            "SCRIPT_NAME": "",
+            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+            "QUERY_STRING": query.decode("latin-1"),
+            "SERVER_NAME": str(sockname[0]),
+            "SERVER_PORT": str(sockname[1]),
+            "SERVER_PROTOCOL": f"HTTP/{request.http_version.decode('ascii')}",
+            "REMOTE_ADDR": str(peer[0]),
+            "REMOTE_PORT": str(peer[1]),
+            "CONTENT_LENGTH": str(length),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "https" if self.secure else "http",
+            "wsgi.input": body,
+            "wsgi.input_terminated": True,
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for raw_name, raw_value in request.headers:
+            if b"_" in raw_name:  # Content_Length must not pass for Content-Length
+                continue
+            name = raw_name.decode("latin-1").upper().replace("-", "_")
+            value = raw_value.decode("latin-1")
+            if name == "CONTENT_LENGTH":
+                continue  # the length read, set above
+            key = name if name == "CONTENT_TYPE" else f"HTTP_{name}"
+            environ[key] = f"{environ[key]},{value}" if key in environ else value
+        return environ
+
+    async def _answer(
+        self, status: int, headers: list[tuple[str, str]], payload: bytes, complete: bool
+    ) -> None:
+        fields = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in headers
+            if name.lower().encode("latin-1") not in _HOP_BY_HOP
+        ]
+        length = next((v for n, v in headers if n.lower() == "content-length"), len(payload))
+        fields.append((b"content-length", str(length).encode("ascii")))
+        if not complete:  # the rest of the body stays unread: no next request on this one
+            fields.append((b"connection", b"close"))
+        data = self._conn.send(h11.Response(status_code=status, headers=fields)) or b""
+        if payload:
+            data += self._conn.send(h11.Data(data=payload)) or b""
+        data += self._conn.send(h11.EndOfMessage()) or b""
+        self.writer.write(data)
+        await asyncio.wait_for(self.writer.drain(), self.limits.write_timeout)
+
+    async def _refuse(self, status: HTTPStatus, error: str, message: str) -> None:
+        if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return  # an answer is under way: closing is all that is left
+        log.info("http_request_refused", status=status.value, error=error)
+        try:
+            self.writer.write(refusal(status, error, message))
+            await asyncio.wait_for(self.writer.drain(), self.limits.write_timeout)
+        except (ConnectionError, TimeoutError):
+            pass
+
+
+def _declared_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            return int(value)  # h11 checked that it is a number
+    return None
+
+
+def call_app(app: WsgiApp, environ: dict[str, Any]) -> Answer:
+    """Run the WSGI application on ``environ``: its status, headers and whole body."""
+    started: list[Any] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], _exc: Any = None) -> Any:
+        started[:] = [status, headers]
+        return lambda _data: None
+
+    chunks = app(environ, start_response)
+    try:
+        payload = b"".join(chunks)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    status, headers = started
+    return int(status.split(" ", 1)[0]), list(headers), payload

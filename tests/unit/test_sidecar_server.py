@@ -1,0 +1,196 @@
+"""The sidecar's HTTP server on a real socket: framing, keep-alive, deadlines, the connection limit,
+and slow clients that hold no thread."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.sidecar.exchange import ServerLimits
+from orchestrator.sidecar.server import SidecarHttpServer
+from support.api import ScriptedApi
+
+FAST = ServerLimits(
+    workers=2, max_connections=300, idle_timeout=1.0, header_timeout=0.6, body_timeout=0.6
+)
+APPEND = (
+    b"POST /append?collection=s.t HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Content-Type: application/x-ndjson\r\n"
+)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[ScriptedApi, SidecarHttpServer]]:
+    api = ScriptedApi()
+    server = SidecarHttpServer(api, limits=FAST).start()
+    yield api, server
+    server.stop()
+
+
+def connect(server: SidecarHttpServer, timeout: float = 5.0) -> socket.socket:
+    host, _, port = server.address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def answer_of(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def test_one_connection_carries_several_requests(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    api, server = served
+    host, _, port = server.address.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    for n in range(3):
+        connection.request(
+            "POST",
+            "/append?collection=s.t",
+            body=b'{"id": %d}\n' % n,
+            headers={"Content-Type": "application/x-ndjson"},
+        )
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        assert json.loads(response.read())["rows"] == 1
+    connection.request("HEAD", "/healthz")
+    head = connection.getresponse()
+    assert head.status == 200 and head.read() == b""
+    connection.close()
+    assert [body for _, body in api.appended] == [b'{"id": %d}\n' % n for n in range(3)]
+
+
+def test_chunked_and_expect_continue_bodies_reach_the_application(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    api, server = served
+    with connect(server) as sock:
+        sock.sendall(APPEND + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        sock.sendall(b'5\r\n{"a":\r\n3\r\n1}\n\r\n0\r\n\r\n')
+        status, _, body = answer_of(read_all(sock))
+    assert status == 200 and json.loads(body)["rows"] == 1
+    with connect(server) as sock:
+        sock.sendall(
+            APPEND + b"Content-Length: 8\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 ")
+        sock.sendall(b'{"b":2}\n')
+        status, _, _ = answer_of(read_all(sock))
+    assert status == 200
+    assert [body for _, body in api.appended] == [b'{"a":1}\n', b'{"b":2}\n']
+
+
+def test_a_smuggled_length_header_is_ignored(served: tuple[ScriptedApi, SidecarHttpServer]) -> None:
+    """``Content_Length`` would read as CONTENT_LENGTH in the environ; it is dropped."""
+    api, server = served
+    with connect(server) as sock:
+        sock.sendall(
+            APPEND + b"Content-Length: 8\r\nContent_Length: 2\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(b'{"c":3}\n')
+        status, _, _ = answer_of(read_all(sock))
+    assert status == 200
+    assert api.appended == [("s.t", b'{"c":3}\n')]
+
+
+def test_headers_and_bodies_too_slow_get_408_and_the_connection_closes(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    api, server = served
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        started = time.monotonic()
+        for _ in range(5):  # a slowloris: a header line now and then, never the end
+            time.sleep(0.15)
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                break
+        status, _, body = answer_of(read_all(sock))
+        assert status == 408 and json.loads(body)["error"] == "request-timeout"
+        assert time.monotonic() - started < 0.6 + 0.5
+    with connect(server) as sock:
+        sock.sendall(APPEND + b"Content-Length: 100\r\n\r\n" + b"{")
+        status, _, body = answer_of(read_all(sock))
+        assert status == 408
+    assert api.appended == []
+
+
+def test_an_idle_connection_is_closed_without_an_answer(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    _, server = served
+    with connect(server) as sock:
+        started = time.monotonic()
+        assert read_all(sock) == b""
+        assert 0.9 < time.monotonic() - started < 3
+
+
+def test_malformed_and_oversized_heads_get_json_refusals(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    _, server = served
+    with connect(server) as sock:
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        status, headers, body = answer_of(read_all(sock))
+    assert status == 400 and json.loads(body)["error"] == "bad-request"
+    assert headers["content-type"] == "application/json"
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (70 * 1024))
+        status, _, body = answer_of(read_all(sock))
+    assert status == 431 and json.loads(body)["error"] == "headers-too-large"
+
+
+def test_a_connection_past_the_limit_gets_503() -> None:
+    server = SidecarHttpServer(ScriptedApi(), limits=ServerLimits(max_connections=3)).start()
+    try:
+        held = [connect(server) for _ in range(3)]
+        time.sleep(0.2)
+        with connect(server) as extra:
+            status, _, body = answer_of(read_all(extra))
+        assert status == 503 and json.loads(body)["error"] == "too-many-connections"
+        held.pop().close()
+        time.sleep(0.2)
+        with connect(server) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert answer_of(read_all(sock))[0] == 200
+        for sock in held:
+            sock.close()
+    finally:
+        server.stop()
+
+
+def test_slow_clients_hold_sockets_not_threads(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    """250 connections, half idle and half sending headers slowly: the thread count stays at the
+    pool's size and a probe still answers."""
+    _, server = served
+    before = threading.active_count()
+    slow = [connect(server) for _ in range(250)]
+    for sock in slow[::2]:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+    time.sleep(0.1)
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert answer_of(read_all(sock))[0] == 200
+    assert server.connections >= 250
+    assert threading.active_count() <= before + FAST.workers
+    for sock in slow:
+        sock.close()
