@@ -239,6 +239,12 @@ class IdempotencyKeyReusedError(BadInputError):
     code = "idempotency-key-reused"
 
 
+class IdempotencyKeyInProgressError(CatalogError):
+    """Another request with the same ``Idempotency-Key`` is still being written."""
+
+    code = "idempotency-key-in-progress"
+
+
 class NotLeaderError(CatalogError):
     """A write asked of a read-only process: it goes through the leader."""
 

@@ -23,6 +23,7 @@ from catalog.shard import (
     DIFF,
     TS,
     BatchRef,
+    Carry,
     Shard,
     ShardState,
     consolidate,
@@ -135,7 +136,7 @@ def copy_shard(
         out = produce(plan)
         # The source's write ledger travels with its data: an append whose answer was lost
         # before the switch is still recognised by its id on the replacement shard.
-        carry = plan.source.writes
+        carry = Carry(plan.source.writes, source.keys)
         if isinstance(out, pa.Table):
             rows = out.num_rows
             result = target.compare_and_append(

@@ -49,7 +49,8 @@ from catalog.consolidate import DIFF, TS, consolidate
 from catalog.shard.append import advance_times
 from catalog.shard.coverage import SchemaUse, ShardCoverage, shard_coverage
 from catalog.shard.handle import Shard
-from catalog.shard.ledger import WRITE_MEMORY, WriteLedger, WriteMark
+from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, KeySegment
+from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.listing import blob_prefix
 from catalog.shard.ops import (
     clear_contraction_op,
@@ -84,6 +85,7 @@ from catalog.shard.stored import change_ops, delete_ops, read_stored
 __all__ = [
     "DIFF",
     "GC_GRACE_SECONDS",
+    "KEY_RETENTION_SECONDS",
     "LEASE_PREFIX",
     "MAX_ROLLUPS",
     "ROLLUP_THRESHOLD",
@@ -91,9 +93,12 @@ __all__ = [
     "WRITE_MEMORY",
     "AppendResult",
     "BatchRef",
+    "Carry",
     "CompactionResult",
     "Contraction",
     "EvolveResult",
+    "KeyLog",
+    "KeySegment",
     "Lease",
     "RollupRef",
     "Rows",

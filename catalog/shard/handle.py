@@ -23,7 +23,8 @@ from catalog.environment import SHARDS_KEY
 from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.shard import compact, lifecycle, read, write
-from catalog.shard.ledger import WRITE_MEMORY, WriteLedger
+from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, is_keyed
+from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteMark
 from catalog.shard.ops import create_op, evolve_op
 from catalog.shard.rollups import Rollups
 from catalog.shard.state import (
@@ -61,10 +62,31 @@ class Shard:
     rollup_threshold: int = ROLLUP_THRESHOLD
     max_rollups: int = MAX_ROLLUPS
     write_memory: int = WRITE_MEMORY
+    # How long keyed appends stay recognised (catalog.shard.keylog).
+    key_retention: float = KEY_RETENTION_SECONDS
     rollups: Rollups = attrs.field(init=False)
+    keys: KeyLog = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.rollups = Rollups(self.blob, self.shard_id)
+        self.keys = KeyLog(self.blob, self.shard_id, self.key_retention)
+
+    def find_write(self, state: ShardState, write_id: str) -> WriteMark | None:
+        """The mark of ``write_id``: in the ledger, or for a keyed id in the key log."""
+        found = state.writes.find(write_id)
+        if found is None and state.writes.segments and is_keyed(write_id):
+            found = self.keys.find(state.writes.segments, write_id[:17])
+            if found is not None and found.id != write_id:
+                return None
+        return found
+
+    def find_key(self, state: ShardState, key_prefix: str) -> WriteMark | None:
+        """The newest mark of an append made with the key of ``key_prefix`` (``k`` + 16 hex
+        digits), whatever its body: in the ledger, else in the key log."""
+        found = next((m for m in reversed(state.writes.marks) if m.id.startswith(key_prefix)), None)
+        if found is None and state.writes.segments:
+            found = self.keys.find(state.writes.segments, key_prefix)
+        return found
 
     @property
     def key(self) -> str:
@@ -221,7 +243,7 @@ class Shard:
         fence: Fence | None = None,
         guards: Sequence[Check] = (),
         write_id: str | None = None,
-        carry: WriteLedger | None = None,
+        carry: Carry | None = None,
     ) -> AppendResult:
         """Append ``batch``, exactly once by ``write_id``
         (:func:`catalog.shard.write.compare_and_append`)."""
@@ -238,7 +260,7 @@ class Shard:
         *,
         fence: Fence | None = None,
         write_id: str | None = None,
-        carry: WriteLedger | None = None,
+        carry: Carry | None = None,
     ) -> AppendResult:
         """Append batches already written under this shard
         (:func:`catalog.shard.write.compare_and_append_batches`)."""

@@ -7,20 +7,28 @@ rows) in the same transaction as the state change. Compaction and roll-ups rewri
 batch lists but never the ledger, so the mark survives whatever moved the batch; a copy into a
 replacement shard carries the source's marks (the copy keeps the source's times).
 
-The ledger keeps the last :data:`WRITE_MEMORY` marks. ``horizon`` is the promise that makes an
-absence meaningful: every append that moved the upper past ``horizon`` is recorded. So an
-append from ``expected_upper`` whose id is missing did not land when ``horizon <=
-expected_upper``; otherwise its outcome is unknown (:meth:`WriteLedger.covers`).
+The ledger keeps the last :data:`WRITE_MEMORY` marks (up to twice that between two evictions).
+The marks of keyed appends it evicts move into the key log's segments
+(:mod:`catalog.shard.keylog`), which ``segments`` names, until their retention ends.
+``horizon`` is the promise that makes an absence meaningful: every append that moved the upper
+past ``horizon`` is recorded, in the ledger or a segment. So an append from ``expected_upper``
+whose id is missing did not land when ``horizon <= expected_upper``; otherwise its outcome is
+unknown (:meth:`WriteLedger.covers`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-__all__ = ["WRITE_MEMORY", "WriteLedger", "WriteMark"]
+from catalog.shard.keylog import KeySegment, is_keyed
+
+if TYPE_CHECKING:
+    from catalog.shard.keylog import KeyLog
+
+__all__ = ["WRITE_MEMORY", "Carry", "WriteLedger", "WriteMark"]
 
 # Marks kept per shard: about 60 bytes each in the state (~3.8 KB at the limit).
 WRITE_MEMORY = 64
@@ -48,10 +56,12 @@ class WriteMark:
 
 @attrs.frozen
 class WriteLedger:
-    """The last marks, oldest first, and the horizon above which no append goes unrecorded."""
+    """The last marks, oldest first, the key log's segments, and the horizon above which no
+    append goes unrecorded."""
 
     marks: tuple[WriteMark, ...] = ()
     horizon: int = 0
+    segments: tuple[KeySegment, ...] = ()
 
     def find(self, write_id: str) -> WriteMark | None:
         """The mark of ``write_id``, if the ledger still holds it."""
@@ -61,8 +71,7 @@ class WriteLedger:
         """Whether an append from ``expected_upper`` would be recorded here had it landed."""
         return self.horizon <= expected_upper
 
-    def recorded(self, marks: Iterable[WriteMark], limit: int = WRITE_MEMORY) -> WriteLedger:
-        """This ledger with ``marks`` added (known ids skipped), trimmed to the last ``limit``."""
+    def _merged(self, marks: Iterable[WriteMark]) -> list[WriteMark]:
         known = {m.id for m in self.marks}
         merged = [*self.marks]
         for mark in marks:
@@ -70,17 +79,35 @@ class WriteLedger:
                 known.add(mark.id)
                 merged.append(mark)
         merged.sort(key=lambda m: (m.upper, m.lower))
+        return merged
+
+    def recorded(self, marks: Iterable[WriteMark], limit: int = WRITE_MEMORY) -> WriteLedger:
+        """This ledger with ``marks`` added (known ids skipped), trimmed to the last ``limit``
+        (what is trimmed raises the horizon, keyed or not: for writers without a key log)."""
+        merged = self._merged(marks)
         evicted, kept = merged[: max(0, len(merged) - limit)], merged[-limit:] if limit else []
         horizon = max([self.horizon, *(m.upper for m in evicted)])
-        return WriteLedger(tuple(kept), horizon)
+        return attrs.evolve(self, marks=tuple(kept), horizon=horizon)
 
-    def carried(self, source: WriteLedger, limit: int = WRITE_MEMORY) -> WriteLedger:
-        """This ledger extended by a copy source's marks and horizon (a replacement shard)."""
-        extended = self.recorded(source.marks, limit)
-        return attrs.evolve(extended, horizon=max(extended.horizon, source.horizon))
+    def evicting(
+        self, marks: Iterable[WriteMark], limit: int = WRITE_MEMORY
+    ) -> tuple[WriteLedger, tuple[WriteMark, ...]]:
+        """This ledger with ``marks`` added; past ``2 * limit`` marks, the oldest evicted down
+        to ``limit``. Evicted keyed marks are returned, for the key log to hold (the horizon
+        stays below them); the others raise the horizon."""
+        merged = self._merged(marks)
+        if len(merged) <= 2 * limit:
+            return attrs.evolve(self, marks=tuple(merged)), ()
+        evicted, kept = merged[: len(merged) - limit], merged[len(merged) - limit :]
+        keyed = tuple(m for m in evicted if is_keyed(m.id))
+        horizon = max([self.horizon, *(m.upper for m in evicted if not is_keyed(m.id))])
+        return attrs.evolve(self, marks=tuple(kept), horizon=horizon), keyed
 
     def to_json(self) -> dict[str, Any]:
-        return {"marks": [m.to_json() for m in self.marks], "horizon": self.horizon}
+        data: dict[str, Any] = {"marks": [m.to_json() for m in self.marks], "horizon": self.horizon}
+        if self.segments:  # absent otherwise: states read as before the key log
+            data["segments"] = [s.to_json() for s in self.segments]
+        return data
 
     @classmethod
     def from_json(cls, data: Any, upper: int) -> WriteLedger:
@@ -88,4 +115,17 @@ class WriteLedger:
         its ``upper``."""
         if data is None:
             return cls((), upper)
-        return cls(tuple(WriteMark.from_json(m) for m in data["marks"]), int(data["horizon"]))
+        return cls(
+            tuple(WriteMark.from_json(m) for m in data["marks"]),
+            int(data["horizon"]),
+            tuple(KeySegment.from_json(s) for s in data.get("segments", ())),
+        )
+
+
+@attrs.frozen
+class Carry:
+    """What a copy into a replacement shard carries over: the source's ledger, and its key log
+    when the ledger names segments."""
+
+    ledger: WriteLedger
+    keys: KeyLog | None = None

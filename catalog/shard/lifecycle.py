@@ -190,10 +190,11 @@ def leases(shard: Shard) -> list[str]:
 
 
 def referenced_keys(shard: Shard, state: ShardState | None = None) -> set[str]:
-    """Every blob key ``state`` references: batches, rollups."""
+    """Every blob key ``state`` references: batches, rollups, key log segments."""
     state = shard.state() if state is None else state
     keys = {b.key(shard.shard_id) for b in shard.batches(state)}
     keys.update(r.key(shard.shard_id) for r in state.rollups)
+    keys.update(s.key(shard.shard_id) for s in state.writes.segments)
     return keys
 
 

@@ -131,9 +131,7 @@ def wait_for_upper(shard: Shard, as_of: int, timeout: float) -> ShardState:
         except CONNECTION_ERRORS as exc:
             raise ConnectionLostError(f"ZooKeeper did not answer for {shard.shard_id}") from exc
         if found is None:
-            raise shard_error(
-                f"shard {shard.shard_id} does not exist", shard.shard_id, "not-found"
-            )
+            raise shard_error(f"shard {shard.shard_id} does not exist", shard.shard_id, "not-found")
         latest = shard.state()
         return latest if latest.upper > as_of or latest.finalized else NOT_YET
 

@@ -51,9 +51,7 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     rows = table.num_rows
     return table.append_column(
         pa.field(TS, pa.uint64(), nullable=False), pa.array([ts] * rows, pa.uint64())
-    ).append_column(
-        pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64())
-    )
+    ).append_column(pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64()))
 
 
 def append_rows(
@@ -87,7 +85,7 @@ def append_rows(
         state = shard.state()
         wanted = rows(state) if callable(rows) else rows
         if write_id is not None:
-            landed = state.writes.find(write_id)
+            landed = shard.find_write(state, write_id)
             if landed is not None:
                 return AppendResult(True, landed.upper, state, landed, replayed=attempts == 1)
         if wanted is None:

@@ -23,7 +23,7 @@ from catalog.shard.append import (
     prepare_append,
     time_bounds,
 )
-from catalog.shard.ledger import WriteLedger, WriteMark
+from catalog.shard.ledger import Carry, WriteLedger, WriteMark
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     AppendResult,
@@ -48,7 +48,7 @@ def compare_and_append(
     fence: Fence | None = None,
     guards: Sequence[Check] = (),
     write_id: str | None = None,
-    carry: WriteLedger | None = None,
+    carry: Carry | None = None,
 ) -> AppendResult:
     """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
@@ -100,7 +100,7 @@ def compare_and_append_batches(
     *,
     fence: Fence | None = None,
     write_id: str | None = None,
-    carry: WriteLedger | None = None,
+    carry: Carry | None = None,
 ) -> AppendResult:
     """Append batches whose blobs are already written under this shard (by Spark
     executors), in one compare-and-set, like :meth:`compare_and_append`.
@@ -150,13 +150,13 @@ def _append_refs(
     fence: Fence | None,
     guards: Sequence[Check],
     write_id: str,
-    carry: WriteLedger | None,
+    carry: Carry | None,
     initial: ShardState,
 ) -> AppendResult:
     """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
     ``write_id``; the blobs are deleted when the append surely did not land."""
     owned = [r.key(shard.shard_id) for r in refs]
-    landed = initial.writes.find(write_id)
+    landed = shard.find_write(initial, write_id)
     if landed is not None:
         shard.blob.delete_many(owned)
         return AppendResult(True, landed.upper, initial, landed, replayed=True)
@@ -176,7 +176,7 @@ def _append_refs(
         nonlocal uncertain
         current = pending.pop() if pending else shard.state()
         if uncertain:
-            found = current.writes.find(write_id)
+            found = shard.find_write(current, write_id)
             if found is not None:  # our lost answer did land
                 return AppendResult(True, found.upper, current, found, replayed=True)
             if current.upper != expected_upper and not current.writes.covers(expected_upper):
@@ -187,12 +187,12 @@ def _append_refs(
         if current.upper != expected_upper:
             return AppendResult(False, current.upper, current)
         new, written, old_rollups = appended(shard, current, refs, new_upper)
-        writes = new.writes if carry is None else new.writes.carried(carry, shard.write_memory)
-        new = attrs.evolve(new, writes=writes.recorded([mark], shard.write_memory))
+        writes, segment_keys = _record(shard, new.writes, mark, carry)
+        new = attrs.evolve(new, writes=writes)
         try:
             result = shard.cas(current, new, fence, guards)
         except VersionMismatchError:
-            shard.blob.delete_many(written)
+            shard.blob.delete_many([*written, *segment_keys])
             shard.check_guards(guards)
             raise
         except ConnectionLostError:
@@ -215,6 +215,27 @@ def _append_refs(
         shard.log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed,
                         rollups_left_to_gc=len(replaced))  # fmt: skip
     return result
+
+
+def _record(
+    shard: Shard, writes: WriteLedger, mark: WriteMark, carry: Carry | None
+) -> tuple[WriteLedger, list[str]]:
+    """``writes`` with ``mark`` recorded (and a copy source's ledger carried): keyed marks the
+    ledger evicts go into the key log's segments; the keys of the segments this wrote."""
+    before = {s.name for s in writes.segments}
+    marks = [mark]
+    if carry is not None:
+        marks = [*carry.ledger.marks, mark]
+        segments = writes.segments
+        if carry.keys is not None and carry.ledger.segments:
+            segments += shard.keys.carried(carry.keys, carry.ledger.segments)
+        horizon = max(writes.horizon, carry.ledger.horizon)
+        writes = attrs.evolve(writes, segments=segments, horizon=horizon)
+    writes, evicted = writes.evicting(marks, shard.write_memory)
+    if evicted or writes.segments:
+        segments, expired = shard.keys.fold(writes.segments, evicted)
+        writes = attrs.evolve(writes, segments=segments, horizon=max(writes.horizon, expired))
+    return writes, [s.key(shard.shard_id) for s in writes.segments if s.name not in before]
 
 
 def appended(

@@ -13,6 +13,31 @@ import click
 from orchestrator.cli.root import F, zk_options
 
 
+class Duration(click.ParamType):
+    """A span of time: ``90s``, ``30m``, ``24h``, ``7d`` or plain seconds; as seconds."""
+
+    name = "duration"
+    _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip().lower()
+        number, unit = (text[:-1], text[-1]) if text[-1:] in self._UNITS else (text, "s")
+        try:
+            seconds = float(number) * self._UNITS[unit]
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            self.fail(
+                f"{value!r} is not a duration: write a positive number of seconds, or one "
+                "with s, m, h or d (90s, 30m, 24h, 7d)",
+                param,
+                ctx,
+            )
+        return seconds
+
+
 def spark_options(func: F) -> F:
     """--spark-master, --spark-conf and --blob-shared: how a command runs Spark, if it does."""
     func = click.option(

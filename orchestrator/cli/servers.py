@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from catalog.errors import CatalogError
-from orchestrator.cli.options import http_limit_options, spark_config, spark_options
+from orchestrator.cli.options import Duration, http_limit_options, spark_config, spark_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 if TYPE_CHECKING:
@@ -200,6 +200,14 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     help="PEM private key of --http-tls-cert.",
 )
 @click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
+@click.option(
+    "--idempotency-retention",
+    type=Duration(),
+    default="24h",
+    show_default=True,
+    help="How long an Idempotency-Key is recognised after its append (e.g. 90m, 24h, 7d); a "
+    "retry after that writes again.",
+)
 @click.option("--process-id", default=None, help="Unique process id (default: HOST-PID).")
 @click.option("--session-timeout", type=click.FloatRange(min=1.0), default=10.0, show_default=True)
 @click.option(
@@ -253,6 +261,7 @@ def sidecar_command(
     http_tls_cert: str | None,
     http_tls_key: str | None,
     auto_promote: bool,
+    idempotency_retention: float,
     process_id: str | None,
     session_timeout: float,
     orphan_grace: float,
@@ -292,6 +301,7 @@ def sidecar_command(
         http_tls_cert=http_tls_cert,
         http_tls_key=http_tls_key,
         auto_promote=auto_promote,
+        idempotency_retention=idempotency_retention,
         session_timeout=session_timeout,
         orphan_grace=orphan_grace,
         orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),

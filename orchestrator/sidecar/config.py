@@ -13,7 +13,7 @@ from catalog.errors import (
     BadInputError,
 )
 from catalog.pipeline.spark.config import SparkConfig
-from catalog.shard import GC_GRACE_SECONDS
+from catalog.shard import GC_GRACE_SECONDS, KEY_RETENTION_SECONDS
 from orchestrator.migrate import (
     COMPACT_MIN_BATCHES,
     GC_INTERVAL_SECONDS,
@@ -53,6 +53,8 @@ class SidecarConfig:
     http_tls_cert: str | None = None
     http_tls_key: str | None = None
     auto_promote: bool = False
+    # How long an Idempotency-Key is recognised after its append (catalog.shard.keylog).
+    idempotency_retention: float = KEY_RETENTION_SECONDS
     process_id: str = attrs.field(factory=lambda: default_process_id())
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0

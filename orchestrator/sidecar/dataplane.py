@@ -27,11 +27,11 @@ from catalog.errors import (
 from catalog.release import Builtin, Release
 from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Rows, Shard, append_rows, find_schema_id
+from catalog.shard import DIFF, TS, Rows, Shard, WriteMark, append_rows, find_schema_id
 from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
@@ -64,6 +64,7 @@ class SidecarDataPlane:
         self._machine = machine
         self._progress = progress
         self._inbox = inbox
+        self._keyed = KeyedRequests()
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
         )
@@ -154,9 +155,10 @@ class SidecarDataPlane:
         The append's identity is recorded in the shard's write ledger with the rows, so a lost
         answer is resolved by it. With ``idempotency_key`` the identity derives from the key
         (and the body): a retry with the same key and body returns the first answer
-        (``replayed``) and writes nothing, while its append is among the last
-        ``WRITE_MEMORY`` of the collection; the same key with another body is refused
-        (IdempotencyKeyReusedError).
+        (``replayed``) and writes nothing, for the key retention after the first
+        (``--idempotency-retention``), looked up before the body is read; the same key with
+        another body is refused (IdempotencyKeyReusedError). Concurrent requests with one key
+        take turns (:class:`~orchestrator.sidecar.idempotency.KeyedRequests`).
         """
         leadership = self._machine.leadership
         state = self._progress.state
@@ -171,7 +173,17 @@ class SidecarDataPlane:
             )
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
-        table = rows_to_table(body, builtin.schema)
+        with self._keyed.turn(identity):
+            return self._append(leadership, builtin, collection, identity, body)
+
+    def _append(
+        self,
+        leadership: Any,
+        builtin: Builtin,
+        collection: str,
+        identity: WriteIdentity,
+        body: bytes,
+    ) -> Mapping[str, Any]:
         store = self._machine.store
         store.refuse_writes()  # fail fast during an outage: nothing is tried, nothing lands
         # A session suspended for a moment (its ZooKeeper server died, the client moves to
@@ -180,9 +192,11 @@ class SidecarDataPlane:
         # the write's identity. Only a session still suspended after that answers 503.
         wait = min(5.0, self._config.session_timeout / 3)
         sent = False
+        prefix = identity.key_prefix
 
         def rows(current: Any) -> Rows:
-            identity.check_reuse(current.writes.marks, collection)
+            if prefix is not None:
+                identity.check_reuse(shard.find_key(current, prefix), collection)
             return Rows(table, schema=builtin.schema)
 
         def before_send() -> None:
@@ -196,6 +210,13 @@ class SidecarDataPlane:
 
         try:
             shard = self._append_retry(resolve)
+            if prefix is not None:  # a retry gets its first answer before its body is read
+                first = shard.find_key(shard.state(), prefix)
+                identity.check_reuse(first, collection)
+                if first is not None:
+                    store.answered()
+                    return _answer(collection, shard, first, replayed=True)
+            table = rows_to_table(body, builtin.schema)
             result = append_rows(
                 shard,
                 rows,
@@ -219,14 +240,7 @@ class SidecarDataPlane:
         assert result.mark is not None
         if not result.replayed:
             self._metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
-        return {
-            "collection": collection,
-            "shard_id": shard.shard_id,
-            "rows": result.mark.rows,
-            "ts": result.mark.lower,
-            "upper": result.mark.upper,
-            "replayed": result.replayed,
-        }
+        return _answer(collection, shard, result.mark, replayed=result.replayed)
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         try:
@@ -272,7 +286,7 @@ class SidecarDataPlane:
         if self._machine.leadership is None and check is not None:
             shard_id = check.replacement_shards.get(builtin.global_id)
             if shard_id is not None:
-                return Shard(consensus, blob, shard_id)
+                return self._shard(consensus, blob, shard_id)
         found = read_catalog(consensus)
         ref = found[0].collections.get(builtin.global_id) if found else None
         if ref is None:
@@ -281,4 +295,18 @@ class SidecarDataPlane:
                 "the builtin is new in this release and not promoted)",
                 collection=builtin.name,
             )
-        return Shard(consensus, blob, ref.shard_id)
+        return self._shard(consensus, blob, ref.shard_id)
+
+    def _shard(self, consensus: Any, blob: Any, shard_id: str) -> Shard:
+        return Shard(consensus, blob, shard_id, key_retention=self._config.idempotency_retention)
+
+
+def _answer(collection: str, shard: Shard, mark: WriteMark, *, replayed: bool) -> dict[str, Any]:
+    return {
+        "collection": collection,
+        "shard_id": shard.shard_id,
+        "rows": mark.rows,
+        "ts": mark.lower,
+        "upper": mark.upper,
+        "replayed": replayed,
+    }

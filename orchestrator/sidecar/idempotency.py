@@ -1,29 +1,37 @@
 """The identity of a ``POST /append``: from its ``Idempotency-Key`` header, or fresh.
 
-The identity is the write id the shard's ledger records with the rows (catalog.shard.ledger), so
-it is durable with the state change and survives compaction, roll-ups, a change of leader and a
-collection's switch to a replacement shard. A key's identity is ``k`` + 16 hex digits of the
-key's hash + 16 of the body's: the same key with the same body is the same append; the same key
-with another body is a client's mistake, refused (IdempotencyKeyReusedError, HTTP 422) rather
-than silently ignored.
+The identity is the write id the shard records with the rows (the write ledger, then the key
+log: catalog.shard.ledger, catalog.shard.keylog), so it is durable with the state change and
+survives compaction, roll-ups, a change of leader and a collection's switch to a replacement
+shard. A key's identity is ``k`` + 16 hex digits of the key's hash + 16 of the body's: the same
+key with the same body is the same append; the same key with another body is a client's
+mistake, refused (IdempotencyKeyReusedError, HTTP 422) rather than silently ignored.
 
-Retention: a key is recognised while its append is among the last
-:data:`~catalog.shard.WRITE_MEMORY` appends of its collection; a retry after that is a new
-append.
+Retention: a key is recognised for ``--idempotency-retention`` (24 h by default, as payment
+APIs keep theirs) after its append, however many appends come after it. A retry after that is a
+new append. A retry is looked up before its body is read, so it gets its first answer even
+when the collection's schema changed since. Requests with one key wait for each other in this
+process (:class:`KeyedRequests`): the first writes, the others then find its answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterator
 
 import attrs
 
-from catalog.errors import BadIdempotencyKeyError, IdempotencyKeyReusedError
-from catalog.shard import WRITE_MEMORY, WriteMark
+from catalog.errors import (
+    BadIdempotencyKeyError,
+    IdempotencyKeyInProgressError,
+    IdempotencyKeyReusedError,
+)
+from catalog.shard import WriteMark
 
-__all__ = ["IDEMPOTENCY_HEADER", "MAX_KEY_LENGTH", "WriteIdentity"]
+__all__ = ["IDEMPOTENCY_HEADER", "MAX_KEY_LENGTH", "KeyedRequests", "WriteIdentity"]
 
 MAX_KEY_LENGTH = 255
 _PREFIX = "k"
@@ -56,16 +64,49 @@ class WriteIdentity:
         prefix = _PREFIX + _digest(key.encode())
         return cls(prefix + _digest(body), prefix)
 
-    def check_reuse(self, marks: Iterable[WriteMark], collection: str) -> None:
-        """IdempotencyKeyReusedError when the ledger holds this key with another body."""
-        if self.key_prefix is None:
+    def check_reuse(self, found: WriteMark | None, collection: str) -> None:
+        """IdempotencyKeyReusedError when ``found`` (the mark recorded under this key) is of
+        another body."""
+        if found is not None and found.id != self.write_id:
+            raise IdempotencyKeyReusedError(
+                f"{IDEMPOTENCY_HEADER} was used for another append to {collection} "
+                f"(at ts {found.lower}) with a different body; use a new key per append",
+                collection=collection,
+                ts=found.lower,
+            )
+
+
+class KeyedRequests:
+    """The requests with an ``Idempotency-Key`` under way in this process: one at a time per
+    key. A second request with the key waits (up to ``wait`` seconds) for the first to end,
+    then looks its key up like any retry; past the wait it is refused (409, in progress)."""
+
+    def __init__(self, wait: float = 30.0) -> None:
+        self._wait = wait
+        self._lock = threading.Lock()
+        self._held: dict[str, threading.Event] = {}
+
+    @contextlib.contextmanager
+    def turn(self, identity: WriteIdentity) -> Iterator[None]:
+        key = identity.key_prefix
+        if key is None:
+            yield
             return
-        for mark in marks:
-            if mark.id.startswith(self.key_prefix) and mark.id != self.write_id:
-                raise IdempotencyKeyReusedError(
-                    f"{IDEMPOTENCY_HEADER} was used for another append to {collection} "
-                    f"(at ts {mark.lower}) with a different body; use a new key per append",
-                    collection=collection,
-                    ts=mark.lower,
-                    retention=WRITE_MEMORY,
+        while True:
+            with self._lock:
+                held = self._held.get(key)
+                if held is None:
+                    mine = self._held[key] = threading.Event()
+                    break
+            if not held.wait(self._wait):
+                raise IdempotencyKeyInProgressError(
+                    f"another request with this {IDEMPOTENCY_HEADER} is still being written "
+                    f"after {self._wait:g} s; retry later",
+                    retry_after=1,
                 )
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._held[key]
+            mine.set()

@@ -37,7 +37,15 @@ def test_recording_a_known_id_again_changes_nothing() -> None:
     assert ledger.recorded([mark]) == ledger
 
 
-def test_a_copy_carries_the_source_horizon() -> None:
-    source = WriteLedger((WriteMark("s", 5, 6, 1),), horizon=5)
-    target = WriteLedger().carried(source)
-    assert target.find("s") is not None and target.horizon == 5 and not target.covers(4)
+def test_eviction_hands_keyed_marks_to_the_key_log_and_raises_the_horizon_past_the_rest() -> None:
+    """Up to twice the limit the ledger keeps everything; past it, it evicts down to the limit:
+    keyed marks (``k`` + 32 hex digits) come back for the key log, the horizon stays below
+    them, and only unkeyed evictions raise it."""
+    keyed = [WriteMark(f"k{n:032x}", n, n + 1, 1) for n in range(0, 8, 2)]
+    unkeyed = [WriteMark(f"u{n}", n, n + 1, 1) for n in range(1, 8, 2)]
+    ledger, evicted = WriteLedger().evicting(sorted(keyed + unkeyed, key=lambda m: m.upper), 4)
+    assert len(ledger.marks) == 8 and evicted == () and ledger.horizon == 0
+    ledger, evicted = ledger.evicting([WriteMark("u8", 8, 9, 1)], 4)
+    assert [m.id for m in ledger.marks] == ["u5", "k" + f"{6:032x}", "u7", "u8"]
+    assert evicted == tuple(keyed[:3])
+    assert ledger.horizon == 4  # u3's upper: the unkeyed evicted; the keyed are in the key log
