@@ -91,11 +91,7 @@ def main() -> None:
             extra=["--http-header-timeout", "600", "--http-idle-timeout", "600"],
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while sidecar.request("GET", "/readyz", timeout=2).status != 200:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(sidecar.tail_log())
-                time.sleep(0.1)
+            sidecar.wait_ready()
             measure(sidecar, 20, 20, 0)  # warm up
             threads, rss = thread_count(sidecar.pid), rss_kib(sidecar.pid)
             quiet = measure(sidecar, args.probes, args.appends, 1000)

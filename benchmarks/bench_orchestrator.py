@@ -41,7 +41,7 @@ from catalog.shard import ROLLUP_THRESHOLD, BatchRef, Shard, change_ops, evolve_
 from orchestrator.election import LeaderElection, promote
 from orchestrator.logs import configure_logging
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
-from orchestrator.testing.harness import SidecarExited, SidecarProcess
+from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
 
@@ -171,17 +171,6 @@ def in_process(
     }
 
 
-def _wait_ready(process: SidecarProcess, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.request("GET", "/readyz", timeout=1).status == 200:
-            return
-        if not process.running:
-            raise SidecarExited(f"{process.name} exited\n{process.tail_log()}")
-        time.sleep(0.02)
-    raise TimeoutError(f"{process.name} not ready within {timeout}s")
-
-
 def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]:
     """SIGKILL a serving leader; time until a same-generation standby serves."""
     release_file = work / "bench_release.py"
@@ -208,7 +197,7 @@ def failover(hosts: str, work: Path, session_timeout: float) -> dict[str, float]
                 session_timeout=session_timeout, auto_promote=True, log_level="WARNING",
             )  # fmt: skip
             procs.append(process)
-            _wait_ready(procs[-1], 60)
+            procs[-1].wait_ready(60)
         status = procs[0].request("GET", "/status", timeout=5).json()
         leader = (status.get("leader") or {}).get("id")
         victim = procs[0] if leader == "first" else procs[1]

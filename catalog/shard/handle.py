@@ -24,7 +24,7 @@ from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.shard import compact, lifecycle, read, write
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, is_keyed
-from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteMark
+from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op
 from catalog.shard.rollups import Rollups
 from catalog.shard.state import (
@@ -71,21 +71,23 @@ class Shard:
         self.rollups = Rollups(self.blob, self.shard_id)
         self.keys = KeyLog(self.blob, self.shard_id, self.key_retention)
 
-    def find_write(self, state: ShardState, write_id: str) -> WriteMark | None:
-        """The mark of ``write_id``: in the ledger, or for a keyed id in the key log."""
-        found = state.writes.find(write_id)
-        if found is None and state.writes.segments and is_keyed(write_id):
-            found = self.keys.find(state.writes.segments, write_id[:17])
+    def find_write(self, writes: WriteLedger, write_id: str) -> WriteMark | None:
+        """The mark of ``write_id`` in a state's ``writes``: in the ledger, or for a keyed id
+        in the key log."""
+        found = writes.find(write_id)
+        if found is None and writes.segments and is_keyed(write_id):
+            found = self.keys.find(writes.segments, write_id[:17])
             if found is not None and found.id != write_id:
                 return None
         return found
 
-    def find_key(self, state: ShardState, key_prefix: str) -> WriteMark | None:
-        """The newest mark of an append made with the key of ``key_prefix`` (``k`` + 16 hex
-        digits), whatever its body: in the ledger, else in the key log."""
-        found = next((m for m in reversed(state.writes.marks) if m.id.startswith(key_prefix)), None)
-        if found is None and state.writes.segments:
-            found = self.keys.find(state.writes.segments, key_prefix)
+    def find_key(self, writes: WriteLedger, key_prefix: str) -> WriteMark | None:
+        """The newest mark in a state's ``writes`` of an append made with the key of
+        ``key_prefix`` (``k`` + 16 hex digits), whatever its body: in the ledger, else in the
+        key log."""
+        found = next((m for m in reversed(writes.marks) if m.id.startswith(key_prefix)), None)
+        if found is None and writes.segments:
+            found = self.keys.find(writes.segments, key_prefix)
         return found
 
     @property
@@ -244,12 +246,14 @@ class Shard:
         guards: Sequence[Check] = (),
         write_id: str | None = None,
         carry: Carry | None = None,
+        group: Sequence[tuple[str, int]] = (),
+        state: ShardState | None = None,
     ) -> AppendResult:
-        """Append ``batch``, exactly once by ``write_id``
+        """Append ``batch``, exactly once by ``write_id`` (or the ``group``'s ids)
         (:func:`catalog.shard.write.compare_and_append`)."""
         return write.compare_and_append(
             self, batch, expected_upper, new_upper, schema_id=schema_id, fence=fence,
-            guards=guards, write_id=write_id, carry=carry,
+            guards=guards, write_id=write_id, carry=carry, group=group, state=state,
         )  # fmt: skip
 
     def compare_and_append_batches(

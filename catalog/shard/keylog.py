@@ -102,6 +102,10 @@ class KeySegment:
         return cls(str(name), int(tier), int(marks), float(newest_at), int(max_upper))
 
 
+#: Segments up to this many marks are looked up in a dict (a numpy search costs more).
+_DICT_MARKS = 4096
+
+
 @attrs.frozen
 class _Marks:
     """A segment's marks, decoded: parallel arrays sorted by key."""
@@ -112,6 +116,7 @@ class _Marks:
     upper: np.ndarray
     rows: np.ndarray
     at: np.ndarray
+    _index: dict[int, int] | None = attrs.field(default=None, init=False, eq=False)
 
     @classmethod
     def of(cls, marks: Iterable[WriteMark], at: float) -> _Marks:
@@ -147,10 +152,20 @@ class _Marks:
 
     def find(self, key: int) -> tuple[int, int, int, int] | None:
         """``(body, lower, upper, rows)`` of the newest mark with ``key``."""
-        end = int(np.searchsorted(self.key, np.uint64(key), side="right"))
-        if end == 0 or int(self.key[end - 1]) != key:
-            return None
-        i = end - 1
+        if len(self.key) <= _DICT_MARKS:
+            index = self._index
+            if index is None:  # the last of equal keys is the newest: it wins
+                index = {int(k): i for i, k in enumerate(self.key.tolist())}
+                object.__setattr__(self, "_index", index)
+            found = index.get(key)
+            if found is None:
+                return None
+            i = found
+        else:
+            end = int(np.searchsorted(self.key, np.uint64(key), side="right"))
+            if end == 0 or int(self.key[end - 1]) != key:
+                return None
+            i = end - 1
         return int(self.body[i]), int(self.lower[i]), int(self.upper[i]), int(self.rows[i])
 
     def encode(self) -> bytes:

@@ -130,6 +130,14 @@ class BatchListing(Sequence[BatchRef]):
         return f"BatchListing({len(self)} batches)"
 
     @staticmethod
+    def extended(batches: Sequence[BatchRef], refs: Sequence[BatchRef]) -> Sequence[BatchRef]:
+        """``batches`` followed by ``refs``; an undecoded listing stays undecoded (an append
+        re-encodes only its own entries)."""
+        if isinstance(batches, BatchListing) and batches._refs is None:
+            return BatchListing([*batches._raw, *(r.to_json() for r in refs)])
+        return (*batches, *refs)
+
+    @staticmethod
     def json_of(batches: Sequence[BatchRef]) -> list[Any]:
         """The JSON entries of ``batches`` (an untouched listing's own, not re-encoded)."""
         if isinstance(batches, BatchListing) and batches._refs is None:

@@ -38,12 +38,15 @@ __all__ = ["Rows", "append_rows", "with_updates"]
 class Rows:
     """What one attempt appends: ``table`` (the data columns, in ``schema``'s order; None:
     the latest live schema's), each with ``diff``, and ``guards`` checked in the same
-    transaction."""
+    transaction. ``group``: a group commit's appends, ``(write id, rows)`` each, whose rows
+    ``table`` holds in that order; each is recorded with its own mark, all in one commit (the
+    caller, who builds the group per attempt, recognises members that landed already)."""
 
     table: pa.Table
     schema: pa.Schema | None = None
     diff: int = 1
     guards: Sequence[Check] = ()
+    group: Sequence[tuple[str, int]] = ()
 
 
 def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
@@ -85,7 +88,7 @@ def append_rows(
         state = shard.state()
         wanted = rows(state) if callable(rows) else rows
         if write_id is not None:
-            landed = shard.find_write(state, write_id)
+            landed = shard.find_write(state.writes, write_id)
             if landed is not None:
                 return AppendResult(True, landed.upper, state, landed, replayed=attempts == 1)
         if wanted is None:
@@ -102,7 +105,7 @@ def append_rows(
             before_send()
         result = shard.compare_and_append(
             batch, upper, upper + 1, schema_id=schema_id, fence=fence, guards=wanted.guards,
-            write_id=write_id,
+            write_id=write_id, group=wanted.group, state=state,
         )  # fmt: skip
         if not result.ok:
             raise VersionMismatchError(

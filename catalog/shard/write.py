@@ -24,6 +24,7 @@ from catalog.shard.append import (
     time_bounds,
 )
 from catalog.shard.ledger import Carry, WriteLedger, WriteMark
+from catalog.shard.listing import BatchListing
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     AppendResult,
@@ -49,6 +50,8 @@ def compare_and_append(
     guards: Sequence[Check] = (),
     write_id: str | None = None,
     carry: Carry | None = None,
+    group: Sequence[tuple[str, int]] = (),
+    state: ShardState | None = None,
 ) -> AppendResult:
     """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
@@ -69,13 +72,16 @@ def compare_and_append(
     by looking its id up, whatever moved the batch meanwhile. When the ledger no longer
     covers ``expected_upper`` the outcome cannot be known: WriteOutcomeUnknownError.
     ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
-    copy, which keeps the source's times).
+    copy, which keeps the source's times). ``group``: the appends a group commit joins in
+    this batch, ``(write id, rows)`` each, in its order: each gets its own mark, all land
+    together or none (``write_id`` is then the first's). ``state``: the state the caller just
+    read, if it did (the compare-and-set checks it is still current).
     """
     _check_frontiers(shard, expected_upper, new_upper)
     refs: list[BatchRef] = []
-    initial = shard.state()
+    initial = shard.state() if state is None else state
     schema_id = initial.schema_id if schema_id is None else schema_id
-    write_id = uuid.uuid4().hex if write_id is None else write_id
+    write_id = group[0][0] if group else uuid.uuid4().hex if write_id is None else write_id
     appendable = not (initial.sealed or initial.finalized or initial.writes.find(write_id))
     if appendable and initial.upper == expected_upper:
         stored = prepare_append(
@@ -88,7 +94,7 @@ def compare_and_append(
             refs.append(ref)
     return _append_refs(shard,
         refs, expected_upper, new_upper, fence=fence, guards=guards, write_id=write_id,
-        carry=carry, initial=initial,
+        carry=carry, initial=initial, group=group,
     )  # fmt: skip
 
 
@@ -152,11 +158,12 @@ def _append_refs(
     write_id: str,
     carry: Carry | None,
     initial: ShardState,
+    group: Sequence[tuple[str, int]] = (),
 ) -> AppendResult:
     """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
     ``write_id``; the blobs are deleted when the append surely did not land."""
     owned = [r.key(shard.shard_id) for r in refs]
-    landed = shard.find_write(initial, write_id)
+    landed = shard.find_write(initial.writes, write_id)
     if landed is not None:
         shard.blob.delete_many(owned)
         return AppendResult(True, landed.upper, initial, landed, replayed=True)
@@ -167,7 +174,8 @@ def _append_refs(
         shard.blob.delete_many(owned)
         return AppendResult(False, initial.upper, initial)
     rows = sum(r.rows for r in refs)
-    mark = WriteMark(write_id, expected_upper, new_upper, rows)
+    mark = WriteMark(write_id, expected_upper, new_upper, group[0][1] if group else rows)
+    marks = [WriteMark(i, expected_upper, new_upper, n) for i, n in group] or [mark]
     uncertain = False
     pending = [initial]
     replaced: list[str] = []
@@ -176,7 +184,7 @@ def _append_refs(
         nonlocal uncertain
         current = pending.pop() if pending else shard.state()
         if uncertain:
-            found = shard.find_write(current, write_id)
+            found = shard.find_write(current.writes, write_id)
             if found is not None:  # our lost answer did land
                 return AppendResult(True, found.upper, current, found, replayed=True)
             if current.upper != expected_upper and not current.writes.covers(expected_upper):
@@ -187,7 +195,7 @@ def _append_refs(
         if current.upper != expected_upper:
             return AppendResult(False, current.upper, current)
         new, written, old_rollups = appended(shard, current, refs, new_upper)
-        writes, segment_keys = _record(shard, new.writes, mark, carry)
+        writes, segment_keys = _record(shard, new.writes, marks, carry)
         new = attrs.evolve(new, writes=writes)
         try:
             result = shard.cas(current, new, fence, guards)
@@ -218,14 +226,15 @@ def _append_refs(
 
 
 def _record(
-    shard: Shard, writes: WriteLedger, mark: WriteMark, carry: Carry | None
+    shard: Shard, writes: WriteLedger, new: Sequence[WriteMark], carry: Carry | None
 ) -> tuple[WriteLedger, list[str]]:
-    """``writes`` with ``mark`` recorded (and a copy source's ledger carried): keyed marks the
-    ledger evicts go into the key log's segments; the keys of the segments this wrote."""
+    """``writes`` with the ``new`` marks recorded (and a copy source's ledger carried): keyed
+    marks the ledger evicts go into the key log's segments; the keys of the segments this
+    wrote."""
     before = {s.name for s in writes.segments}
-    marks = [mark]
+    marks = [*new]
     if carry is not None:
-        marks = [*carry.ledger.marks, mark]
+        marks = [*carry.ledger.marks, *new]
         segments = writes.segments
         if carry.keys is not None and carry.ledger.segments:
             segments += shard.keys.carried(carry.keys, carry.ledger.segments)
@@ -245,7 +254,7 @@ def appended(
 
     Returns the new state, the blobs written for it, and the blobs it no longer references.
     """
-    inline = (*state.batches, *refs)
+    inline: Sequence[BatchRef] = BatchListing.extended(state.batches, refs)
     rollups = state.rollups
     written: list[str] = []
     replaced: list[str] = []

@@ -7,7 +7,9 @@ their data; :mod:`orchestrator.sidecar.http` alone turns them into HTTP statuses
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -19,6 +21,7 @@ from catalog.errors import (
     BlobUnreachableError,
     BusyError,
     ConnectionLostError,
+    IdempotencyKeyReusedError,
     NoShardError,
     NotLeaderError,
     UnknownCollectionError,
@@ -27,10 +30,21 @@ from catalog.errors import (
 from catalog.release import Builtin, Release
 from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Rows, Shard, WriteMark, append_rows, find_schema_id
+from catalog.shard import (
+    DIFF,
+    TS,
+    Rows,
+    Shard,
+    ShardState,
+    WriteLedger,
+    WriteMark,
+    append_rows,
+    find_schema_id,
+)
 from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
+from orchestrator.sidecar.groupcommit import GroupCommit, Pending
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
@@ -65,6 +79,13 @@ class SidecarDataPlane:
         self._progress = progress
         self._inbox = inbox
         self._keyed = KeyedRequests()
+        self._groups: dict[str, GroupCommit] = {}
+        self._groups_lock = threading.Lock()
+        # The write ledger each shard's last commit left (the leader is its only writer): what
+        # a keyed request's pre-check reads instead of ZooKeeper. Stale is safe: a commit
+        # re-checks every member against the state it reads.
+        self._ledgers: dict[str, WriteLedger] = {}
+        self._leader_shards: tuple[object, dict[str, str]] = (None, {})
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
         )
@@ -174,73 +195,150 @@ class SidecarDataPlane:
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
         with self._keyed.turn(identity):
-            return self._append(leadership, builtin, collection, identity, body)
+            store = self._machine.store
+            store.refuse_writes()  # fail fast during an outage: nothing is tried, nothing lands
+            prefix = identity.key_prefix
+            if prefix is not None:  # a retry gets its first answer before its body is read
+                with self._outcome(lambda: False):
+                    shard = self._append_retry(lambda: self._resolve(leadership, builtin))
+                    latest = self._ledgers.get(shard.shard_id) or shard.state().writes
+                    first = shard.find_key(latest, prefix)
+                identity.check_reuse(first, collection)
+                if first is not None:
+                    store.answered()
+                    return _answer(collection, shard, first, replayed=True)
+            table = rows_to_table(body, builtin.schema)
+            return self._group(builtin).submit(Pending(identity, table))
 
-    def _append(
-        self,
-        leadership: Any,
-        builtin: Builtin,
-        collection: str,
-        identity: WriteIdentity,
-        body: bytes,
-    ) -> Mapping[str, Any]:
+    def _group(self, builtin: Builtin) -> GroupCommit:
+        with self._groups_lock:
+            group = self._groups.get(builtin.global_id)
+            if group is None:
+                group = self._groups[builtin.global_id] = GroupCommit(
+                    lambda members: self._commit(builtin, members)
+                )
+            return group
+
+    def _wait(self) -> float:
+        """How long an attempt waits for a suspended session: a third of the session timeout
+        (at most 5 s). A ZooKeeper server that died moves the client to another meanwhile, and
+        a ConnectionLoss is retried by the write's identity; only a session still suspended
+        after that answers 503."""
+        return min(5.0, self._config.session_timeout / 3)
+
+    def _resolve(self, leadership: Any, builtin: Builtin) -> Shard:
+        """The shard a leader appends to for ``builtin``. The catalog's shards do not change
+        while one leadership serves (switches happen in its migration, before it serves), so
+        they are read once per leadership."""
+        leadership.check(self._wait())
+        known, shards = self._leader_shards
+        if known is not leadership:
+            shards = {}
+            self._leader_shards = (leadership, shards)
+        shard_id = shards.get(builtin.global_id)
+        if shard_id is None:
+            shard = self._shard_of(builtin)
+            shards[builtin.global_id] = shard.shard_id
+            return shard
+        return self._shard(self._connection.require(), self._machine.blob, shard_id)
+
+    @contextlib.contextmanager
+    def _outcome(self, sent: Callable[[], bool]) -> Iterator[None]:
+        """Errors of a write attempt as the client must see them: a blob store outage is a
+        state (503), a lost session before anything was sent pauses writes (503), after a
+        send the outcome is unknown (the error as it is)."""
         store = self._machine.store
-        store.refuse_writes()  # fail fast during an outage: nothing is tried, nothing lands
-        # A session suspended for a moment (its ZooKeeper server died, the client moves to
-        # another) pauses the request rather than failing it: every attempt waits up to a
-        # third of the session timeout for the session, and a ConnectionLoss is retried by
-        # the write's identity. Only a session still suspended after that answers 503.
-        wait = min(5.0, self._config.session_timeout / 3)
-        sent = False
-        prefix = identity.key_prefix
+        try:
+            yield
+        except BlobUnreachableError as exc:  # the batch never reached the store: not landed
+            store.failed(exc)
+            raise
+        except ConnectionLostError as exc:
+            if sent():
+                raise  # an attempt may have landed: the outcome is unknown, not refused
+            raise WritesPausedError(
+                "leader writes are paused: the ZooKeeper session is suspended "
+                f"(waited {self._wait():g} s)",
+                state=self._progress.state.value,
+            ) from exc
 
-        def rows(current: Any) -> Rows:
-            if prefix is not None:
-                identity.check_reuse(shard.find_key(current, prefix), collection)
-            return Rows(table, schema=builtin.schema)
+    def _commit(self, builtin: Builtin, members: Sequence[Pending]) -> None:
+        """One commit of a group of appends to ``builtin``; settles each member.
+
+        Each attempt re-reads the state and leaves out the members it already holds (their
+        key landed before: answered ``replayed``; or in an attempt of this commit whose answer
+        was lost: answered as written) and those whose key holds another body (422): so
+        every member is exactly once, whatever the pre-check saw."""
+        leadership = self._machine.leadership
+        if leadership is None or self._progress.state is not State.SERVING:
+            raise WritesPausedError(
+                "leader writes are paused: this process no longer serves as leader",
+                state=self._progress.state.value,
+            )
+        wait = self._wait()
+        sent = False
+        attempts = 0
+        remaining = list(members)
+        name = builtin.name
+
+        def rows(state: ShardState) -> Rows | None:
+            nonlocal attempts
+            attempts += 1
+            still = []
+            for member in remaining:
+                identity = member.identity
+                if identity.key_prefix is None:
+                    found = shard.find_write(state.writes, identity.write_id)
+                else:  # one look-up: this body's mark, another body's, or none
+                    found = shard.find_key(state.writes, identity.key_prefix)
+                    try:
+                        identity.check_reuse(found, name)
+                    except IdempotencyKeyReusedError as exc:
+                        member.settle(None, exc)
+                        continue
+                if found is not None:
+                    member.settle(_answer(name, shard, found, replayed=attempts == 1), None)
+                else:
+                    still.append(member)
+            remaining[:] = still
+            if not still:
+                return None
+            return Rows(
+                pa.concat_tables([m.table for m in still]),
+                schema=builtin.schema,
+                group=[(m.identity.write_id, m.table.num_rows) for m in still],
+            )
 
         def before_send() -> None:
             nonlocal sent
             leadership.check(wait)
             sent = True
 
-        def resolve() -> Shard:
-            leadership.check(wait)
-            return self._shard_of(builtin)
-
         try:
-            shard = self._append_retry(resolve)
-            if prefix is not None:  # a retry gets its first answer before its body is read
-                first = shard.find_key(shard.state(), prefix)
-                identity.check_reuse(first, collection)
-                if first is not None:
-                    store.answered()
-                    return _answer(collection, shard, first, replayed=True)
-            table = rows_to_table(body, builtin.schema)
-            result = append_rows(
-                shard,
-                rows,
-                fence=leadership.fence,
-                write_id=identity.write_id,
-                retry=lambda: self._append_retry,
-                before_read=lambda: leadership.check(wait),
-                before_send=before_send,
-            )
-        except BlobUnreachableError as exc:  # the batch never reached the store: not landed
-            store.failed(exc)
+            with self._outcome(lambda: sent):
+                shard = self._append_retry(lambda: self._resolve(leadership, builtin))
+                result = append_rows(
+                    shard,
+                    rows,
+                    fence=leadership.fence,
+                    retry=lambda: self._append_retry,
+                    before_read=lambda: leadership.check(wait),
+                    before_send=before_send,
+                )
+        except BaseException:
+            self._ledgers.clear()  # re-read before the next pre-check
             raise
-        except ConnectionLostError as exc:
-            if sent:
-                raise  # an attempt may have landed: the outcome is unknown, not refused
-            raise WritesPausedError(
-                f"leader writes are paused: the ZooKeeper session is suspended (waited {wait:g} s)",
-                state=self._progress.state.value,
-            ) from exc
-        store.answered()
-        assert result.mark is not None
-        if not result.replayed:
-            self._metrics.rows_appended.labels(collection=collection).inc(table.num_rows)
-        return _answer(collection, shard, result.mark, replayed=result.replayed)
+        self._ledgers[shard.shard_id] = result.state.writes
+        self._machine.store.answered()
+        if result.mark is None:  # every member was settled by what the state held
+            return
+        lower, upper = result.mark.lower, result.mark.upper
+        rows_written = sum(m.table.num_rows for m in remaining)
+        self._metrics.rows_appended.labels(collection=name).inc(rows_written)
+        self._metrics.append_group.observe(len(remaining))
+        for member in remaining:
+            mark = WriteMark(member.identity.write_id, lower, upper, member.table.num_rows)
+            member.settle(_answer(name, shard, mark, replayed=False), None)
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         try:

@@ -42,8 +42,9 @@ _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"c
 class ServerLimits:
     """What one client may hold of the server (``sidecar --http-*``; docs/design.md section 8)."""
 
-    #: Worker threads running the application; requests beyond them wait on the loop.
-    workers: int = 8
+    #: Worker threads running the application (an append waiting for its group commit holds
+    #: one); requests beyond them wait on the loop.
+    workers: int = 32
     #: Open connections; one more is answered 503 and closed.
     max_connections: int = 2048
     #: Seconds a connection may wait, between requests, before sending one.
@@ -128,7 +129,8 @@ class Exchange:
         """The next request's head, or None when the client closed or stayed idle."""
         if not self._conn.trailing_data[0]:
             try:
-                data = await asyncio.wait_for(self.reader.read(READ_SIZE), self.limits.idle_timeout)
+                async with asyncio.timeout(self.limits.idle_timeout):
+                    data = await self.reader.read(READ_SIZE)
             except TimeoutError:
                 return None
             if not data:
@@ -173,7 +175,9 @@ class Exchange:
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 raise TimeoutError
-            self._conn.receive_data(await asyncio.wait_for(self.reader.read(READ_SIZE), remaining))
+            async with asyncio.timeout(remaining):  # no task per read, unlike wait_for
+                data = await self.reader.read(READ_SIZE)
+            self._conn.receive_data(data)
 
     def _environ(self, request: h11.Request, body: IO[bytes], length: int) -> dict[str, Any]:
         target = request.target
@@ -231,7 +235,8 @@ class Exchange:
             data += self._conn.send(h11.Data(data=payload)) or b""
         data += self._conn.send(h11.EndOfMessage()) or b""
         self.writer.write(data)
-        await asyncio.wait_for(self.writer.drain(), self.limits.write_timeout)
+        async with asyncio.timeout(self.limits.write_timeout):
+            await self.writer.drain()
 
     async def _refuse(self, status: HTTPStatus, error: str, message: str) -> None:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
@@ -239,7 +244,8 @@ class Exchange:
         log.info("http_request_refused", status=status.value, error=error)
         try:
             self.writer.write(refusal(status, error, message))
-            await asyncio.wait_for(self.writer.drain(), self.limits.write_timeout)
+            async with asyncio.timeout(self.limits.write_timeout):
+                await self.writer.drain()
         except (ConnectionError, TimeoutError):
             pass
 

@@ -42,6 +42,7 @@ class SidecarMetrics:
     zookeeper_connected: Gauge = attrs.field(init=False)
     blob_store_up: Gauge = attrs.field(init=False)
     http_connections: Gauge = attrs.field(init=False)
+    append_group: Histogram = attrs.field(init=False)
     blob_store_failures: Counter = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
@@ -106,6 +107,12 @@ class SidecarMetrics:
             registry=r,
         )
         self.blob_store_up.set(1)
+        self.append_group = Histogram(
+            "catalog_upgrade_append_group_size",
+            "Appends committed together by one group commit",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
         self.http_connections = Gauge(
             "catalog_upgrade_http_connections",
             "HTTP connections open to the sidecar (--http-max-connections is the limit)",

@@ -297,6 +297,19 @@ class SidecarProcess:
         except subprocess.TimeoutExpired:
             return None
 
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until ``/readyz`` answers 200; SidecarExited (with the log tail) if the process ends
+        first, TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.request("GET", "/readyz", timeout=1).status == 200:
+                return
+            if not self.running:
+                raise SidecarExited(f"{self.name} exited\n{self.tail_log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} not ready within {timeout}s\n{self.tail_log()}")
+            time.sleep(0.02)
+
     # -- what it says ---------------------------------------------------------------------
 
     def log_text(self) -> str:

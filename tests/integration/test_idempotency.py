@@ -182,3 +182,49 @@ def _global_id(name: str) -> str:
     builtin = load_release(str(release_file(V1))).builtin(name)
     assert builtin is not None
     return builtin.global_id
+
+
+def test_sixteen_clients_retrying_concurrently_write_each_append_once(launch: Launch) -> None:
+    """16 clients, each sending 40 keyed appends and every second one again at once from a
+    twin thread (a retry racing its original): group commits carry them together, every append
+    is written once, the twin of each gets the same answer, and commits carried several
+    appends."""
+    leader = launch(V1, 1, "blue", auto_promote=True)
+    leader.wait_state("serving")
+    answers: dict[tuple[int, int], list[dict]] = {}
+    lock = threading.Lock()
+
+    def send(c: int, n: int) -> None:
+        answer = post(leader, table_row(100_000 + c * 1000 + n), key=f"c{c}-{n}")
+        with lock:
+            answers.setdefault((c, n), []).append(answer)
+
+    def client(c: int) -> None:
+        for n in range(40):
+            if n % 2:
+                twin = threading.Thread(target=send, args=(c, n))
+                twin.start()
+                send(c, n)
+                twin.join()
+            else:
+                send(c, n)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 16 * 40
+    for (_c, n), got in answers.items():
+        assert len(got) == (2 if n % 2 else 1)
+        assert sum(not a["replayed"] for a in got) == 1, got
+        assert len({(a["ts"], a["rows"]) for a in got}) == 1, got
+    assert len(names(leader)) == 16 * 40
+    metrics = leader.sidecar.request("GET", "/metrics").text()
+    count = sum_ = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("catalog_upgrade_append_group_size_count "):
+            count = float(line.split()[-1])
+        if line.startswith("catalog_upgrade_append_group_size_sum "):
+            sum_ = float(line.split()[-1])
+    assert sum_ == 16 * 40 and count < sum_, (sum_, count)  # commits carried several appends

@@ -183,3 +183,18 @@ def test_state_written_before_ledgers_knows_nothing_below_its_upper(shard: Shard
     del raw["writes"]
     decoded = ShardState._from_json(raw, 0)
     assert decoded.writes.marks == () and decoded.writes.horizon == decoded.upper == 2
+
+
+def test_a_group_commit_whose_answer_was_lost_lands_each_member_once(
+    consensus: Consensus, blob: BlobStore, shard: Shard
+) -> None:
+    """Three appends committed as one group; the answer is lost while another append moves the
+    upper: the group is found by its first member, and every member has its own mark."""
+    writer = losing_shard(consensus, blob, shard.shard_id, lambda: append(shard, 9))
+    group = [("ka", 1), ("kb", 2), ("kc", 1)]
+    result = writer.compare_and_append(batch(3, 4, 5, 6, ts=2), 2, 3, fence=FENCE, group=group)
+    assert result.ok and result.replayed and result.upper == 3
+    state = shard.state()
+    marks = {m.id: (m.lower, m.upper, m.rows) for m in state.writes.marks}
+    assert {k: marks[k] for k, _ in group} == {"ka": (2, 3, 1), "kb": (2, 3, 2), "kc": (2, 3, 1)}
+    assert contents(shard.snapshot()) == {(i, f"n{i}"): 1 for i in (1, 2, 3, 4, 5, 6, 9)}

@@ -1,0 +1,83 @@
+"""Group commit's turn-taking: appends queued while a commit runs go into the next one, each
+settled with its own answer; a failed commit settles its whole group with the error."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pytest
+
+from orchestrator.sidecar.groupcommit import GroupCommit, Pending
+from orchestrator.sidecar.idempotency import WriteIdentity
+
+
+def pending(n: int, rows: int = 1) -> Pending:
+    return Pending(WriteIdentity(f"w{n}"), pa.table({"x": list(range(rows))}))
+
+
+def test_appends_arriving_during_a_commit_share_the_next() -> None:
+    groups: list[list[str]] = []
+    first_running = threading.Event()
+    release = threading.Event()
+
+    def commit(members: Sequence[Pending]) -> None:
+        groups.append([m.identity.write_id for m in members])
+        if len(groups) == 1:
+            first_running.set()
+            release.wait(5)
+        for m in members:
+            m.settle({"id": m.identity.write_id, "group": len(groups)}, None)
+
+    committer = GroupCommit(commit)
+    answers: dict[int, object] = {}
+
+    def submit(n: int) -> None:
+        answers[n] = committer.submit(pending(n))
+
+    threads = [threading.Thread(target=submit, args=(0,))]
+    threads[0].start()
+    assert first_running.wait(5)
+    threads += [threading.Thread(target=submit, args=(n,)) for n in range(1, 6)]
+    for thread in threads[1:]:
+        thread.start()
+    time.sleep(0.2)  # all five queue behind the running commit
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert groups[0] == ["w0"] and sorted(groups[1]) == [f"w{n}" for n in range(1, 6)]
+    assert answers == {n: {"id": f"w{n}", "group": 1 if n == 0 else 2} for n in range(6)}
+
+
+def test_a_failed_commit_settles_every_member_with_its_error() -> None:
+    def commit(_members: Sequence[Pending]) -> None:
+        raise RuntimeError("zookeeper said no")
+
+    committer = GroupCommit(commit)
+    with pytest.raises(RuntimeError, match="said no"):
+        committer.submit(pending(1))
+
+
+def test_groups_respect_the_member_and_row_limits() -> None:
+    sizes: list[int] = []
+    gate = threading.Event()
+
+    def commit(members: Sequence[Pending]) -> None:
+        gate.wait(5)
+        sizes.append(len(members))
+        for m in members:
+            m.settle({}, None)
+
+    committer = GroupCommit(commit, max_members=3, max_rows=10)
+    threads = [
+        threading.Thread(target=committer.submit, args=(pending(n, rows=4),)) for n in range(7)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    gate.set()
+    for thread in threads:
+        thread.join(5)
+    assert sum(sizes) == 7 and max(sizes) <= 2  # 3 members would be 12 rows, past 10
