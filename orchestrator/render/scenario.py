@@ -68,6 +68,8 @@ def render_summary(console: Console, results: Sequence[ScenarioResult]) -> None:
             f"{mark} {escape(result.name)}: {len(result.steps)} steps, {result.faults} fault(s), "
             f"{result.seconds:.1f} s"
         )
+        if result.workload is not None:
+            console.print(f"  [dim]workload: {escape(result.workload)}[/]", soft_wrap=True)
     passed = sum(r.ok for r in results)
     console.print(
         f"[bold]{passed}/{len(results)} scenario(s) passed[/], "

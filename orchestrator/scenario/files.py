@@ -21,10 +21,12 @@ from orchestrator.scenario.format import (
     Step,
     load_scenario,
 )
+from orchestrator.scenario.history import check_history, summary, write_history
 from orchestrator.scenario.invariants import describe
 from orchestrator.scenario.results import FAULT_ACTIONS, ScenarioResult, StepFailed, StepResult
 from orchestrator.scenario.runner import ScenarioRun
 from orchestrator.scenario.target import ZooKeeperTarget
+from orchestrator.scenario.workload import Workload, row_counts
 
 
 def _environment_name(scenario: Scenario) -> str:
@@ -57,10 +59,16 @@ def run_scenario(
     results: list[StepResult] = []
     started = time.monotonic()
     error: str | None = None
+    timeline: list[tuple[float, str]] = []
+    workload_outcome: str | None = None
     try:
         run.open()
+        if scenario.workload is not None:
+            run.workload = Workload(scenario.workload, run.leaders).start()
         for step in scenario.steps:
             step_started = time.monotonic()
+            if run.workload is not None:
+                timeline.append((run.workload.now(), f"step {step.number}: {step.describe()}"))
             try:
                 detail = run.execute(step)
                 violations = run.check_invariants(step)
@@ -84,6 +92,9 @@ def run_scenario(
             unexpected = run.unexpected_exits()
             if unexpected:
                 error = "; ".join(unexpected)
+        if run.workload is not None:
+            workload_outcome, problem = _check_workload(run, timeline, checked=error is None)
+            error = error or problem
         status: Mapping[str, Any] | None = None
         logs: dict[str, str] = {}
         if error is not None:
@@ -92,6 +103,8 @@ def run_scenario(
             logs = {name: p.tail_log() for name, p in run.fleet.processes.items()}
             logs.update(zookeeper.tail_logs(20))
     finally:
+        if run.workload is not None:
+            run.workload.stop()  # idempotent: its threads are done when it was checked
         run.close(delete_environment=error is None)
     ok = error is None
     if ok and not keep_work_dir:
@@ -109,7 +122,49 @@ def run_scenario(
         logs=logs,
         work_dir=None if ok and not keep_work_dir else str(work_dir),
         faults=sum(1 for r in results if r.action in FAULT_ACTIONS and r.ok),
+        workload=workload_outcome,
     )
+
+
+def _check_workload(
+    run: ScenarioRun, timeline: list[tuple[float, str]], *, checked: bool
+) -> tuple[str, str | None]:
+    """Stop the workload, read the collection from the leader, check the client history
+    (when the steps passed: ``checked``); its summary and the violation, if any. The history
+    and a timeline are written to the run's directory whenever it is kept."""
+    workload = run.workload
+    assert workload is not None
+    workload.stop()
+    outcome = summary(workload.operations, workload.reads)
+    problem = None
+    if checked:
+        final = _final_rows(run, workload.spec.collection)
+        if final is None:
+            problem = "client history: no leader served a read of the final contents"
+        else:
+            violations = check_history(workload.operations, workload.reads, final)
+            if violations:
+                shown = "; ".join(violations[:5])
+                more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
+                problem = f"client history: {shown}{more}"
+    timeline.append((workload.now(), f"checked: {problem or 'history holds'}"))
+    if problem is not None or not checked:
+        history, text = write_history(run.work_dir, workload.operations, workload.reads, timeline)
+        outcome += f"; history in {history}, timeline in {text}"
+    return outcome, problem
+
+
+def _final_rows(run: ScenarioRun, collection: str) -> dict[str, int] | None:
+    """The workload rows' counts, read from a serving leader (waiting up to the scenario's
+    timeout for one); None when none answered."""
+    deadline = time.monotonic() + run.default_timeout
+    while time.monotonic() < deadline:
+        for process in run.leaders()[:1]:
+            answer = process.request("GET", f"/read?collection={collection}", timeout=10.0)
+            if answer.status == 200:
+                return row_counts(answer)
+        time.sleep(0.5)
+    return None
 
 
 def load_all(files: Sequence[Path], *, restartable: bool) -> list[Scenario]:

@@ -62,6 +62,8 @@ class ScenarioResult:
     logs: Mapping[str, str] = attrs.field(factory=dict)
     work_dir: str | None = None
     faults: int = 0
+    # The workload's outcome counts and whether its history held (None: no workload).
+    workload: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +79,7 @@ class ScenarioResult:
             "status": self.status,
             "logs": dict(self.logs),
             "work_dir": self.work_dir,
+            "workload": self.workload,
         }
 
 

@@ -45,6 +45,7 @@ from orchestrator.scenario.results import (
     StepFailed,
 )
 from orchestrator.scenario.target import ZooKeeperTarget
+from orchestrator.scenario.workload import Workload, leaders_of
 from orchestrator.testing.harness import HttpAnswer, SidecarProcess
 
 
@@ -68,6 +69,8 @@ class ScenarioRun:
     acked: list[AppendRecord] = attrs.field(factory=list, init=False)
     processes: ProcessActions = attrs.field(init=False)
     faults: FaultActions = attrs.field(init=False)
+    # The scenario's clients, when it declares a [workload] (orchestrator.scenario.workload).
+    workload: Workload | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.processes = ProcessActions(self)
@@ -121,7 +124,22 @@ class ScenarioRun:
         """The invariants after ``step`` (none when the run checks none)."""
         if self.checker is None or not self.zookeeper.has_quorum:
             return []  # without a quorum nothing can be read (nor written)
-        return self.checker.check(writes_expected=step.action in WRITING_ACTIONS, rows=rows)
+        writes = step.action in WRITING_ACTIONS or self.workload is not None
+        return self.checker.check(writes_expected=writes, rows=rows)
+
+    def leaders(self) -> list[SidecarProcess]:
+        """Running processes, the one whose node says it leads and serves first (where a
+        client sends its writes)."""
+        leader = None
+        for name, process in self.fleet.processes.items():
+            if not process.running:
+                continue
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                node = self.process_node(name)
+                if node is not None and node.mode == "leader" and node.state == "serving":
+                    leader = name
+                    break
+        return leaders_of(dict(self.fleet.processes), leader)
 
     def unexpected_exits(self) -> list[str]:
         """Processes that exited while no step expected it."""

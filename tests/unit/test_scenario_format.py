@@ -357,3 +357,16 @@ def test_expect_exit_takes_a_signal_as_a_negative_code(scenario_dir: Path) -> No
     text = HEADER + START + '\n[[step]]\naction = "expect_exit"\nprocess = "a"\ncode = -9\n'
     step = parse_scenario(text, scenario_dir / "s.toml").steps[1]
     assert isinstance(step, ExpectExitStep) and step.code == -9
+
+
+def test_a_workload_table_parses_and_bad_values_are_named(scenario_dir: Path) -> None:
+    text = HEADER + "[workload]\nclients = 3\nrate = 5\n" + START
+    workload = parse_scenario(text, scenario_dir / "s.toml").workload
+    assert workload is not None and (workload.clients, workload.rate) == (3, 5.0)
+    assert workload.collection == "mz_catalog.mz_tables" and workload.op_timeout == 20.0
+    bad = HEADER + '[workload]\nclients = 0\nrate = "fast"\ncollection = "x"\nspeed = 1\n' + START
+    with pytest.raises(BadInputError) as caught:
+        parse_scenario(bad, scenario_dir / "s.toml")
+    message = caught.value.message
+    for expected in ("clients must be 1 to 64", "[workload] rate", "SCHEMA.NAME", "'speed'"):
+        assert expected in message, message

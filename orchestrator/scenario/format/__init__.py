@@ -28,7 +28,13 @@ from orchestrator.scenario.format.parse import load_scenario, parse_scenario
 from orchestrator.scenario.format.paths import PathPart, is_missing, parse_path, resolve_path
 from orchestrator.scenario.format.releases import ReleaseIndex
 from orchestrator.scenario.format.steps import STEP_KINDS, Step
-from orchestrator.scenario.format.values import WAIT_STATES, Defaults, Problem, Scenario
+from orchestrator.scenario.format.values import (
+    WAIT_STATES,
+    Defaults,
+    Problem,
+    Scenario,
+    WorkloadSpec,
+)
 
 __all__ = [
     "STEP_KINDS",
@@ -39,6 +45,7 @@ __all__ = [
     "ReleaseIndex",
     "Scenario",
     "Step",
+    "WorkloadSpec",
     "is_missing",
     "load_scenario",
     "parse_path",

@@ -19,9 +19,11 @@ from orchestrator.scenario.format.structure import build_step
 from orchestrator.scenario.format.values import (
     DEFAULT_KEYS,
     TOP_LEVEL_KEYS,
+    WORKLOAD_KEYS,
     Defaults,
     Problem,
     Scenario,
+    WorkloadSpec,
 )
 
 _STEP_HEADER = re.compile(r"^\s*\[\[\s*step\s*\]\]")
@@ -120,6 +122,7 @@ def parse_scenario(
             found.add(f"{key} must be a string", field=key)
     releases_dir = _releases_dir(data, file, found)
     defaults = _defaults(data.get("defaults", {}), found)
+    workload = _workload(data["workload"], found) if "workload" in data else None
     raw_steps = data.get("step")
     if raw_steps is None:
         found.add("no steps: add [[step]] tables", field=None)
@@ -157,6 +160,7 @@ def parse_scenario(
         steps=tuple(steps),
         release_files=release_files,
         history=tuple(_history(index)),
+        workload=workload,
     )
 
 
@@ -238,6 +242,43 @@ def _defaults(value: Any, found: _Collector) -> Defaults:
             found.add(f"[defaults] invariants {problem}", field="invariants")
         else:
             out = attrs.evolve(out, invariants=value["invariants"])
+    return out
+
+
+def _workload(value: Any, found: _Collector) -> WorkloadSpec | None:
+    if not isinstance(value, dict):
+        found.add("[workload] must be a table", field="workload")
+        return None
+    for key in sorted(set(value) - WORKLOAD_KEYS):
+        found.add(
+            f"unknown key {key!r} in [workload] (allowed: {', '.join(sorted(WORKLOAD_KEYS))})",
+            field=key,
+        )
+    out = WorkloadSpec()
+    clients = value.get("clients", out.clients)
+    if not (isinstance(clients, int) and not isinstance(clients, bool)) or not 1 <= clients <= 64:
+        found.add(f"[workload] clients must be 1 to 64, not {clients!r}", field="clients")
+    else:
+        out = attrs.evolve(out, clients=clients)
+    for key, checker in (
+        ("rate", number_field(0.1)),
+        ("reads", number_field(0.0)),
+        ("op_timeout", number_field(1.0)),
+    ):
+        if key in value:
+            problem = checker(value[key])
+            if problem:
+                found.add(f"[workload] {key} {problem}", field=key)
+            else:
+                changes: dict[str, Any] = {key: float(value[key])}
+                out = attrs.evolve(out, **changes)
+    collection = value.get("collection", out.collection)
+    if not isinstance(collection, str) or collection.count(".") != 1:
+        found.add(
+            f"[workload] collection must name SCHEMA.NAME, not {collection!r}", field="collection"
+        )
+    else:
+        out = attrs.evolve(out, collection=collection)
     return out
 
 

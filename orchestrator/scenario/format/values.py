@@ -21,7 +21,12 @@ WAIT_STATES: Final = (*(state.value for state in ProcessState), "exited")
 COMPARATORS: Final = ("equals", "not_equals", "length", "contains", "exists")
 
 
-TOP_LEVEL_KEYS: Final = frozenset({"name", "description", "releases", "defaults", "step"})
+TOP_LEVEL_KEYS: Final = frozenset(
+    {"name", "description", "releases", "defaults", "workload", "step"}
+)
+
+
+WORKLOAD_KEYS: Final = frozenset({"clients", "rate", "collection", "reads", "op_timeout"})
 
 
 DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants", "zookeeper_servers"})
@@ -67,6 +72,18 @@ class Defaults:
 
 
 @attrs.frozen
+class WorkloadSpec:
+    """``[workload]``: clients appending (and a reader reading) through the whole scenario,
+    their history checked at the end (orchestrator.scenario.workload)."""
+
+    clients: int = 4
+    rate: float = 20.0  # appends per second per client
+    collection: str = "mz_catalog.mz_tables"
+    reads: float = 2.0  # reads per second (0: none)
+    op_timeout: float = 20.0  # seconds an append is retried (same key) before it is unknown
+
+
+@attrs.frozen
 class Scenario:
     """A validated scenario file."""
 
@@ -78,6 +95,7 @@ class Scenario:
     steps: tuple[Step, ...]
     release_files: Mapping[str, Path] = attrs.field(factory=dict)  # step release -> file
     history: tuple[Release, ...] = ()  # every release of the directory, oldest first
+    workload: WorkloadSpec | None = None
 
     def release_file(self, release: str) -> Path:
         return self.release_files[release]
