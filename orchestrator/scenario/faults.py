@@ -15,8 +15,10 @@ from catalog.errors import BadInputError, CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.scenario.format.steps import (
     ExpireStep,
+    HealStep,
     KillStep,
     KillZooKeeperStep,
+    PartitionStep,
     PauseStep,
     RestartZooKeeperStep,
     ResumeStep,
@@ -77,6 +79,30 @@ class FaultActions:
         finally:
             process.resume()
         return f"session expired after {time.monotonic() - started:.2f} s paused"
+
+    def do_partition(self, step: PartitionStep) -> str:
+        """Drop the process's traffic with ZooKeeper (every server's client port) or with its
+        clients (its HTTP port), in its network namespace."""
+        process = self.run.process_of(step)
+        namespace = process.netns
+        if namespace is None:  # the runner starts every partitioned process isolated
+            raise StepFailed(f"{process.name} does not run in a network namespace")
+        if step.cut == "zookeeper":
+            ports = sorted({int(h.rpartition(":")[2]) for h in self.run.zookeeper.hosts.split(",")})
+        else:
+            ports = [int(process.http.rpartition(":")[2])]
+        try:
+            namespace.cut(step.cut, ports)
+        except CatalogError as exc:
+            raise StepFailed(exc.message) from None
+        return f"{process.name} ({namespace.ip}) cut from {step.cut} (ports {ports})"
+
+    def do_heal(self, step: HealStep) -> str:
+        process = self.run.process_of(step)
+        if process.netns is None:
+            raise StepFailed(f"{process.name} does not run in a network namespace")
+        healed = process.netns.heal(step.cut)
+        return f"healed {', '.join(healed) or 'nothing (no cut)'}"
 
     def do_restart_zookeeper(self, step: RestartZooKeeperStep) -> str:
         self._controlled(step)

@@ -27,6 +27,7 @@ from orchestrator.scenario.results import FAULT_ACTIONS, ScenarioResult, StepFai
 from orchestrator.scenario.runner import ScenarioRun
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, row_counts
+from orchestrator.testing.netns import unavailable
 
 
 def _environment_name(scenario: Scenario) -> str:
@@ -55,6 +56,7 @@ def run_scenario(
         rng=random.Random(seed),
         history=scenario.history,
         invariants=scenario.defaults.invariants,
+        partitioned=scenario.partitioned,
     )
     results: list[StepResult] = []
     started = time.monotonic()
@@ -62,10 +64,13 @@ def run_scenario(
     timeline: list[tuple[float, str]] = []
     workload_outcome: str | None = None
     try:
+        reason = unavailable() if scenario.partitioned else None
+        if reason is not None:
+            error = f"its partition steps need network namespaces: {reason}"
         run.open()
-        if scenario.workload is not None:
+        if scenario.workload is not None and error is None:
             run.workload = Workload(scenario.workload, run.leaders).start()
-        for step in scenario.steps:
+        for step in scenario.steps if error is None else ():
             step_started = time.monotonic()
             if run.workload is not None:
                 timeline.append((run.workload.now(), f"step {step.number}: {step.describe()}"))
@@ -199,14 +204,18 @@ def run_files(
     scenarios = load_all(files, restartable=not zk)
     results = []
     with contextlib.ExitStack() as stack:
-        targets: dict[int, ZooKeeperTarget] = {}  # by server count, started when first needed
+        # By server count and whether partitioned processes must reach it; started when needed.
+        targets: dict[tuple[int, bool], ZooKeeperTarget] = {}
         for scenario in scenarios:
             if on_start is not None:
                 on_start(scenario)
             servers = 1 if zk else scenario.defaults.zookeeper_servers
-            if servers not in targets:
-                targets[servers] = stack.enter_context(ZooKeeperTarget.open(zk, servers=servers))
-            result = run_scenario(scenario, targets[servers], seed=seed, on_step=on_step)
+            wanted = (servers, bool(scenario.partitioned))
+            if wanted not in targets:
+                targets[wanted] = stack.enter_context(
+                    ZooKeeperTarget.open(zk, servers=servers, every_address=wanted[1])
+                )
+            result = run_scenario(scenario, targets[wanted], seed=seed, on_step=on_step)
             results.append(result)
             if on_done is not None:
                 on_done(result)

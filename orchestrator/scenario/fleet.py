@@ -15,6 +15,7 @@ import structlog
 
 from catalog.errors import BadInputError
 from orchestrator.testing.harness import SidecarProcess
+from orchestrator.testing.netns import Namespace
 
 __all__ = ["Fleet"]
 
@@ -32,6 +33,7 @@ class Fleet:
     python: str = sys.executable
     log_level: str = "INFO"
     processes: dict[str, SidecarProcess] = attrs.field(factory=dict)
+    namespaces: list[Namespace] = attrs.field(factory=list)
 
     def start(
         self,
@@ -44,10 +46,16 @@ class Fleet:
         session_timeout: float = 2.0,
         crash_before_write: int | None = None,
         lose_answer_after_write: int | None = None,
+        isolated: bool = False,
     ) -> SidecarProcess:
-        """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``."""
+        """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``. An
+        ``isolated`` one runs in a network namespace of its own (a partition can cut it)."""
         if name in self.processes:
             raise BadInputError(f"process {name} was already started", process=name)
+        netns = None
+        if isolated:
+            netns = Namespace.allocate()
+            self.namespaces.append(netns)
         process = SidecarProcess.start(
             zk=self.zk,
             env=self.env,
@@ -62,6 +70,7 @@ class Fleet:
             crash_before_write=crash_before_write,
             lose_answer_after_write=lose_answer_after_write,
             log_level=self.log_level,
+            netns=netns,
         )
         self.processes[name] = process
         log.debug("process_started", name=name, pid=process.pid, version=version)
@@ -83,3 +92,6 @@ class Fleet:
                 process.kill()
             else:
                 process.popen.wait()
+        for namespace in self.namespaces:
+            namespace.delete()
+        self.namespaces.clear()

@@ -8,7 +8,15 @@ from typing import Any
 import attrs
 
 FAULT_ACTIONS = frozenset(
-    {"kill", "pause", "expire", "restart_zookeeper", "kill_zookeeper", "start_zookeeper"}
+    {
+        "kill",
+        "pause",
+        "expire",
+        "partition",
+        "restart_zookeeper",
+        "kill_zookeeper",
+        "start_zookeeper",
+    }
 )
 
 

@@ -62,6 +62,8 @@ class ScenarioRun:
     rng: random.Random = attrs.field(factory=random.Random)
     history: Sequence[Release] = ()
     invariants: bool = False
+    # Processes to start in network namespaces of their own (a partition step cuts them).
+    partitioned: frozenset[str] = frozenset()
     checker: InvariantChecker | None = attrs.field(default=None, init=False)
     fleet: Fleet = attrs.field(init=False)
     client: KazooClient = attrs.field(init=False)

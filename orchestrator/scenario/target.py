@@ -45,10 +45,16 @@ class ZooKeeperTarget:
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, hosts: str | None, data_dir: Path | None = None, *, servers: int = 1
+        cls,
+        hosts: str | None,
+        data_dir: Path | None = None,
+        *,
+        servers: int = 1,
+        every_address: bool = False,
     ) -> Iterator[ZooKeeperTarget]:
         """``hosts`` when given, otherwise an embedded server (or ensemble of ``servers``) for
-        the duration of the block."""
+        the duration of the block; one server listens on ``every_address`` when processes in
+        network namespaces must reach it (orchestrator.testing.netns)."""
         if hosts:
             yield cls(hosts=hosts)
             return
@@ -61,7 +67,8 @@ class ZooKeeperTarget:
                 ensemble = stack.enter_context(ZooKeeperEnsemble(data_dir, servers))
                 yield cls(hosts=ensemble.hosts, ensemble=ensemble)
                 return
-            server = stack.enter_context(EmbeddedZooKeeper(data_dir=data_dir))
+            host = "0.0.0.0" if every_address else "127.0.0.1"
+            server = stack.enter_context(EmbeddedZooKeeper(data_dir=data_dir, host=host))
             yield cls(hosts=server.hosts, server=server)
 
     @property

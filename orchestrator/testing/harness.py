@@ -31,6 +31,7 @@ from catalog.consensus import env_root
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
+from orchestrator.testing.netns import Namespace
 from orchestrator.testing.zkserver import free_port
 
 __all__ = [
@@ -173,6 +174,8 @@ class SidecarProcess:
     exit_expected: bool = False
     # The bearer token its writing endpoints need (sent with every POST), if it has one.
     http_token: str | None = attrs.field(default=None, repr=False)
+    # The network namespace it runs in (orchestrator.testing.netns), where partitions cut it.
+    netns: Namespace | None = None
 
     @classmethod
     def start(
@@ -195,11 +198,20 @@ class SidecarProcess:
         cwd: Path | None = None,
         http: str | None = None,
         http_token_file: Path | None = None,
+        netns: Namespace | None = None,
     ) -> SidecarProcess:
         """Start one child; its output (stdout and stderr) goes to ``log_path``. With
         ``crash_before_write`` it kills itself before that leader write
         (:mod:`orchestrator.failpoints`). ``http`` defaults to a free loopback port; with
-        ``http_token_file`` the child requires that token and :meth:`request` sends it."""
+        ``http_token_file`` the child requires that token and :meth:`request` sends it. With
+        ``netns`` it runs in that network namespace: it listens on the namespace's address
+        (without a token: ``--http-insecure``, a test's private link) and reaches ZooKeeper,
+        which must then listen on every address, through the host's end of the link."""
+        if netns is not None:
+            http = http or f"{netns.ip}:{free_port()}"
+            zk = zk.replace("127.0.0.1", netns.host_ip).replace("localhost", netns.host_ip)
+            if http_token_file is None:
+                extra = [*extra, "--http-insecure"]
         http = http or f"127.0.0.1:{free_port()}"
         if http_token_file is not None:
             extra = [*extra, "--http-token-file", str(http_token_file)]
@@ -216,6 +228,8 @@ class SidecarProcess:
             log_level=log_level,
             extra=extra,
         )
+        if netns is not None:
+            command = netns.command(command)
         failpoints = {
             variable: str(value)
             for variable, value in (
@@ -246,6 +260,7 @@ class SidecarProcess:
             popen=popen,
             started_at=time.monotonic(),
             http_token=None if http_token_file is None else http_token_file.read_text().strip(),
+            netns=netns,
         )
 
     @property

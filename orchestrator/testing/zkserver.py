@@ -134,8 +134,9 @@ class EmbeddedZooKeeper:
 
     @property
     def hosts(self) -> str:
-        """The connection string kazoo takes."""
-        return f"{self.host}:{self.port}"
+        """The connection string kazoo takes (loopback for a server on every address)."""
+        host = "127.0.0.1" if self.host == "0.0.0.0" else self.host
+        return f"{host}:{self.port}"
 
     @property
     def log_file(self) -> Path:

@@ -17,6 +17,7 @@ import pytest
 from orchestrator.scenario import ScenarioResult, ZooKeeperTarget, run_scenario
 from orchestrator.scenario.format import ReleaseIndex, load_scenario, parse_scenario
 from orchestrator.scenario.simulate import FAULT_KINDS, SimulationConfig, simulate
+from orchestrator.testing.netns import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,6 +57,15 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTar
 
 
 @pytest.fixture(scope="module")
+def reachable_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTarget]:
+    """An embedded ZooKeeper on every address, for processes in network namespaces."""
+    with ZooKeeperTarget.open(
+        None, tmp_path_factory.mktemp("scenario-zk-all"), every_address=True
+    ) as target:
+        yield target
+
+
+@pytest.fixture(scope="module")
 def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTarget]:
     """A three-server embedded ensemble for this module (scenarios kill and start members)."""
     with ZooKeeperTarget.open(None, tmp_path_factory.mktemp("scenario-ensemble"), servers=3) as t:
@@ -85,7 +95,13 @@ def test_scenario(
     (on an ensemble when the scenario asks for one)."""
     scenario = load_scenario(path, indexes=indexes)
     servers = scenario.defaults.zookeeper_servers
-    target: ZooKeeperTarget = request.getfixturevalue("ensemble" if servers > 1 else "zookeeper")
+    fixture = "ensemble" if servers > 1 else "zookeeper"
+    if scenario.partitioned:
+        reason = unavailable()
+        if reason is not None:
+            pytest.skip(f"partition steps need network namespaces: {reason}")
+        fixture = "reachable_zookeeper"
+    target: ZooKeeperTarget = request.getfixturevalue(fixture)
     assert target.size == servers
     result = run_scenario(scenario, target, seed=7)
     assert result.ok, explain(result)

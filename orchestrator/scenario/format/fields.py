@@ -92,6 +92,16 @@ def _server(value: Any) -> str | None:
     return f'must be a server number (1, 2, ...), "leader" or "follower", not {value!r}'
 
 
+#: What a partition step cuts a process from.
+CUTS: Final = ("zookeeper", "clients")
+
+
+def _cut(value: Any) -> str | None:
+    if value not in CUTS:
+        return f"must be one of {', '.join(CUTS)}, not {value!r}"
+    return None
+
+
 _PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
@@ -125,5 +135,6 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "down": number_field(0.0),
     "server": _server,
     "server_number": _integer(1),
+    "cut": _cut,
     "note": _string,
 }

@@ -21,8 +21,10 @@ __all__ = [
     "ExpectExitStep",
     "ExpectStatusStep",
     "ExpireStep",
+    "HealStep",
     "KillStep",
     "KillZooKeeperStep",
+    "PartitionStep",
     "PauseStep",
     "PromoteStep",
     "ReadStep",
@@ -191,6 +193,29 @@ class ExpireStep(_ProcessStep):
 
 
 @attrs.frozen(kw_only=True)
+class PartitionStep(_ProcessStep):
+    action: ClassVar[str] = "partition"
+    help: ClassVar[str] = (
+        'cut a process off from ZooKeeper (cut = "zookeeper") or from its clients '
+        '(cut = "clients"); it runs in a network namespace of its own, the rest flows'
+    )
+    cut: str = _field("cut")
+
+    def describe(self) -> str:
+        return f"partition {self.process} from {self.cut}"
+
+
+@attrs.frozen(kw_only=True)
+class HealStep(_ProcessStep):
+    action: ClassVar[str] = "heal"
+    help: ClassVar[str] = "remove a process's partitions (cut: one of them; default every one)"
+    cut: str | None = _field("cut", default=None)
+
+    def describe(self) -> str:
+        return f"heal {self.process}" + (f" from {self.cut}" if self.cut else "")
+
+
+@attrs.frozen(kw_only=True)
 class RestartZooKeeperStep(Step):
     action: ClassVar[str] = "restart_zookeeper"
     help: ClassVar[str] = "stop and start the embedded ZooKeeper server"
@@ -296,6 +321,8 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         PauseStep,
         ResumeStep,
         ExpireStep,
+        PartitionStep,
+        HealStep,
         RestartZooKeeperStep,
         KillZooKeeperStep,
         StartZooKeeperStep,

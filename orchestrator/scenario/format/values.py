@@ -97,6 +97,11 @@ class Scenario:
     history: tuple[Release, ...] = ()  # every release of the directory, oldest first
     workload: WorkloadSpec | None = None
 
+    @property
+    def partitioned(self) -> frozenset[str]:
+        """The processes a ``partition`` step cuts: they run in network namespaces."""
+        return frozenset(s.process for s in self.steps if s.action == "partition")
+
     def release_file(self, release: str) -> Path:
         return self.release_files[release]
 
