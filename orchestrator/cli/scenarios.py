@@ -114,6 +114,12 @@ def scenario_run_command(
     help="Run the walk on an embedded ensemble of this many servers (3 or 5 add the "
     "zookeeper_server fault: members killed, quorum lost and regained).",
 )
+@click.option(
+    "--partitions",
+    is_flag=True,
+    help="Run every process in a network namespace of its own and add the partition_leader "
+    "fault (needs root, ip and nft).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @external_zk_option
 @handle_errors
@@ -124,6 +130,7 @@ def scenario_simulate_command(
     fault_probability: float,
     shrink_runs: int,
     zk_servers: str,
+    partitions: bool,
     as_json: bool,
     zk: str | None,
 ) -> None:
@@ -146,7 +153,14 @@ def scenario_simulate_command(
         fault_probability=fault_probability,
         shrink_runs=shrink_runs,
         zookeeper_servers=int(zk_servers),
+        partitions=partitions,
     )
+    if partitions:
+        from orchestrator.testing.netns import unavailable
+
+        reason = unavailable()
+        if reason is not None:
+            raise click.UsageError(f"--partitions needs network namespaces: {reason}")
     if zk and config.zookeeper_servers > 1:
         raise click.UsageError("--zk-servers starts its own ensemble: it does not go with --zk")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn

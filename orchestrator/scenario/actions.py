@@ -62,7 +62,7 @@ class ProcessActions:
                 session_timeout=step.session_timeout or self.run.default_session_timeout,
                 crash_before_write=step.crash_before_write,
                 lose_answer_after_write=step.lose_answer_after_write,
-                isolated=name in self.run.partitioned,
+                isolated=self.run.isolate_all or name in self.run.partitioned,
             )
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)

@@ -64,6 +64,7 @@ class ScenarioRun:
     invariants: bool = False
     # Processes to start in network namespaces of their own (a partition step cuts them).
     partitioned: frozenset[str] = frozenset()
+    isolate_all: bool = False  # every process in a namespace (simulate --partitions)
     checker: InvariantChecker | None = attrs.field(default=None, init=False)
     fleet: Fleet = attrs.field(init=False)
     client: KazooClient = attrs.field(init=False)

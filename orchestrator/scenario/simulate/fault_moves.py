@@ -45,6 +45,26 @@ class FaultMoves:
                 self.model.wait(name, "ready")
         return f"{how}: {self.model.leader}"
 
+    def _write_refused(self, old: str, label: str, rng: random.Random) -> None:
+        """An append to ``old``, a leader cut off by a fault after a successor took over, must
+        be refused: an acknowledged one is a stale write (WalkFailed)."""
+        assert self.model.catalog_version is not None
+        release = self.model.release(self.model.catalog_version)
+        name = rng.choice(
+            sorted(n for n in self.model.appendable if release.builtin(n) is not None)
+        )
+        builtin = release.builtin(name)
+        assert builtin is not None
+        rows = tuple(make_rows(builtin, self.model.appendable[name], [label]))
+        epoch = self.model.epoch() or {}
+        try:
+            self.model.do("append", processes=(old,), collection=name, rows=rows, refused=True)
+        except StepFailed as exc:
+            raise WalkFailed(
+                str(exc), [self.model.checker.stale_write(old, epoch.get("leader"), str(exc))]
+            ) from exc
+        self.model.checker.no_stale_write_checked()
+
     def kill_checking(self, rng: random.Random) -> str:
         """SIGKILL a new read-only process while it checks (between its shard and entry
         writes, when the timing is right): what it leaves behind must not block anyone."""
@@ -146,21 +166,7 @@ class FaultMoves:
         self.model.live.pop(zombie)
         self.model.leader = self.model.wait_takeover(old_epoch, self.model.catalog_generation)
         self.model.do("resume", processes=(zombie,))
-        release = self.model.release(self.model.catalog_version)
-        name = rng.choice(
-            sorted(n for n in self.model.appendable if release.builtin(n) is not None)
-        )
-        builtin = release.builtin(name)
-        assert builtin is not None
-        rows = tuple(make_rows(builtin, self.model.appendable[name], ["zombie"]))
-        epoch = self.model.epoch() or {}
-        try:
-            self.model.do("append", processes=(zombie,), collection=name, rows=rows, refused=True)
-        except StepFailed as exc:
-            raise WalkFailed(
-                str(exc), [self.model.checker.stale_write(zombie, epoch.get("leader"), str(exc))]
-            ) from exc
-        self.model.checker.no_stale_write_checked()
+        self._write_refused(zombie, "zombie", rng)
         self.model.live[zombie] = Member(
             zombie, self.model.catalog_version, self.model.catalog_generation
         )
@@ -168,6 +174,32 @@ class FaultMoves:
         return (
             f"zombie {zombie}: paused until {self.model.leader} took over; its write was refused "
             "and it re-joined as a follower"
+        )
+
+    def partition_leader(self, rng: random.Random) -> str:
+        """Cut the leader off from ZooKeeper while its clients still reach it: it must stop
+        acknowledging writes (an append to it is refused), a follower of its generation takes
+        over, and once healed it re-joins as a follower."""
+        assert self.model.leader is not None and self.model.catalog_version is not None
+        if len(self.model.leader_group()) < 2:
+            (spare,) = self.model.start(
+                self.model.catalog_version, self.model.catalog_generation, 1
+            )
+            self.model.wait(spare, "ready")
+        cut = self.model.leader
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("partition", processes=(cut,), cut="zookeeper")
+        self.model.live.pop(cut)
+        self.model.leader = self.model.wait_takeover(old_epoch, self.model.catalog_generation)
+        self._write_refused(cut, "partitioned", rng)
+        self.model.do("heal", processes=(cut,))
+        self.model.live[cut] = Member(
+            cut, self.model.catalog_version, self.model.catalog_generation
+        )
+        self.model.wait(cut, "ready")
+        return (
+            f"partitioned leader {cut} from ZooKeeper: {self.model.leader} took over, its write "
+            "was refused, and healed it re-joined as a follower"
         )
 
     def zookeeper_server(self, rng: random.Random) -> str:

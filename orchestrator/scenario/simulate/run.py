@@ -49,6 +49,7 @@ def _run_walk(
         rng=random.Random(config.seed),
         history=history,
         invariants=True,
+        isolate_all=config.partitions,
     )
     walk: list[WalkStep] = []
     started = time.monotonic()
@@ -157,7 +158,11 @@ def simulate(
     index.versions()  # load errors surface before any process starts
     with contextlib.ExitStack() as stack:
         if target is None:
-            target = stack.enter_context(ZooKeeperTarget.open(zk, servers=config.zookeeper_servers))
+            target = stack.enter_context(
+                ZooKeeperTarget.open(
+                    zk, servers=config.zookeeper_servers, every_address=config.partitions
+                )
+            )
         result = _run_walk(config, target, index, config.steps, on_step)
         if result.ok:
             return result

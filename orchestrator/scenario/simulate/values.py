@@ -22,6 +22,7 @@ FAULT_KINDS = (
     "expire_leader",
     "lost_answer",
     "zookeeper_server",
+    "partition_leader",
 )
 
 
@@ -55,6 +56,9 @@ class SimulationConfig:
     shrink_runs: int = 3
     # An embedded ensemble of this many servers (the zookeeper_server fault needs 3 or more).
     zookeeper_servers: int = 1
+    # Every process in a network namespace of its own: adds the partition_leader fault (root,
+    # ip and nft needed: orchestrator.testing.netns).
+    partitions: bool = False
 
 
 @attrs.frozen

@@ -60,8 +60,11 @@ class Walker:
                 faults.append("kill_mid_migration")
             if self.model.run.zookeeper.size >= 3:
                 faults.append("zookeeper_server")
-            if "zombie" in faults and room < 1 and len(self.model.leader_group()) < 2:
-                faults.remove("zombie")
+            if self.model.config.partitions:
+                faults.append("partition_leader")
+            for spare_needed in ("zombie", "partition_leader"):
+                if spare_needed in faults and room < 1 and len(self.model.leader_group()) < 2:
+                    faults.remove(spare_needed)
             return rng.choice(faults)
         options: list[tuple[str, float]] = [("append", 3.0)]
         if room >= 1:
