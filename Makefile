@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench clean zookeeper s3 spark-cluster
+.PHONY: demo test lint typecheck unit integration bench clean zookeeper s3 spark-cluster prometheus-rule
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ s3: $(STAMP)
 
 spark-cluster: $(STAMP)
 	$(BIN)/catalog-upgrade spark-cluster --connect-port 15002
+
+prometheus-rule: $(STAMP)
+	$(BIN)/python deploy/prometheus/make_rule.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -147,6 +147,9 @@ class SidecarDataPlane:
     def metrics_text(self) -> bytes:
         return self._metrics.render()
 
+    def refused(self, error: str) -> None:
+        self._metrics.refusals.labels(error=error).inc()
+
     def promote(
         self, deploy_generation: int | None, requested_by: str | None = None
     ) -> Mapping[str, Any]:

@@ -110,6 +110,9 @@ class SidecarApi(Protocol):
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]: ...
 
+    def refused(self, error: str) -> None:
+        """A request was refused with ``error`` (counted for alerts)."""
+
 
 #: The domain's refusals of a request and their statuses; the body's ``error`` is the class's
 #: ``code``.
@@ -256,6 +259,7 @@ class SidecarApp:
                 HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description}
             )
         except HttpError as exc:
+            self.api.refused(exc.error)
             return json_response(exc.status, exc.body)
         except CatalogError as exc:
             status = status_for(exc)
@@ -263,6 +267,7 @@ class SidecarApp:
             if type(exc) in REFUSALS:  # named by the refusal, as an HTTP API's clients expect
                 body["error"] = exc.code
                 del body["exit_code"]
+            self.api.refused(str(body.get("error") or exc.code))
             response = json_response(status, body)
             if status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'

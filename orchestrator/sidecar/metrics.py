@@ -42,6 +42,8 @@ class SidecarMetrics:
     zookeeper_connected: Gauge = attrs.field(init=False)
     blob_store_up: Gauge = attrs.field(init=False)
     http_connections: Gauge = attrs.field(init=False)
+    phase_started: Gauge = attrs.field(init=False)
+    refusals: Counter = attrs.field(init=False)
     append_group: Histogram = attrs.field(init=False)
     blob_store_failures: Counter = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
@@ -113,6 +115,20 @@ class SidecarMetrics:
             buckets=(1, 2, 4, 8, 16, 32, 64),
             registry=r,
         )
+        self.phase_started = Gauge(
+            "catalog_upgrade_phase_started_timestamp_seconds",
+            "When the phase the process is in now began (Unix time; one series, the current "
+            "phase: alerts compare its age with the phase's history)",
+            ["phase"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "catalog_upgrade_refusals",
+            "Requests the sidecar refused, by the refusal's error code (read-only, "
+            "writes-paused, blob-store-unreachable, busy, unauthorized, ...)",
+            ["error"],
+            registry=r,
+        )
         self.http_connections = Gauge(
             "catalog_upgrade_http_connections",
             "HTTP connections open to the sidecar (--http-max-connections is the limit)",
@@ -154,6 +170,11 @@ class SidecarMetrics:
 
     def observe_phase(self, phase: str, seconds: float) -> None:
         self.phase_seconds.labels(phase=phase).observe(seconds)
+
+    def enter_phase(self, phase: str, started: float) -> None:
+        """The current phase and its start (Unix time): the only series of the gauge."""
+        self.phase_started.clear()
+        self.phase_started.labels(phase=phase).set(started)
 
     def observe_zookeeper(self, kind: str, seconds: float) -> None:
         """The :attr:`Consensus.observer` hook."""

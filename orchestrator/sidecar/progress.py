@@ -53,6 +53,7 @@ class Progress:
             self._metrics.observe_phase(self.phase, now - self._phase_started)
         if phase != self.phase:
             self.phase_since = time.time()
+            self._metrics.enter_phase(phase, self.phase_since)
         self.phase = phase
         self._phase_started = now
         self._publish()

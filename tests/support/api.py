@@ -23,6 +23,7 @@ class ScriptedApi:
     appended: list[tuple[str, bytes]] = attrs.field(factory=list)
     keys: list[str | None] = attrs.field(factory=list)
     append_error: Exception | None = None
+    refusals: list[str] = attrs.field(factory=list)
 
     def readiness(self) -> Readiness:
         return Readiness(
@@ -58,6 +59,9 @@ class ScriptedApi:
         self.appended.append((collection, body))
         self.keys.append(idempotency_key)
         return {"rows": body.count(b"\n"), "upper": 3, "replayed": idempotency_key == "seen"}
+
+    def refused(self, error: str) -> None:
+        self.refusals.append(error)
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]

@@ -159,3 +159,17 @@ def test_zookeeper_credentials_come_from_a_mounted_secret(docs: list[dict[str, A
             assert user and sep and password
             seen += 1
     assert seen == 3  # the sidecar's owner and reader, the Job's owner
+
+
+def test_the_prometheus_rule_manifest_is_made_from_the_alert_rules() -> None:
+    """deploy/kubernetes/prometheus-rule.yaml holds exactly deploy/prometheus/alerts.yaml's
+    rules (``make prometheus-rule`` writes it)."""
+    import runpy
+
+    prometheus = DEPLOY.parent / "prometheus"
+    make = runpy.run_path(str(prometheus / "make_rule.py"))
+    expected = make["manifest"]((prometheus / "alerts.yaml").read_text())
+    assert (DEPLOY / "prometheus-rule.yaml").read_text() == expected
+    rule = yaml.safe_load(expected)
+    alerts = yaml.safe_load((prometheus / "alerts.yaml").read_text())
+    assert rule["kind"] == "PrometheusRule" and rule["spec"] == alerts
