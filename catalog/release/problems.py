@@ -62,6 +62,8 @@ def unknown_builtin(migration: Migration, target: Release) -> Problem:
         collections=[migration.name],
         instruction=migration.describe(),
         to_version=str(target.version),
+        suggestion=f"name a builtin of {target.version} (schema.name and kind as its BUILTINS "
+        "list them), or drop the instruction",
     )
     return Problem("unknown-builtin", migration.name, error)
 

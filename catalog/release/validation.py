@@ -157,6 +157,59 @@ def in_version_order(releases: Iterable[Release]) -> list[Release]:
     return ordered
 
 
+#: The categories of validation findings (``validate --fail-on``); a failure's ``reason`` maps to
+#: one, and ``data-dependent-cost`` marks instructions whose cost depends on the data (a REWRITE
+#: copies every row; a REPLACEMENT starts the collection empty).
+CATEGORIES = (
+    "missing-instruction",
+    "incompatible-evolution",
+    "removed-instruction",
+    "backport",
+    "invalid-release",
+    "data-dependent-cost",
+)
+_CATEGORY_OF = {
+    "missing-instruction": "missing-instruction",
+    "incompatible-evolution": "incompatible-evolution",
+    "instruction-removed": "removed-instruction",
+    "backport": "backport",
+}
+
+
+@attrs.frozen
+class DataCost:
+    """An instruction whose cost depends on the collection's data: a REWRITE copies (and
+    transforms) every row, a REPLACEMENT leaves the collection empty."""
+
+    version: Version
+    collection: str
+    mechanism: Mechanism
+
+    def finding(self) -> dict[str, Any]:
+        rewrite = self.mechanism is Mechanism.REWRITE
+        return {
+            "category": "data-dependent-cost",
+            "rule": self.mechanism.value,
+            "releases": [str(self.version)],
+            "collection": self.collection,
+            "path": None,
+            "rows": None,
+            "message": (
+                f"{self.version} {'rewrites' if rewrite else 'replaces'} {self.collection}: "
+                + (
+                    "every row is copied through its transform"
+                    if rewrite
+                    else "its rows are not carried over"
+                )
+            ),
+            "fix": (
+                "expect the copy's time in the read-only check (--engine spark for large shards)"
+                if rewrite
+                else "make sure the collection's rows need not survive the upgrade"
+            ),
+        }
+
+
 @attrs.frozen
 class PathFailure:
     """One reason the upgrade path ``from_version -> to_version`` fails.
@@ -183,6 +236,24 @@ class PathFailure:
         """The schema rule broken, for ``incompatible-evolution``."""
         return getattr(self.error, "rule", None)
 
+    @property
+    def category(self) -> str:
+        """The finding's category (:data:`CATEGORIES`)."""
+        return _CATEGORY_OF.get(self.reason, "invalid-release")
+
+    def finding(self) -> dict[str, Any]:
+        """This failure as a finding: category, rule id, releases, collection, path, fix."""
+        details = self.error.details
+        return {
+            "category": self.category,
+            "rule": self.rule or self.reason,
+            "releases": [str(self.from_version), str(self.to_version)],
+            "collection": self.collection,
+            "path": details.get("path"),
+            "message": self.message,
+            "fix": details.get("suggestion") or getattr(self.error, "suggestion", None),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready description of this failure."""
         described = self.error.to_json()
@@ -205,11 +276,21 @@ class ValidationReport:
     releases: tuple[Version, ...]
     paths_checked: int
     failures: tuple[PathFailure, ...]
+    costs: tuple[DataCost, ...] = ()
 
     @property
     def ok(self) -> bool:
         """True when every upgrade path works."""
         return not self.failures
+
+    def findings(self) -> list[dict[str, Any]]:
+        """Every failure, then every data-dependent cost, as findings."""
+        return [f.finding() for f in self.failures] + [c.finding() for c in self.costs]
+
+    def fails_on(self, categories: Iterable[str]) -> bool:
+        """Whether a finding falls in one of ``categories`` (what ``--fail-on`` asks)."""
+        wanted = set(categories)
+        return any(finding["category"] in wanted for finding in self.findings())
 
     def failing_paths(self) -> list[tuple[Version, Version]]:
         """The distinct failing ``(from, to)`` pairs, in order."""
@@ -223,6 +304,7 @@ class ValidationReport:
             "paths_checked": self.paths_checked,
             "failing_paths": len(self.failing_paths()),
             "failures": [f.to_json() for f in self.failures],
+            "findings": self.findings(),
         }
 
 
@@ -272,7 +354,18 @@ def validate(
         )
     )
     n = len(ordered)
-    report = ValidationReport(tuple(r.version for r in ordered), n * (n - 1) // 2, tuple(failures))
+    costs = sorted(
+        {
+            DataCost(m.version, m.name, m.mechanism)
+            for r in ordered
+            for m in r.migrations
+            if m.mechanism in (Mechanism.REWRITE, Mechanism.REPLACEMENT)
+        },
+        key=lambda c: (c.version._order, c.collection),
+    )
+    report = ValidationReport(
+        tuple(r.version for r in ordered), n * (n - 1) // 2, tuple(failures), tuple(costs)
+    )
     log.debug(
         "releases_validated",
         releases=n,

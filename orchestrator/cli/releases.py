@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from catalog.release.validation import CATEGORIES
 from orchestrator.cli.root import handle_errors, main
 
 #: The release directory that plan and validate read.
@@ -42,8 +43,16 @@ def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json
 @main.command("validate")
 @releases_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    type=click.Choice(CATEGORIES),
+    help="Exit 4 when a finding of this category exists (repeatable; default: every category "
+    "but data-dependent-cost).",
+)
 @handle_errors
-def validate_command(releases_dir: Path, as_json: bool) -> None:
+def validate_command(releases_dir: Path, as_json: bool, fail_on: tuple[str, ...]) -> None:
     """Check every upgrade path between the releases in DIR; exit 4 if any fails."""
     from rich.console import Console
 
@@ -70,5 +79,6 @@ def validate_command(releases_dir: Path, as_json: bool) -> None:
         click.echo(report_json(report))
     else:
         render_report(report, Console())
-    if not report.ok:
+    blocking = fail_on or tuple(c for c in CATEGORIES if c != "data-dependent-cost")
+    if report.fails_on(blocking):
         sys.exit(EXIT_REFUSED)

@@ -94,6 +94,13 @@ def render_report(report: ValidationReport, console: Console) -> None:
     typically breaks every path into Y; the message and fix are those of the first such path.
     """
     releases = len(report.releases)
+    for cost in report.costs:
+        finding = cost.finding()
+        console.print(
+            f"note (data-dependent-cost): {finding['message']}; {finding['fix']}",
+            style="dim",
+            highlight=False,
+        )
     if report.ok:
         console.print(
             f"all {report.paths_checked} upgrade paths between {releases} releases work",

@@ -12,6 +12,7 @@ import structlog
 from click.testing import CliRunner, Result
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
+from catalog.release.validation import CATEGORIES
 from orchestrator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,3 +181,42 @@ def test_validate_missing_directory_exits_2(tmp_path: Path) -> None:
     """A directory that does not exist is bad input."""
     result = run("validate", "--releases", str(tmp_path / "nope"))
     assert result.exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "collection"), BROKEN_CASES, ids=[c[0] for c in BROKEN_CASES]
+)
+def test_validate_findings_name_category_rule_releases_and_fix(
+    case: str, reason: str, collection: str
+) -> None:
+    """Every failure is a finding with a category (what --fail-on takes), a rule id, the
+    releases of its path, its collection and a fix; --fail-on of a category it does not have
+    passes."""
+    result = run("validate", "--releases", str(BROKEN / case), "--json")
+    findings = [f for f in json.loads(result.output)["findings"] if f["collection"] == collection]
+    assert findings, result.output
+    finding = findings[0]
+    assert finding["category"] in CATEGORIES and finding["category"] != "data-dependent-cost"
+    assert finding["rule"] and len(finding["releases"]) == 2 and finding["fix"]
+    present = {f["category"] for f in json.loads(result.output)["findings"]}
+    other = next(c for c in CATEGORIES if c not in present)
+    passing = run("validate", "--releases", str(BROKEN / case), "--fail-on", other)
+    blocking = run("validate", "--releases", str(BROKEN / case), "--fail-on", finding["category"])
+    assert (passing.exit_code, blocking.exit_code) == (EXIT_OK, EXIT_REFUSED)
+
+
+def test_validate_lists_rewrites_and_replacements_as_data_dependent_costs() -> None:
+    """The example history's REWRITE and REPLACEMENT instructions are findings that block only
+    when asked (--fail-on data-dependent-cost)."""
+    result = run("validate", "--releases", str(ROOT / "scenarios" / "releases"), "--json")
+    assert result.exit_code == EXIT_OK
+    costs = [f for f in json.loads(result.output)["findings"]]
+    assert costs and {f["category"] for f in costs} == {"data-dependent-cost"}
+    assert {"rewrite", "replacement"} <= {f["rule"] for f in costs}
+    assert any(f["collection"] == "mz_catalog.mz_roles" and f["releases"] == ["0.11.0"]
+               for f in costs)  # fmt: skip
+    asked = run(
+        "validate", "--releases", str(ROOT / "scenarios" / "releases"),
+        "--fail-on", "data-dependent-cost",
+    )  # fmt: skip
+    assert asked.exit_code == EXIT_REFUSED
