@@ -184,10 +184,15 @@ def secure_command(zk: str, env: str) -> None:
 
 
 @main.command("history")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per upgrade, oldest first.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON document: the upgrades, oldest first."
+)
+@click.option(
+    "--json-lines", "as_lines", is_flag=True, help="One JSON object per line, per upgrade."
+)
 @zk_options
 @handle_errors
-def history_command(as_json: bool, zk: str, env: str) -> None:
+def history_command(as_json: bool, as_lines: bool, zk: str, env: str) -> None:
     """Every upgrade of the environment: versions, who promoted, phases, outcome."""
     from rich.console import Console
 
@@ -198,10 +203,43 @@ def history_command(as_json: bool, zk: str, env: str) -> None:
     with open_consensus(zk, env) as consensus:
         rows = read_history(consensus)
     if as_json:
+        click.echo(json.dumps([row.to_json() for row in rows], indent=2))
+    elif as_lines:
         for row in rows:
             click.echo(json.dumps(row.to_json()))
-        return
-    Console().print(render_history(rows, env))
+    else:
+        Console().print(render_history(rows, env))
+
+
+@main.command("drift")
+@click.option(
+    "--release",
+    "release_ref",
+    required=True,
+    help="FILE.py[:ATTR] or module:ATTR: the release the environment should run.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@zk_options
+@handle_errors
+def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
+    """Compare the environment with a release; exit 4 on drift (no sidecar needed)."""
+    from rich.console import Console
+
+    from catalog.errors import EXIT_REFUSED
+    from catalog.release import load_release
+    from orchestrator.drift import check_drift
+    from orchestrator.render.drift import render_drift
+    from orchestrator.zk import open_consensus
+
+    release = load_release(release_ref)
+    with open_consensus(zk, env) as consensus:
+        report = check_drift(consensus, release)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        render_drift(report, Console())
+    if not report.ok:
+        sys.exit(EXIT_REFUSED)
 
 
 def _serve_status(address: str, zk: str, env: str) -> None:

@@ -194,7 +194,9 @@ def test_blue_green_upgrade_with_promote(launch: Launch, zk_env: ZkEnv) -> None:
     # The history: the bootstrap, then this upgrade with who promoted it and its phases.
     done = cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
     assert done.returncode == EXIT_OK, done.stderr
-    first, second = [json.loads(line) for line in done.stdout.splitlines()]
+    first, second = json.loads(done.stdout)  # one document, like every --json
+    per_line = cli("history", "--json-lines", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert [json.loads(line) for line in per_line.stdout.splitlines()] == [first, second]
     assert (first["deploy_generation"], first["outcome"], first["from_version"]) == (
         1, "bootstrapped", None,
     )  # fmt: skip
@@ -257,7 +259,7 @@ def test_refused_migration_exits_4_and_status_shows_why(launch: Launch, zk_env: 
     assert "mz_catalog.mz_tables" in json.dumps(failed[0]["error"])
     assert leader.wait_state("serving")["mode"] == "leader"
     done = cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    rows = json.loads(done.stdout)
     outcomes = [(r["deploy_generation"], r["outcome"]) for r in rows]
     assert outcomes == [(1, "bootstrapped"), (2, "refused")]
     assert rows[1]["rule"] == "missing-instruction" and rows[1]["to_version"] == "0.2.0"
