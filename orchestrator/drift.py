@@ -21,7 +21,7 @@ from catalog.release import Release
 from catalog.schema import fingerprint
 from catalog.shard import read_states
 
-__all__ = ["Drift", "DriftReport", "check_drift"]
+__all__ = ["Drift", "DriftReport", "check_drift", "collection_rows"]
 
 
 @attrs.frozen
@@ -151,3 +151,17 @@ def check_drift(consensus: Consensus, release: Release) -> DriftReport:
                       "know")
             )  # fmt: skip
     return DriftReport(version, catalog.version, tuple(rows), tuple(drifts))
+
+
+def collection_rows(consensus: Consensus) -> dict[str, int]:
+    """Every catalog collection's update rows (from its shard's state: no batch is read)."""
+    found = read_catalog(consensus)
+    if found is None:
+        return {}
+    catalog = found[0]
+    states = read_states(consensus, sorted(catalog.shard_ids()))
+    return {
+        ref.name: state.row_count
+        for ref in catalog.collections.values()
+        if (state := states.get(ref.shard_id)) is not None
+    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -184,6 +184,8 @@ class DataCost:
     version: Version
     collection: str
     mechanism: Mechanism
+    # The collection's update rows in an environment, when one was given (``validate --rows``).
+    rows: int | None = attrs.field(default=None, eq=False)
 
     def finding(self) -> dict[str, Any]:
         rewrite = self.mechanism is Mechanism.REWRITE
@@ -193,7 +195,7 @@ class DataCost:
             "releases": [str(self.version)],
             "collection": self.collection,
             "path": None,
-            "rows": None,
+            "rows": self.rows,
             "message": (
                 f"{self.version} {'rewrites' if rewrite else 'replaces'} {self.collection}: "
                 + (
@@ -286,6 +288,11 @@ class ValidationReport:
     def findings(self) -> list[dict[str, Any]]:
         """Every failure, then every data-dependent cost, as findings."""
         return [f.finding() for f in self.failures] + [c.finding() for c in self.costs]
+
+    def with_rows(self, rows: Mapping[str, int]) -> ValidationReport:
+        """This report with each data-dependent cost's rows from ``rows`` (by collection)."""
+        costs = tuple(attrs.evolve(c, rows=rows.get(c.collection)) for c in self.costs)
+        return attrs.evolve(self, costs=costs)
 
     def fails_on(self, categories: Iterable[str]) -> bool:
         """Whether a finding falls in one of ``categories`` (what ``--fail-on`` asks)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from catalog.release.validation import CATEGORIES
-from orchestrator.cli.root import handle_errors, main
+from orchestrator.cli.root import handle_errors, main, zk_options
 
 #: The release directory that plan and validate read.
 releases_option = click.option(
@@ -51,8 +51,17 @@ def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json
     help="Exit 4 when a finding of this category exists (repeatable; default: every category "
     "but data-dependent-cost).",
 )
+@click.option(
+    "--rows",
+    "with_rows",
+    is_flag=True,
+    help="Give each data-dependent cost the collection's rows in the environment of --zk/--env.",
+)
+@zk_options
 @handle_errors
-def validate_command(releases_dir: Path, as_json: bool, fail_on: tuple[str, ...]) -> None:
+def validate_command(
+    releases_dir: Path, as_json: bool, fail_on: tuple[str, ...], with_rows: bool, zk: str, env: str
+) -> None:
     """Check every upgrade path between the releases in DIR; exit 4 if any fails."""
     from rich.console import Console
 
@@ -75,6 +84,12 @@ def validate_command(releases_dir: Path, as_json: bool, fail_on: tuple[str, ...]
             report = validate(releases, on_progress=advance)
     else:
         report = validate(releases)
+    if with_rows:
+        from orchestrator.drift import collection_rows
+        from orchestrator.zk import open_consensus
+
+        with open_consensus(zk, env) as consensus:
+            report = report.with_rows(collection_rows(consensus))
     if as_json:
         click.echo(report_json(report))
     else:

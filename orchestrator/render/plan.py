@@ -96,8 +96,9 @@ def render_report(report: ValidationReport, console: Console) -> None:
     releases = len(report.releases)
     for cost in report.costs:
         finding = cost.finding()
+        rows = "" if cost.rows is None else f" ({cost.rows:,} rows now)"
         console.print(
-            f"note (data-dependent-cost): {finding['message']}; {finding['fix']}",
+            f"note (data-dependent-cost): {finding['message']}{rows}; {finding['fix']}",
             style="dim",
             highlight=False,
         )

@@ -1,4 +1,5 @@
-"""`catalog-upgrade drift` against a real environment (a real sidecar bootstrapped it)."""
+"""`catalog-upgrade drift`, and `validate --rows`, against a real environment (a real sidecar
+bootstrapped it)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def test_drift_matches_the_running_release_and_names_every_difference_of_another
         assert report["ok"] is False and report["catalog_version"] == "0.10.0"
         table = next(c for c in report["collections"] if c["name"] == "mz_catalog.mz_tables")
         assert table["mechanism"] == "evolution" and table["shard_id"]
+
+        role = b'{"id": 7, "oid": 30007, "name": "analyst", "inherit": true}\n'
+        assert leader.http("POST", "/append?collection=mz_catalog.mz_roles", role)[0] == 200
+        releases = str(release_file("0.10.0").parent)
+        counted = cli("validate", "--releases", releases, "--rows", "--json", *where)
+        assert counted.returncode == EXIT_OK, counted.stderr
+        roles = next(
+            f for f in json.loads(counted.stdout)["findings"]
+            if f["collection"] == "mz_catalog.mz_roles" and f["rule"] == "rewrite"
+        )  # fmt: skip
+        assert roles["rows"] >= 1  # the role appended above, counted from the shard's state
 
     empty = cli("drift", "--release", str(release_file("0.10.0")), "--zk", zk_env.hosts,
                 "--env", zk_env.name + "-none")  # fmt: skip
