@@ -11,6 +11,7 @@ import pyarrow as pa
 import structlog
 
 from catalog.errors import CatalogError, PlanError, ReleaseError, SchemaIncompatibleError
+from catalog.release.findings import DataCost, category_of
 from catalog.release.loader import find_release
 from catalog.release.manifest import Builtin, Mechanism, Release
 from catalog.release.paths import path_problems
@@ -157,61 +158,6 @@ def in_version_order(releases: Iterable[Release]) -> list[Release]:
     return ordered
 
 
-#: The categories of validation findings (``validate --fail-on``); a failure's ``reason`` maps to
-#: one, and ``data-dependent-cost`` marks instructions whose cost depends on the data (a REWRITE
-#: copies every row; a REPLACEMENT starts the collection empty).
-CATEGORIES = (
-    "missing-instruction",
-    "incompatible-evolution",
-    "removed-instruction",
-    "backport",
-    "invalid-release",
-    "data-dependent-cost",
-)
-_CATEGORY_OF = {
-    "missing-instruction": "missing-instruction",
-    "incompatible-evolution": "incompatible-evolution",
-    "instruction-removed": "removed-instruction",
-    "backport": "backport",
-}
-
-
-@attrs.frozen
-class DataCost:
-    """An instruction whose cost depends on the collection's data: a REWRITE copies (and
-    transforms) every row, a REPLACEMENT leaves the collection empty."""
-
-    version: Version
-    collection: str
-    mechanism: Mechanism
-    # The collection's update rows in an environment, when one was given (``validate --rows``).
-    rows: int | None = attrs.field(default=None, eq=False)
-
-    def finding(self) -> dict[str, Any]:
-        rewrite = self.mechanism is Mechanism.REWRITE
-        return {
-            "category": "data-dependent-cost",
-            "rule": self.mechanism.value,
-            "releases": [str(self.version)],
-            "collection": self.collection,
-            "path": None,
-            "rows": self.rows,
-            "message": (
-                f"{self.version} {'rewrites' if rewrite else 'replaces'} {self.collection}: "
-                + (
-                    "every row is copied through its transform"
-                    if rewrite
-                    else "its rows are not carried over"
-                )
-            ),
-            "fix": (
-                "expect the copy's time in the read-only check (--engine spark for large shards)"
-                if rewrite
-                else "make sure the collection's rows need not survive the upgrade"
-            ),
-        }
-
-
 @attrs.frozen
 class PathFailure:
     """One reason the upgrade path ``from_version -> to_version`` fails.
@@ -241,7 +187,7 @@ class PathFailure:
     @property
     def category(self) -> str:
         """The finding's category (:data:`CATEGORIES`)."""
-        return _CATEGORY_OF.get(self.reason, "invalid-release")
+        return category_of(self.reason)
 
     def finding(self) -> dict[str, Any]:
         """This failure as a finding: category, rule id, releases, collection, path, fix."""

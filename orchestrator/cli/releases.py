@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from catalog.release.validation import CATEGORIES
+from catalog.release.findings import CATEGORIES
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 #: The release directory that plan and validate read.

@@ -46,7 +46,8 @@ from orchestrator.scenario.results import (
 )
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, leaders_of
-from orchestrator.testing.harness import HttpAnswer, SidecarProcess
+from orchestrator.testing.client import HttpAnswer
+from orchestrator.testing.harness import SidecarProcess
 
 
 @attrs.define

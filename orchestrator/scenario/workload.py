@@ -27,7 +27,8 @@ from typing import Any
 import attrs
 
 from orchestrator.scenario.format import WorkloadSpec
-from orchestrator.testing.harness import HttpAnswer, SidecarProcess
+from orchestrator.testing.client import HttpAnswer
+from orchestrator.testing.harness import SidecarProcess
 
 #: Error codes of a 503 that promise nothing was written.
 _NOT_WRITTEN = frozenset({"writes-paused", "blob-store-unreachable", "read-only"})

@@ -41,7 +41,6 @@ from catalog.shard import (
     append_rows,
     find_schema_id,
 )
-from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
@@ -49,11 +48,10 @@ from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.sidecar.readiness import Readiness, sidecar_readiness
 from orchestrator.sidecar.rows import jsonable, rows_to_table
 from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
-from orchestrator.zk import why_unreachable
 
 PROMOTE_TIMEOUT = 30.0
 
@@ -91,52 +89,7 @@ class SidecarDataPlane:
         )
 
     def readiness(self) -> Readiness:
-        progress = self._progress
-        state = progress.state
-        connected = self._connection.connected
-        # Only when the session is not connected: ask the servers why (no quorum? all down?).
-        servers = "" if connected else why_unreachable(self._config.zk, timeout=0.5)
-        checks = [
-            ReadinessCheck(
-                "zookeeper",
-                connected,
-                f"not connected to {self._config.zk}" + (f": {servers}" if servers else ""),
-            ),
-            ReadinessCheck(
-                "registered", self._connection.registered, "process node not registered"
-            ),
-            ReadinessCheck(
-                "state",
-                state in READY_STATES,
-                f"state is {state.value}" + (f" ({progress.phase})" if progress.phase else ""),
-            ),
-        ]
-        unreadable = self._machine.health.unreadable
-        checks.append(
-            ReadinessCheck(
-                "durable-state",
-                unreadable is None,
-                "" if unreadable is None else f"cannot read {unreadable.key}: {unreadable.message}",
-            )
-        )
-        if self._machine.leadership is not None:
-            store = self._machine.store
-            checks.append(
-                ReadinessCheck(
-                    "blob-store",
-                    store.unreachable is None,
-                    f"blob store unreachable since {store.detail()}",
-                )
-            )
-            checks.append(
-                ReadinessCheck(
-                    "writes",
-                    not self._connection.writes_paused,
-                    "leader writes paused: ZooKeeper session suspended"
-                    + (f" ({servers})" if servers else ""),
-                )
-            )
-        return Readiness(tuple(checks))
+        return sidecar_readiness(self._config.zk, self._progress, self._connection, self._machine)
 
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
         return status_document(self._connection.require(), coverage=coverage)

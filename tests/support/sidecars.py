@@ -25,6 +25,7 @@ from kazoo.exceptions import NoNodeError
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
 from orchestrator.testing import harness
+from orchestrator.testing.client import http_request
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "scenarios" / "releases"
@@ -150,7 +151,7 @@ class SidecarProcess:
 def http_call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
     """One HTTP request; (status, body) for success and error statuses alike, OSError when
     nothing answers."""
-    answer = harness.http_request(method, url, body, timeout=30.0)
+    answer = http_request(method, url, body, timeout=30.0)
     if answer.status == 0:
         raise OSError(answer.error)
     return answer.status, answer.body

@@ -12,7 +12,7 @@ import structlog
 from click.testing import CliRunner, Result
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED
-from catalog.release.validation import CATEGORIES
+from catalog.release.findings import CATEGORIES
 from orchestrator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
