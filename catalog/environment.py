@@ -17,6 +17,8 @@ Layout below ``/catalog-upgrade/<env>`` (keys are relative to that root)::
     processes/<id>          ephemeral live status of each process (mode, state, plan, error, ...)
     shards/<shard_id>       a shard's state (catalog.shard); leases below it are ephemeral
     finalize/<shard_id>     a shard queued for finalization (created with the catalog switch)
+    pending                 the upgrade switched to but not finalized yet (catalog.pending):
+                            the previous catalog, the replaced collections, the window
     events/e-<seq>          persistent, sequential upgrade events (bootstrap, ready, promoted, ...)
 
 The migration shard is an ordinary shard with the well-known id ``MIGRATION_SHARD_ID``.
@@ -56,6 +58,7 @@ EVENTS_KEY = "events"
 SCHEMAS_KEY = "schemas"
 GC_KEY = "gc"
 HISTORY_KEY = "history"
+PENDING_KEY = "pending"
 MIGRATION_SHARD_ID = "migration"
 
 CONTAINER_KEYS = (
@@ -114,6 +117,19 @@ class CollectionRef:
         )
 
 
+@attrs.frozen
+class Finalized:
+    """When the catalog's version became final: the generation of its upgrade, when, and who
+    decided (``bootstrap`` for a new environment)."""
+
+    deploy_generation: int
+    at: float
+    by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
 @attrs.frozen(hash=False)
 class CatalogState:
     """The durable catalog: version ``Vc``, generation ``Gc`` and the collection map."""
@@ -123,6 +139,18 @@ class CatalogState:
     blob_uri: str
     collections: Mapping[str, CollectionRef] = attrs.field(factory=dict)
     updated_at: float = 0.0
+    #: Set when the version is final (absent in catalogs of earlier releases, which are).
+    finalized: Finalized | None = None
+    #: The generation whose leader switched the catalog to this version (a takeover moves
+    #: ``deploy_generation`` only); None in catalogs of earlier releases.
+    version_generation: int | None = None
+
+    @property
+    def upgraded_at_generation(self) -> int:
+        """The generation that brought this version (``deploy_generation`` when unknown)."""
+        return (
+            self.deploy_generation if self.version_generation is None else self.version_generation
+        )
 
     def by_name(self) -> dict[str, CollectionRef]:
         return {ref.name: ref for ref in self.collections.values()}
@@ -137,11 +165,21 @@ class CatalogState:
             "blob_uri": self.blob_uri,
             "updated_at": self.updated_at,
             "collections": {gid: ref.to_json() for gid, ref in sorted(self.collections.items())},
+            **({} if self.finalized is None else {"finalized": self.finalized.to_json()}),
+            **(
+                {}
+                if self.version_generation is None
+                else {"version_generation": self.version_generation}
+            ),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CatalogState:
+        final = data.get("finalized")
+        since = data.get("version_generation")
         return cls(
+            finalized=None if final is None else Finalized(**final),
+            version_generation=None if since is None else int(since),
             version=data["version"],
             deploy_generation=int(data["deploy_generation"]),
             blob_uri=data["blob_uri"],
@@ -181,28 +219,47 @@ def read_catalog(consensus: Consensus) -> tuple[CatalogState, int] | None:
         if found is None or not found.value:
             return None
         state = CatalogState.decode(found.value)
-        wanted = [r for r in state.collections.values() if r.kept and r.schema is None]
-        if not wanted:
-            return state, found.version
-        stored = consensus.get_many([schema_key(r.fingerprint) for r in wanted])
-        resolved = dict(state.collections)
-        missing = []
-        for ref in wanted:
-            value = stored[schema_key(ref.fingerprint)]
-            if value is None:
-                missing.append(schema_key(ref.fingerprint))
-                continue
-            resolved[ref.global_id] = attrs.evolve(ref, schema=_decode_schema(value.value, ref))
+        resolved, missing = _resolved(consensus, state)
         if not missing:
-            return attrs.evolve(state, collections=resolved), found.version
+            return resolved, found.version
         again = consensus.get(CATALOG_KEY)
         if again is not None and again.version == found.version:
-            raise CorruptStateError(
-                f"the catalog keeps schemas whose nodes are gone: {', '.join(missing[:5])}",
-                key=missing[0],
-                missing=missing,
-            )
+            raise _missing_schemas(missing)
     raise CorruptStateError("the catalog kept moving while its schemas were read", key=CATALOG_KEY)
+
+
+def resolve_kept(consensus: Consensus, state: CatalogState) -> CatalogState:
+    """``state`` (a catalog value stored elsewhere, such as the pending upgrade's previous
+    catalog) with the schemas it keeps read from their nodes; CorruptStateError when one is
+    gone (nothing retires a schema such a value still keeps)."""
+    resolved, missing = _resolved(consensus, state)
+    if missing:
+        raise _missing_schemas(missing)
+    return resolved
+
+
+def _resolved(consensus: Consensus, state: CatalogState) -> tuple[CatalogState, list[str]]:
+    wanted = [r for r in state.collections.values() if r.kept and r.schema is None]
+    if not wanted:
+        return state, []
+    stored = consensus.get_many([schema_key(r.fingerprint) for r in wanted])
+    resolved = dict(state.collections)
+    missing = []
+    for ref in wanted:
+        value = stored[schema_key(ref.fingerprint)]
+        if value is None:
+            missing.append(schema_key(ref.fingerprint))
+            continue
+        resolved[ref.global_id] = attrs.evolve(ref, schema=_decode_schema(value.value, ref))
+    return attrs.evolve(state, collections=resolved), missing
+
+
+def _missing_schemas(missing: list[str]) -> CorruptStateError:
+    return CorruptStateError(
+        f"the catalog keeps schemas whose nodes are gone: {', '.join(missing[:5])}",
+        key=missing[0],
+        missing=missing,
+    )
 
 
 def _decode_schema(data: bytes, ref: CollectionRef) -> pa.Schema:
@@ -229,9 +286,10 @@ def kept_schema_ops(consensus: Consensus, state: CatalogState) -> list[Op]:
     return list(ops.values())
 
 
-def retired_schema_ops(consensus: Consensus, state: CatalogState) -> list[Op]:
-    """Deletes of the schema nodes ``state`` (just written) no longer keeps."""
-    kept = {r.fingerprint for r in state.collections.values() if r.keeps_schema}
+def retired_schema_ops(consensus: Consensus, state: CatalogState, *also: CatalogState) -> list[Op]:
+    """Deletes of the schema nodes ``state`` (just written) no longer keeps, nor ``also``
+    (the previous catalog of a pending upgrade, which a rollback restores)."""
+    kept = {r.fingerprint for s in (state, *also) for r in s.collections.values() if r.keeps_schema}
     return [Delete(schema_key(f)) for f in consensus.children(SCHEMAS_KEY) if f not in kept]
 
 

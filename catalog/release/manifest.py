@@ -150,8 +150,11 @@ class Builtin:
 class Migration:
     """One migration instruction: migrate this collection at this version by this mechanism.
 
-    ``transform`` (REWRITE only) maps a batch in the old schema to one in the new schema. It is
-    not part of equality: instructions compare by what they declare, not by function identity.
+    ``transform`` (REWRITE only) maps a batch in the old schema to one in the new schema.
+    ``inverse`` (REWRITE or REPLACEMENT) maps a batch in the new schema back to the old one: a
+    rollback carries the rows this release wrote to the replacement through it
+    (``orchestrator.migrate.rollback``). Neither is part of equality: instructions compare by
+    what they declare, not by function identity.
     """
 
     version: Version = attrs.field(converter=to_version)
@@ -160,6 +163,7 @@ class Migration:
     kind: str = attrs.field(validator=_check_kind)
     mechanism: Mechanism = attrs.field(converter=_to_mechanism)
     transform: Transform | None = attrs.field(default=None, eq=False)
+    inverse: Transform | None = attrs.field(default=None, eq=False)
     # Derived once: validation looks instructions up by these millions of times.
     _name: str = attrs.field(init=False, eq=False, repr=False)
     _key: tuple[Version, str, str, Mechanism] = attrs.field(init=False, eq=False, repr=False)
@@ -179,6 +183,19 @@ class Migration:
                 f"{self.mechanism.value} instruction {self.describe()} must not have a transform "
                 "(only rewrite transforms data)",
                 field="transform",
+                instruction=self.describe(),
+            )
+        if self.inverse is not None and self.mechanism is Mechanism.EVOLUTION:
+            raise ReleaseError(
+                f"evolution instruction {self.describe()} must not have an inverse (an older "
+                "release reads an evolved shard as it is)",
+                field="inverse",
+                instruction=self.describe(),
+            )
+        if self.inverse is not None and not callable(self.inverse):
+            raise ReleaseError(
+                f"instruction {self.describe()} needs a callable inverse",
+                field="inverse",
                 instruction=self.describe(),
             )
 

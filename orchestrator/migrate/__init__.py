@@ -19,13 +19,17 @@ leader (every write carries the epoch check)
        deleted (:func:`registration_schema`), so that release can still start later;
     3. rewrite targets receive the delta of their source shard since the read-only copy;
     4. **one** transaction switches the catalog (version, generation, collection -> shard,
-       fingerprints) and queues the replaced and removed shards for finalization, so a crash
-       can never leave a queued shard that the catalog still names;
-    5. evolutions, second half: the recorded *contractions* (deletions, relaxed nullability) of
-       this leader's version, and the records of aborted upgrades to other versions dropped
-       (:mod:`orchestrator.migrate.evolution`);
-    6. migration-shard entries of earlier versions (and of this version at lower generations)
-       are retracted, and their shards queued for finalization unless the catalog names them.
+       fingerprints), queues the replaced and removed shards for finalization, so a crash
+       can never leave a queued shard that the catalog still names, and records the upgrade as
+       *pending* (:mod:`catalog.pending`): the release it came from may be promoted back
+       (:mod:`orchestrator.migrate.rollback`) and nothing it needs is finalized;
+    5. migration-shard entries of earlier versions (and of this version at lower generations)
+       are retracted, and their shards queued for finalization unless the catalog names them;
+    6. once finalized (``finalize``, the leader's ``--finalize-after`` timer, or at once with a
+       window of 0: :mod:`orchestrator.migrate.finalization`), evolutions' second half: the
+       recorded *contractions* (deletions, relaxed nullability) of that version, and the
+       records of aborted upgrades to other versions dropped
+       (:mod:`orchestrator.migrate.evolution`).
 
 Every step is idempotent: a leader killed between any two writes is succeeded by a process that
 re-plans from the durable state and completes the same work.
@@ -46,6 +50,7 @@ from orchestrator.migrate.cleanup import (
 )
 from orchestrator.migrate.compaction import COMPACT_MIN_BATCHES, compact_due
 from orchestrator.migrate.context import (
+    FINALIZE_AFTER_SECONDS,
     PHASE_CHECKING,
     PHASE_FINALIZING,
     PHASE_REPLACEMENTS,
@@ -57,6 +62,12 @@ from orchestrator.migrate.context import (
     MigrationContext,
 )
 from orchestrator.migrate.durable import registration_schema
+from orchestrator.migrate.finalization import (
+    FinalizeAnswer,
+    complete_finalization,
+    finalization_due,
+    request_finalization,
+)
 from orchestrator.migrate.frontiers import advance_frontiers
 from orchestrator.migrate.garbage import GC_INTERVAL_SECONDS, collect_garbage
 from orchestrator.migrate.leader import migrate_as_leader
@@ -64,6 +75,7 @@ from orchestrator.migrate.read_only import check_read_only
 
 __all__ = [
     "COMPACT_MIN_BATCHES",
+    "FINALIZE_AFTER_SECONDS",
     "GC_INTERVAL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
     "PHASE_CHECKING",
@@ -73,6 +85,7 @@ __all__ = [
     "PHASE_SCHEMAS",
     "PHASE_SWITCH",
     "CheckResult",
+    "FinalizeAnswer",
     "LeaderResult",
     "MigrationContext",
     "advance_frontiers",
@@ -80,8 +93,11 @@ __all__ = [
     "collect_garbage",
     "collect_orphan_shards",
     "compact_due",
+    "complete_finalization",
+    "finalization_due",
     "finalize_pending",
     "migrate_as_leader",
     "pending_finalization",
     "registration_schema",
+    "request_finalization",
 ]

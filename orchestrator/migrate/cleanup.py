@@ -21,6 +21,7 @@ from catalog.errors import (
     ShardNotFoundError,
     VersionMismatchError,
 )
+from catalog.pending import read_pending
 from catalog.shard import ShardState, change_ops, read_stored
 from orchestrator.migrate.context import MigrationContext
 from orchestrator.process_node import CREATING_STATES, read_processes
@@ -32,23 +33,40 @@ def pending_finalization(consensus: Consensus) -> list[str]:
     return consensus.children(FINALIZE_KEY)
 
 
+def queue_ops(ctx: MigrationContext, shard_ids: list[str]) -> list[Op]:
+    """Create ops for finalization markers not already queued."""
+    already = set(pending_finalization(ctx.consensus))
+    return [Create(f"{FINALIZE_KEY}/{sid}", b"") for sid in shard_ids if sid not in already]
+
+
+def _protected(consensus: Consensus) -> set[str]:
+    """The shards the release a pending upgrade came from needs (never finalized while it is
+    pending: a rollback serves them again)."""
+    found = read_pending(consensus)
+    return set() if found is None else found[0].protected_shards()
+
+
 def finalize_pending(
     ctx: MigrationContext, fence: Fence | None, *, lease_timeout: float = 0.0
 ) -> list[str]:
     """Finalize every queued shard the catalog does not name; returns the finalized ids.
 
     A shard with live reader leases stays queued until a later call (``lease_timeout`` bounds
-    how long one call waits for leases). A shard the catalog names again is never finalized: its
-    marker is simply removed.
+    how long one call waits for leases), and so does one the previous release of a pending
+    upgrade needs. A shard the catalog names again is never finalized: its marker is simply
+    removed.
     """
     queued = pending_finalization(ctx.consensus)
     if not queued:
         return []
     found = read_catalog(ctx.consensus)
     referenced = (found[0].shard_ids() if found else set()) | {MIGRATION_SHARD_ID}
+    protected = _protected(ctx.consensus)
     finalized: list[str] = []
     for shard_id in queued:
         marker = f"{FINALIZE_KEY}/{shard_id}"
+        if shard_id in protected and shard_id not in referenced:
+            continue  # the upgrade is pending: queued until it is final (or rolled back)
         if shard_id not in referenced:
             try:
                 ctx.shard(shard_id).finalize(fence=fence, wait=lease_timeout)
@@ -114,6 +132,7 @@ def collect_orphan_shards(
     catalog, catalog_version = found
     entries, migration_state = ctx.migration_shard().read_live()
     referenced = catalog.shard_ids() | {e.shard_id for e in entries} | {MIGRATION_SHARD_ID}
+    referenced |= _protected(consensus)
     skip = referenced | set(pending_finalization(consensus)) | (known_finalized or set())
     candidates = [s for s in consensus.children(SHARDS_KEY) if s not in skip]
     if not candidates:

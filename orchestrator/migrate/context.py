@@ -37,6 +37,11 @@ PHASE_SWITCH = "switching collections"
 PHASE_FINALIZING = "finalizing"
 
 
+#: The sidecar's default reversible window (``--finalize-after``): a day, so a bad release found
+#: during a working day's soak, or by the next on-call shift, can still be rolled back.
+FINALIZE_AFTER_SECONDS = 24 * 3600.0
+
+
 def _no_phase(_phase: str) -> None:
     return None
 
@@ -55,6 +60,14 @@ class MigrationContext:
     # The engine of REWRITE copies (arrow, spark or auto) and how Spark runs, if it does.
     engine: str = "auto"
     spark: SparkConfig = attrs.field(factory=SparkConfig)
+    #: How long an upgrade this leader switches stays reversible before it finalizes it by
+    #: itself (seconds; None: only ``finalize`` does). 0 finalizes at once: what in-process
+    #: callers (tests, tools) get; the sidecar's default is ``FINALIZE_AFTER_SECONDS``.
+    finalize_after: float | None = 0.0
+    #: A rollback: the release of the pending upgrade (its inverse transforms), and the
+    #: collections whose rows written under it the operator chose to discard.
+    rollback_from: Release | None = None
+    discard_writes_to: frozenset[str] = frozenset()
 
     @property
     def version(self) -> Version:
@@ -77,9 +90,13 @@ class CheckResult:
     plan: Plan | None
     replacement_shards: Mapping[str, str] = attrs.field(factory=dict)
     release_version: str | None = None
+    #: This process is the rollback of the pending upgrade (orchestrator.migrate.rollback).
+    rollback: Any = None
 
     def summary(self) -> dict[str, Any]:
         """The JSON the status ``plan`` field shows."""
+        if self.rollback is not None:
+            return {"bootstrap": False, **self.rollback.summary()}
         if self.bootstrap:
             return {"bootstrap": True, "from": None, "to": self.release_version}
         assert self.plan is not None
@@ -117,9 +134,20 @@ class LeaderResult:
     queued_for_finalization: tuple[str, ...] = ()
     retracted_entries: int = 0
     seconds: float = 0.0
+    #: The upgrade left pending (reversible) by this run, if any.
+    pending: bool = False
+    #: A rollback: the version rolled back from, and the collections whose rows were dropped.
+    rolled_back_from: str | None = None
+    discarded: tuple[str, ...] = ()
+    #: The upgrade this run finalized (its version), if any.
+    finalized: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "pending": self.pending,
+            "rolled_back_from": self.rolled_back_from,
+            "discarded": list(self.discarded),
+            "finalized": self.finalized,
             "bootstrap": self.bootstrap,
             "version": self.version,
             "deploy_generation": self.deploy_generation,

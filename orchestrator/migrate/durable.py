@@ -14,6 +14,7 @@ from catalog.errors import (
     MigrationRefusedError,
     SchemaIncompatibleError,
 )
+from catalog.pending import PendingUpgrade
 from catalog.release import (
     CatalogSnapshot,
     CollectionState,
@@ -92,15 +93,53 @@ def registration_schema(state: ShardState, old: pa.Schema, new: pa.Schema) -> pa
     return wider
 
 
-def refuse_fenced_or_older(ctx: MigrationContext, catalog: CatalogState) -> None:
+def refuse_fenced_or_older(
+    ctx: MigrationContext, catalog: CatalogState, pending: PendingUpgrade | None
+) -> bool:
+    """Refuse a process its catalog fences or that is older than the catalog's version; True
+    when it is the rollback of the pending upgrade (the release it came from, while it is not
+    being finalized)."""
     fenced = generation_fence(ctx.deploy_generation, catalog=catalog.deploy_generation)
     if fenced is not None:
         raise fenced
-    if ctx.version < Version.parse(catalog.version):
+    if not ctx.version < Version.parse(catalog.version):
+        return False
+    me = str(ctx.version)
+    if pending is not None and pending.finalizing is None and me == pending.from_version:
+        return True
+    if pending is not None and pending.finalizing is None:
         raise MigrationRefusedError(
-            f"release {ctx.version} is older than the catalog's durable version {catalog.version}; "
-            "downgrades are not supported",
-            version=str(ctx.version),
+            f"release {me} is older than the catalog's version {catalog.version}, whose upgrade "
+            f"is pending: only the release it came from, {pending.from_version}, may be "
+            "promoted back",
+            rule="rollback-not-allowed",
+            version=me,
             catalog_version=catalog.version,
+            suggestion=f"start {pending.from_version} to roll back, or a release at or above "
+            f"{catalog.version}",
+        )
+    if pending is not None:
+        assert pending.finalizing is not None
+        raise MigrationRefusedError(
+            f"release {me} is older than the catalog's version {catalog.version}, which is "
+            f"being finalized (generation {pending.deploy_generation}, decided by "
+            f"{pending.finalizing.requested_by}): it can no longer be rolled back",
+            rule="finalized",
+            version=me,
+            catalog_version=catalog.version,
+            finalized_generation=pending.deploy_generation,
             suggestion=f"start a release at or above {catalog.version}",
         )
+    final = catalog.finalized
+    generation = catalog.deploy_generation if final is None else final.deploy_generation
+    raise MigrationRefusedError(
+        f"release {me} is older than the catalog's version {catalog.version}, finalized at "
+        f"deploy generation {generation}"
+        + ("" if final is None else f" by {final.by}")
+        + ": a finalized upgrade cannot be rolled back",
+        rule="finalized",
+        version=me,
+        catalog_version=catalog.version,
+        finalized_generation=generation,
+        suggestion=f"start a release at or above {catalog.version}",
+    )

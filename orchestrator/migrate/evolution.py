@@ -5,10 +5,11 @@ Before its catalog switch a leader registers on each evolved shard only the *exp
 shard's latest schema plus the fields its release adds (:func:`catalog.schema.expand.expansion`),
 recording in the same write the *contraction* it owes (its release's schema, with deletions and
 relaxed nullability). A crash before the switch so leaves every older release its fields, values
-and nullability. Once the switch is durable the leader registers the recorded contractions of its
-own version and clears the records of aborted upgrades to other versions; a leader of the same
-version that took over (a restart, or a later generation) redoes it from the records, since the
-switched catalog no longer says what the release deleted.
+and nullability. Once the upgrade is finalized (``orchestrator.migrate.finalization``: until
+then the previous release may be promoted back, and needs its fields) the leader registers the
+recorded contractions of that version and clears the records of aborted upgrades to other
+versions; a leader that took over (a restart, or a later generation) redoes it from the records,
+since the switched catalog no longer says what the release deleted.
 """
 
 from __future__ import annotations
@@ -122,12 +123,17 @@ def keeps_release_schema(ctx: MigrationContext, state: ShardState, schema: pa.Sc
 
 
 def contract_all(
-    ctx: MigrationContext, catalog: CatalogState, fence: Fence, known: dict[str, ShardState]
+    ctx: MigrationContext,
+    catalog: CatalogState,
+    fence: Fence,
+    known: dict[str, ShardState],
+    *,
+    version: str | None = None,
 ) -> int:
-    """After the switch: register the contractions owed by this leader's version and drop the
-    records of others (aborted upgrades to other versions); the shards contracted. ``known``
-    as for :func:`expand_all`."""
-    me = str(ctx.version)
+    """At finalization: register the contractions owed by ``version`` (the finalized upgrade's;
+    default this leader's) and drop the records of others (aborted upgrades to other
+    versions); the shards contracted. ``known`` as for :func:`expand_all`."""
+    me = str(ctx.version) if version is None else version
     contracted = 0
     attempts = 0
 

@@ -8,13 +8,13 @@ import time
 import attrs
 import structlog
 
-from catalog.consensus import Create, Fence, Op
+from catalog.consensus import Fence
 from catalog.environment import (
     CONTAINER_KEYS,
-    FINALIZE_KEY,
     MIGRATION_SHARD_ID,
     CatalogState,
     CollectionRef,
+    Finalized,
     catalog_write_op,
     kept_schema_ops,
     read_catalog,
@@ -24,13 +24,16 @@ from catalog.errors import (
     MigrationRefusedError,
 )
 from catalog.migration import MigrationEntry
+from catalog.pending import PendingUpgrade, ReplacedCollection, pending_write_op, read_pending
 from catalog.release import (
     Mechanism,
     Version,
     plan,
 )
+from catalog.shard import ShardState
 from orchestrator.election import Leadership
 from orchestrator.events import drop_events_of
+from orchestrator.migrate.cleanup import queue_ops
 from orchestrator.migrate.context import (
     PHASE_FINALIZING,
     PHASE_REPLACEMENTS,
@@ -44,7 +47,9 @@ from orchestrator.migrate.durable import (
     refuse_fenced_or_older,
 )
 from orchestrator.migrate.evolution import contract_all, expand_all, keeps_release_schema
+from orchestrator.migrate.finalization import complete_finalization, request_finalization
 from orchestrator.migrate.replacements import copy_rewrites, ensure_shards, replacement_targets
+from orchestrator.migrate.rollback import inverse_chain, rollback_as_leader
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +72,8 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
             for b in ctx.release.builtins
         },
         updated_at=time.time(),
+        finalized=Finalized(leadership.deploy_generation, time.time(), "bootstrap"),
+        version_generation=leadership.deploy_generation,
     )
     ctx.on_phase(PHASE_SWITCH)
     ctx.consensus.commit([catalog_write_op(state, -1)], fence=leadership.fence)
@@ -87,7 +94,22 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     if found is None:
         return _bootstrap(ctx, leadership, started)
     catalog, catalog_version = found
-    refuse_fenced_or_older(ctx, catalog)
+    pending_found = read_pending(ctx.consensus)
+    pending = None if pending_found is None else pending_found[0]
+    if refuse_fenced_or_older(ctx, catalog, pending):
+        return rollback_as_leader(ctx, leadership, catalog, catalog_version, started)
+    finalized_first = None
+    if pending is not None and pending.version != str(ctx.version):
+        # A newer release promoted while an upgrade is pending (``promote`` refuses that; a
+        # promotion that got past it): the pending upgrade is finalized first.
+        request_finalization(
+            ctx.consensus, requested_by=ctx.process_id, reason=f"promotion of {ctx.version}"
+        )
+        complete_finalization(ctx, leadership.fence)
+        finalized_first, pending = pending.version, None
+        found = read_catalog(ctx.consensus)
+        assert found is not None
+        catalog, catalog_version = found
     shards = read_shard_states(ctx, catalog.shard_ids())
     plan_ = plan(catalog_snapshot(catalog, shards), ctx.release)
     fence = leadership.fence
@@ -135,10 +157,21 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         blob_uri=catalog.blob_uri,
         collections=collections,
         updated_at=time.time(),
+        finalized=catalog.finalized if catalog.version == str(ctx.version) else None,
+        version_generation=(
+            catalog.version_generation
+            if catalog.version == str(ctx.version)
+            else leadership.deploy_generation
+        ),
     )
     referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
     unreferenced = sorted(catalog.shard_ids() - referenced)
-    queued = _queue_ops(ctx, unreferenced)
+    # The switch to a new version leaves the upgrade pending, in the same transaction: the
+    # unreferenced shards are queued, but finalized only once it is final.
+    queued = queue_ops(ctx, unreferenced)
+    if catalog.version != new_state.version:
+        pending = _pending_upgrade(ctx, leadership, catalog, replacements)
+        queued.append(pending_write_op(pending, -1))
     # Kept schemas live in their own nodes: written before the switch that names them, and
     # those it no longer names retired after it (catalog.environment).
     schema_nodes = kept_schema_ops(ctx.consensus, new_state)
@@ -148,7 +181,9 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
     elif queued:
         ctx.consensus.commit(queued, fence=fence)
-    retired = retired_schema_ops(ctx.consensus, new_state)
+    retired = retired_schema_ops(
+        ctx.consensus, new_state, *(() if pending is None else (pending.previous,))
+    )
     if retired:
         ctx.consensus.commit_chunked(retired, fence=fence)
     log.info(
@@ -159,12 +194,16 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         evolved=len(evolved),
     )
     leadership.check()
-    # The second half of every evolution, once the switch is durable (also redone here by a
-    # leader that took over after it).
-    contract_all(ctx, new_state, fence, known)
+    if pending is None:
+        # No upgrade pending: contractions of aborted upgrades are cleared (a final version's
+        # own were registered when it was finalized).
+        contract_all(ctx, new_state, fence, known)
     leadership.check()
     retracted, more_queued = _retract_stale_entries(ctx, new_state, fence)
+    finalized = _finalize_if_decided(ctx, leadership, known) or finalized_first
     return LeaderResult(
+        pending=pending is not None and finalized != pending.version,
+        finalized=finalized,
         bootstrap=False,
         version=str(ctx.version),
         deploy_generation=leadership.deploy_generation,
@@ -176,10 +215,67 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     )
 
 
-def _queue_ops(ctx: MigrationContext, shard_ids: list[str]) -> list[Op]:
-    """Create ops for finalization markers not already queued."""
-    already = set(ctx.consensus.children(FINALIZE_KEY))
-    return [Create(f"{FINALIZE_KEY}/{sid}", b"") for sid in shard_ids if sid not in already]
+def _pending_upgrade(
+    ctx: MigrationContext,
+    leadership: Leadership,
+    catalog: CatalogState,
+    replacements: dict[str, str],
+) -> PendingUpgrade:
+    """What the switch from ``catalog`` records: the upgrade stays reversible until final."""
+    now = time.time()
+    moved = {gid: sid for gid, sid in replacements.items() if gid in catalog.collections}
+    uppers = read_shard_states(ctx, set(moved.values())) if moved else {}
+    since = Version.parse(catalog.version)
+    replaced = {
+        gid: ReplacedCollection(
+            global_id=gid,
+            name=catalog.collections[gid].name,
+            from_shard=catalog.collections[gid].shard_id,
+            to_shard=sid,
+            upper=uppers[sid].upper,
+            inverse=inverse_chain(ctx.release, catalog.collections[gid].name, since) is not None,
+        )
+        for gid, sid in moved.items()
+    }
+    return PendingUpgrade(
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        from_version=catalog.version,
+        from_generation=catalog.upgraded_at_generation,
+        since=now,
+        previous=catalog,
+        replaced=replaced,
+        finalize_at=None if ctx.finalize_after is None else now + ctx.finalize_after,
+    )
+
+
+def _finalize_if_decided(
+    ctx: MigrationContext, leadership: Leadership, known: dict[str, ShardState]
+) -> str | None:
+    """Finalize now when this leader's window is 0 or a decision was taken already (a leader
+    killed while finalizing); the version finalized."""
+    found = read_pending(ctx.consensus)
+    if found is None:
+        return None
+    pending, version = found
+    if pending.finalizing is None:
+        if ctx.finalize_after != 0:
+            _keep_window(ctx, leadership, pending, version)
+            return None
+        request_finalization(ctx.consensus, requested_by=ctx.process_id, reason="immediately")
+    done = complete_finalization(ctx, leadership.fence, known)
+    return None if done is None else done.version
+
+
+def _keep_window(
+    ctx: MigrationContext, leadership: Leadership, pending: PendingUpgrade, version: int
+) -> None:
+    """A leader serving a pending upgrade (a restart, a later generation of its release) with
+    another ``--finalize-after`` moves the automatic finalization to its own setting."""
+    at = None if ctx.finalize_after is None else pending.since + ctx.finalize_after
+    if at != pending.finalize_at:
+        moved = attrs.evolve(pending, finalize_at=at)
+        ctx.consensus.commit([pending_write_op(moved, version)], fence=leadership.fence)
 
 
 def _retract_stale_entries(
@@ -212,7 +308,7 @@ def _retract_stale_entries(
     retracting = set(stale)
     remaining = {e.shard_id for e in migration.entries() if e not in retracting}
     to_queue = sorted({e.shard_id for e in stale} - referenced - remaining)
-    queued = _queue_ops(ctx, to_queue)
+    queued = queue_ops(ctx, to_queue)
     # Queue first (fenced), then retract: a crash in between leaves entries a re-run retracts.
     if queued:
         ctx.consensus.commit_chunked(queued, fence=fence)

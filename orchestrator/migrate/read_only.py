@@ -8,6 +8,7 @@ import structlog
 from catalog.environment import (
     read_catalog,
 )
+from catalog.pending import read_pending
 from catalog.release import (
     plan,
 )
@@ -19,12 +20,15 @@ from orchestrator.migrate.context import (
 )
 from orchestrator.migrate.durable import catalog_snapshot, read_shard_states, refuse_fenced_or_older
 from orchestrator.migrate.replacements import copy_rewrites, ensure_shards, replacement_targets
+from orchestrator.migrate.rollback import plan_rollback
 
 log = structlog.get_logger(__name__)
 
 
 def check_read_only(ctx: MigrationContext) -> CheckResult:
-    """Step 4: plan and sanity-check; write only shards keyed by our own (version, generation)."""
+    """Step 4: plan and sanity-check; write only shards keyed by our own (version, generation).
+
+    The release a pending upgrade came from plans its rollback instead (reads only)."""
     ctx.on_phase(PHASE_CHECKING)
     found = read_catalog(ctx.consensus)
     if found is None:
@@ -37,7 +41,19 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
             release_version=str(ctx.version),
         )
     catalog, _ = found
-    refuse_fenced_or_older(ctx, catalog)
+    pending = read_pending(ctx.consensus)
+    if refuse_fenced_or_older(ctx, catalog, None if pending is None else pending[0]):
+        assert pending is not None
+        rollback = plan_rollback(ctx, pending[0])
+        log.info("rollback_check_done", **rollback.summary())
+        return CheckResult(
+            bootstrap=False,
+            catalog_version=catalog.version,
+            catalog_generation=catalog.deploy_generation,
+            plan=None,
+            release_version=str(ctx.version),
+            rollback=rollback,
+        )
     shards = read_shard_states(ctx, catalog.shard_ids())
     plan_ = plan(catalog_snapshot(catalog, shards), ctx.release)
     wanted = replacement_targets(ctx, plan_)

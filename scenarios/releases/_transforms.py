@@ -29,6 +29,15 @@ def role_ids_to_strings(batch: pa.RecordBatch) -> pa.RecordBatch:
     return _with_column(batch, pa.field("id", pa.string(), nullable=False), ids)
 
 
+def role_ids_to_numbers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The inverse of :func:`role_ids_to_strings` (a rollback of 0.11.0): ``'u7'`` -> ``7``.
+
+    An id of another shape has no number: the cast fails, and the rollback is refused naming
+    this transform before anything is written."""
+    ids = pc.cast(pc.utf8_slice_codeunits(batch.column("id"), 1), pa.int64())
+    return _with_column(batch, pa.field("id", pa.int64(), nullable=False), ids)
+
+
 def lowercase_object_types(batch: pa.RecordBatch) -> pa.RecordBatch:
     """mz_internal.mz_comments 0.13.0: object types are normalised to lower case (same schema)."""
     field = batch.schema.field("object_type")

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence, Op
 from catalog.environment import read_catalog
+from catalog.errors import ConnectionLostError
 from catalog.release import Release
 from orchestrator.election import LeaderElection, Leadership, promote
 from orchestrator.migrate import MigrationContext, migrate_as_leader
@@ -24,7 +25,8 @@ class SimulatedCrash(BaseException):
 
 @attrs.define
 class CrashingConsensus(Consensus):
-    """A real Consensus that dies before its (crash_after+1)-th transaction.
+    """A real Consensus that dies before its (crash_after+1)-th transaction, or loses the
+    answer of its lose_after-th (the write lands, the caller sees ConnectionLostError).
 
     Every durable write of the orchestrator is one ``commit``, so crashing before commit N
     covers the crash point "between write N-1 and write N".
@@ -32,12 +34,16 @@ class CrashingConsensus(Consensus):
 
     crash_after: int | None = None
     commits: int = 0
+    lose_after: int | None = None
 
     def commit(self, ops: Sequence[Op], *, fence: Fence | None = None) -> list[Any]:
         if self.crash_after is not None and self.commits >= self.crash_after:
             raise SimulatedCrash(f"crash before write {self.commits + 1}")
         self.commits += 1
-        return super().commit(ops, fence=fence)
+        result = super().commit(ops, fence=fence)
+        if self.lose_after is not None and self.commits == self.lose_after:
+            raise ConnectionLostError(f"answer of write {self.commits} lost (it landed)")
+        return result
 
 
 @attrs.define
@@ -50,18 +56,31 @@ class Env:
     elections: list[LeaderElection] = attrs.field(factory=list)
     counter: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
-    def consensus(self, crash_after: int | None = None) -> CrashingConsensus:
-        return CrashingConsensus(self.client, self.root, crash_after=crash_after)
+    def consensus(
+        self, crash_after: int | None = None, lose_after: int | None = None
+    ) -> CrashingConsensus:
+        return CrashingConsensus(
+            self.client, self.root, crash_after=crash_after, lose_after=lose_after
+        )
 
     def ctx(
-        self, release: Release, generation: int, *, crash_after: int | None = None
+        self,
+        release: Release,
+        generation: int,
+        *,
+        crash_after: int | None = None,
+        lose_after: int | None = None,
+        **options: Any,
     ) -> MigrationContext:
+        """A context of ``release`` at ``generation``; ``options``: other MigrationContext
+        fields (finalize_after, rollback_from, discard_writes_to)."""
         return MigrationContext(
-            consensus=self.consensus(crash_after),
+            consensus=self.consensus(crash_after, lose_after),
             blob=self.blob,
             release=release,
             deploy_generation=generation,
             process_id=f"p{next(self.counter)}",
+            **options,
         )
 
     def lead(self, ctx: MigrationContext) -> Leadership:
