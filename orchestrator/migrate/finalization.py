@@ -9,10 +9,11 @@ Two steps, so a crash anywhere leaves a state a restart completes:
 2. *The work* (:func:`complete_finalization`), by the serving leader, every write fenced by its
    epoch: register the contractions the upgrade's version owes, retire the schema nodes only the
    previous catalog kept, and, in one transaction, record in the catalog that its version is
-   final (the generation, when, who decided) and delete the pending node. The shards the upgrade replaced were
-   queued for finalization by its switch; the leader's cleanup finalizes them once the pending
-   node is gone (``orchestrator.migrate.cleanup``). Each step is idempotent: a leader killed
-   between any two writes is succeeded by one that redoes the rest.
+   final (the generation, when, who decided) and delete the pending node. The shards the
+   upgrade replaced were queued for finalization by its switch; the leader's cleanup
+   finalizes them once the pending node is gone (``orchestrator.migrate.cleanup``). Each step
+   is idempotent: a leader killed between any two writes is succeeded by one that redoes the
+   rest.
 """
 
 from __future__ import annotations
@@ -147,10 +148,8 @@ def complete_finalization(
         ctx.consensus.commit_chunked(retired, fence=fence)
     assert pending.finalizing is not None
     state, state_version = catalog
-    final = attrs.evolve(
-        state,
-        finalized=Finalized(pending.deploy_generation, time.time(), pending.finalizing.requested_by),
-    )
+    by = pending.finalizing.requested_by
+    final = attrs.evolve(state, finalized=Finalized(pending.deploy_generation, time.time(), by))
     ctx.consensus.commit(
         [catalog_write_op(final, state_version), Delete(PENDING_KEY, znode_version)], fence=fence
     )
