@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.environment import read_catalog
-from catalog.errors import BadInputError, MigrationRefusedError
+from catalog.errors import BadInputError, ConnectionLostError, MigrationRefusedError
 from catalog.pending import read_pending
 from catalog.release import Release, load_release_dir
 from catalog.schema import migrate_batch
@@ -35,7 +35,7 @@ from orchestrator.migrate import (
     migrate_as_leader,
     request_finalization,
 )
-from support.migrations import Env, bootstrap
+from support.migrations import Env, SimulatedCrash, bootstrap
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -206,3 +206,87 @@ def test_upgrade_rollback_reupgrade_finalize(env: Env, releases: dict[str, Relea
     with pytest.raises(MigrationRefusedError, match="finalized at deploy generation 4") as refused:
         check_read_only(env.ctx(releases["0.10.0"], 5))
     assert refused.value.details["rule"] == "finalized"
+
+
+ROLLBACK = {"discard_writes_to": frozenset({STATUSES})}
+
+
+def rolled_back_completely(ctx: MigrationContext, where: str) -> None:
+    catalog = read_catalog(ctx.consensus)
+    assert catalog is not None and catalog[0].version == "0.10.0", where
+    assert read_pending(ctx.consensus) is None, where
+    expect(ctx, ROLES, [1, 2, 3])
+    expect(ctx, TABLES, [1, 2, 3])
+    expect(ctx, STATUSES, [1, 2])
+
+
+def finalized_completely(ctx: MigrationContext, where: str) -> None:
+    catalog = read_catalog(ctx.consensus)
+    assert catalog is not None and catalog[0].version == "0.11.0", where
+    assert catalog[0].finalized is not None and catalog[0].finalized.deploy_generation == 2, where
+    assert read_pending(ctx.consensus) is None, where
+    expect(ctx, ROLES, [1, 2, 3])
+    expect(ctx, TABLES, [1, 2, 3])
+    expect(ctx, STATUSES, [3])
+
+
+def count_writes(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, releases: dict[str, Release],
+                 release: str, **options: Any) -> int:  # fmt: skip
+    reference = new_env(zk_client, zk_env, tmp_path, f"reference-{release}")
+    try:
+        pending_state(reference, releases)
+        ctx = reference.ctx(releases[release], 3, **options)
+        check_read_only(ctx)
+        migrate_as_leader(ctx, reference.lead(ctx))
+        return int(ctx.consensus.commits)  # type: ignore[attr-defined]
+    finally:
+        reference.close()
+
+
+@pytest.mark.parametrize("release", ["0.10.0", "0.11.0"], ids=["rollback", "finalization"])
+def test_crash_or_lost_answer_at_every_write_then_the_same_work_completes(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, releases: dict[str, Release],
+    release: str,
+) -> None:  # fmt: skip
+    """Kill the rollback's (or the finalization's) leader before each of its writes: a restart
+    completes the same work. Lose each write's answer: the retry recognises what landed."""
+    options: dict[str, Any] = (
+        {**ROLLBACK, "rollback_from": releases["0.11.0"]}
+        if release == "0.10.0"
+        else {"finalize_after": 0.0}
+    )
+    check = rolled_back_completely if release == "0.10.0" else finalized_completely
+    total = count_writes(zk_client, zk_env, tmp_path, releases, release, **options)
+    assert total >= 2
+    for crash_after in range(total):
+        where = f"crash before write {crash_after + 1} of {total}"
+        env = new_env(zk_client, zk_env, tmp_path, f"crash-{release}-{crash_after}")
+        try:
+            pending_state(env, releases)
+            ctx = env.ctx(releases[release], 3, crash_after=crash_after, **options)
+            check_read_only(ctx)
+            with pytest.raises(SimulatedCrash):
+                migrate_as_leader(ctx, env.lead(ctx))
+            env.elections[-1].stop()  # the dead leader's session ends
+            if read_pending(ctx.consensus) is not None:
+                for shard_id in read_pending(ctx.consensus)[0].protected_shards():  # type: ignore[index]
+                    assert not ctx.shard(shard_id).state().finalized, where
+            restart = upgrade(env, releases[release], 4, **options)
+            check(restart, where)
+        finally:
+            env.close()
+    for lose_after in range(1, total + 1):
+        where = f"answer of write {lose_after} of {total} lost"
+        env = new_env(zk_client, zk_env, tmp_path, f"lose-{release}-{lose_after}")
+        try:
+            pending_state(env, releases)
+            ctx = env.ctx(releases[release], 3, lose_after=lose_after, **options)
+            check_read_only(ctx)
+            leadership = env.lead(ctx)
+            try:
+                migrate_as_leader(ctx, leadership)
+            except ConnectionLostError:  # what the sidecar does: run the idempotent steps again
+                migrate_as_leader(ctx, leadership)
+            check(ctx, where)
+        finally:
+            env.close()
