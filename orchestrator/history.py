@@ -2,12 +2,15 @@
 
 A leader that finishes its migration appends a record to the ``history`` znode, fenced by its
 epoch, in the same step as its ``migrated`` event: from and to version, generation, who promoted
-and when, who took over (process, host), each phase of its migration with its duration, and
-the outcome. The znode keeps the newest ``KEEP_UPGRADES`` records (about 400 bytes each), so it
-stays far below ZooKeeper's node limit. Only leaders write it (the read-only rule); the upgrades
-that never got a leader are read from the event logs instead: a generation refused by its
-read-only processes (outcome ``refused``, with the rule and reason), fenced or failed, or
-promoted and then overtaken by a newer promotion (``aborted``).
+and when, who took over (process, host), each phase of its migration with its duration, and the
+outcome: ``completed`` (final), ``pending`` (reversible until finalized, when it is amended to
+``completed`` with who finalized it and when), ``rolled back`` (amended so when the release it
+came from was promoted back) or ``rollback`` (that promotion). The znode keeps the newest
+``KEEP_UPGRADES`` records (about 400 bytes each), so it stays far below ZooKeeper's node limit.
+Only leaders write it (the read-only rule); the upgrades that never got a leader are read from
+the event logs instead: a generation refused by its read-only processes (outcome ``refused``,
+with the rule and reason), fenced or failed, or promoted and then overtaken by a newer promotion
+(``aborted``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,12 @@ class UpgradeRecord:
     phases: tuple[Phase, ...] = ()
     rule: str | None = None
     reason: str | None = None
+    #: When the upgrade became final, and who decided (None while pending, or rolled back).
+    finalized_at: float | None = None
+    finalized_by: str | None = None
+    #: A rollback: the collections whose rows written under the rolled-back release were
+    #: dropped (``--discard-writes-to``).
+    discarded: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float | None:
@@ -76,6 +85,7 @@ class UpgradeRecord:
         fields = {f.name for f in attrs.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["phases"] = tuple(Phase(**p) for p in data.get("phases", ()))
+        values["discarded"] = tuple(data.get("discarded", ()))
         return cls(**values)
 
 
@@ -113,6 +123,26 @@ def record_upgrade(consensus: Consensus, record: UpgradeRecord, *, fence: Fence)
         value = encode_json([r.to_json() for r in kept])
         op = Create(HISTORY_KEY, value) if version < 0 else SetData(HISTORY_KEY, value, version)
         consensus.commit([op], fence=fence)
+
+    CasRetry(retryable=(VersionMismatchError,))(attempt)
+
+
+def amend_record(
+    consensus: Consensus, deploy_generation: int, *, fence: Fence, **changes: Any
+) -> None:
+    """Change the record of ``deploy_generation``'s upgrade (finalized, rolled back), fenced;
+    nothing when the history does not hold it (it was never recorded, or aged out)."""
+
+    def attempt() -> None:
+        records, version = read_records(consensus)
+        if not any(r.deploy_generation == deploy_generation for r in records):
+            return
+        changed = [
+            attrs.evolve(r, **changes) if r.deploy_generation == deploy_generation else r
+            for r in records
+        ]
+        value = encode_json([r.to_json() for r in changed])
+        consensus.commit([SetData(HISTORY_KEY, value, version)], fence=fence)
 
     CasRetry(retryable=(VersionMismatchError,))(attempt)
 

@@ -38,6 +38,50 @@ class Duration(click.ParamType):
         return seconds
 
 
+class Window(Duration):
+    """A reversible window: a duration, ``0`` (at once) or ``never``; seconds or None."""
+
+    name = "window"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower()
+        if value is None or text == "never":
+            return None
+        if text.rstrip("smhd") in ("0", "0.0"):
+            return 0.0
+        return super().convert(value, param, ctx)
+
+
+def upgrade_window_options(func: F) -> F:
+    """--finalize-after, --rollback-from and --discard-writes-to: how long an upgrade stays
+    reversible, and what a rollback carries back or drops (orchestrator.migrate.rollback)."""
+    func = click.option(
+        "--discard-writes-to",
+        "discard_writes_to",
+        multiple=True,
+        metavar="COLLECTION",
+        help="A rollback may drop the rows the pending upgrade wrote to this collection, which "
+        "its release cannot carry back (repeatable; recorded in the history).",
+    )(func)
+    func = click.option(
+        "--rollback-from",
+        "rollback_from_ref",
+        default=None,
+        metavar="RELEASE",
+        help="A rollback: the pending upgrade's release (FILE.py[:ATTR]), whose inverse "
+        "transforms carry the rows it wrote to replaced collections back.",
+    )(func)
+    func = click.option(
+        "--finalize-after",
+        type=Window(),
+        default="24h",
+        show_default=True,
+        help="As leader, finalize an upgrade this long after its switch (0: at once; never: "
+        "only `finalize`). Until then the release it came from may be promoted back.",
+    )(func)
+    return func
+
+
 def spark_options(func: F) -> F:
     """--spark-master, --spark-conf and --blob-shared: how a command runs Spark, if it does."""
     func = click.option(

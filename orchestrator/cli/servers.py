@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 import click
 
 from catalog.errors import CatalogError
-from orchestrator.cli.options import Duration, http_limit_options, spark_config, spark_options
+from orchestrator.cli.options import (
+    Duration,
+    http_limit_options,
+    spark_config,
+    spark_options,
+    upgrade_window_options,
+)
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 if TYPE_CHECKING:
@@ -243,6 +249,7 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     show_default=True,
     help="Engine of REWRITE copies; auto: by the shard's estimated size.",
 )
+@upgrade_window_options
 @spark_options
 @http_limit_options
 @zk_options
@@ -272,6 +279,9 @@ def sidecar_command(
     spark_remote: str | None,
     spark_conf: tuple[str, ...],
     blob_shared: bool,
+    finalize_after: float | None,
+    rollback_from_ref: str | None,
+    discard_writes_to: tuple[str, ...],
     zk: str,
     env: str,
 ) -> None:
@@ -284,7 +294,11 @@ def sidecar_command(
     env_root(env)
     host, port = parse_address(http)
     release = load_release(release_ref)
+    rollback_from = None if rollback_from_ref is None else load_release(rollback_from_ref)
     config = SidecarConfig(
+        finalize_after=finalize_after,
+        rollback_from_ref=rollback_from_ref,
+        discard_writes_to=discard_writes_to,
         zk=zk,
         env=env,
         release_ref=release_ref,
@@ -312,7 +326,7 @@ def sidecar_command(
         engine=engine,
         spark=spark_config(spark_master, spark_conf, blob_shared, spark_remote),
     )
-    sys.exit(run_sidecar(config, release))
+    sys.exit(run_sidecar(config, release, rollback_from))
 
 
 @main.command("spark-cluster")

@@ -138,6 +138,7 @@ class LeaderResult:
     pending: bool = False
     #: A rollback: the version rolled back from, and the collections whose rows were dropped.
     rolled_back_from: str | None = None
+    rolled_back_from_generation: int | None = None
     discarded: tuple[str, ...] = ()
     #: The upgrade this run finalized (its version), if any.
     finalized: str | None = None

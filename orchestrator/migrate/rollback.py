@@ -304,6 +304,7 @@ def rollback_as_leader(
         queued_for_finalization=tuple(dropped),
         seconds=time.monotonic() - started,
         rolled_back_from=pending.version,
+        rolled_back_from_generation=pending.deploy_generation,
         discarded=tuple(sorted(plan_.discarded)),
     )
 

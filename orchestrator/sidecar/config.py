@@ -16,6 +16,7 @@ from catalog.pipeline.spark.config import SparkConfig
 from catalog.shard import GC_GRACE_SECONDS, KEY_RETENTION_SECONDS
 from orchestrator.migrate import (
     COMPACT_MIN_BATCHES,
+    FINALIZE_AFTER_SECONDS,
     GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
@@ -74,6 +75,12 @@ class SidecarConfig:
     # --blob-shared).
     engine: str = "auto"
     spark: SparkConfig = attrs.field(factory=SparkConfig)
+    # How long an upgrade this process's leadership switches stays reversible (seconds; None:
+    # until ``finalize``), and, for a rollback, the pending upgrade's release (its inverses)
+    # and the collections whose rows written under it may be dropped.
+    finalize_after: float | None = FINALIZE_AFTER_SECONDS
+    rollback_from_ref: str | None = None
+    discard_writes_to: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if not self.process_id or "/" in self.process_id or self.process_id in {".", ".."}:

@@ -15,10 +15,11 @@ from typing import Any
 
 from catalog.consensus import Fence
 from catalog.errors import ConnectionLostError
+from catalog.pending import PendingUpgrade
 from catalog.release import Release
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
-from orchestrator.history import UpgradeRecord, phases_of, record_upgrade
+from orchestrator.history import UpgradeRecord, amend_record, phases_of, record_upgrade
 from orchestrator.migrate import LeaderResult
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
@@ -72,10 +73,19 @@ class SidecarJournal:
         if promotion is not None and promotion.deploy_generation != result.deploy_generation:
             promotion = None
         finished = time.time()
+        if result.bootstrap:
+            outcome = "bootstrapped"
+        elif result.rolled_back_from is not None:
+            outcome = "rollback"
+        else:
+            outcome = "pending" if result.pending else "completed"
         record = UpgradeRecord(
             deploy_generation=result.deploy_generation,
             to_version=result.version,
-            outcome="bootstrapped" if result.bootstrap else "completed",
+            outcome=outcome,
+            discarded=result.discarded,
+            finalized_at=None if outcome != "completed" else finished,
+            finalized_by=None if outcome != "completed" else "immediately",
             from_version=from_version,
             promoted_by=None if promotion is None else promotion.requested_by,
             promoted_at=None if promotion is None else promotion.requested_at,
@@ -87,3 +97,25 @@ class SidecarJournal:
         )
         with contextlib.suppress(ConnectionLostError):
             record_upgrade(consensus, record, fence=leadership.fence)
+            if result.rolled_back_from_generation is not None:
+                amend_record(consensus, result.rolled_back_from_generation,
+                             fence=leadership.fence, outcome="rolled back")  # fmt: skip
+
+    def record_finalized(self, pending: PendingUpgrade, fence: Fence) -> None:
+        """The pending upgrade became final: its event and its history record (fenced)."""
+        assert pending.finalizing is not None
+        self.event(
+            "finalized_upgrade",
+            fence=fence,
+            version=pending.version,
+            deploy_generation=pending.deploy_generation,
+            from_version=pending.from_version,
+            requested_by=pending.finalizing.requested_by,
+            reason=pending.finalizing.reason,
+            pending_seconds=round(time.time() - pending.since, 3),
+        )
+        consensus = self._connection.require()
+        with contextlib.suppress(ConnectionLostError):
+            amend_record(consensus, pending.deploy_generation, fence=fence, outcome="completed",
+                         finalized_at=time.time(),
+                         finalized_by=pending.finalizing.requested_by)  # fmt: skip

@@ -61,9 +61,11 @@ class SidecarMachine:
         inbox: Callable[[object], None],
         status_value: Callable[[], bytes],
         log: Any,
+        rollback_from: Release | None = None,
     ) -> None:
         self._config = config
         self._release = release
+        self._rollback_from = rollback_from
         self._metrics = metrics
         self._connection = connection
         self._progress = progress
@@ -103,6 +105,9 @@ class SidecarMachine:
             retry=self._retry,
             engine=self._config.engine,
             spark=self._config.spark,
+            finalize_after=self._config.finalize_after,
+            rollback_from=self._rollback_from,
+            discard_writes_to=frozenset(self._config.discard_writes_to),
         )
         self._election = election_mod.LeaderElection(
             consensus,
@@ -365,6 +370,9 @@ class SidecarMachine:
         if was_down:
             self._progress.publish()
         try:
+            upgrade = self._maintenance.finalize_upgrade(self.ctx, leadership.fence)
+            if upgrade is not None:
+                self.journal.record_finalized(upgrade, leadership.fence)
             finalized = self._maintenance.run(self.ctx, leadership.fence, self.log)
         except ConnectionLostError:
             return

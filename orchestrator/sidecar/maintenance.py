@@ -1,5 +1,6 @@
-"""The serving leader's periodic work: orphan collection, finalization and, on a thread of
-its own, the sweep (read frontiers forward, garbage collection, scheduled compaction, coverage).
+"""The serving leader's periodic work: orphan collection, the pending upgrade's finalization
+(``--finalize-after``), finalization of queued shards and, on a thread of its own, the sweep
+(read frontiers forward, garbage collection, scheduled compaction, coverage).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from catalog.consensus import Fence
 from catalog.environment import read_catalog
 from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostError, FencedError
+from catalog.pending import PendingUpgrade, read_pending
 from catalog.shard.coverage import RollupCounts
 from orchestrator.migrate import (
     MigrationContext,
@@ -19,7 +21,10 @@ from orchestrator.migrate import (
     collect_garbage,
     collect_orphan_shards,
     compact_due,
+    complete_finalization,
+    finalization_due,
     finalize_pending,
+    request_finalization,
 )
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
@@ -98,6 +103,19 @@ class LeaderMaintenance:
             )
             self._sweeper.start()
         return finalize_pending(ctx, fence, lease_timeout=0.0)
+
+    def finalize_upgrade(self, ctx: MigrationContext, fence: Fence) -> PendingUpgrade | None:
+        """The pending upgrade's end: decided by the timer when due, completed (fenced) once
+        decided by anyone; the upgrade finalized now, if any. Feeds the pending gauges."""
+        found = read_pending(ctx.consensus)
+        pending = None if found is None else found[0]
+        if pending is not None and finalization_due(pending, time.time()):
+            request_finalization(
+                ctx.consensus, requested_by=self._config.process_id, reason="timer"
+            )
+        done = complete_finalization(ctx, fence) if pending is not None else None
+        self._metrics.set_pending(None if done is not None else pending)
+        return done
 
     def _sweep(self, ctx: MigrationContext, fence: Fence, log: Any) -> None:
         """One maintenance pass on its own thread: read frontiers forward, then garbage.

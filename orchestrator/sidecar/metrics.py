@@ -13,6 +13,7 @@ import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from catalog.pending import PendingUpgrade
 from orchestrator.process_node import ProcessState
 from orchestrator.status.coverage import CoverageReport
 
@@ -49,9 +50,29 @@ class SidecarMetrics:
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
     retirable_schemas: Gauge = attrs.field(init=False)
+    upgrade_pending: Gauge = attrs.field(init=False)
+    pending_since: Gauge = attrs.field(init=False)
+    finalize_at: Gauge = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
+        self.upgrade_pending = Gauge(
+            "catalog_upgrade_upgrade_pending",
+            "1 while the serving leader's upgrade is not finalized (the release it came from "
+            "may still be promoted back), by version and the version it came from",
+            ["version", "from_version"],
+            registry=r,
+        )
+        self.pending_since = Gauge(
+            "catalog_upgrade_upgrade_pending_since_timestamp_seconds",
+            "When the pending upgrade switched the catalog (absent when none is pending)",
+            registry=r,
+        )
+        self.finalize_at = Gauge(
+            "catalog_upgrade_upgrade_finalize_at_timestamp_seconds",
+            "When the serving leader finalizes the pending upgrade by itself (+Inf: never)",
+            registry=r,
+        )
         self.state = Gauge(
             "catalog_upgrade_state",
             "1 for the state the process is in, 0 for the others",
@@ -196,6 +217,19 @@ class SidecarMetrics:
                     self.schema_batches.labels(**labels).set(use.batches)
                     self.schema_rows.labels(**labels).set(use.rows)
             self.retirable_schemas.labels(collection=item.name).set(len(item.coverage.retirable))
+
+    def set_pending(self, pending: PendingUpgrade | None) -> None:
+        """The serving leader's view of the pending upgrade (None: the version is final)."""
+        self.upgrade_pending.clear()
+        if pending is None:
+            self.pending_since.set(0)
+            self.finalize_at.set(0)
+            return
+        self.upgrade_pending.labels(version=pending.version,
+                                    from_version=pending.from_version).set(1)  # fmt: skip
+        self.pending_since.set(pending.since)
+        at = pending.finalize_at
+        self.finalize_at.set(float("inf") if at is None else at)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

@@ -59,7 +59,9 @@ log = structlog.get_logger(__name__)
 class Sidecar:
     """One sidecar process; ``run()`` returns the exit code."""
 
-    def __init__(self, config: SidecarConfig, release: Release) -> None:
+    def __init__(
+        self, config: SidecarConfig, release: Release, rollback_from: Release | None = None
+    ) -> None:
         self.config = config
         self.release = release
         self.metrics = SidecarMetrics()
@@ -87,6 +89,7 @@ class Sidecar:
             self._inbox.put,
             self._encoded_status,
             self._log,
+            rollback_from=rollback_from,
         )
         self.dataplane = SidecarDataPlane(
             config,
@@ -303,6 +306,8 @@ class Sidecar:
             )
 
 
-def run_sidecar(config: SidecarConfig, release: Release) -> int:
+def run_sidecar(
+    config: SidecarConfig, release: Release, rollback_from: Release | None = None
+) -> int:
     """Run a sidecar to completion (what ``catalog-upgrade sidecar`` calls); the exit code."""
-    return Sidecar(config, release).run()
+    return Sidecar(config, release, rollback_from).run()

@@ -128,9 +128,7 @@ def upgrade(env: Env, release: Release, generation: int, **options: Any) -> Migr
 LEADERS: dict[int, Leadership] = {}
 
 
-def pending_state(
-    env: Env, releases: dict[str, Release]
-) -> tuple[MigrationContext, MigrationContext]:
+def pending_state(env: Env, releases: dict[str, Release]) -> MigrationContext:
     """0.10.0 with rows, upgraded to 0.11.0 (pending) with rows of its own."""
     old = bootstrap(env, releases["0.10.0"])
     for name in ROWS:
@@ -230,8 +228,14 @@ def finalized_completely(ctx: MigrationContext, where: str) -> None:
     expect(ctx, STATUSES, [3])
 
 
-def count_writes(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, releases: dict[str, Release],
-                 release: str, **options: Any) -> int:  # fmt: skip
+def count_writes(
+    zk_client: KazooClient,
+    zk_env: ZkEnv,
+    tmp_path: Path,
+    releases: dict[str, Release],
+    release: str,
+    **options: Any,
+) -> int:
     reference = new_env(zk_client, zk_env, tmp_path, f"reference-{release}")
     try:
         pending_state(reference, releases)
