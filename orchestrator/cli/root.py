@@ -31,6 +31,9 @@ def handle_errors(func: F) -> F:
                 click.echo(json.dumps(exc.to_json(), indent=2), err=True)
             else:
                 click.secho(f"error: {exc.message}", fg="red", err=True)
+                rule = exc.details.get("rule")
+                if rule:
+                    click.echo(f"  rule: {rule}", err=True)
                 suggestion = exc.details.get("suggestion")
                 if suggestion:
                     click.echo(f"  fix: {suggestion}", err=True)

@@ -52,6 +52,69 @@ def promote_command(
             click.echo(f"generation {deploy_generation}'s leader finished its migration")
 
 
+@main.command("finalize")
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait this long for the serving leader to complete the finalization (0: do not wait; "
+    "exit 1 on timeout, the decision stands).",
+)
+@click.option(
+    "--version",
+    "expect_version",
+    default=None,
+    help="Refuse (exit 4) unless the upgrade pending, or the final catalog, is at VERSION.",
+)
+@click.option("--requested-by", default=None, help="Who decides (default: user@host).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
+@zk_options
+@handle_errors
+def finalize_command(
+    wait_seconds: float,
+    expect_version: str | None,
+    requested_by: str | None,
+    as_json: bool,
+    zk: str,
+    env: str,
+) -> None:
+    """Make the pending upgrade final: no rollback to the release it came from after this.
+    Exit 0 when it is final (or already was)."""
+    import getpass
+    import socket
+
+    from orchestrator.migrate import request_finalization
+    from orchestrator.migrate.finalization import wait_finalized
+    from orchestrator.zk import open_consensus
+
+    who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
+    with open_consensus(zk, env) as consensus:
+        answer = request_finalization(
+            consensus, requested_by=who, reason="operator", expect_version=expect_version
+        )
+        if answer.pending is not None and wait_seconds > 0:
+            wait_finalized(consensus, wait_seconds)
+    document = answer.to_json()
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    elif answer.already_final:
+        click.echo(
+            f"environment {env} is final at {answer.version} (generation "
+            f"{answer.deploy_generation}): nothing to finalize"
+        )
+    else:
+        assert answer.pending is not None
+        done = "finalized" if wait_seconds > 0 else "finalization requested for"
+        click.echo(
+            f"{done} the upgrade {answer.pending.from_version} -> {answer.pending.version} "
+            f"(generation {answer.pending.deploy_generation}) in environment {env}; "
+            f"{answer.pending.from_version} can no longer be promoted back"
+        )
+
+
 @main.command("status")
 @click.option("--json", "as_json", is_flag=True, help="JSON (JSON lines with --watch).")
 @click.option("--watch", is_flag=True, help="Refresh until interrupted.")

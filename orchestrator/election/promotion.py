@@ -65,6 +65,7 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
             raise fenced
         if target == deploy_generation:
             return False
+        _refuse_past_pending(consensus, deploy_generation)
         value = Promotion(deploy_generation, requested_by, time.time(), target).encode()
         if promoted is None:
             consensus.ensure()
@@ -82,6 +83,40 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
                 deploy_generation=deploy_generation,
                 requested_by=requested_by,
             )
+
+
+def _refuse_past_pending(consensus: Consensus, deploy_generation: int) -> None:
+    """Refuse (exit 4, rule ``upgrade-pending``) to promote a release newer than a pending
+    upgrade: finalize it first (``finalize``), or roll it back. A promotion of the pending
+    version itself (a redeploy) or of the release it came from (the rollback) passes; so
+    does a generation with no registered process yet (its leader finalizes the pending
+    upgrade before its own, so the environment is never left without a serving leader)."""
+    from catalog.pending import read_pending
+    from catalog.release import Version
+    from orchestrator.process_node import read_processes
+
+    found = read_pending(consensus)
+    if found is None or found[0].finalizing is not None:
+        return
+    pending = found[0]
+    versions = {
+        node.version
+        for node in read_processes(consensus).nodes.values()
+        if node.deploy_generation == deploy_generation
+    }
+    newer = sorted(v for v in versions if Version.parse(v) > Version.parse(pending.version))
+    if newer:
+        raise MigrationRefusedError(
+            f"cannot promote generation {deploy_generation} (release {newer[0]}): the upgrade "
+            f"{pending.from_version} -> {pending.version} (generation "
+            f"{pending.deploy_generation}) is pending, and promoting past it would end its "
+            f"rollback window silently",
+            rule="upgrade-pending",
+            deploy_generation=deploy_generation,
+            pending_version=pending.version,
+            suggestion=f"run `catalog-upgrade finalize --version {pending.version}` first, or "
+            f"roll back to {pending.from_version}",
+        )
 
 
 # Errors after which the outcome of a read is unknown but a later look may succeed.

@@ -31,10 +31,11 @@ from catalog.environment import (
     read_catalog,
     retired_schema_ops,
 )
-from catalog.errors import MigrationRefusedError
+from catalog.errors import CatalogError, MigrationRefusedError
 from catalog.pending import Finalizing, PendingUpgrade, pending_write_op, read_pending
 from catalog.retry import CasRetry
 from catalog.shard import ShardState
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.migrate.context import PHASE_FINALIZING, MigrationContext
 from orchestrator.migrate.evolution import contract_all
 
@@ -43,6 +44,7 @@ __all__ = [
     "complete_finalization",
     "finalization_due",
     "request_finalization",
+    "wait_finalized",
 ]
 
 log = structlog.get_logger(__name__)
@@ -117,6 +119,26 @@ def request_finalization(
         return FinalizeAnswer(version, generation, pending)
 
     return CasRetry()(attempt)
+
+
+def wait_finalized(consensus: Consensus, timeout: float) -> None:
+    """Return once no upgrade is pending (the serving leader completed the finalization);
+    CatalogError (``reason="timeout"``, exit 1) after ``timeout`` seconds. Driven by a
+    ZooKeeper watch on the pending node."""
+    client = consensus.client
+    path = consensus.path(PENDING_KEY)
+
+    def look(watch: Watch) -> bool | NotYet:
+        return True if watched_data(client, path, watch) is None else NOT_YET
+
+    try:
+        wait_until(look, timeout)
+    except WaitTimeout:
+        raise CatalogError(
+            f"the upgrade was not finalized within {timeout:g} s: is a leader serving? (the "
+            "decision stands; the serving leader completes it)",
+            reason="timeout",
+        ) from None
 
 
 def finalization_due(pending: PendingUpgrade, now: float) -> bool:

@@ -17,6 +17,9 @@ _STYLES = {
     "refused": "red",
     "fenced": "red",
     "failed": "red",
+    "pending": "bold yellow",
+    "rolled back": "magenta",
+    "rollback": "magenta",
 }
 
 
@@ -37,6 +40,10 @@ def render_history(rows: Sequence[UpgradeRecord], env: str) -> Table:
     for row in rows:
         phases = ", ".join(f"{p.name} {p.seconds:.1f}s" for p in row.phases) or "-"
         outcome = f"[{_STYLES.get(row.outcome, 'white')}]{row.outcome}[/]"
+        if row.finalized_at is not None and row.finalized_by not in (None, "immediately"):
+            outcome += f"\nfinal {_when(row.finalized_at)} by {row.finalized_by}"
+        if row.discarded:
+            outcome += f"\ndiscarded writes to {', '.join(row.discarded)}"
         if row.rule or row.reason:
             outcome += f"\n{row.rule or ''}: {row.reason or ''}".rstrip(": ")
         leader = row.leader if row.host is None else f"{row.leader}@{row.host}"

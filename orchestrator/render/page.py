@@ -45,6 +45,7 @@ STATUS_PAGE: Final = """<!doctype html>
 <h1>catalog-upgrade <span id="env" class="muted"></span></h1>
 <div id="headline"></div>
 <div id="banner"></div>
+<div id="finalization"></div>
 <form id="auth" hidden>This sidecar needs a token to show its status:
   <input type="password" id="token" autocomplete="off" placeholder="read or write token">
   <button type="submit">show</button>
@@ -109,6 +110,23 @@ function refusal(who, error) {
   line("fix", error.suggestion);
   return box;
 }
+function finalization(f) {
+  if (!f) return el("span");
+  if (f.state === "final") {
+    const d = f.finalized;
+    return el("div", "final" + (d ? " since generation " + d.deploy_generation + " (" +
+        new Date(d.at * 1000).toLocaleString() + ", by " + d.by + ")" : ""), "muted");
+  }
+  const u = f.upgrade || {};
+  const came = u.from_version + " (generation " + u.from_generation + ")";
+  if (f.state === "finalizing")
+    return el("div", "finalizing " + u.version + ": " + came + " can no longer be promoted back",
+              "refusal");
+  const until = u.finalize_at ? "finalizes by itself at " +
+      new Date(u.finalize_at * 1000).toLocaleString() : "finalizes only with `catalog-upgrade finalize`";
+  return el("div", "upgrade to " + u.version + " PENDING since " + ago(u.since) + ": " + came +
+      " may be promoted back (rollback); " + until, "refusal");
+}
 function render(s) {
   document.getElementById("env").textContent = s.environment || "";
   const c = s.catalog || {}, leader = s.leader;
@@ -116,6 +134,7 @@ function render(s) {
       (c.deploy_generation ?? "-") + ", epoch " + (c.epoch ?? "-") + "; promotion target " +
       (c.promotion_target ?? "-") + "; leader " + (leader ? leader.id + " (epoch " + leader.epoch +
       ")" : "none") + "; " + (s.collections || []).length + " collections"));
+  put("finalization", finalization(s.finalization));
   const procs = s.processes || [];
   put("processes", table(["id", "version", "gen", "mode", "state", "phase", "since", "timeline"],
     procs.map(p => [p.id, p.version, p.deploy_generation, p.mode, stateCell(p.state), p.phase,

@@ -61,6 +61,45 @@ def _error_text(error: Any) -> str:
     return str(error)
 
 
+def finalization_text(finalization: Mapping[str, Any], now: float) -> Text:
+    """One line: final since when, or the pending upgrade, its window and how to end it."""
+    state = finalization.get("state")
+    if state == "final":
+        final = finalization.get("finalized") or {}
+        if not final:
+            return Text("final", style="green")
+        return Text(
+            f"final since generation {final.get('deploy_generation')} "
+            f"({_clock(float(final.get('at') or 0))} UTC, by {final.get('by')})",
+            style="green",
+        )
+    upgrade = finalization.get("upgrade") or {}
+    came = f"{upgrade.get('from_version')} (generation {upgrade.get('from_generation')})"
+    if state == "finalizing":
+        who = (upgrade.get("finalizing") or {}).get("requested_by")
+        return Text(f"finalizing (decided by {who}): {came} can no longer be promoted back",
+                    style="yellow")  # fmt: skip
+    since = upgrade.get("since")
+    at = upgrade.get("finalize_at")
+    when = (
+        "never by itself (run `catalog-upgrade finalize`)"
+        if at is None
+        else f"at {_clock(float(at))} UTC (in {_until(float(at), now)})"
+    )
+    return Text(
+        f"PENDING since {_age(since, now)}: {came} may be promoted back (rollback); "
+        f"finalizes {when}",
+        style="bold yellow",
+    )
+
+
+def _until(then: float, now: float) -> str:
+    seconds = max(0.0, then - now)
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 def _state_text(state: str | None) -> Text:
     return Text(_dash(state), style=_STATE_STYLE.get(state or "", ""))
 
@@ -76,6 +115,9 @@ def _catalog_table(status: UpgradeStatus) -> Table:
     table.add_row("promotion target", _dash(catalog.promotion_target))
     table.add_row("collections", str(catalog.collections))
     table.add_row("blob storage", _dash(catalog.blob_uri))
+    if status.finalization is not None:
+        table.add_row("finalization", finalization_text(status.finalization.to_json(),
+                                                        status.read_at))  # fmt: skip
     leader = status.leader
     if leader is None:
         table.add_row("leader", "none")

@@ -43,6 +43,7 @@ ROLES: Final = {
     "history": READ,
     "read": READ,
     "promote": WRITE,
+    "finalize": WRITE,
     "append": WRITE,
 }
 

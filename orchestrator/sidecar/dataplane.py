@@ -41,6 +41,7 @@ from catalog.shard import (
     append_rows,
     find_schema_id,
 )
+from orchestrator.migrate import request_finalization
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
@@ -123,6 +124,17 @@ class SidecarDataPlane:
                 "(migrating?)",
                 timeout=PROMOTE_TIMEOUT,
             ) from None
+
+    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]:
+        """Decide to finalize the pending upgrade (any process may; the serving leader does
+        the work, fenced)."""
+        answer = request_finalization(
+            self._connection.require(),
+            requested_by=requested_by,
+            reason="operator",
+            expect_version=expect_version,
+        )
+        return answer.to_json()
 
     def append(
         self, collection: str, body: bytes, idempotency_key: str | None = None

@@ -10,6 +10,9 @@ Endpoints (docs/design.md section 8)::
     GET  /history                      the upgrade history (``history --json`` rows)
     GET  /metrics                      Prometheus text format
     POST /promote[?deploy_generation=G]   (or JSON body {"deploy_generation": G}; default: own)
+    POST /finalize[?version=V]         make the pending upgrade final (202; the serving leader
+                                       completes it within its finalize interval; 200 when it
+                                       was final already)
     POST /append?collection=SCHEMA.NAME   JSON lines of rows; leader only (409 on read-only);
                                        an ``Idempotency-Key`` header makes a retry return the
                                        first answer (``Idempotent-Replayed: true``), no write
@@ -104,6 +107,8 @@ class SidecarApi(Protocol):
         self, deploy_generation: int | None, requested_by: str | None = None
     ) -> Mapping[str, Any]: ...
 
+    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]: ...
+
     def append(
         self, collection: str, body: bytes, idempotency_key: str | None = None
     ) -> Mapping[str, Any]: ...
@@ -157,6 +162,7 @@ ROUTES = Map(
         Rule("/metrics", endpoint="metrics", methods=["GET"]),
         Rule("/read", endpoint="read", methods=["GET"]),
         Rule("/promote", endpoint="promote", methods=["POST"]),
+        Rule("/finalize", endpoint="finalize", methods=["POST"]),
         Rule("/append", endpoint="append", methods=["POST"]),
     ],
     strict_slashes=False,
@@ -327,6 +333,15 @@ class SidecarApp:
         caller = f"http:{who or 'anonymous'}@{request.remote_addr or '?'}"
         log.info("promotion_requested", deploy_generation=generation, requested_by=caller)
         return json_response(HTTPStatus.OK, self.api.promote(generation, caller))
+
+    def finalize(self, request: Request) -> Response:
+        _body(request, self.max_body)  # read (and bounded) like any body; nothing in it is used
+        who = self.policy.authorize("finalize", request.headers.get("Authorization"))
+        caller = f"http:{who or 'anonymous'}@{request.remote_addr or '?'}"
+        log.info("finalization_requested_over_http", requested_by=caller)
+        answer = self.api.finalize(request.args.get("version"), caller)
+        status = HTTPStatus.OK if answer.get("already_final") else HTTPStatus.ACCEPTED
+        return json_response(status, answer)
 
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")

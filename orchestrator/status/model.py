@@ -76,6 +76,28 @@ class CatalogSummary:
 
 
 @attrs.frozen
+class Finalization:
+    """Whether the catalog's version is final, or its upgrade still reversible.
+
+    ``state``: ``final``; ``pending`` (the release it came from may be promoted back until
+    ``finalize_at``, or until ``finalize`` when that is None); ``finalizing`` (decided, the
+    serving leader completes it). ``upgrade``: the pending upgrade's status JSON; ``finalized``:
+    when the final version became final, and who decided (None for catalogs of releases that
+    did not record it)."""
+
+    state: str
+    upgrade: Mapping[str, Any] | None = None
+    finalized: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "upgrade": None if self.upgrade is None else dict(self.upgrade),
+            "finalized": None if self.finalized is None else dict(self.finalized),
+        }
+
+
+@attrs.frozen
 class CollectionStatus:
     """One builtin collection: where it lives now and its shard's current schema id."""
 
@@ -120,6 +142,7 @@ class UpgradeStatus:
     warnings: tuple[str, ...] = ()  # parts that could not be read (shown, never fatal)
     # Nodes whose values are not what their writers write: {"key", "error"} (exit 1)
     errors: tuple[Mapping[str, str], ...] = ()
+    finalization: Finalization | None = None  # None: not bootstrapped
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` document (docs/design.md section 8, plus extra fields)."""
@@ -133,6 +156,7 @@ class UpgradeStatus:
             "collections": [c.to_json() for c in self.collections],
             "migration_entries": [e.to_json() for e in self.migration_entries],
             "pending_finalization": list(self.pending_finalization),
+            "finalization": None if self.finalization is None else self.finalization.to_json(),
             "events": [e.to_json() for e in self.events],
             "plan_source": self.plan_source,
             "warnings": list(self.warnings),

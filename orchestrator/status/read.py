@@ -16,6 +16,7 @@ from catalog.environment import (
     EPOCH_KEY,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
+    PENDING_KEY,
     PROCESSES_KEY,
     PROMOTION_KEY,
     SHARDS_KEY,
@@ -28,6 +29,7 @@ from catalog.errors import (
     CorruptStateError,
     ShardError,
 )
+from catalog.pending import PendingUpgrade
 from orchestrator.election import EpochInfo
 from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
@@ -35,6 +37,7 @@ from orchestrator.process_node import decode_processes, process_key
 from orchestrator.status.model import (
     CatalogSummary,
     CollectionStatus,
+    Finalization,
     LeaderStatus,
     MigrationEntry,
     ProcessStatus,
@@ -181,7 +184,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     """The environment's upgrade status, from ZooKeeper alone, in two pipelined round trips."""
     read_at = time.time()
     # Round trip 1: the headline nodes and the directories.
-    heads = consensus.get_many([CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY])
+    heads = consensus.get_many([CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY, PENDING_KEY])
     children = _children_many(consensus, [PROCESSES_KEY, FINALIZE_KEY])
     errors: list[dict[str, str]] = []
     readable = _Readable(errors)
@@ -194,6 +197,10 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     if epoch_found is not None:
         epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
     promotion = readable(lambda: promotion_of(heads[PROMOTION_KEY]))
+    pending_found = heads[PENDING_KEY]
+    pending = None
+    if pending_found is not None and pending_found.value:
+        pending = readable(lambda: PendingUpgrade.decode(pending_found.value))
     # Round trip 2: every process node and every referenced shard's state.
     process_keys = [process_key(name) for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
@@ -254,7 +261,15 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
                 f"{process.id} reports the blob store unreachable since {when}: "
                 f"{report.get('error')}"
             )
+    finalization = None
+    if pending is not None:
+        state = "pending" if pending.finalizing is None else "finalizing"
+        finalization = Finalization(state, upgrade=pending.status_json())
+    elif catalog is not None:
+        final = catalog.finalized
+        finalization = Finalization("final", finalized=None if final is None else final.to_json())
     return UpgradeStatus(
+        finalization=finalization,
         environment=_environment_name(consensus),
         catalog=summary,
         bootstrapped=catalog is not None or catalog_found is not None,

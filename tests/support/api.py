@@ -24,6 +24,7 @@ class ScriptedApi:
     keys: list[str | None] = attrs.field(factory=list)
     append_error: Exception | None = None
     refusals: list[str] = attrs.field(factory=list)
+    finalized: list[tuple[str | None, str]] = attrs.field(factory=list)
 
     def readiness(self) -> Readiness:
         return Readiness(
@@ -50,6 +51,10 @@ class ScriptedApi:
         if deploy_generation == 0:
             raise FencedError("stale", deploy_generation=0, catalog_generation=1)
         return {"deploy_generation": deploy_generation}
+
+    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]:
+        self.finalized.append((expect_version, requested_by))
+        return {"already_final": expect_version == "final", "version": expect_version}
 
     def append(
         self, collection: str, body: bytes, idempotency_key: str | None = None

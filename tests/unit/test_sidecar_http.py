@@ -61,6 +61,20 @@ def test_promote_takes_query_or_body_and_maps_errors(served: tuple[ScriptedApi, 
     assert api.requested_by[0] == "http:anonymous@127.0.0.1"
 
 
+def test_finalize_answers_202_when_decided_and_200_when_final(
+    served: tuple[ScriptedApi, str],
+) -> None:
+    """POST /finalize passes the expected version and the audited caller through."""
+    api, base = served
+    assert call(f"{base}/finalize?version=0.11.0", b"")[0] == 202
+    assert call(f"{base}/finalize?version=final", b"")[0] == 200
+    assert call(f"{base}/finalize")[0] == 405  # a GET
+    assert api.finalized == [
+        ("0.11.0", "http:anonymous@127.0.0.1"),
+        ("final", "http:anonymous@127.0.0.1"),
+    ]
+
+
 def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
     """/append passes the collection and body through; /read answers JSON lines."""
     api, base = served
