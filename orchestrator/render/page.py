@@ -122,8 +122,9 @@ function finalization(f) {
   if (f.state === "finalizing")
     return el("div", "finalizing " + u.version + ": " + came + " can no longer be promoted back",
               "refusal");
-  const until = u.finalize_at ? "finalizes by itself at " +
-      new Date(u.finalize_at * 1000).toLocaleString() : "finalizes only with `catalog-upgrade finalize`";
+  const until = u.finalize_at
+      ? "finalizes by itself at " + new Date(u.finalize_at * 1000).toLocaleString()
+      : "finalizes only with `catalog-upgrade finalize`";
   return el("div", "upgrade to " + u.version + " PENDING since " + ago(u.since) + ": " + came +
       " may be promoted back (rollback); " + until, "refusal");
 }
