@@ -22,6 +22,7 @@ from orchestrator.scenario.format.steps import (
     AppendStep,
     ExpectExitStep,
     ExpectStatusStep,
+    FinalizeStep,
     PromoteStep,
     ReadStep,
     SleepStep,
@@ -63,9 +64,19 @@ class ProcessActions:
                 crash_before_write=step.crash_before_write,
                 lose_answer_after_write=step.lose_answer_after_write,
                 isolated=self.run.isolate_all or name in self.run.partitioned,
+                finalize_after=step.finalize_after,
+                extra=self._rollback_args(step),
             )
             started.append(f"{name} pid {process.pid}")
         return ", ".join(started)
+
+    def _rollback_args(self, step: StartStep) -> tuple[str, ...]:
+        args: list[str] = []
+        if step.rollback_from is not None:
+            args += ["--rollback-from", str(self.run.release_files[step.rollback_from])]
+        for name in step.discard_writes_to:
+            args += ["--discard-writes-to", name]
+        return tuple(args)
 
     def do_wait(self, step: WaitStep) -> str:
         assert step.state is not None
@@ -89,21 +100,37 @@ class ProcessActions:
                     f"expected HTTP {'/'.join(map(str, expected))}"
                 )
             return answer.summary()
-        command = [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "promote",
-            "--deploy-generation",
-            str(step.generation),
-            "--zk",
-            self.run.zookeeper.hosts,
-            "--env",
-            self.run.env,
-        ]
+        args = ["promote", "--deploy-generation", str(step.generation)]
         if step.wait is not None:
-            command += ["--wait", f"{step.wait:g}"]
-        timeout = self.run.timeout_of(step, (step.wait or 0.0) + self.run.default_timeout)
+            args += ["--wait", f"{step.wait:g}"]
+        return self._cli(args, step.wait, step.code, step)
+
+    def do_finalize(self, step: FinalizeStep) -> str:
+        query = f"?version={step.version}" if step.version else ""
+        if step.process:
+            process = self.run.process_of(step)
+            answer = process.request(
+                "POST", f"/finalize{query}", b"", timeout=self.run.timeout_of(step)
+            )
+            expected = step.expect_http or (200, 202)
+            if answer.status not in expected:
+                raise StepFailed(
+                    f"POST /finalize to {process.name} answered {answer.summary()}, "
+                    f"expected HTTP {'/'.join(map(str, expected))}"
+                )
+            return answer.summary()
+        args = ["finalize", "--wait", f"{step.wait if step.wait is not None else 30.0:g}"]
+        if step.version:
+            args += ["--version", step.version]
+        return self._cli(args, step.wait if step.wait is not None else 30.0, step.code, step)
+
+    def _cli(self, args: list[str], wait: float | None, code: int | None, step: Any) -> str:
+        """Run ``catalog-upgrade ARGS`` against the scenario's environment; its exit code must
+        be ``code`` (default 0). The summary: the exit code and the line that says why."""
+        command = [sys.executable, "-m", "orchestrator.cli", *args,
+                   "--zk", self.run.zookeeper.hosts, "--env", self.run.env]  # fmt: skip
+        timeout = self.run.timeout_of(step, (wait or 0.0) + self.run.default_timeout)
+        what = f"`catalog-upgrade {' '.join(args)}`"
         try:
             done = subprocess.run(
                 command,
@@ -113,13 +140,12 @@ class ProcessActions:
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
-            raise StepFailed(f"`catalog-upgrade promote` still runs after {timeout:g} s") from exc
-        expected_code = step.code if step.code is not None else 0
+            raise StepFailed(f"{what} still runs after {timeout:g} s") from exc
+        expected_code = code if code is not None else 0
         output = (done.stdout + done.stderr).decode(errors="replace").strip()
         if done.returncode != expected_code:
             raise StepFailed(
-                f"`catalog-upgrade promote --deploy-generation {step.generation}` exited "
-                f"{done.returncode}, expected {expected_code}: {output[-600:]}"
+                f"{what} exited {done.returncode}, expected {expected_code}: {output[-600:]}"
             )
         said = (done.stdout if done.returncode == 0 else done.stderr).decode(errors="replace")
         lines = [line for line in said.splitlines() if line.strip() and not line.startswith("{")]

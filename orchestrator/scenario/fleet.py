@@ -47,6 +47,8 @@ class Fleet:
         crash_before_write: int | None = None,
         lose_answer_after_write: int | None = None,
         isolated: bool = False,
+        finalize_after: str | None = None,
+        extra: tuple[str, ...] = (),
     ) -> SidecarProcess:
         """Start one sidecar child; its output goes to ``<log_dir>/<name>.log``. An
         ``isolated`` one runs in a network namespace of its own (a partition can cut it)."""
@@ -71,6 +73,8 @@ class Fleet:
             lose_answer_after_write=lose_answer_after_write,
             log_level=self.log_level,
             netns=netns,
+            finalize_after=finalize_after or "0",
+            extra=extra,
         )
         self.processes[name] = process
         log.debug("process_started", name=name, pid=process.pid, version=version)

@@ -373,6 +373,7 @@ class SidecarMachine:
             upgrade = self._maintenance.finalize_upgrade(self.ctx, leadership.fence)
             if upgrade is not None:
                 self.journal.record_finalized(upgrade, leadership.fence)
+                self._progress.on_phase(State.SERVING.value)
             finalized = self._maintenance.run(self.ctx, leadership.fence, self.log)
         except ConnectionLostError:
             return

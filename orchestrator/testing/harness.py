@@ -76,8 +76,11 @@ def sidecar_command(
     log_level: str = "INFO",
     extra: Sequence[str] = (),
     python: str = sys.executable,
+    finalize_after: str | None = "0",
 ) -> list[str]:
-    """The exact command line of a sidecar child."""
+    """The exact command line of a sidecar child. ``finalize_after``: its
+    ``--finalize-after`` (a rehearsal finalizes at once unless it asks for a window; None:
+    the sidecar's default)."""
     command = [python, "-m", "orchestrator.cli", "--log-json", "--log-level", log_level]
     command += ["sidecar", "--zk", zk, "--env", env, "--release", str(release)]
     command += ["--deploy-generation", str(deploy_generation), "--process-id", process_id]
@@ -86,6 +89,8 @@ def sidecar_command(
         command += ["--blob", str(blob)]
     if auto_promote:
         command.append("--auto-promote")
+    if finalize_after is not None:
+        command += ["--finalize-after", finalize_after]
     return command + list(extra)
 
 
@@ -137,6 +142,7 @@ class SidecarProcess:
         http: str | None = None,
         http_token_file: Path | None = None,
         netns: Namespace | None = None,
+        finalize_after: str | None = "0",
     ) -> SidecarProcess:
         """Start one child; its output (stdout and stderr) goes to ``log_path``. With
         ``crash_before_write`` it kills itself before that leader write
@@ -165,6 +171,7 @@ class SidecarProcess:
             auto_promote=auto_promote,
             log_level=log_level,
             extra=extra,
+            finalize_after=finalize_after,
         )
         if netns is not None:
             command = netns.command(command)

@@ -102,6 +102,21 @@ def _cut(value: Any) -> str | None:
     return None
 
 
+def _collections(value: Any) -> str | None:
+    names = value if isinstance(value, list) else [value]
+    for name in names:
+        problem = _collection(name)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _window(value: Any) -> str | None:
+    if isinstance(value, str) and re.fullmatch(r"never|\d+(\.\d+)?[smhd]?", value.strip()):
+        return None
+    return f'must be a duration such as "0", "90s", "24h" or "never", not {value!r}'
+
+
 _PROCESS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 
 
@@ -137,4 +152,8 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "server_number": _integer(1),
     "cut": _cut,
     "note": _string,
+    "finalize_after": _window,
+    "rollback_from": _string,
+    "discard_writes_to": _collections,
+    "version": _string,
 }

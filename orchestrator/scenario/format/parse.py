@@ -309,10 +309,11 @@ def _check_semantics(
                         field="process",
                     )
                 started[name] = step.number
-            if index is not None and step.release not in release_files:
-                resolved = _resolve_release(step.release, index, file, found, step.number)
-                if resolved is not None:
-                    release_files[step.release] = resolved
+            for release in (step.release, step.rollback_from):
+                if index is not None and release is not None and release not in release_files:
+                    resolved = _resolve_release(release, index, file, found, step.number)
+                    if resolved is not None:
+                        release_files[release] = resolved
         elif step.process_names and step.process not in started:
             found.add(
                 f"process {step.process!r} is not started by an earlier step",

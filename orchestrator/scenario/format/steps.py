@@ -21,6 +21,7 @@ __all__ = [
     "ExpectExitStep",
     "ExpectStatusStep",
     "ExpireStep",
+    "FinalizeStep",
     "HealStep",
     "KillStep",
     "KillZooKeeperStep",
@@ -98,9 +99,20 @@ class StartStep(_ProcessStep):
     session_timeout: float | None = _field("session_timeout", default=None)
     crash_before_write: int | None = _field("crash_before_write", default=None)
     lose_answer_after_write: int | None = _field("lose_answer_after_write", default=None)
+    # --finalize-after (None: "0", a rehearsal finalizes at once unless it asks for a window),
+    # and for a rollback the pending upgrade's release and the collections it may drop.
+    finalize_after: str | None = _field("finalize_after", default=None)
+    rollback_from: str | None = _field("rollback_from", default=None)
+    discard_writes_to: tuple[str, ...] = _field("discard_writes_to", default=())
 
     def describe(self) -> str:
         extra = " auto-promote" if self.auto_promote else ""
+        if self.finalize_after is not None:
+            extra += f", finalizing after {self.finalize_after}"
+        if self.rollback_from is not None:
+            extra += f", rolling back from {self.rollback_from}"
+        if self.discard_writes_to:
+            extra += f", discarding writes to {', '.join(self.discard_writes_to)}"
         if self.crash_before_write is not None:
             extra += f", crashing before leader write {self.crash_before_write}"
         if self.lose_answer_after_write is not None:
@@ -134,6 +146,24 @@ class PromoteStep(Step):
     def describe(self) -> str:
         via = f" via {self.process}" if self.processes else ""
         return f"promote generation {self.generation}{via}"
+
+
+@attrs.frozen(kw_only=True)
+class FinalizeStep(Step):
+    action: ClassVar[str] = "finalize"
+    help: ClassVar[str] = (
+        "make the pending upgrade final (CLI `finalize`, or POST /finalize on `process`)"
+    )
+    processes: tuple[str, ...] = _field("process", default=())
+    version: str | None = _field("version", default=None)
+    wait: float | None = _field("wait", default=None)
+    code: int | None = _field("code", default=None)
+    expect_http: tuple[int, ...] | None = _field("expect_http", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        via = f" via {self.process}" if self.processes else ""
+        return f"finalize{' ' + self.version if self.version else ''}{via}"
 
 
 @attrs.frozen(kw_only=True)
@@ -315,6 +345,7 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         StartStep,
         WaitStep,
         PromoteStep,
+        FinalizeStep,
         AppendStep,
         ReadStep,
         KillStep,
