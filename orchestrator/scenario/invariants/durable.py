@@ -174,6 +174,8 @@ class DurableRules:
         for shard_id in sorted(view.referenced()):
             state = view.states.get(shard_id)
             why = "the catalog" if shard_id in catalog_shards else "a live migration entry"
+            if shard_id in view.previous_shards and shard_id not in catalog_shards:
+                why = "the release a pending upgrade came from (not finalized yet)"
             if shard_id == MIGRATION_SHARD_ID:
                 if state is None and view.catalog is None:
                     continue

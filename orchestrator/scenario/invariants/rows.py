@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 from collections.abc import Sequence
 
 import attrs
@@ -14,6 +15,7 @@ from catalog.errors import CatalogError
 from catalog.release import (
     Mechanism,
     Release,
+    Version,
     plan_path,
 )
 from catalog.shard import DIFF, Shard, ShardState
@@ -35,15 +37,17 @@ class RowRules:
     releases: Sequence[Release]
     tracked: dict[str, TrackedRows]
     _catalog_seen: tuple[str, int] | None = attrs.field(default=None, init=False)
+    # The tracked rows of collections an upgrade replaced or rewrote, as they were before it
+    # (by the version it upgraded to): what a rollback of it restores.
+    _before: dict[str, dict[str, TrackedRows]] = attrs.field(factory=dict, init=False)
 
     def rows(self, view: DurableView) -> list[Violation]:
         catalog = view.catalog
         if catalog is None:
             return []
-        seen = (catalog.version, catalog.deploy_generation)
-        if self._catalog_seen is not None and self._catalog_seen[0] != catalog.version:
-            self._forget_replaced(self._catalog_seen[0], catalog.version)
-        self._catalog_seen = seen
+        if self._catalog_seen is not None:
+            self.moved(self._catalog_seen[0], catalog.version)
+        self._catalog_seen = (catalog.version, catalog.deploy_generation)
         found = []
         by_name = catalog.by_name()
         for name, tracked in sorted(self.tracked.items()):
@@ -81,6 +85,18 @@ class RowRules:
                 )
         return found
 
+    def moved(self, old: str, new: str) -> None:
+        """The catalog moved from version ``old`` to ``new`` (an upgrade, or a rollback):
+        what each collection must hold changes with it. A walk that saw it happen says so at
+        once (its later checks then see no move)."""
+        if old == new:
+            return
+        if Version.parse(new) < Version.parse(old):
+            self._roll_back(old, new)
+        else:
+            self._forget_replaced(old, new)
+        self._catalog_seen = (new, -1)
+
     def _tokens(
         self, shard: Shard, state: ShardState, tracked: TrackedRows
     ) -> collections.Counter[str]:
@@ -102,6 +118,11 @@ class RowRules:
             merged = plan_path(self.releases, old_version, new_version)
         except CatalogError:
             return
+        self._before[new_version] = {
+            m.name: copy.deepcopy(self.tracked[m.name])
+            for m in merged.migrations
+            if m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE) and m.name in self.tracked
+        }
         for migration in merged.migrations:
             if migration.mechanism is Mechanism.REPLACEMENT and migration.name in self.tracked:
                 tracked = self.tracked[migration.name]
@@ -109,3 +130,28 @@ class RowRules:
                 tracked.uncertain.clear()
         for removed in merged.removed_builtins:
             self.tracked.pop(removed.name, None)
+
+    def _roll_back(self, version: str, previous: str) -> None:
+        """``version`` was rolled back to ``previous``: each collection it replaced or rewrote
+        reads its old shard again, with the rows written under ``version`` carried back where
+        its release declares an inverse (the walk passes it) and discarded elsewhere."""
+        from orchestrator.migrate.rollback import inverse_chain
+
+        before = self._before.pop(version, {})
+        try:
+            merged = plan_path(self.releases, previous, version)
+        except CatalogError:
+            return
+        release = next(r for r in self.releases if str(r.version) == version)
+        for migration in merged.migrations:
+            name = migration.name
+            if name not in before or name not in self.tracked:
+                continue
+            carried = inverse_chain(release, name, Version.parse(previous)) is not None
+            now, then = self.tracked[name], before[name]
+            if not carried:
+                self.tracked[name] = then
+            elif migration.mechanism is Mechanism.REPLACEMENT:
+                then.acked.update(now.acked)
+                then.uncertain.update(now.uncertain)
+                self.tracked[name] = then

@@ -15,12 +15,14 @@ from catalog.environment import (
     EPOCH_KEY,
     FINALIZE_KEY,
     MIGRATION_SHARD_ID,
+    PENDING_KEY,
     PROMOTION_KEY,
     SHARDS_KEY,
     CatalogState,
     read_catalog,
 )
 from catalog.migration import MigrationEntry, MigrationShard
+from catalog.pending import read_pending
 from catalog.release import (
     CatalogSnapshot,
     CollectionState,
@@ -59,7 +61,7 @@ class Violation:
 def _heads(consensus: Consensus) -> list[int]:
     """The versions of the catalog and of the migration shard's halves (-1: absent)."""
     found = consensus.get_many(
-        [CATALOG_KEY, shard_key(MIGRATION_SHARD_ID), body_key(MIGRATION_SHARD_ID)]
+        [CATALOG_KEY, PENDING_KEY, shard_key(MIGRATION_SHARD_ID), body_key(MIGRATION_SHARD_ID)]
     )
     return [-1 if v is None else v.version for v in found.values()]
 
@@ -76,6 +78,8 @@ class DurableView:
     states: Mapping[str, ShardState | None]  # every shard under shards/
     entries: tuple[MigrationEntry, ...]
     finalize_queue: tuple[str, ...]
+    # The shards the release a pending upgrade came from needs (empty: the version is final).
+    previous_shards: frozenset[str] = frozenset()
 
     @property
     def epoch_number(self) -> int | None:
@@ -86,7 +90,10 @@ class DurableView:
 
     def referenced(self) -> set[str]:
         return (
-            self.referenced_by_catalog() | {e.shard_id for e in self.entries} | {MIGRATION_SHARD_ID}
+            self.referenced_by_catalog()
+            | {e.shard_id for e in self.entries}
+            | {MIGRATION_SHARD_ID}
+            | self.previous_shards
         )
 
     @classmethod
@@ -116,7 +123,9 @@ class DurableView:
             entries = tuple(MigrationShard(consensus, blob).entries())
         epoch = heads[EPOCH_KEY]
         promotion = heads[PROMOTION_KEY]
+        pending = read_pending(consensus)
         return cls(
+            previous_shards=frozenset(pending[0].protected_shards() if pending else ()),
             catalog=found[0] if found else None,
             catalog_version=found[1] if found else None,
             epoch=epoch.json() if epoch is not None and epoch.value else None,

@@ -13,7 +13,7 @@ from catalog.release import Version
 from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
 from orchestrator.scenario.simulate.moves import UpgradeMoves
-from orchestrator.scenario.simulate.rows import make_rows
+from orchestrator.scenario.simulate.rows import discarded_by_rollback, make_rows
 from orchestrator.scenario.simulate.values import Member, WalkFailed
 from orchestrator.scenario.simulate.walk_core import WalkModel
 
@@ -152,6 +152,57 @@ class FaultMoves:
         self.model.leader = self.model.wait_takeover(old_epoch, generation)
         self.model.promoted(version, generation)
         return f"promote {version} g{generation}: {name} loses the answer of fenced write {write}"
+
+    def rollback(self, rng: random.Random) -> str:
+        """Upgrade to a newer release with a reversible window, append under it, then at a
+        random point roll back to the release it came from (the rewrite's inverse carries rows
+        back; collections with none are discarded, as an operator must say); half the time
+        upgrade again and finalize, after which the older release is refused."""
+        assert self.model.catalog_version is not None
+        previous = self.model.catalog_version
+        newer = [v for v in self.model.versions if Version.parse(v) > Version.parse(previous)]
+        version = rng.choice(newer)
+        generation = self.model.next_generation
+        self.model.next_generation += 2
+        (name,) = self.model.start(version, generation, 1, finalize_after="never")
+        self.model.wait(name, "ready")
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", generation=generation, wait=self.model.config.timeout)
+        self.model.leader = self.model.wait_takeover(old_epoch, generation)
+        self.model.promoted(version, generation)
+        appended = 0
+        for _ in range(rng.randint(0, 3)):  # the random point: after 0 to 3 appends
+            self.upgrades.append(rng)
+            appended += 1
+        discard = discarded_by_rollback(self.model.history, previous, version)
+        (back,) = self.model.start(
+            previous, generation + 1, 1, rollback_from=version, discard_writes_to=discard
+        )
+        self.model.wait(back, "ready")
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", generation=generation + 1, wait=self.model.config.timeout)
+        self.model.leader = self.model.wait_takeover(old_epoch, generation + 1)
+        self.model.promoted(previous, generation + 1)
+        done = (
+            f"upgrade {previous} -> {version} g{generation} (pending), {appended} append(s), "
+            f"rolled back by {back} g{generation + 1}"
+            + (f" discarding {', '.join(discard)}" if discard else "")
+        )
+        if rng.random() < 0.5 or len(self.model.live) >= self.model.config.max_processes:
+            return done
+        again = self.model.next_generation
+        self.model.next_generation += 2
+        (name,) = self.model.start(version, again, 1, finalize_after="never")
+        self.model.wait(name, "ready")
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", generation=again, wait=self.model.config.timeout)
+        self.model.leader = self.model.wait_takeover(old_epoch, again)
+        self.model.promoted(version, again)
+        self.upgrades.append(rng)
+        self.model.do("finalize", version=version, wait=self.model.config.timeout)
+        (late,) = self.model.start(previous, again + 1, 1)
+        self.model.expect_exit(late, 4)
+        return done + f"; upgraded again g{again}, finalized, {previous} refused"
 
     def zombie(self, rng: random.Random) -> str:
         assert self.model.leader is not None and self.model.catalog_version is not None

@@ -23,6 +23,7 @@ FAULT_KINDS = (
     "lost_answer",
     "zookeeper_server",
     "partition_leader",
+    "rollback",
 )
 
 

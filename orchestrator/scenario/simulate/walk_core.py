@@ -69,7 +69,10 @@ class WalkModel:
         *,
         auto: bool = False,
         lose_answer_after_write: int | None = None,
+        **window: Any,
     ) -> list[str]:
+        """Start ``count`` processes; ``window``: the start step's finalize_after,
+        rollback_from and discard_writes_to."""
         names = [self._name(version, generation) for _ in range(count)]
         self.do(
             "start",
@@ -79,6 +82,7 @@ class WalkModel:
             auto_promote=auto,
             session_timeout=self.config.session_timeout,
             lose_answer_after_write=lose_answer_after_write,
+            **window,
         )
         for name in names:
             self.live[name] = Member(name, version, generation)
@@ -124,6 +128,8 @@ class WalkModel:
 
     def promoted(self, version: str, generation: int) -> None:
         """After generation ``generation`` took over: who must exit, and how; the rest re-plan."""
+        if self.catalog_version is not None:
+            self.checker.row_rules.moved(self.catalog_version, version)
         self.expect_exits(version, generation)
         for name in sorted(self.live):
             if name != self.leader:

@@ -62,6 +62,12 @@ class Walker:
                 faults.append("zookeeper_server")
             if self.model.config.partitions:
                 faults.append("partition_leader")
+            assert self.model.catalog_version is not None
+            if room >= 1 and any(
+                Version.parse(v) > Version.parse(self.model.catalog_version)
+                for v in self.model.versions
+            ):
+                faults.append("rollback")
             for spare_needed in ("zombie", "partition_leader"):
                 if spare_needed in faults and room < 1 and len(self.model.leader_group()) < 2:
                     faults.remove(spare_needed)
