@@ -7,7 +7,8 @@ Parquet shards. The story:
 2. write rows through the leader's ``POST /append``;
 3. start the next release (generation 2) next to it, read-only, and show ``status``;
 4. ``promote --deploy-generation 2 --wait 30``: the old leader exits fenced (code 3);
-5. read the rows back through the new leader, in the new schema, and show the final status;
+5. read the rows back through the new leader, in the new schema, show the status (the upgrade
+   pending: reversible until final) and ``finalize`` it;
 6. stop everything cleanly (SIGTERM, ZooKeeper stopped, temporary directory removed).
 
 Run ``python -m orchestrator.testing.demo [--releases DIR] [--keep]``.
@@ -149,6 +150,7 @@ class Demo:
             blob=self.workdir / "blob",
             session_timeout=4.0,
             extra=flags,
+            finalize_after=None,  # the product's window: an upgrade stays reversible for 24 h
         )
         self.sidecars.append(sidecar)
         return sidecar
@@ -278,8 +280,14 @@ def run_story(demo: Demo) -> None:
         demo.say(f"GET /read?collection={collection}  [dim]({note})[/dim]")
         demo.console.print(rows_table([json.loads(line) for line in body.decode().splitlines()]))
 
-    demo.section("7. Final status")
+    demo.section("7. The upgrade is pending: 0.10.0 may still be promoted back")
     demo.command("status")
+    demo.say(
+        "Until it is final (after --finalize-after, 24 h by default, or now, by hand), "
+        f"{old.stem} started at a new generation and promoted is a rollback (README: Rolling back)"
+    )
+    demo.command("finalize", "--version", plan.get("to") or new.stem, "--wait", "30")
+    demo.say("final: contractions registered; the leader finalizes the replaced shards next")
 
     demo.section("8. Shutdown")
     green.terminate()
