@@ -6,11 +6,18 @@ best of ``--runs`` (3) fresh environments:
 
 * ``ready_seconds``: a read-only process of the new release, from connecting to ``ready``
   (plan, history checks of 500 evolutions, 500 replacement shards created and registered);
-* ``leader_seconds``: the promoted leader's migration (takeover not included): 500 schema
+* ``leader_seconds``: the promoted leader's migration up to serving (takeover and finalization
+  not included: the upgrade stays pending): 500 schema
   registrations, each writing the head of a split state (about 1.2 KB; the body listing the
   batches, about 30 KB, is not written). ``leader_seconds_whole`` is the same on states stored
   whole (as earlier releases wrote them), where each registration rewrites all 30 KB, in the
   same run (``--form``);
+* ``rollback_ready_seconds`` and ``rollback_seconds``: while that upgrade is pending (the
+  window), a process of the old release at a newer generation: its read-only check (what to
+  carry back: nothing was written), and its leader's rollback (the previous catalog restored,
+  500 replacements queued);
+* ``finalize_seconds``: after upgrading again, ``finalize``: the decision and the leader's
+  work (contractions, the catalog marked final, the pending node deleted);
 * ``failover_seconds``: after SIGKILL of a leader sidecar with a 2 s session timeout, until a
   second sidecar of the same generation serves (target: session timeout + 1 s).
 
@@ -40,7 +47,13 @@ from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import ROLLUP_THRESHOLD, BatchRef, Shard, change_ops, evolve_op, shard_key
 from orchestrator.election import LeaderElection, promote
 from orchestrator.logs import configure_logging
-from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
+from orchestrator.migrate import (
+    MigrationContext,
+    check_read_only,
+    complete_finalization,
+    migrate_as_leader,
+    request_finalization,
+)
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, connect
@@ -148,7 +161,7 @@ def in_process(
     started = time.perf_counter()
     client = connect(hosts)
     new = Consensus(client, env_root)
-    ctx2 = MigrationContext(new, blob, v2, 2, "bench-new")
+    ctx2 = MigrationContext(new, blob, v2, 2, "bench-new", finalize_after=None)
     check_read_only(ctx2)
     ready_seconds = time.perf_counter() - started
 
@@ -157,7 +170,34 @@ def in_process(
     result = migrate_as_leader(ctx2, leadership2)
     leader_seconds = time.perf_counter() - started
     assert len(result.evolved) == collections // 2, result.evolved
+    assert result.pending
     election2.stop()
+
+    # The rollback: 1.0.0 at generation 3, read-only check (its plan: what to carry), then its
+    # leader restores the previous catalog (500 old shards back, 500 replacements queued).
+    started = time.perf_counter()
+    ctx3 = MigrationContext(new, blob, v1, 3, "bench-back")
+    check_read_only(ctx3)
+    rollback_ready_seconds = time.perf_counter() - started
+    election3, leadership3 = lead(new, ctx3, bootstrap=False)
+    started = time.perf_counter()
+    back = migrate_as_leader(ctx3, leadership3)
+    rollback_seconds = time.perf_counter() - started
+    assert back.rolled_back_from == "1.1.0", back
+    election3.stop()
+
+    # Upgrade again (pending), then finalize: the decision, and the leader's work (500
+    # contractions checked, the catalog marked final, the pending node deleted).
+    ctx4 = MigrationContext(new, blob, v2, 4, "bench-again", finalize_after=None)
+    check_read_only(ctx4)
+    election4, leadership4 = lead(new, ctx4, bootstrap=False)
+    migrate_as_leader(ctx4, leadership4)
+    started = time.perf_counter()
+    request_finalization(new, requested_by="bench", reason="operator")
+    done = complete_finalization(ctx4, leadership4.fence)
+    finalize_seconds = time.perf_counter() - started
+    assert done is not None
+    election4.stop()
     consensus.delete_tree("")
     close(client)
     close(setup)
@@ -168,6 +208,9 @@ def in_process(
         "registration_op_bytes": max((r for _, r in sizes), default=0),
         "ready_seconds": round(ready_seconds, 3),
         "leader_seconds": round(leader_seconds, 3),
+        "rollback_ready_seconds": round(rollback_ready_seconds, 3),
+        "rollback_seconds": round(rollback_seconds, 3),
+        "finalize_seconds": round(finalize_seconds, 3),
     }
 
 
