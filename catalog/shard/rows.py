@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from catalog.consensus import Check, Fence
 from catalog.consolidate import DIFF, TS
-from catalog.errors import VersionMismatchError
+from catalog.errors import MigrationRefusedError, SchemaIncompatibleError, VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
 from catalog.shard.state import AppendResult, ShardState, find_schema_id
@@ -55,6 +55,25 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     return table.append_column(
         pa.field(TS, pa.uint64(), nullable=False), pa.array([ts] * rows, pa.uint64())
     ).append_column(pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64()))
+
+
+def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardState) -> pa.Table:
+    """``batch`` (in ``schema``, not registered on the shard) in the shard's latest schema: what
+    a release writes while its upgrade is pending (only the expansion is registered). A row that
+    needs the contraction (a null where the expansion requires a value) must wait for it."""
+    try:
+        return migrate_batch(batch, schema, state.live_schema, projection=True)
+    except SchemaIncompatibleError as exc:
+        raise MigrationRefusedError(
+            f"shard {shard.shard_id} cannot take these rows until the upgrade is final (its "
+            f"schema registers only the expansion, which the previous release can read): "
+            f"{exc.message}",
+            rule="requires-finalization",
+            shard_id=shard.shard_id,
+            path=exc.details.get("path"),
+            suggestion="finalize the upgrade (catalog-upgrade finalize), or write a value for "
+            "the field",
+        ) from exc
 
 
 def append_rows(
@@ -100,7 +119,7 @@ def append_rows(
             schema_id = find_schema_id(state, wanted.schema)
             if schema_id is None:
                 schema_id = state.schema_id
-                batch = migrate_batch(batch, wanted.schema, state.live_schema, projection=True)
+                batch = _as_latest(shard, batch, wanted.schema, state)
         if before_send is not None:
             before_send()
         result = shard.compare_and_append(

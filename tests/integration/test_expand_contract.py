@@ -154,3 +154,53 @@ def test_crash_at_every_leader_write_leaves_older_and_newer_releases_working(
         finally:
             env.close()
     assert "older" in outcomes and "restart" in outcomes, outcomes
+
+
+def test_contraction_waits_for_finalization_and_a_rollback_keeps_every_value(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """While the upgrade is pending only the expansion is registered: the new release reads
+    through its schema and appends rows the old one can read; a row that needs the
+    contraction (a null where 1.0.0 requires a value) is refused until final. A rollback then
+    reads every value as 1.0.0 wrote it; finalizing a re-upgrade registers the contraction."""
+    from catalog.errors import MigrationRefusedError
+    from catalog.shard import Rows, append_rows
+    from orchestrator.migrate import complete_finalization, request_finalization
+
+    env = new_env(zk_client, zk_env, tmp_path, "window")
+    try:
+        old = bootstrap(env, OLD)
+        append_as(old, V1_SCHEMA, [row(1), row(2)])
+        new = env.ctx(NEW, 2, finalize_after=None)
+        migrate_as_leader(new, env.lead(new))
+        state = shard_of(new).state()
+        assert find_schema_id(state, V2_SCHEMA) is None and state.contraction is not None
+        assert read_as(new, V2_SCHEMA) == [upgraded(1), upgraded(2)]
+        needs_contraction = {"id": 3, "flag": None, "owner": {"uid": 3}, "note": "n"}
+        with pytest.raises(MigrationRefusedError, match="until the upgrade is final") as refused:
+            append_rows(
+                shard_of(new),
+                Rows(pa.Table.from_pylist([needs_contraction], schema=V2_SCHEMA), V2_SCHEMA),
+            )
+        assert refused.value.details["rule"] == "requires-finalization"
+        # The old release's own rows keep every value across the rollback.
+        back = env.ctx(OLD, 3)
+        check_read_only(back)
+        migrate_as_leader(back, env.lead(back))
+        assert read_as(back, V1_SCHEMA) == [row(1), row(2)]
+        append_as(back, V1_SCHEMA, [row(4)])
+        again = env.ctx(NEW, 4, finalize_after=None)
+        check_read_only(again)
+        leadership = env.lead(again)
+        migrate_as_leader(again, leadership)
+        request_finalization(again.consensus, requested_by="test", reason="operator")
+        assert complete_finalization(again, leadership.fence) is not None
+        state = shard_of(again).state()
+        assert state.live_schema.equals(V2_SCHEMA) and state.contraction is None
+        append_rows(
+            shard_of(again),
+            Rows(pa.Table.from_pylist([needs_contraction], schema=V2_SCHEMA), V2_SCHEMA),
+        )
+        assert len(read_as(again, V2_SCHEMA)) == 4
+    finally:
+        env.close()
