@@ -17,6 +17,7 @@ import attrs
 
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
+from catalog.pending import read_pending
 from catalog.release import Release
 from catalog.schema import fingerprint
 from catalog.shard import read_states
@@ -91,6 +92,10 @@ def check_drift(consensus: Consensus, release: Release) -> DriftReport:
                   f"the catalog is at {catalog.version}, the release is {version}")
         )  # fmt: skip
     states = read_states(consensus, sorted(catalog.shard_ids()))
+    # An upgrade to this release still pending owes its contractions until it is final: that
+    # is its window, not drift.
+    found_pending = read_pending(consensus)
+    window = found_pending is not None and found_pending[0].version == version
     mechanisms: Mapping[str, str] = {
         m.name: m.mechanism.value for m in release.migrations if m.version == release.version
     }
@@ -131,8 +136,9 @@ def check_drift(consensus: Consensus, release: Release) -> DriftReport:
             )  # fmt: skip
         else:
             registered = fingerprint(state.live_schema)
-            owed = state.contraction is not None
-            if owed:
+            contraction = state.contraction
+            owed = contraction is not None
+            if contraction is not None and not (window and contraction.of(version)):
                 drifts.append(
                     Drift("owed-contraction", builtin.name, None, "owed",
                           f"{builtin.name} still owes a contraction (an upgrade did not finish "

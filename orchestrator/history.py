@@ -128,19 +128,27 @@ def record_upgrade(consensus: Consensus, record: UpgradeRecord, *, fence: Fence)
 
 
 def amend_record(
-    consensus: Consensus, deploy_generation: int, *, fence: Fence, **changes: Any
+    consensus: Consensus,
+    deploy_generation: int,
+    *,
+    fence: Fence,
+    pending_of: str | None = None,
+    **changes: Any,
 ) -> None:
-    """Change the record of ``deploy_generation``'s upgrade (finalized, rolled back), fenced;
-    nothing when the history does not hold it (it was never recorded, or aged out)."""
+    """Change the record of ``deploy_generation``'s upgrade (finalized, rolled back), and with
+    ``pending_of`` every record still ``pending`` to that version (its redeploys at later
+    generations), fenced; nothing when the history holds none (never recorded, or aged out)."""
+
+    def matches(r: UpgradeRecord) -> bool:
+        return r.deploy_generation == deploy_generation or (
+            pending_of is not None and r.outcome == "pending" and r.to_version == pending_of
+        )
 
     def attempt() -> None:
         records, version = read_records(consensus)
-        if not any(r.deploy_generation == deploy_generation for r in records):
+        if not any(matches(r) for r in records):
             return
-        changed = [
-            attrs.evolve(r, **changes) if r.deploy_generation == deploy_generation else r
-            for r in records
-        ]
+        changed = [attrs.evolve(r, **changes) if matches(r) else r for r in records]
         value = encode_json([r.to_json() for r in changed])
         consensus.commit([SetData(HISTORY_KEY, value, version)], fence=fence)
 

@@ -99,7 +99,8 @@ class SidecarJournal:
             record_upgrade(consensus, record, fence=leadership.fence)
             if result.rolled_back_from_generation is not None:
                 amend_record(consensus, result.rolled_back_from_generation,
-                             fence=leadership.fence, outcome="rolled back")  # fmt: skip
+                             fence=leadership.fence, outcome="rolled back",
+                             pending_of=result.rolled_back_from)  # fmt: skip
 
     def record_finalized(self, pending: PendingUpgrade, fence: Fence) -> None:
         """The pending upgrade became final: its event and its history record (fenced)."""
@@ -117,5 +118,6 @@ class SidecarJournal:
         consensus = self._connection.require()
         with contextlib.suppress(ConnectionLostError):
             amend_record(consensus, pending.deploy_generation, fence=fence, outcome="completed",
+                         pending_of=pending.version,
                          finalized_at=time.time(),
                          finalized_by=pending.finalizing.requested_by)  # fmt: skip
