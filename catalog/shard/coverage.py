@@ -41,6 +41,9 @@ class ShardCoverage:
 
     shard_id: str
     schemas: tuple[SchemaUse, ...]
+    #: Old schema ids a release still writes with (the one a pending upgrade came from: it
+    #: may be promoted back).
+    writers: tuple[int, ...] = ()
 
     @property
     def latest_schema_id(self) -> int:
@@ -48,10 +51,13 @@ class ShardCoverage:
 
     @property
     def needed(self) -> tuple[int, ...]:
-        """Schema ids still needed: the latest, and any old one holding data or readers."""
+        """Schema ids still needed: the latest, and any old one holding data, readers or a
+        release that may write with it."""
         latest = self.latest_schema_id
         return tuple(
-            u.schema_id for u in self.schemas if u.schema_id == latest or u.batches or u.readers
+            u.schema_id
+            for u in self.schemas
+            if u.schema_id == latest or u.batches or u.readers or u.schema_id in self.writers
         )
 
     @property

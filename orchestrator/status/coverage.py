@@ -1,6 +1,7 @@
 """Lazy-migration coverage of an environment: for every collection, what each of its shard's
 schemas still holds, which old schemas are still needed and which can retire.
 
+While an upgrade is pending, the schema the release it came from writes with stays needed.
 ``status --coverage`` and ``/status?coverage`` show it, the serving leader exports it as
 Prometheus gauges, and ``compact --until-retired`` compacts until a collection's old schemas
 hold nothing. Reading it costs one pipelined read of the shard states, one lease listing per
@@ -16,6 +17,8 @@ import attrs
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
+from catalog.pending import read_pending
+from catalog.schema import fingerprint
 from catalog.shard import Shard, ShardCoverage, read_states, shard_coverage
 from catalog.shard.coverage import RollupCounts
 
@@ -80,6 +83,8 @@ def read_coverage(
     if found is None:
         return CoverageReport()
     catalog = found[0]
+    pending = read_pending(consensus)
+    previous = pending[0].previous.collections if pending is not None else {}
     blob = BlobStore.from_uri(catalog.blob_uri)
     refs = sorted(catalog.collections.values(), key=lambda ref: ref.name)
     states = read_states(consensus, [ref.shard_id for ref in refs])
@@ -90,6 +95,14 @@ def read_coverage(
             continue  # named but gone: status reports it
         shard = Shard(consensus, blob, ref.shard_id)
         coverage = shard_coverage(shard, state, readers=readers, rollup_counts=rollup_counts)
+        before = previous.get(ref.global_id)
+        if before is not None and before.shard_id == ref.shard_id:
+            # The release the pending upgrade came from writes with its own schema id.
+            writers = tuple(
+                i for i in range(len(state.schemas))
+                if fingerprint(state.live(i)) == before.fingerprint
+            )  # fmt: skip
+            coverage = attrs.evolve(coverage, writers=writers)
         collections.append(CollectionCoverage(ref.name, ref.global_id, coverage))
     if rollup_counts is not None:
         listed = {r.name for state in states.values() if state is not None for r in state.rollups}

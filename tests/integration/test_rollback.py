@@ -35,6 +35,7 @@ from orchestrator.migrate import (
     migrate_as_leader,
     request_finalization,
 )
+from orchestrator.status.coverage import read_coverage
 from support.migrations import Env, SimulatedCrash, bootstrap
 from support.zookeeper import ZkEnv
 
@@ -154,6 +155,9 @@ def test_upgrade_rollback_reupgrade_finalize(env: Env, releases: dict[str, Relea
     for shard_id in pending.protected_shards():  # nothing 0.10.0 needs is finalized
         finalize_pending(new, None, lease_timeout=0)
         assert not new.shard(shard_id).state().finalized
+    coverage = read_coverage(new.consensus).get(TABLES)  # 0.10.0 may still write with its schema
+    assert coverage is not None and coverage.coverage.writers == (0,)
+    assert 0 in coverage.coverage.needed
     expect(new, ROLES, [1, 2, 3])  # copied through the rewrite, then 0.11.0's own
     expect(new, TABLES, [1, 2, 3])
     expect(new, STATUSES, [3])  # a replacement starts empty
