@@ -105,8 +105,7 @@ class PendingUpgrade:
         """Shards the previous release needs while the upgrade is pending."""
         return self.previous.shard_ids()
 
-    def status_json(self) -> dict[str, Any]:
-        """What status shows (no catalog: that is the previous release's business)."""
+    def _head(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "deploy_generation": self.deploy_generation,
@@ -115,19 +114,16 @@ class PendingUpgrade:
             "since": self.since,
             "finalize_at": self.finalize_at,
             "finalizing": None if self.finalizing is None else self.finalizing.to_json(),
-            "replaced": sorted(r.name for r in self.replaced.values()),
         }
+
+    def status_json(self) -> dict[str, Any]:
+        """What status shows (no catalog: that is the previous release's business)."""
+        return {**self._head(), "replaced": sorted(r.name for r in self.replaced.values())}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
-            "version": self.version,
-            "deploy_generation": self.deploy_generation,
-            "from_version": self.from_version,
-            "from_generation": self.from_generation,
-            "since": self.since,
-            "finalize_at": self.finalize_at,
-            "finalizing": None if self.finalizing is None else self.finalizing.to_json(),
+            **self._head(),
             "replaced": {gid: r.to_json() for gid, r in sorted(self.replaced.items())},
             "previous": self.previous.to_json(),
         }

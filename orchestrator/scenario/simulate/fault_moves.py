@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from typing import Any
 
 import attrs
 
@@ -153,6 +154,17 @@ class FaultMoves:
         self.model.promoted(version, generation)
         return f"promote {version} g{generation}: {name} loses the answer of fenced write {write}"
 
+    def _promote_one(self, version: str, generation: int, **window: Any) -> str:
+        """Start one process of ``version`` at ``generation`` (``window``: its start step's
+        finalize_after, rollback_from, discard_writes_to), promote it and wait until it leads."""
+        (name,) = self.model.start(version, generation, 1, **window)
+        self.model.wait(name, "ready")
+        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
+        self.model.do("promote", generation=generation, wait=self.model.config.timeout)
+        self.model.leader = self.model.wait_takeover(old_epoch, generation)
+        self.model.promoted(version, generation)
+        return name
+
     def rollback(self, rng: random.Random) -> str:
         """Upgrade to a newer release with a reversible window, append under it, then at a
         random point roll back to the release it came from (the rewrite's inverse carries rows
@@ -164,25 +176,15 @@ class FaultMoves:
         version = rng.choice(newer)
         generation = self.model.next_generation
         self.model.next_generation += 2
-        (name,) = self.model.start(version, generation, 1, finalize_after="never")
-        self.model.wait(name, "ready")
-        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
-        self.model.do("promote", generation=generation, wait=self.model.config.timeout)
-        self.model.leader = self.model.wait_takeover(old_epoch, generation)
-        self.model.promoted(version, generation)
+        self._promote_one(version, generation, finalize_after="never")
         appended = 0
         for _ in range(rng.randint(0, 3)):  # the random point: after 0 to 3 appends
             self.upgrades.append(rng)
             appended += 1
         discard = discarded_by_rollback(self.model.history, previous, version)
-        (back,) = self.model.start(
-            previous, generation + 1, 1, rollback_from=version, discard_writes_to=discard
+        back = self._promote_one(
+            previous, generation + 1, rollback_from=version, discard_writes_to=discard
         )
-        self.model.wait(back, "ready")
-        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
-        self.model.do("promote", generation=generation + 1, wait=self.model.config.timeout)
-        self.model.leader = self.model.wait_takeover(old_epoch, generation + 1)
-        self.model.promoted(previous, generation + 1)
         done = (
             f"upgrade {previous} -> {version} g{generation} (pending), {appended} append(s), "
             f"rolled back by {back} g{generation + 1}"
@@ -192,12 +194,7 @@ class FaultMoves:
             return done
         again = self.model.next_generation
         self.model.next_generation += 2
-        (name,) = self.model.start(version, again, 1, finalize_after="never")
-        self.model.wait(name, "ready")
-        old_epoch = int((self.model.epoch() or {"epoch": 0})["epoch"])
-        self.model.do("promote", generation=again, wait=self.model.config.timeout)
-        self.model.leader = self.model.wait_takeover(old_epoch, again)
-        self.model.promoted(version, again)
+        self._promote_one(version, again, finalize_after="never")
         self.upgrades.append(rng)
         self.model.do("finalize", version=version, wait=self.model.config.timeout)
         (late,) = self.model.start(previous, again + 1, 1)
