@@ -16,7 +16,7 @@ writer does not know as nulls.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pyarrow as pa
@@ -26,6 +26,8 @@ from catalog.consolidate import DIFF, TS
 from catalog.errors import MigrationRefusedError, SchemaIncompatibleError, VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
+from catalog.schema.conform import Mismatch, conform
+from catalog.schema.restore import relaxed, restore_table
 from catalog.shard.state import AppendResult, ShardState, find_schema_id
 
 if TYPE_CHECKING:
@@ -59,21 +61,36 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
 
 def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardState) -> pa.Table:
     """``batch`` (in ``schema``, not registered on the shard) in the shard's latest schema: what
-    a release writes while its upgrade is pending (only the expansion is registered). A row that
-    needs the contraction (a null where the expansion requires a value) must wait for it."""
+    a release writes while its upgrade is pending (only the expansion is registered). The rows
+    are moved to the latest schema with every field nullable, then checked value by value: a
+    row that needs the contraction (a null where the expansion requires a value) must wait."""
+    latest = state.live_schema
+    loose = pa.schema([pa.field(f.name, relaxed(f.type)) for f in latest])
     try:
-        return migrate_batch(batch, schema, state.live_schema, projection=True)
+        moved = migrate_batch(batch, schema, loose, projection=True)
     except SchemaIncompatibleError as exc:
-        raise MigrationRefusedError(
-            f"shard {shard.shard_id} cannot take these rows until the upgrade is final (its "
-            f"schema registers only the expansion, which the previous release can read): "
-            f"{exc.message}",
-            rule="requires-finalization",
-            shard_id=shard.shard_id,
-            path=exc.details.get("path"),
-            suggestion="finalize the upgrade (catalog-upgrade finalize), or write a value for "
-            "the field",
-        ) from exc
+        raise _needs_finalization(shard, exc.message, exc.details.get("path")) from exc
+    try:
+        data = restore_table(moved, latest)  # nested nullability back, nulls there refused
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _needs_finalization(shard, str(exc), None) from exc
+    found = conform(data.column_names, data.columns, latest)
+    if isinstance(found, Mismatch):
+        raise _needs_finalization(shard, found.text, found.details.get("column"))
+    return data.append_column(moved.schema.field(TS), moved.column(TS)).append_column(
+        moved.schema.field(DIFF), moved.column(DIFF)
+    )
+
+
+def _needs_finalization(shard: Shard, why: str, path: Any) -> MigrationRefusedError:
+    return MigrationRefusedError(
+        f"shard {shard.shard_id} cannot take these rows until the upgrade is final (its schema "
+        f"registers only the expansion, which the previous release can read): {why}",
+        rule="requires-finalization",
+        shard_id=shard.shard_id,
+        path=path,
+        suggestion="finalize the upgrade (catalog-upgrade finalize), or write a value there",
+    )
 
 
 def append_rows(

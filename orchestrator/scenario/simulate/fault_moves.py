@@ -179,7 +179,7 @@ class FaultMoves:
         self._promote_one(version, generation, finalize_after="never")
         appended = 0
         for _ in range(rng.randint(0, 3)):  # the random point: after 0 to 3 appends
-            self.upgrades.append(rng)
+            self.upgrades.append(rng, previous)
             appended += 1
         discard = discarded_by_rollback(self.model.history, previous, version)
         back = self._promote_one(
@@ -195,7 +195,7 @@ class FaultMoves:
         again = self.model.next_generation
         self.model.next_generation += 2
         self._promote_one(version, again, finalize_after="never")
-        self.upgrades.append(rng)
+        self.upgrades.append(rng, previous)
         self.model.do("finalize", version=version, wait=self.model.config.timeout)
         (late,) = self.model.start(previous, again + 1, 1)
         self.model.expect_exit(late, 4)

@@ -59,7 +59,10 @@ class UpgradeMoves:
             self.model.live.pop(name)
         return f"abort {version} g{generation} ({len(members)} process(es))"
 
-    def append(self, rng: random.Random) -> str:
+    def append(self, rng: random.Random, previous: str | None = None) -> str:
+        """Append to a collection through the leader; ``previous``: an upgrade from that
+        release is pending, so the rows also fill what it requires (a null there waits for
+        the upgrade to be final)."""
         assert self.model.leader is not None and self.model.catalog_version is not None
         release = self.model.release(self.model.live[self.model.leader].version)
         names = sorted(n for n in self.model.appendable if release.builtin(n) is not None)
@@ -73,7 +76,9 @@ class UpgradeMoves:
         tokens = [
             f"w{self.model.config.seed}x{uuid.uuid4().hex[:10]}" for _ in range(rng.randint(1, 3))
         ]
-        rows = tuple(make_rows(builtin, token_column, tokens))
+        old = self.model.release(previous).builtin(name) if previous is not None else None
+        required = [f.name for f in old.schema if not f.nullable] if old is not None else []
+        rows = tuple(make_rows(builtin, token_column, tokens, required))
         before = len(self.model.run.acked)
         try:
             self.model.do("append", processes=(self.model.leader,), collection=name, rows=rows)

@@ -68,11 +68,21 @@ def _value(dtype: pa.DataType, number: int) -> Any:
     return number  # integers, timestamps (epoch units), decimals
 
 
-def make_rows(builtin: Builtin, token_column: str, tokens: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per token: required columns filled, the token in its column, the rest null."""
+def make_rows(
+    builtin: Builtin,
+    token_column: str,
+    tokens: Sequence[str],
+    required: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """One row per token: required columns filled (also those named in ``required``: what a
+    release a pending upgrade came from requires), the token in its column, the rest null."""
     rows = []
     for number, token in enumerate(tokens, start=1):
-        row = {f.name: _value(f.type, number) for f in builtin.schema if not f.nullable}
+        row = {
+            f.name: _value(f.type, number)
+            for f in builtin.schema
+            if not f.nullable or f.name in required
+        }
         row[token_column] = token
         rows.append(row)
     return rows
