@@ -73,7 +73,9 @@ def test_the_page_renders_updates_live_and_explains_a_refusal(
         leader = start("base-1", "0.1.0", 1, auto_promote=True)
         leader.wait_state("serving")
         browser.open(status_server)
-        text = browser.wait_for_text("base-1", "serving", "catalog 0.1.0")
+        text = browser.wait_for_text(
+            "base-1", "serving", "catalog 0.1.0", "final since generation 1"
+        )
         assert "spare-1" not in text
         loaded_at = browser.evaluate("performance.timeOrigin")
 
