@@ -11,6 +11,7 @@ import pyarrow as pa
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema.evolution import Evolve, check_evolution
 from catalog.schema.history import child_field, is_tombstone
+from catalog.schema.lossless import widens
 from catalog.schema.nested import list_bounds, list_offsets, null_mask
 from catalog.schema.reader import PROJECTION_RULES, TargetCheck
 from catalog.schema.rules import RULE_DATA_MISMATCH, RULE_TYPE_CHANGED, refusal
@@ -135,11 +136,12 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         )
 
     def primitive(self, dtype: pa.DataType, partner: _Column, path: str) -> pa.Array:
-        if partner.values.type != dtype:
-            raise _data_mismatch(
-                path, "the data is not of its declared type", dtype, partner.values.type
-            )
-        return partner.values
+        values = partner.values
+        if values.type == dtype:
+            return values
+        if values.type == partner.field.type and widens(values.type, dtype):
+            return values.cast(dtype, safe=True)  # a lossless widening: every value fits
+        raise _data_mismatch(path, "the data is not of its declared type", dtype, values.type)
 
 
 def _migrate_array(values: pa.Array, source: pa.Field, target: pa.DataType, path: str) -> pa.Array:

@@ -14,6 +14,7 @@ from catalog.schema.history import (
     reject_tombstones,
     tombstone_field,
 )
+from catalog.schema.lossless import widens
 from catalog.schema.rules import (
     RULE_FIELD_ADDED_NOT_AT_END,
     RULE_FIELD_ADDED_NOT_NULLABLE,
@@ -176,7 +177,7 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
         return pa.map_(key, value, keys_sorted=dtype.keys_sorted)
 
     def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> pa.DataType:
-        if dtype != partner.type:
+        if not widens(partner.type, dtype):  # the same type, or a lossless widening of it
             raise refusal(
                 RULE_TYPE_CHANGED, path, "cannot change a type", str(partner.type), str(dtype)
             )

@@ -13,16 +13,19 @@ from catalog.schema.history import (
     describe_type,
     is_tombstone,
 )
+from catalog.schema.lossless import widens
 from catalog.schema.rules import (
     RULE_FIELD_ADDED_NOT_NULLABLE,
     RULE_FIELD_READDED,
     RULE_MAP_KEY_CHANGED,
     RULE_NULLABILITY_TIGHTENED,
+    RULE_READER_NARROWER_TYPE,
     RULE_READER_NEEDS_DELETED_FIELD,
     RULE_READER_NEEDS_NON_NULL,
     RULE_READER_TYPE_MISMATCH,
     RULE_READER_UNKNOWN_FIELD,
     RULE_TYPE_CHANGED,
+    RULE_TYPE_NARROWED,
     refusal,
 )
 from catalog.schema.walk import (
@@ -50,6 +53,8 @@ class _TargetRules:
     unknown: str
     map_key_changed: str
     allow_added: bool
+    narrower: str
+    allow_widening: bool
 
 
 _READER_RULES = _TargetRules(
@@ -60,6 +65,8 @@ _READER_RULES = _TargetRules(
     unknown=RULE_READER_UNKNOWN_FIELD,
     map_key_changed=RULE_READER_TYPE_MISMATCH,
     allow_added=False,
+    narrower=RULE_READER_NARROWER_TYPE,
+    allow_widening=False,
 )
 
 
@@ -71,6 +78,8 @@ PROJECTION_RULES = _TargetRules(
     unknown=RULE_FIELD_ADDED_NOT_NULLABLE,
     map_key_changed=RULE_MAP_KEY_CHANGED,
     allow_added=True,
+    narrower=RULE_TYPE_NARROWED,
+    allow_widening=True,
 )
 
 
@@ -159,10 +168,17 @@ class TargetCheck(FieldPartnerVisitor[None, None]):
         return None
 
     def primitive(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
-        if dtype != partner.type:
+        if dtype == partner.type or (self.rules.allow_widening and widens(partner.type, dtype)):
+            return
+        if widens(dtype, partner.type):  # the target is narrower: never truncated
             self._refuse(
-                self.rules.type_mismatch, path, "types differ", str(partner.type), str(dtype)
+                self.rules.narrower,
+                path,
+                "the target type is narrower than the stored one",
+                str(partner.type),
+                str(dtype),
             )
+        self._refuse(self.rules.type_mismatch, path, "types differ", str(partner.type), str(dtype))
 
 
 def check_reader(shard_type: pa.Schema, reader_schema: pa.Schema) -> None:

@@ -45,6 +45,12 @@ RULE_READER_UNKNOWN_FIELD = "reader-unknown-field"
 RULE_READER_TYPE_MISMATCH = "reader-type-mismatch"
 
 
+RULE_READER_NARROWER_TYPE = "reader-narrower-type"
+
+
+RULE_TYPE_NARROWED = "type-narrowed"
+
+
 _OTHER = "or use Mechanism.REPLACEMENT or REWRITE"
 
 
@@ -53,7 +59,8 @@ _AT_END = "add it as a nullable field at the end under a new name"
 
 _SUGGESTIONS = types.MappingProxyType(
     {
-        RULE_TYPE_CHANGED: f"keep the old type; for the new one {_AT_END}, {_OTHER}",
+        RULE_TYPE_CHANGED: f"keep the old type or widen it losslessly (docs/design.md section 6); "
+        f"for another one {_AT_END}, {_OTHER}",
         RULE_NULLABILITY_TIGHTENED: f"keep the field nullable, {_OTHER}",
         RULE_FIELD_REORDERED: f"keep the existing order (new fields go at the end), {_OTHER}",
         RULE_FIELD_ADDED_NOT_NULLABLE: f"add it as a nullable field, {_OTHER}",
@@ -68,6 +75,9 @@ _SUGGESTIONS = types.MappingProxyType(
         RULE_READER_UNKNOWN_FIELD: "drop the field from the reader schema, or register the "
         "schema that adds it first",
         RULE_READER_TYPE_MISMATCH: "read with the shard's current type for this field",
+        RULE_READER_NARROWER_TYPE: "read with the shard's current (wider) type for this "
+        "field: stored values may not fit the narrower one",
+        RULE_TYPE_NARROWED: f"keep the wider type (values may not fit), {_OTHER}",
     }
 )
 

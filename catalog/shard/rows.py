@@ -27,6 +27,7 @@ from catalog.errors import MigrationRefusedError, SchemaIncompatibleError, Versi
 from catalog.retry import CasRetry
 from catalog.schema import migrate_batch
 from catalog.schema.conform import Mismatch, conform
+from catalog.schema.lossless import narrowed_to
 from catalog.schema.restore import relaxed, restore_table
 from catalog.shard.state import AppendResult, ShardState, find_schema_id
 
@@ -65,6 +66,16 @@ def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardSta
     are moved to the latest schema with every field nullable, then checked value by value: a
     row that needs the contraction (a null where the expansion requires a value) must wait."""
     latest = state.live_schema
+    narrow = narrowed_to(schema, latest)  # a type the release widened: each value must fit
+    if not narrow.equals(schema):
+        updates = [batch.schema.field(TS), batch.schema.field(DIFF)]
+        try:
+            batch = batch.cast(pa.schema([*narrow, *updates]), safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise _needs_finalization(
+                shard, f"a value does not fit the type the previous release reads: {exc}", None
+            ) from exc
+        schema = narrow
     loose = pa.schema([pa.field(f.name, relaxed(f.type)) for f in latest])
     try:
         moved = migrate_batch(batch, schema, loose, projection=True)

@@ -637,6 +637,42 @@ def values_of(dtype: pa.DataType, nullable: bool = True) -> st.SearchStrategy[An
     return st.one_of(st.none(), inner) if nullable else inner
 
 
+# Lossless widenings (catalog.schema.lossless) an evolution may take, by the type it widens.
+WIDER = {
+    pa.int8(): [pa.int16(), pa.int64(), pa.float64()],
+    pa.int16(): [pa.int32(), pa.float64()],
+    pa.int32(): [pa.int64(), pa.float64()],
+    pa.uint8(): [pa.uint16(), pa.int16()],
+    pa.uint16(): [pa.int32(), pa.uint64()],
+    pa.uint32(): [pa.int64(), pa.float64()],
+    pa.float32(): [pa.float64()],
+    pa.string(): [pa.large_string()],
+    pa.binary(): [pa.large_binary()],
+    pa.decimal128(10, 2): [pa.decimal128(12, 2)],
+}
+
+
+def _widen(draw: st.DrawFn, fields: list[pa.Field]) -> bool:
+    """Widen one widenable field of ``fields`` (top level, or a struct's child) in place."""
+    spots = [(i, None) for i, f in enumerate(fields) if f.type in WIDER] + [
+        (i, j)
+        for i, f in enumerate(fields)
+        if pa.types.is_struct(f.type)
+        for j, c in enumerate(f.type.fields)
+        if c.type in WIDER
+    ]
+    if not spots:
+        return False
+    i, j = draw(st.sampled_from(spots))
+    if j is None:
+        fields[i] = fields[i].with_type(draw(st.sampled_from(WIDER[fields[i].type])))
+    else:
+        children = list(fields[i].type.fields)
+        children[j] = children[j].with_type(draw(st.sampled_from(WIDER[children[j].type])))
+        fields[i] = fields[i].with_type(pa.struct(children))
+    return True
+
+
 @attrs.define
 class History:
     """A random shard history: the schemas it went through and names never to reuse."""
@@ -651,7 +687,8 @@ class History:
 
 @st.composite
 def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
-    """A backward-compatible next schema: add or delete a field, top level or in a struct."""
+    """A backward-compatible next schema: add or delete a field, top level or in a struct, or
+    widen a type losslessly."""
     schema = history.schema
     structs = [f.name for f in schema if pa.types.is_struct(f.type) and f.type.num_fields > 1]
     listed = [
@@ -666,11 +703,13 @@ def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
     ]
     choice = draw(
         st.sampled_from(
-            ["add", "add-nested", "add-in-list", "add-in-map", "delete", "delete-nested"]
+            ["add", "add-nested", "add-in-list", "add-in-map", "delete", "delete-nested", "widen"]
         )
     )
     fields = list(schema)
-    if choice == "add" or (choice == "delete" and len(fields) < 2):
+    if choice == "widen" and _widen(draw, fields):
+        pass
+    elif choice == "add" or (choice == "delete" and len(fields) < 2):
         leaf = draw(st.sampled_from([*LEAF_TYPES, pa.struct([pa.field("z", pa.int64())])]))
         fields.append(pa.field(history.fresh(), leaf))
     elif choice == "delete":

@@ -75,13 +75,20 @@ CASES: list[Any] = [
     pytest.param(sch(f("a", I32)), sch(f("a", I32), f("b", STR)), OK, "", id="add-nullable-end"),
     pytest.param(sch(f("a", I32), f("b", STR)), sch(f("a", I32), f("c", STR)), OK, "",
                  id="delete-and-add"),
-    pytest.param(sch(f("a", I32)), sch(f("a", I64)), "type-changed", "a", id="int-widening"),
-    pytest.param(sch(f("a", STR)), sch(f("a", pa.large_string())), "type-changed", "a",
+    pytest.param(sch(f("a", I32)), sch(f("a", I64)), OK, "", id="int-widening"),
+    pytest.param(sch(f("a", I64)), sch(f("a", I32)), "type-changed", "a", id="int-narrowing"),
+    pytest.param(sch(f("a", I64)), sch(f("a", pa.float64())), "type-changed", "a",
+                 id="int64-to-double-loses-precision"),
+    pytest.param(sch(f("a", pa.uint64())), sch(f("a", I64)), "type-changed", "a",
+                 id="uint64-to-int64"),
+    pytest.param(sch(f("a", STR)), sch(f("a", pa.large_string())), OK, "",
                  id="string-to-large-string"),
     pytest.param(sch(f("t", pa.timestamp("us", "UTC"))), sch(f("t", pa.timestamp("us", "+01:00"))),
                  "type-changed", "t", id="timezone"),
-    pytest.param(sch(f("d", pa.decimal128(10, 2))), sch(f("d", pa.decimal128(12, 2))),
-                 "type-changed", "d", id="decimal-precision"),
+    pytest.param(sch(f("d", pa.decimal128(10, 2))), sch(f("d", pa.decimal128(12, 2))), OK, "",
+                 id="decimal-precision"),
+    pytest.param(sch(f("d", pa.decimal128(10, 2))), sch(f("d", pa.decimal128(12, 3))),
+                 "type-changed", "d", id="decimal-scale"),
     pytest.param(sch(f("a", I32)), sch(f("a", XY)), "type-changed", "a", id="int-to-struct"),
     pytest.param(sch(f("a", I32)), sch(nn("a", I32)), "nullability-tightened", "a", id="tighten"),
     pytest.param(sch(f("a", I32), f("b", STR)), sch(f("b", STR), f("a", I32)), "field-reordered",
@@ -103,8 +110,10 @@ CASES: list[Any] = [
                  id="struct-add-end"),
     pytest.param(sch(nn("s", XY_NN)), sch(f("s", st(f("x", I32), f("z", STR)))), OK, "",
                  id="struct-relax-parent-delete-add"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I64), f("y", STR)))), "type-changed", "s.x",
-                 id="struct-type"),
+    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I64), f("y", STR)))), OK, "",
+                 id="struct-widening"),
+    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", pa.int16()), f("y", STR)))),
+                 "type-changed", "s.x", id="struct-type"),
     pytest.param(sch(f("s", XY)), sch(f("s", XY_NN)), "nullability-tightened", "s.x",
                  id="struct-tighten"),
     pytest.param(sch(nn("s", XY)), sch(f("s", XY)), OK, "", id="struct-parent-relax"),
@@ -126,7 +135,9 @@ CASES: list[Any] = [
                  id="list-element-relax"),
     pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(nn("item", I32)))),
                  "nullability-tightened", "l.items", id="list-element-tighten"),
-    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(I64))), "type-changed", "l.items",
+    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(I64))), OK, "",
+                 id="list-element-widening"),
+    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(STR))), "type-changed", "l.items",
                  id="list-element-type"),
     pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("x", I32), f("y", STR), f("z", I64))))),
                  OK, "", id="list-struct-add"),
@@ -183,7 +194,7 @@ CASES: list[Any] = [
     pytest.param(sch(f("l", lst(mp(STR, lst(st(f("a", I32))))))),
                  sch(f("l", lst(mp(STR, lst(st(f("a", I32), nn("b", I32))))))),
                  "field-added-not-nullable", "l.items.value.items.b", id="deep-add-non-null"),
-    pytest.param(I32, I64, "type-changed", "", id="datatype-root"),
+    pytest.param(I64, I32, "type-changed", "", id="datatype-root"),
     pytest.param(XY, st(f("x", I32), f("y", STR), f("z", STR)), OK, "", id="datatype-struct-add"),
     pytest.param(lst(XY), lst(st(f("x", I32))), OK, "", id="datatype-list-delete"),
     pytest.param(XY, st(f("y", STR)), OK, "", id="datatype-struct-delete-first"),
@@ -225,8 +236,8 @@ def test_rule_table_is_large_enough() -> None:
 def test_refusal_names_old_and_new_types() -> None:
     """A type change refusal carries both types and a suggestion naming the other mechanisms."""
     with pytest.raises(SchemaIncompatibleError) as info:
-        cs.check_backward_compatible(sch(f("s", XY)), sch(f("s", st(f("x", I64), f("y", STR)))))
-    assert (info.value.old, info.value.new) == ("int32", "int64")
+        cs.check_backward_compatible(sch(f("s", XY)), sch(f("s", st(f("x", STR), f("y", STR)))))
+    assert (info.value.old, info.value.new) == ("int32", "string")
     assert "REPLACEMENT" in (info.value.suggestion or "")
     assert "s.x" in str(info.value)
 
@@ -478,7 +489,7 @@ def test_migrate_refuses_columns_outside_the_schema() -> None:
 def test_migrate_refuses_incompatible_types_and_mismatched_data() -> None:
     """Migration needs a compatible target and data of the declared source type."""
     with pytest.raises(SchemaIncompatibleError) as info:
-        cs.migrate(pa.array([1], I32), I32, I64)
+        cs.migrate(pa.array([1], I64), I64, I32)
     assert info.value.rule == "type-changed"
     with pytest.raises(SchemaIncompatibleError) as info:
         cs.migrate(pa.array([{"x": 1}], st(f("x", I64))), st(f("x", I32)), st(f("x", I32),
@@ -540,7 +551,8 @@ def test_migration_preserves_order(old: pa.Schema, new: pa.Schema, preserves: bo
 def test_migration_preserves_order_refuses_incompatible() -> None:
     """The order flag is only defined for allowed migrations."""
     with pytest.raises(SchemaIncompatibleError):
-        cs.migration_preserves_order(sch(f("a", I32)), sch(f("a", I64)))
+        cs.migration_preserves_order(sch(f("a", I64)), sch(f("a", I32)))
+    assert cs.migration_preserves_order(sch(f("a", I32)), sch(f("a", I64)))  # widening keeps it
 
 
 # --- reader fencing ---------------------------------------------------------------------------
@@ -575,7 +587,8 @@ def test_check_reader_accepts(reader: pa.Schema) -> None:
         (sch(f("l", lst(nn("item", XY)))), "reader-needs-non-null", "l.items"),
         (sch(f("zzz", STR)), "reader-unknown-field", "zzz"),
         (sch(f("l", lst(st(f("q", I32))))), "reader-unknown-field", "l.items.q"),
-        (sch(f("id", I32)), "reader-type-mismatch", "id"),
+        (sch(f("id", I32)), "reader-narrower-type", "id"),
+        (sch(f("id", STR)), "reader-type-mismatch", "id"),
         (sch(f("l", llst(XY))), "reader-type-mismatch", "l"),
         (sch(f("m", mp(I64, I32))), "reader-type-mismatch", "m.key"),
     ],

@@ -34,7 +34,8 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
 
     The Spark twin of ``catalog.schema.migrate``: struct fields matched by name (added ones as
     typed nulls, deleted ones dropped, reader projections reordered), lists and map values
-    migrated element-wise with ``transform`` and ``transform_values``, null parents kept null.
+    migrated element-wise with ``transform`` and ``transform_values``, null parents kept null,
+    atomic values widened with a cast where Spark's types differ.
     The rules themselves were checked before (shard history, :func:`check_reader`).
     """
     from pyspark.sql import functions as F
@@ -66,6 +67,9 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
         return F.transform_values(
             column, lambda _k, v: migrate_expression(v, source.item_type, target.item_type, values)
         )
+    if spark_type(source, path) != spark_type(target, path):
+        # A lossless widening (catalog.schema.lossless): every value has its exact twin.
+        return column.cast(spark_type(target, path))
     return column
 
 

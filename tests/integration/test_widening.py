@@ -1,0 +1,128 @@
+"""Lossless widening through the upgrade, against a real ZooKeeper and real Parquet blobs.
+
+Release 1.0.0 stores a counter as int32 (and a nested one as int16); 1.1.0 widens both to
+int64/int32 by EVOLUTION. While the upgrade is pending the shard keeps the narrow types (the
+expansion): 1.1.0 reads every old value widened, appends values that fit, and is refused
+(``requires-finalization``) a value that would not fit the type 1.0.0 reads. A rollback reads
+everything as 1.0.0 wrote it; after finalization the wide type is registered, a large value is
+taken, a compaction rewrites nothing it should not, and every value reads exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.environment import read_catalog
+from catalog.errors import MigrationRefusedError, ReaderFencedError
+from catalog.pipeline.arrow import ArrowEngine
+from catalog.release import Builtin, Mechanism, Migration, Release
+from catalog.schema import migrate_batch
+from catalog.shard import DIFF, TS, Rows, Shard, append_rows
+from orchestrator.migrate import (
+    MigrationContext,
+    check_read_only,
+    complete_finalization,
+    migrate_as_leader,
+    request_finalization,
+)
+from support.migrations import Env, bootstrap
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+NAME = "mz_catalog.mz_counters"
+NARROW = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("n", pa.int32()),
+    pa.field("s", pa.struct([pa.field("c", pa.int16())])),
+])  # fmt: skip
+WIDE = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("n", pa.int64()),
+    pa.field("s", pa.struct([pa.field("c", pa.int32())])),
+])  # fmt: skip
+OLD = Release("1.0.0", [Builtin("mz_catalog", "mz_counters", "table", "s1", NARROW)])
+NEW = Release(
+    "1.1.0",
+    [Builtin("mz_catalog", "mz_counters", "table", "s1", WIDE)],
+    [Migration("1.1.0", "mz_catalog", "mz_counters", "table", Mechanism.EVOLUTION)],
+)
+
+
+def row(i: int, n: int | None, c: int | None) -> dict[str, Any]:
+    return {"id": i, "n": n, "s": {"c": c}}
+
+
+def shard_of(ctx: MigrationContext) -> Shard:
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    return ctx.shard(found[0].by_name()[NAME].shard_id)
+
+
+def append(ctx: MigrationContext, rows: list[dict[str, Any]]) -> None:
+    builtin = ctx.release.builtin(NAME)
+    assert builtin is not None
+    table = pa.Table.from_pylist(rows, schema=builtin.schema)
+    append_rows(shard_of(ctx), Rows(table, builtin.schema))
+
+
+def read(ctx: MigrationContext) -> list[dict[str, Any]]:
+    builtin = ctx.release.builtin(NAME)
+    assert builtin is not None
+    data = shard_of(ctx).snapshot()
+    source = pa.schema([f for f in data.schema if f.name not in (TS, DIFF)])
+    data = migrate_batch(data, source, builtin.schema, projection=True).drop_columns([TS, DIFF])
+    assert data.schema.equals(builtin.schema)
+    return sorted(data.to_pylist(), key=lambda r: r["id"])
+
+
+def test_a_widening_waits_for_finalization_and_reads_every_value_exactly(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    env = Env(zk_client, f"{zk_env.root}/widen", BlobStore.from_uri(str(tmp_path / "blob")))
+    try:
+        old = bootstrap(env, OLD)
+        rows = [row(1, 2**31 - 1, -(2**15)), row(2, -(2**31), 2**15 - 1), row(3, None, None)]
+        append(old, rows)
+
+        new = env.ctx(NEW, 2, finalize_after=None)
+        check_read_only(new)
+        migrate_as_leader(new, env.lead(new))
+        assert shard_of(new).state().live_schema.equals(NARROW)  # the expansion: narrow still
+        assert read(new) == rows  # every old value, widened
+        append(new, [row(4, 7, 8)])  # fits the narrow types: taken
+        with pytest.raises(MigrationRefusedError, match="does not fit") as refused:
+            append(new, [row(5, 2**40, 1)])
+        assert refused.value.details["rule"] == "requires-finalization"
+
+        back = env.ctx(OLD, 3)
+        check_read_only(back)
+        migrate_as_leader(back, env.lead(back))
+        assert read(back) == [*rows, row(4, 7, 8)]
+
+        again = env.ctx(NEW, 4, finalize_after=None)
+        check_read_only(again)
+        leadership = env.lead(again)
+        migrate_as_leader(again, leadership)
+        request_finalization(again.consensus, requested_by="test", reason="operator")
+        assert complete_finalization(again, leadership.fence) is not None
+        assert shard_of(again).state().live_schema.equals(WIDE)  # the contraction
+        append(again, [row(5, 2**40, 2**20)])
+        expected = [*rows, row(4, 7, 8), row(5, 2**40, 2**20)]
+        assert read(again) == expected
+        with pytest.raises(ReaderFencedError) as fenced:
+            shard_of(again).snapshot(reader_schema=NARROW)
+        assert fenced.value.rule == "reader-narrower-type"
+
+        assert ArrowEngine().compact(shard_of(again)).applied  # old batches cast, once
+        state = shard_of(again).state()
+        assert {b.schema_id for b in shard_of(again).batches(state)} == {state.schema_id}
+        assert read(again) == expected
+    finally:
+        env.close()
