@@ -1,7 +1,8 @@
 """validate() checks every path collection by collection (catalog.release.paths): its failures
 are exactly those of planning each path alone, on random histories broken in every way the
-planner knows (missing and removed instructions, incompatible evolutions, kinds that name no
-builtin, replaced retain-data builtins, reassigned GlobalIds, backports)."""
+planner knows (missing and removed instructions, incompatible evolutions, widenings and
+narrowings, kinds that name no builtin, replaced retain-data builtins, reassigned GlobalIds,
+backports)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ def _history(seed: int) -> list[Release] | None:
                     schema = pa.schema(list(builtin.schema)[:-1])  # a deletion
                 elif roll < 0.7:
                     schema = pa.schema([pa.field("id", pa.int32())])  # a type change
+                elif roll < 0.78 and "a" in builtin.schema.names:
+                    # a's int64 narrowed to int32 (refused), or int32 widened back (lossless)
+                    index = builtin.schema.get_field_index("a")
+                    narrow = builtin.schema.field(index).type == pa.int64()
+                    wider = pa.field("a", pa.int32() if narrow else pa.int64())
+                    schema = builtin.schema.set(index, wider)
                 else:
                     schema = builtin.schema
                 if rng.random() < 0.85:
