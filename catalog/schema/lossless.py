@@ -114,3 +114,31 @@ def _narrowed(dtype: pa.DataType, other: pa.DataType) -> pa.DataType:
     if widening_rule(other, dtype) is not None:
         return other
     return dtype
+
+
+def narrower_paths(schema: pa.Schema, latest: pa.Schema) -> tuple[str, ...]:
+    """The dotted paths (by name, at any depth) where ``schema``'s atomic type is narrower than
+    ``latest``'s: what a batch stored under ``schema`` is widened at when read."""
+    found: list[str] = []
+    for field in schema:
+        if field.name in latest.names:
+            _narrower(field.type, latest.field(field.name).type, field.name, found)
+    return tuple(found)
+
+
+def _narrower(dtype: pa.DataType, other: pa.DataType, path: str, found: list[str]) -> None:
+    if pa.types.is_struct(dtype) and pa.types.is_struct(other):
+        names = {other.field(i).name: other.field(i) for i in range(other.num_fields)}
+        for field in dtype:
+            if field.name in names:
+                _narrower(field.type, names[field.name].type, f"{path}.{field.name}", found)
+    elif pa.types.is_map(dtype) and pa.types.is_map(other):
+        _narrower(dtype.item_type, other.item_type, f"{path}.value", found)
+    elif _is_list(dtype) and _is_list(other):
+        _narrower(dtype.value_type, other.value_type, f"{path}.items", found)
+    elif widening_rule(dtype, other) is not None:
+        found.append(path)
+
+
+def _is_list(dtype: pa.DataType) -> bool:
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)

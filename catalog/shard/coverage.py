@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from catalog.consensus import decode_json, decoding
+from catalog.schema.lossless import narrower_paths
 from catalog.shard.handle import Shard
 from catalog.shard.state import ShardState
 
@@ -30,9 +31,14 @@ class SchemaUse:
     batches: int = 0
     rows: int = 0
     readers: int = 0
+    #: Dotted paths where this schema's type is narrower than the latest's (its batches are
+    #: widened when read, until compaction rewrites them).
+    narrower: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, int]:
-        return attrs.asdict(self)
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = attrs.asdict(self)
+        out["narrower"] = list(self.narrower)
+        return out
 
 
 @attrs.frozen
@@ -135,8 +141,12 @@ def shard_coverage(
         batches[batch.schema_id] += 1
         rows[batch.schema_id] += batch.rows
     leased = reader_schemas(shard) if readers and not state.finalized else Counter()
+    latest = state.live_schema
     uses = tuple(
-        SchemaUse(schema_id, batches[schema_id], rows[schema_id], leased[schema_id])
+        SchemaUse(
+            schema_id, batches[schema_id], rows[schema_id], leased[schema_id],
+            narrower_paths(state.live(schema_id), latest) if batches[schema_id] else (),
+        )
         for schema_id in range(len(state.schemas))
-    )
+    )  # fmt: skip
     return ShardCoverage(state.shard_id, uses)

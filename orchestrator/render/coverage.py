@@ -33,7 +33,10 @@ def render_coverage(report: CoverageReport, *, all_rows: bool = False, limit: in
     for item in shown:
         coverage = item.coverage
         stored = ", ".join(
-            f"{u.schema_id}: {u.batches}/{u.rows:,}" for u in coverage.schemas if u.batches
+            f"{u.schema_id}: {u.batches}/{u.rows:,}"
+            + (f" (narrower {', '.join(u.narrower)})" if u.narrower else "")
+            for u in coverage.schemas
+            if u.batches
         )
         readers = ", ".join(f"{u.schema_id}: {u.readers}" for u in coverage.schemas if u.readers)
         table.add_row(

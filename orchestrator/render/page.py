@@ -161,7 +161,9 @@ function renderCoverage(cov) {
       " old schema(s) can retire", "muted"));
   wrap.appendChild(table(["collection", "latest", "stored by schema (batches/rows)", "can retire"],
     rows.map(r => [r.name, r.latest_schema_id, r.schemas.filter(u => u.batches)
-      .map(u => u.schema_id + ": " + u.batches + "/" + u.rows).join(", ") || "-",
+      .map(u => u.schema_id + ": " + u.batches + "/" + u.rows +
+           ((u.narrower || []).length ? " (narrower " + u.narrower.join(", ") + ")" : ""))
+      .join(", ") || "-",
       r.retirable.join(", ") || "-"])));
   put("coverage", wrap);
 }
@@ -172,7 +174,8 @@ function renderHistory(rows) {
       (r.phases || []).map(p => p.name + " " + p.seconds.toFixed(2) + "s").join(", "),
       r.seconds === null ? "-" : r.seconds.toFixed(2) + "s",
       el("span", r.outcome + (r.rule ? " (" + r.rule + ")" : ""),
-         ["completed", "bootstrapped"].includes(r.outcome) ? "ok" : "bad")])));
+         ["completed", "bootstrapped", "pending", "rollback"].includes(r.outcome) ? "ok"
+         : "bad")])));
 }
 // The bearer token, when the sidecar asks for one: in this tab's memory, never stored.
 let token = null;

@@ -31,6 +31,7 @@ from orchestrator.migrate import (
     migrate_as_leader,
     request_finalization,
 )
+from orchestrator.status.coverage import read_coverage
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
 
@@ -120,6 +121,9 @@ def test_a_widening_waits_for_finalization_and_reads_every_value_exactly(
             shard_of(again).snapshot(reader_schema=NARROW)
         assert fenced.value.rule == "reader-narrower-type"
 
+        coverage = read_coverage(again.consensus).get(NAME)
+        assert coverage is not None
+        assert coverage.coverage.schemas[0].narrower == ("n", "s.c")  # shown until compacted
         assert ArrowEngine().compact(shard_of(again)).applied  # old batches cast, once
         state = shard_of(again).state()
         assert {b.schema_id for b in shard_of(again).batches(state)} == {state.schema_id}
