@@ -116,10 +116,12 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
     ) -> pa.Array:
         assert element is not None  # list elements are always partnered
         values = partner.values
-        array_class = pa.LargeListArray if kind_of(dtype) is Kind.LARGE_LIST else pa.ListArray
-        return array_class.from_arrays(
-            list_offsets(values), element, type=dtype, mask=null_mask(values)
-        )
+        large = kind_of(dtype) is Kind.LARGE_LIST
+        array_class = pa.LargeListArray if large else pa.ListArray
+        offsets = list_offsets(values)
+        if large and offsets.type != pa.int64():  # a list widened to a large list
+            offsets = offsets.cast(pa.int64())
+        return array_class.from_arrays(offsets, element, type=dtype, mask=null_mask(values))
 
     def map_(
         self,

@@ -49,7 +49,8 @@ class _Diff(FieldPartnerVisitor[None, None]):
             self.changed.append(path)
 
     def list_(self, dtype: pa.DataType, partner: pa.Field, path: str, element: None) -> None:
-        return None
+        if dtype.id != partner.type.id:  # a list widened to a large list (or the reverse)
+            self.changed.append(path)
 
     def map_(self, dtype: pa.MapType, partner: pa.Field, path: str, key: None, value: None) -> None:
         if dtype.keys_sorted != partner.type.keys_sorted:
@@ -63,8 +64,9 @@ class _Diff(FieldPartnerVisitor[None, None]):
 def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> dict[str, list[str]]:
     """Dotted paths ``added``, ``dropped``, ``relaxed`` (non-null -> nullable) from old to new.
 
-    Also ``changed``: paths whose type changed or whose nullability was tightened (never part of
-    a valid evolution; :func:`check_backward_compatible` says why). Only the outermost path of an
+    Also ``changed``: paths whose type changed (a lossless widening, or a change no evolution
+    allows) or whose nullability was tightened (:func:`check_backward_compatible` says which
+    are allowed). Only the outermost path of an
     added or dropped subtree is listed.
     """
     diff = _Diff()

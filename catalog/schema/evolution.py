@@ -75,6 +75,11 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
         if kind is Kind.STRUCT:
             self._check_struct(dtype, partner.type, path)
         elif kind in (Kind.LIST, Kind.LARGE_LIST):
+            if kind is Kind.LIST and kind_of(partner.type) is Kind.LARGE_LIST:
+                raise refusal(
+                    RULE_TYPE_CHANGED, path, "cannot change a type", describe_type(partner.type),
+                    describe_type(dtype),
+                )  # fmt: skip
             _check_relaxed(partner.type.value_field, dtype.value_field, join_path(path, ITEMS))
         elif kind is Kind.MAP:
             old = partner.type

@@ -30,7 +30,7 @@ WIDENING_RULES: Final[Mapping[str, str]] = MappingProxyType(
         "widen-float": "float16 -> float32 -> float64",
         "widen-int-to-double": "int8/16/32 and uint8/16/32 -> float64",
         "widen-decimal": "decimal precision raised at the same scale; decimal128 -> decimal256",
-        "widen-large": "string -> large_string, binary -> large_binary",
+        "widen-large": "string -> large_string, binary -> large_binary, list -> large_list",
     }
 )
 
@@ -107,10 +107,9 @@ def _narrowed(dtype: pa.DataType, other: pa.DataType) -> pa.DataType:
     if pa.types.is_map(dtype) and pa.types.is_map(other):
         item = _narrowed_field(dtype.item_field, other.item_field)
         return pa.map_(dtype.key_field, item, keys_sorted=dtype.keys_sorted)
-    if pa.types.is_large_list(dtype) and (pa.types.is_list(other) or pa.types.is_large_list(other)):
-        return pa.large_list(_narrowed_field(dtype.value_field, other.value_field))
-    if pa.types.is_list(dtype) and (pa.types.is_list(other) or pa.types.is_large_list(other)):
-        return pa.list_(_narrowed_field(dtype.value_field, other.value_field))
+    if _is_list(dtype) and _is_list(other):  # a large list narrows to the other's list kind
+        element = _narrowed_field(dtype.value_field, other.value_field)
+        return pa.large_list(element) if pa.types.is_large_list(other) else pa.list_(element)
     if widening_rule(other, dtype) is not None:
         return other
     return dtype
@@ -135,6 +134,8 @@ def _narrower(dtype: pa.DataType, other: pa.DataType, path: str, found: list[str
     elif pa.types.is_map(dtype) and pa.types.is_map(other):
         _narrower(dtype.item_type, other.item_type, f"{path}.value", found)
     elif _is_list(dtype) and _is_list(other):
+        if pa.types.is_list(dtype) and pa.types.is_large_list(other):
+            found.append(path)
         _narrower(dtype.value_type, other.value_type, f"{path}.items", found)
     elif widening_rule(dtype, other) is not None:
         found.append(path)

@@ -132,6 +132,17 @@ class TargetCheck(FieldPartnerVisitor[None, None]):
                 elif source is not None:
                     self._check_field(source, field, field_path)
         elif kind in (Kind.LIST, Kind.LARGE_LIST):
+            stored = kind_of(partner.type)
+            if stored is Kind.LARGE_LIST and kind is Kind.LIST:
+                self._refuse(
+                    self.rules.narrower, path, "the target type is narrower than the stored one",
+                    describe_type(partner.type), describe_type(dtype),
+                )  # fmt: skip
+            if stored is Kind.LIST and kind is Kind.LARGE_LIST and not self.rules.allow_widening:
+                self._refuse(
+                    self.rules.type_mismatch, path, "types differ", describe_type(partner.type),
+                    describe_type(dtype),
+                )  # fmt: skip
             self._check_field(partner.type.value_field, dtype.value_field, join_path(path, ITEMS))
         elif kind is Kind.MAP:
             old = partner.type

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from catalog.schema.nested import map_children
 
-__all__ = ["relaxed", "restore_batch", "restore_table"]
+__all__ = ["fill_hidden_nulls", "relaxed", "restore_batch", "restore_table"]
 
 
 def relaxed(dtype: pa.DataType) -> pa.DataType:
@@ -68,6 +68,32 @@ def _fill_hidden_nulls(array: pa.Array, dtype: pa.DataType) -> pa.Array:
         return pc.if_else(hidden, pa.scalar(_zero(target.type), values.type), values)
 
     return map_children(array, child)
+
+
+def fill_hidden_nulls(table: pa.Table) -> pa.Table:
+    """``table`` with a value (zero, empty, the epoch) in every non-nullable struct field whose
+    struct is null: Arrow and Parquet want one there, hidden by the parent, and operations that
+    flatten structs (``StructArray.flatten``, a consolidation's hash keys) leave a null. Columns
+    without such fields are returned as they are."""
+    columns = []
+    changed = False
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if _has_required_in_struct(field.type):
+            chunks = [_fill_hidden_nulls(c, field.type) for c in column.chunks]
+            column = pa.chunked_array(chunks, type=field.type)
+            changed = True
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema) if changed else table
+
+
+def _has_required_in_struct(dtype: pa.DataType) -> bool:
+    if pa.types.is_struct(dtype):
+        return any(not f.nullable or _has_required_in_struct(f.type) for f in dtype)
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return _has_required_in_struct(dtype.value_type)
+    if pa.types.is_map(dtype):
+        return _has_required_in_struct(dtype.item_type)
+    return False
 
 
 def _zero(dtype: pa.DataType) -> Any:

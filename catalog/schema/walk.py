@@ -48,6 +48,11 @@ def kind_of(dtype: pa.DataType) -> Kind:
     return _KINDS.get(dtype.id, Kind.ATOMIC)
 
 
+def _family(kind: Kind) -> Kind:
+    """Lists and large lists are walked together (a list widens to a large list)."""
+    return Kind.LIST if kind is Kind.LARGE_LIST else kind
+
+
 def join_path(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -101,7 +106,9 @@ class PartnerVisitor(Generic[P, T, F], ABC):
 
     The walk follows the target; the accessors find each node's partner. A target struct field
     without a partner is *added* (:meth:`added`, no descent); a node whose kind differs from its
-    partner's goes to :meth:`kind_changed` (no descent). :meth:`before` runs top-down on every
+    partner's goes to :meth:`kind_changed` (no descent), except a list partnered with a large
+    list (either way), which is walked as a list: each visitor decides whether that change is
+    allowed. :meth:`before` runs top-down on every
     matched node before its children, so refusals name the outermost offending path first.
     """
 
@@ -151,7 +158,7 @@ def visit_with_partner(
     """Walk ``dtype`` together with ``partner``; see :class:`PartnerVisitor`."""
     dtype = as_data_type(dtype)
     kind = kind_of(dtype)
-    if kind is not kind_of(visitor.partner_type(partner)):
+    if _family(kind) is not _family(kind_of(visitor.partner_type(partner))):
         return visitor.kind_changed(dtype, partner, path)
     visitor.before(dtype, partner, path)
     if kind is Kind.STRUCT:

@@ -22,6 +22,7 @@ from catalog.errors import (
     ConnectionLostError,
     VersionMismatchError,
 )
+from catalog.schema.restore import fill_hidden_nulls
 from catalog.shard import read
 from catalog.shard.append import (
     advance_times,
@@ -80,6 +81,8 @@ def compact(shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
             ordered=ordered,
             consolidated=True,
         )
+        # Consolidation flattens structs: values go back under null parents before Parquet.
+        merged = fill_hidden_nulls(merged)
         shard.blob.put_batch(output.key(shard.shard_id), merged)
     result = commit_compaction(shard, state, inputs, [output] if output else [], fence=fence)
     if result.applied:

@@ -612,6 +612,7 @@ NARROW = pa.schema(
         pa.field("t", pa.string()),
         pa.field("d", pa.decimal128(10, 2)),
         pa.field("s", pa.struct([pa.field("c", pa.int16()), pa.field("b", pa.binary())])),
+        pa.field("l", pa.list_(pa.int32())),
     ]
 )
 
@@ -669,7 +670,14 @@ WIDER = {
 
 
 def _widen(draw: st.DrawFn, fields: list[pa.Field]) -> bool:
-    """Widen one widenable field of ``fields`` (top level, or a struct's child) in place."""
+    """Widen one widenable field of ``fields`` (top level, or a struct's child) in place; a
+    list becomes a large list."""
+    lists = [i for i, f in enumerate(fields) if pa.types.is_list(f.type)]
+    widen_a_list: bool = bool(lists) and draw(st.booleans())
+    if widen_a_list:
+        at = draw(st.sampled_from(lists))
+        fields[at] = fields[at].with_type(pa.large_list(fields[at].type.value_field))
+        return True
     spots = [(i, None) for i, f in enumerate(fields) if f.type in WIDER] + [
         (i, j)
         for i, f in enumerate(fields)
@@ -842,6 +850,7 @@ WIDENED = pa.schema(
         pa.field("t", pa.large_string()),
         pa.field("d", pa.decimal128(12, 2)),
         pa.field("s", pa.struct([pa.field("c", pa.int32()), pa.field("b", pa.large_binary())])),
+        pa.field("l", pa.large_list(pa.int64())),
     ]
 )
 
@@ -857,10 +866,12 @@ def _extreme_rows(schema: pa.Schema, first: int) -> pa.Table:
     narrow = schema.field("n").type == pa.int8()
     rows = [
         {"id": first, "n": -128 if narrow else -(2**40), "u": 65535, "f": -0.0,
-         "t": "é", "d": decimal.Decimal("-99999999.99"), "s": {"c": -32768, "b": b"\x00"}},
+         "t": "é", "d": decimal.Decimal("-99999999.99"), "s": {"c": -32768, "b": b"\x00"},
+         "l": [2**31 - 1, None]},
         {"id": first + 1, "n": 127, "u": 0, "f": 3.4028234663852886e38, "t": "",
-         "d": decimal.Decimal("0.01"), "s": {"c": 32767, "b": b""}},
-        {"id": first + 2, "n": None, "u": None, "f": math.nan, "t": None, "d": None, "s": None},
+         "d": decimal.Decimal("0.01"), "s": {"c": 32767, "b": b""}, "l": []},
+        {"id": first + 2, "n": None, "u": None, "f": math.nan, "t": None, "d": None, "s": None,
+         "l": None},
     ]  # fmt: skip
     return pa.Table.from_pylist(rows, schema=schema)
 

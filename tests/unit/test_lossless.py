@@ -110,6 +110,30 @@ def test_old_values_read_exactly_at_any_depth(
             assert math.copysign(1.0, got) == math.copysign(1.0, want) and got == want
 
 
+def test_a_list_widens_to_a_large_list_and_reads_exactly() -> None:
+    """list -> large_list (widen-large) at the top and inside a struct; the reverse refused."""
+    source = pa.schema(
+        [("l", pa.list_(pa.int32())), ("s", pa.struct([("l", pa.list_(pa.int8()))]))]
+    )
+    target = pa.schema(
+        [("l", pa.large_list(pa.int64())), ("s", pa.struct([("l", pa.large_list(pa.int8()))]))]
+    )
+    assert cs.is_backward_compatible(source, target)
+    assert not cs.is_backward_compatible(target, source)
+    rows = [
+        {"l": [1, None, 2**31 - 1], "s": {"l": [-128]}},
+        {"l": None, "s": None},
+        {"l": [], "s": {"l": []}},
+    ]
+    table = pa.Table.from_pylist(rows, schema=source).slice(1)  # offsets not starting at 0
+    read = cs.migrate_batch(table, source, target, passthrough=())
+    assert read.schema == target and read.to_pylist() == rows[1:]
+    history = cs.evolve(cs.migration_type(source), target)
+    with pytest.raises(ReaderFencedError) as info:
+        cs.check_reader(history, source)
+    assert info.value.rule == "reader-narrower-type"
+
+
 def test_a_reader_narrower_than_the_stored_type_is_fenced_with_its_rule() -> None:
     history = cs.evolve(
         cs.migration_type(pa.schema([("a", pa.int32())])), pa.schema([("a", pa.int64())])

@@ -221,8 +221,8 @@ def disallowed_edit(
             if node.item_field.nullable:
                 edits.append((path, set_child_nullable(False), "nullability-tightened"))
         elif is_list_like(node):
-            swap = pa.list_ if pa.types.is_large_list(node) else pa.large_list
-            edits.append((path, becomes(swap(node.value_field)), "type-changed"))
+            if pa.types.is_large_list(node):  # list -> large_list is a lossless widening
+                edits.append((path, becomes(pa.list_(node.value_field)), "type-changed"))
             if node.value_field.nullable:
                 edits.append((path, set_child_nullable(False), "nullability-tightened"))
         else:
