@@ -1,0 +1,88 @@
+"""A blue-green upgrade through a widening release with real sidecar processes.
+
+1.0.0 stores counters as int32/int16 and tags as a list of strings; 1.1.0 widens them. Every
+row reads through both releases: 1.0.0 before, 1.1.0 (read-only, then leading) after, with a
+value only the wide type holds appended once the upgrade is final, and 1.0.0 refused then.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
+from support.sidecars import SidecarProcess, cli, json_lines, sidecars
+from support.zookeeper import ZkEnv
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RELEASES = Path(__file__).resolve().parents[1] / "fixtures" / "widening_releases"
+NAME = "mz_catalog.mz_counters"
+
+
+@pytest.fixture
+def started() -> Iterator[list[SidecarProcess]]:
+    with sidecars() as processes:
+        yield processes
+
+
+def body(rows: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
+) -> None:
+    def launch(version: str, generation: int, name: str, *extra: str, auto: bool = False) -> Any:
+        process = SidecarProcess.start(
+            zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=name,
+            log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=auto, extra=extra,
+            release=str(RELEASES / f"v{version.replace('.', '_')}.py"),
+        )  # fmt: skip
+        started.append(process)
+        return process
+
+    def read(process: Any) -> list[dict[str, Any]]:
+        status, answer = process.http("GET", f"/read?collection={NAME}")
+        assert status == 200, answer
+        found = [
+            {k: v for k, v in r.items() if k not in ("_ts", "_diff")} for r in json_lines(answer)
+        ]
+        return sorted(found, key=lambda r: r["id"])
+
+    rows: list[dict[str, Any]] = [
+        {"id": 1, "hits": 2**31 - 1, "stats": {"errors": -(2**15)}, "tags": ["a", "é"]},
+        {"id": 2, "hits": None, "stats": None, "tags": None},
+        {"id": 3, "hits": -(2**31), "stats": {"errors": 2**15 - 1}, "tags": []},
+    ]
+    old = launch("1.0.0", 1, "old", auto=True)
+    old.wait_state("serving")
+    assert old.http("POST", f"/append?collection={NAME}", body(rows))[0] == 200
+    assert read(old) == rows
+
+    new = launch("1.1.0", 2, "new", "--finalize-after", "never")
+    node = new.wait_state("ready")
+    assert node["plan"]["counts"] == {"evolution": 1}
+    assert read(new) == rows  # read-only: the narrow batches, widened on read
+    done = cli("promote", "--deploy-generation", "2", "--wait", "30",
+               "--zk", zk_env.hosts, "--env", zk_env.name)  # fmt: skip
+    assert done.returncode == EXIT_OK, done.stderr
+    assert old.wait_exit() == EXIT_FENCED
+    fits = {"id": 4, "hits": 7, "stats": {"errors": 8}, "tags": ["z"]}
+    assert new.http("POST", f"/append?collection={NAME}", body([fits]))[0] == 200
+    wide = {"id": 5, "hits": 2**40, "stats": {"errors": 2**20}, "tags": ["w"]}
+    status, answer = new.http("POST", f"/append?collection={NAME}", body([wide]))
+    assert status == 409 and json.loads(answer)["rule"] == "requires-finalization"
+
+    done = cli("finalize", "--version", "1.1.0", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert new.http("POST", f"/append?collection={NAME}", body([wide]))[0] == 200
+    assert read(new) == [*rows, fits, wide]
+
+    late = launch("1.0.0", 3, "late")
+    assert late.wait_exit() == EXIT_REFUSED
