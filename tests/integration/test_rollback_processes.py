@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import SidecarProcess, cli, json_lines, release_file, sidecars
+from support.sidecars import SidecarProcess, cli, json_lines, ndjson, release_file, sidecars
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,10 +31,6 @@ ROLES = "mz_catalog.mz_roles"
 def started() -> Iterator[list[SidecarProcess]]:
     with sidecars() as processes:
         yield processes
-
-
-def body(rows: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
 def test_pending_rollback_timer_finalization_and_refusal(
@@ -64,7 +60,7 @@ def test_pending_rollback_timer_finalization_and_refusal(
     blue = launch(V1, 1, "blue-1", auto=True)
     blue.wait_state("serving")
     role = {"id": 7, "oid": 30007, "name": "analyst", "inherit": True}
-    assert blue.http("POST", f"/append?collection={ROLES}", body([role]))[0] == 200
+    assert blue.http("POST", f"/append?collection={ROLES}", ndjson([role]))[0] == 200
 
     green = launch(V2, 2, "green-2", "--finalize-after", "never")
     green.wait_state("ready")
@@ -83,7 +79,7 @@ def test_pending_rollback_timer_finalization_and_refusal(
     assert "catalog_upgrade_upgrade_finalize_at_timestamp_seconds +Inf" in metrics
     assert history()[-1]["outcome"] == "pending"
     analyst = {"id": "u8", "oid": 30008, "name": "auditor", "inherit": False}
-    assert green.http("POST", f"/append?collection={ROLES}", body([analyst]))[0] == 200
+    assert green.http("POST", f"/append?collection={ROLES}", ndjson([analyst]))[0] == 200
 
     back = launch(V1, 3, "back-3", "--rollback-from", str(release_file(V2)))
     back.wait_state("ready")

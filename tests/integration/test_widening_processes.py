@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import SidecarProcess, cli, json_lines, sidecars
+from support.sidecars import SidecarProcess, cli, json_lines, ndjson, sidecars
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,10 +29,6 @@ NAME = "mz_catalog.mz_counters"
 def started() -> Iterator[list[SidecarProcess]]:
     with sidecars() as processes:
         yield processes
-
-
-def body(rows: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
 def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
@@ -62,7 +58,7 @@ def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
     ]
     old = launch("1.0.0", 1, "old", auto=True)
     old.wait_state("serving")
-    assert old.http("POST", f"/append?collection={NAME}", body(rows))[0] == 200
+    assert old.http("POST", f"/append?collection={NAME}", ndjson(rows))[0] == 200
     assert read(old) == rows
 
     new = launch("1.1.0", 2, "new", "--finalize-after", "never")
@@ -74,14 +70,14 @@ def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
     assert done.returncode == EXIT_OK, done.stderr
     assert old.wait_exit() == EXIT_FENCED
     fits = {"id": 4, "hits": 7, "stats": {"errors": 8}, "tags": ["z"]}
-    assert new.http("POST", f"/append?collection={NAME}", body([fits]))[0] == 200
+    assert new.http("POST", f"/append?collection={NAME}", ndjson([fits]))[0] == 200
     wide = {"id": 5, "hits": 2**40, "stats": {"errors": 2**20}, "tags": ["w"]}
-    status, answer = new.http("POST", f"/append?collection={NAME}", body([wide]))
+    status, answer = new.http("POST", f"/append?collection={NAME}", ndjson([wide]))
     assert status == 409 and json.loads(answer)["rule"] == "requires-finalization"
 
     done = cli("finalize", "--version", "1.1.0", "--zk", zk_env.hosts, "--env", zk_env.name)
     assert done.returncode == EXIT_OK, done.stderr
-    assert new.http("POST", f"/append?collection={NAME}", body([wide]))[0] == 200
+    assert new.http("POST", f"/append?collection={NAME}", ndjson([wide]))[0] == 200
     assert read(new) == [*rows, fits, wide]
 
     late = launch("1.0.0", 3, "late")

@@ -157,6 +157,11 @@ def http_call(method: str, url: str, body: bytes | None = None) -> tuple[int, by
     return answer.status, answer.body
 
 
+def ndjson(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """Rows as the JSON-lines body of ``POST /append``."""
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
 def json_lines(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in body.splitlines() if line.strip()]
 
