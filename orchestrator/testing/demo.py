@@ -284,7 +284,8 @@ def run_story(demo: Demo) -> None:
     demo.command("status")
     demo.say(
         "Until it is final (after --finalize-after, 24 h by default, or now, by hand), "
-        f"{old.stem} started at a new generation and promoted is a rollback (README: Rolling back)"
+        f"{plan.get('from') or old.stem} started at a new generation and promoted is a "
+        "rollback (README: Rolling back)"
     )
     demo.command("finalize", "--version", plan.get("to") or new.stem, "--wait", "30")
     demo.say("final: contractions registered; the leader finalizes the replaced shards next")
