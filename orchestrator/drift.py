@@ -16,13 +16,13 @@ from typing import Any
 import attrs
 
 from catalog.consensus import Consensus
-from catalog.environment import read_catalog
-from catalog.pending import read_pending
+from catalog.environment import CatalogState, read_catalog
+from catalog.pending import PendingUpgrade, read_pending
 from catalog.release import Release
 from catalog.schema import fingerprint
-from catalog.shard import read_states
+from catalog.shard import ShardState, read_states
 
-__all__ = ["Drift", "DriftReport", "check_drift", "collection_rows"]
+__all__ = ["Drift", "DriftReport", "check_drift", "collection_rows", "environment_drifts"]
 
 
 @attrs.frozen
@@ -126,24 +126,10 @@ def check_drift(consensus: Consensus, release: Release) -> DriftReport:
                       "release's")
             )  # fmt: skip
         state = states.get(ref.shard_id)
-        registered = None
-        owed = False
-        if state is None or state.finalized or state.sealed:
-            why = "missing" if state is None else "finalized" if state.finalized else "sealed"
-            drifts.append(
-                Drift("shard", builtin.name, "live", why,
-                      f"the shard {ref.shard_id} of {builtin.name} is {why}")
-            )  # fmt: skip
-        else:
-            registered = fingerprint(state.live_schema)
-            contraction = state.contraction
-            owed = contraction is not None
-            if contraction is not None and not (window and contraction.of(version)):
-                drifts.append(
-                    Drift("owed-contraction", builtin.name, None, "owed",
-                          f"{builtin.name} still owes a contraction (an upgrade did not finish "
-                          "its contract step)")
-                )  # fmt: skip
+        drifts.extend(_shard_drifts(builtin.name, ref.shard_id, state, version if window else None))
+        live = state if state is not None and not (state.finalized or state.sealed) else None
+        registered = None if live is None else fingerprint(live.live_schema)
+        owed = live is not None and live.contraction is not None
         rows.append(
             CollectionRow(builtin.name, builtin.global_id, ref.shard_id,
                           mechanisms.get(builtin.name), expected, registered, owed)
@@ -157,6 +143,40 @@ def check_drift(consensus: Consensus, release: Release) -> DriftReport:
                       "know")
             )  # fmt: skip
     return DriftReport(version, catalog.version, tuple(rows), tuple(drifts))
+
+
+def _shard_drifts(
+    name: str, shard_id: str, state: ShardState | None, window: str | None
+) -> list[Drift]:
+    """What is wrong with the shard ``shard_id`` the catalog names for ``name``: it is not
+    live, or it owes a contraction that is not the window of the pending upgrade to
+    ``window``."""
+    if state is None or state.finalized or state.sealed:
+        why = "missing" if state is None else "finalized" if state.finalized else "sealed"
+        return [Drift("shard", name, "live", why, f"the shard {shard_id} of {name} is {why}")]
+    contraction = state.contraction
+    if contraction is not None and not (window is not None and contraction.of(window)):
+        return [
+            Drift("owed-contraction", name, None, "owed",
+                  f"{name} still owes a contraction (an upgrade did not finish its contract "
+                  "step)")
+        ]  # fmt: skip
+    return []
+
+
+def environment_drifts(
+    catalog: CatalogState, states: Mapping[str, ShardState | None], pending: PendingUpgrade | None
+) -> tuple[Drift, ...]:
+    """The drift no release explains, from what a read-only check has already read: every
+    catalog collection whose shard is not live or owes a contraction that is not the pending
+    upgrade's window. A green process reports these before its promotion (its plan assumes a
+    live shard at the catalog's schema for every collection)."""
+    window = pending.version if pending is not None else None
+    return tuple(
+        drift
+        for _gid, ref in sorted(catalog.collections.items())
+        for drift in _shard_drifts(ref.name, ref.shard_id, states.get(ref.shard_id), window)
+    )
 
 
 def collection_rows(consensus: Consensus) -> dict[str, int]:

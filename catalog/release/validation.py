@@ -240,6 +240,17 @@ class ValidationReport:
         costs = tuple(attrs.evolve(c, rows=rows.get(c.collection)) for c in self.costs)
         return attrs.evolve(self, costs=costs)
 
+    def between(self, from_version: Version, to_version: Version) -> ValidationReport:
+        """This report narrowed to the one path ``from_version -> to_version`` (``plan``'s
+        findings): its failures, and the costly instructions of the releases it crosses."""
+        path = (from_version, to_version)
+        return ValidationReport(
+            path,
+            1,
+            tuple(f for f in self.failures if (f.from_version, f.to_version) == path),
+            tuple(c for c in self.costs if from_version < c.version <= to_version),
+        )
+
     def fails_on(self, categories: Iterable[str]) -> bool:
         """Whether a finding falls in one of ``categories`` (what ``--fail-on`` asks)."""
         wanted = set(categories)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from catalog.release import ValidationReport
 from catalog.release.findings import CATEGORIES
 from orchestrator.cli.root import handle_errors, main, zk_options
 
@@ -20,30 +21,8 @@ releases_option = click.option(
 )
 
 
-@main.command("plan")
-@releases_option
-@click.option("--from", "from_version", required=True, help="Version the catalog is at.")
-@click.option("--to", "to_version", required=True, help="Version to upgrade to.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@handle_errors
-def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json: bool) -> None:
-    """Show the merged migration plan FROM -> TO, without touching ZooKeeper."""
-    from rich.console import Console
-
-    from catalog.release import load_release_dir, plan_path
-    from orchestrator.render.plan import plan_json, render_plan
-
-    result = plan_path(load_release_dir(releases_dir), from_version, to_version)
-    if as_json:
-        click.echo(plan_json(result))
-    else:
-        render_plan(result, Console())
-
-
-@main.command("validate")
-@releases_option
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option(
+#: --fail-on, as plan and validate take it.
+fail_on_option = click.option(
     "--fail-on",
     "fail_on",
     multiple=True,
@@ -51,12 +30,82 @@ def plan_command(releases_dir: Path, from_version: str, to_version: str, as_json
     help="Exit 4 when a finding of this category exists (repeatable; default: every category "
     "but data-dependent-cost).",
 )
-@click.option(
+#: --rows, as plan and validate take it.
+rows_option = click.option(
     "--rows",
     "with_rows",
     is_flag=True,
     help="Give each data-dependent cost the collection's rows in the environment of --zk/--env.",
 )
+
+
+@main.command("plan")
+@releases_option
+@click.option("--from", "from_version", required=True, help="Version the catalog is at.")
+@click.option("--to", "to_version", required=True, help="Version to upgrade to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and its findings as JSON.")
+@fail_on_option
+@rows_option
+@zk_options
+@handle_errors
+def plan_command(
+    releases_dir: Path,
+    from_version: str,
+    to_version: str,
+    as_json: bool,
+    fail_on: tuple[str, ...],
+    with_rows: bool,
+    zk: str,
+    env: str,
+) -> None:
+    """Show the merged migration plan FROM -> TO, without touching ZooKeeper (but for --rows).
+
+    The findings are validate's for this one path. A refused path exits 4 as before; with
+    --fail-on, a finding of a chosen category exits 4 too."""
+    from rich.console import Console
+
+    from catalog.errors import EXIT_REFUSED, CatalogError
+    from catalog.release import load_release_dir, plan_path, validate
+    from catalog.release.version import to_version as version_of
+    from orchestrator.render.plan import plan_json, render_findings, render_plan
+
+    releases = load_release_dir(releases_dir)
+    refusal: CatalogError | None = None
+    try:
+        result = plan_path(releases, from_version, to_version)
+    except CatalogError as exc:
+        if exc.exit_code != EXIT_REFUSED:
+            raise
+        refusal, result = exc, None
+    report = validate(releases).between(version_of(from_version), version_of(to_version))
+    if with_rows:
+        report = _with_rows(report, zk, env)
+    if as_json:
+        click.echo(plan_json(result, report, refusal, from_version, to_version))
+    else:
+        if result is not None:  # a refusal is its own finding, on stderr
+            render_plan(result, Console())
+            render_findings(report, Console())
+    if refusal is not None:
+        raise refusal
+    if fail_on and report.fails_on(fail_on):
+        sys.exit(EXIT_REFUSED)
+
+
+def _with_rows(report: ValidationReport, zk: str, env: str) -> ValidationReport:
+    """``report`` with each data-dependent cost's rows in the environment (``--rows``)."""
+    from orchestrator.drift import collection_rows
+    from orchestrator.zk import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        return report.with_rows(collection_rows(consensus))
+
+
+@main.command("validate")
+@releases_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@fail_on_option
+@rows_option
 @zk_options
 @handle_errors
 def validate_command(
@@ -85,11 +134,7 @@ def validate_command(
     else:
         report = validate(releases)
     if with_rows:
-        from orchestrator.drift import collection_rows
-        from orchestrator.zk import open_consensus
-
-        with open_consensus(zk, env) as consensus:
-            report = report.with_rows(collection_rows(consensus))
+        report = _with_rows(report, zk, env)
     if as_json:
         click.echo(report_json(report))
     else:

@@ -18,6 +18,7 @@ from catalog.release import (
 )
 from catalog.retry import CasRetry
 from catalog.shard import Shard
+from orchestrator.drift import Drift
 
 PHASE_CHECKING = "checking"
 
@@ -92,6 +93,8 @@ class CheckResult:
     release_version: str | None = None
     #: This process is the rollback of the pending upgrade (orchestrator.migrate.rollback).
     rollback: Any = None
+    #: What is wrong with the environment whatever the release (orchestrator.drift).
+    drifts: tuple[Drift, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """The JSON the status ``plan`` field shows."""
@@ -119,6 +122,7 @@ class CheckResult:
                 }
                 for m in self.plan.migrations
             ],
+            "drift": [d.to_json() for d in self.drifts],
         }
 
 

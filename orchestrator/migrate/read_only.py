@@ -12,6 +12,7 @@ from catalog.pending import read_pending
 from catalog.release import (
     plan,
 )
+from orchestrator.drift import environment_drifts
 from orchestrator.migrate.context import (
     PHASE_CHECKING,
     PHASE_REPLACEMENTS,
@@ -55,6 +56,14 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
             rollback=rollback,
         )
     shards = read_shard_states(ctx, catalog.shard_ids())
+    drifts = environment_drifts(catalog, shards, None if pending is None else pending[0])
+    if drifts:
+        log.warning(
+            "environment_drift",
+            count=len(drifts),
+            drifts=[f"{d.kind}: {d.collection}" for d in drifts[:10]],
+            hint="catalog-upgrade drift --release FILE names every difference",
+        )
     plan_ = plan(catalog_snapshot(catalog, shards), ctx.release)
     wanted = replacement_targets(ctx, plan_)
     if wanted:
@@ -74,4 +83,5 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
         plan=plan_,
         replacement_shards=replacements,
         release_version=str(ctx.version),
+        drifts=drifts,
     )

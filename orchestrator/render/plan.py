@@ -14,18 +14,32 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from catalog.errors import CatalogError
 from catalog.release import Mechanism, PathFailure, Plan, SchemaDiff, ValidationReport
 
-__all__ = ["plan_json", "render_plan", "render_report", "report_json"]
+__all__ = ["plan_json", "render_findings", "render_plan", "render_report", "report_json"]
 
 _MECHANISM_STYLE: Final = MappingProxyType(
     {Mechanism.EVOLUTION: "green", Mechanism.REPLACEMENT: "yellow", Mechanism.REWRITE: "magenta"}
 )
 
 
-def plan_json(plan: Plan) -> str:
-    """The ``plan --json`` document."""
-    return _dumps(plan.to_json())
+def plan_json(
+    plan: Plan | None,
+    report: ValidationReport,
+    refusal: CatalogError | None,
+    from_version: str,
+    to_version: str,
+) -> str:
+    """The ``plan --json`` document: the plan (``from`` and ``to`` only when it was refused),
+    ``ok``, the path's ``findings`` and the ``refusal`` (as on stderr), if any."""
+    document: dict[str, Any] = (
+        plan.to_json() if plan is not None else {"from": from_version, "to": to_version}
+    )
+    document["ok"] = refusal is None and report.ok
+    document["findings"] = report.findings()
+    document["refusal"] = None if refusal is None else refusal.to_json()
+    return _dumps(document)
 
 
 def report_json(report: ValidationReport) -> str:
@@ -87,13 +101,7 @@ def _diff_text(diff: SchemaDiff) -> Text:
     return text
 
 
-def render_report(report: ValidationReport, console: Console) -> None:
-    """Print ``report``: a summary line, then each distinct failure with the paths it breaks.
-
-    Failures are grouped by reason, culprit collection and rule, since one mistake in release Y
-    typically breaks every path into Y; the message and fix are those of the first such path.
-    """
-    releases = len(report.releases)
+def _render_costs(report: ValidationReport, console: Console) -> None:
     for cost in report.costs:
         finding = cost.finding()
         rows = "" if cost.rows is None else f" ({cost.rows:,} rows now)"
@@ -102,6 +110,30 @@ def render_report(report: ValidationReport, console: Console) -> None:
             style="dim",
             highlight=False,
         )
+
+
+def render_findings(report: ValidationReport, console: Console) -> None:
+    """Print one path's findings under its plan (``plan``): each failure, then each cost."""
+    for failure in report.failures:
+        finding = failure.finding()
+        where = " ".join(str(part) for part in (finding["collection"], finding["path"]) if part)
+        console.print(
+            Text(f"finding ({finding['category']}, {finding['rule']}) {where}: "
+                 f"{finding['message']}", style="red")
+        )  # fmt: skip
+        if finding["fix"]:
+            console.print(Text(f"  fix: {finding['fix']}", style="dim"))
+    _render_costs(report, console)
+
+
+def render_report(report: ValidationReport, console: Console) -> None:
+    """Print ``report``: a summary line, then each distinct failure with the paths it breaks.
+
+    Failures are grouped by reason, culprit collection and rule, since one mistake in release Y
+    typically breaks every path into Y; the message and fix are those of the first such path.
+    """
+    releases = len(report.releases)
+    _render_costs(report, console)
     if report.ok:
         console.print(
             f"all {report.paths_checked} upgrade paths between {releases} releases work",

@@ -261,6 +261,15 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
                 f"{process.id} reports the blob store unreachable since {when}: "
                 f"{report.get('error')}"
             )
+    for process in processes:  # a green process that found drift in its check says so
+        drifts = process.plan.get("drift") if isinstance(process.plan, Mapping) else None
+        if drifts:
+            named = ", ".join(f"{d.get('kind')}: {d.get('collection')}" for d in drifts[:5])
+            more = f" and {len(drifts) - 5} more" if len(drifts) > 5 else ""
+            warnings.append(
+                f"{process.id} found the environment drifted in its check ({named}{more}); "
+                "`catalog-upgrade drift --release FILE` names every difference"
+            )
     finalization = None
     if pending is not None:
         state = "pending" if pending.finalizing is None else "finalizing"

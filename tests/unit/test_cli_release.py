@@ -220,3 +220,42 @@ def test_validate_lists_rewrites_and_replacements_as_data_dependent_costs() -> N
         "--fail-on", "data-dependent-cost",
     )  # fmt: skip
     assert asked.exit_code == EXIT_REFUSED
+
+
+def test_plan_json_findings_are_validates_for_that_path() -> None:
+    """plan --json carries the path's findings: its costly instructions, and failures the
+    planner itself does not refuse (an instruction removed); --fail-on makes them block."""
+    planned = run("plan", "--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "0.12.0", "--json")
+    document = json.loads(planned.stdout)
+    assert document["ok"] is True and document["refusal"] is None
+    costs = {(f["collection"], f["rule"], tuple(f["releases"])) for f in document["findings"]}
+    assert ("mz_catalog.mz_roles", "rewrite", ("0.11.0",)) in costs
+    assert all("0.10.0" not in releases for _, _, releases in costs)  # only releases crossed
+    asked = run("plan", "--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "0.12.0",
+                "--fail-on", "data-dependent-cost")  # fmt: skip
+    assert (planned.exit_code, asked.exit_code) == (EXIT_OK, EXIT_REFUSED)
+    assert "note (data-dependent-cost)" in asked.stdout
+
+    removed = ["plan", "--releases", str(BROKEN / "removed_instruction"), "--from", "0.2.0",
+               "--to", "0.3.0"]  # fmt: skip
+    lenient = run(*removed, "--json")
+    assert lenient.exit_code == EXIT_OK, lenient.output  # exit codes stay as they were
+    finding = json.loads(lenient.stdout)["findings"][0]
+    assert (finding["category"], finding["releases"]) == ("removed-instruction", ["0.2.0", "0.3.0"])
+    assert finding["collection"] and finding["fix"]
+    assert run(*removed, "--fail-on", "removed-instruction").exit_code == EXIT_REFUSED
+    assert run(*removed, "--fail-on", "backport").exit_code == EXIT_OK
+
+
+def test_plan_json_of_a_refused_path_has_its_findings_and_the_refusal() -> None:
+    """A refused path still prints its document (ok false, the finding, the refusal), and the
+    refusal on stderr with exit 4, as before."""
+    args = ["plan", "--releases", str(BROKEN / "missing_instruction")]
+    result = run(*args, "--from", "0.1.0", "--to", "0.2.0", "--json")
+    assert result.exit_code == EXIT_REFUSED
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and document["refusal"]["error"] == json.loads(
+        result.stderr
+    )["error"]
+    assert [f["category"] for f in document["findings"]] == ["missing-instruction"]
+    assert document["findings"][0]["collection"] == "mz_catalog.mz_tables"
