@@ -117,8 +117,9 @@ def scenario_run_command(
 @click.option(
     "--partitions",
     is_flag=True,
-    help="Run every process in a network namespace of its own and add the partition_leader "
-    "fault (needs root, ip and nft).",
+    help="Add partitions (needs root, ip and nft): with one ZooKeeper server every process "
+    "runs in a network namespace of its own (the partition_leader fault); with --zk-servers 3 "
+    "or 5 every server does (the partition_zookeeper fault: a server cut from its peers).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @external_zk_option

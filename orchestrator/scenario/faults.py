@@ -1,5 +1,6 @@
 """Scenario steps that inject faults: SIGKILL, SIGSTOP and SIGCONT, session expiry, ZooKeeper
-restarts, and ZooKeeper servers killed and started by number."""
+restarts, ZooKeeper servers killed and started by number, and partitions (a process cut from
+ZooKeeper or its clients, a ZooKeeper server cut from its peers)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.scenario.format.steps import (
     ExpireStep,
     HealStep,
+    HealZooKeeperStep,
     KillStep,
     KillZooKeeperStep,
     PartitionStep,
+    PartitionZooKeeperStep,
     PauseStep,
     RestartZooKeeperStep,
     ResumeStep,
@@ -142,6 +145,46 @@ class FaultActions:
             self._wait_answering(self.run.timeout_of(step))
         which = ", ".join(map(str, numbers))
         return f"ZooKeeper server(s) {which} serving after {time.monotonic() - started:.2f} s"
+
+    def do_partition_zookeeper(self, step: PartitionZooKeeperStep) -> str:
+        """Cut one server off from its peers; return once the majority's side answers."""
+        self._controlled(step)
+        try:
+            number = self.run.zookeeper.isolate(step.server)
+        except CatalogError as exc:
+            raise StepFailed(exc.message) from None
+        detail = f"ZooKeeper server {number}" + (
+            f" (the {step.server})" if isinstance(step.server, str) else ""
+        )
+        started = time.monotonic()
+        self._wait_answering(self.run.timeout_of(step))
+        answering = time.monotonic() - started
+        # The minority side must stop serving: a server without its quorum answers nobody.
+        deadline = started + self.run.timeout_of(step)
+        while (mode := self.run.zookeeper.mode(number)) is not None:
+            if time.monotonic() > deadline:
+                raise StepFailed(
+                    f"ZooKeeper server {number} still serves as {mode} "
+                    f"{self.run.timeout_of(step):g} s after its peers were cut"
+                )
+            time.sleep(0.1)
+        return detail + (
+            f" cut from its peers; the quorum answers after {answering:.2f} s, the cut server "
+            f"stopped serving after {time.monotonic() - started:.2f} s"
+        )
+
+    def do_heal_zookeeper(self, step: HealZooKeeperStep) -> str:
+        self._controlled(step)
+        started = time.monotonic()
+        try:
+            numbers = self.run.zookeeper.rejoin(step.server, self.run.timeout_of(step))
+        except CatalogError as exc:
+            raise StepFailed(exc.message) from None
+        if not numbers:
+            return "no ZooKeeper server was partitioned"
+        which = ", ".join(map(str, numbers))
+        took = time.monotonic() - started
+        return f"ZooKeeper server(s) {which} rejoined, serving after {took:.2f} s"
 
     def _wait_answering(self, timeout: float) -> None:
         """Until the runner's client completes a sync through a quorum."""

@@ -64,7 +64,7 @@ def run_scenario(
     timeline: list[tuple[float, str]] = []
     workload_outcome: str | None = None
     try:
-        reason = unavailable() if scenario.partitioned else None
+        reason = unavailable() if scenario.needs_namespaces else None
         if reason is not None:
             error = f"its partition steps need network namespaces: {reason}"
         run.open()
@@ -181,8 +181,9 @@ def load_all(files: Sequence[Path], *, restartable: bool) -> list[Scenario]:
         step = scenario.zookeeper_step
         if step is not None and not restartable:
             raise BadInputError(
-                f"{file}:{step.line}: step {step.number} ({step.action}) stops ZooKeeper "
-                "servers, which only the embedded ones allow: run without --zk/CATALOG_UPGRADE_ZK",
+                f"{file}:{step.line}: step {step.number} ({step.action}) stops or cuts "
+                "ZooKeeper servers, which only the embedded ones allow: run without "
+                "--zk/CATALOG_UPGRADE_ZK",
                 path=str(file),
                 step=step.number,
                 line=step.line,
@@ -205,15 +206,20 @@ def run_files(
     results = []
     with contextlib.ExitStack() as stack:
         # By server count and whether partitioned processes must reach it; started when needed.
-        targets: dict[tuple[int, bool], ZooKeeperTarget] = {}
+        # An ensemble cut by partition_zookeeper runs its servers in namespaces (where it can:
+        # elsewhere the scenario fails naming the reason before its first step).
+        targets: dict[tuple[int, bool, bool], ZooKeeperTarget] = {}
         for scenario in scenarios:
             if on_start is not None:
                 on_start(scenario)
             servers = 1 if zk else scenario.defaults.zookeeper_servers
-            wanted = (servers, bool(scenario.partitioned))
+            isolated = scenario.partitions_zookeeper and unavailable() is None
+            wanted = (servers, bool(scenario.partitioned), isolated)
             if wanted not in targets:
                 targets[wanted] = stack.enter_context(
-                    ZooKeeperTarget.open(zk, servers=servers, every_address=wanted[1])
+                    ZooKeeperTarget.open(
+                        zk, servers=servers, every_address=wanted[1], isolated=isolated
+                    )
                 )
             result = run_scenario(scenario, targets[wanted], seed=seed, on_step=on_step)
             results.append(result)

@@ -16,6 +16,7 @@ FAULT_ACTIONS = frozenset(
         "restart_zookeeper",
         "kill_zookeeper",
         "start_zookeeper",
+        "partition_zookeeper",
     }
 )
 

@@ -2,7 +2,9 @@
 
 Scenarios that rehearse ZooKeeper faults need servers they can stop: ``restart_zookeeper``
 restarts every server; ``kill_zookeeper`` and ``start_zookeeper`` act on one member of an
-ensemble by number (1-based, as ``myid``), or on its current ``leader`` or a ``follower``.
+ensemble by number (1-based, as ``myid``), or on its current ``leader`` or a ``follower``, and
+so do ``partition_zookeeper`` and ``heal_zookeeper``, which cut a member off from its peers
+and heal it (an isolated ensemble: orchestrator.testing.ensemble).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class ZooKeeperTarget:
         return self.server is not None or self.ensemble is not None
 
     @property
+    def isolates_servers(self) -> bool:
+        """Whether each server runs in a network namespace of its own (``isolate`` can cut
+        it off from its peers)."""
+        return self.ensemble is not None and self.ensemble.isolated
+
+    @property
     def size(self) -> int:
         """How many servers the target runs (0: an external one, not ours to control)."""
         if self.ensemble is not None:
@@ -51,10 +59,12 @@ class ZooKeeperTarget:
         *,
         servers: int = 1,
         every_address: bool = False,
+        isolated: bool = False,
     ) -> Iterator[ZooKeeperTarget]:
         """``hosts`` when given, otherwise an embedded server (or ensemble of ``servers``) for
         the duration of the block; one server listens on ``every_address`` when processes in
-        network namespaces must reach it (orchestrator.testing.netns)."""
+        network namespaces must reach it (orchestrator.testing.netns); an ``isolated``
+        ensemble runs each server in a namespace of its own (``isolate`` can cut it)."""
         if hosts:
             yield cls(hosts=hosts)
             return
@@ -64,7 +74,9 @@ class ZooKeeperTarget:
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="catalog-upgrade-zk-"))
                 )
             if servers > 1:
-                ensemble = stack.enter_context(ZooKeeperEnsemble(data_dir, servers))
+                ensemble = stack.enter_context(
+                    ZooKeeperEnsemble(data_dir, servers, isolated=isolated)
+                )
                 yield cls(hosts=ensemble.hosts, ensemble=ensemble)
                 return
             host = "0.0.0.0" if every_address else "127.0.0.1"
@@ -77,7 +89,9 @@ class ZooKeeperTarget:
         if not self.restartable:
             return True
         members = self._members()
-        return sum(m.running for m in members) * 2 > len(members)
+        cut = set(self.ensemble.isolated_members()) if self.ensemble is not None else set()
+        serving = [m.running and n not in cut for n, m in enumerate(members, start=1)]
+        return sum(serving) * 2 > len(members)
 
     def _members(self) -> list[EmbeddedZooKeeper]:
         if self.ensemble is not None:
@@ -127,6 +141,33 @@ class ZooKeeperTarget:
         for n in numbers:
             members[n - 1].wait_serving(timeout)
         return numbers
+
+    def mode(self, number: int) -> str | None:
+        """What member ``number`` serves as now (None: it does not serve)."""
+        if self.ensemble is None:
+            return None
+        return self.ensemble.mode(number)
+
+    def isolate(self, which: int | str) -> int:
+        """Cut member ``which`` off from its peers (its clients still reach it); the number."""
+        number = self.resolve(which)
+        if self.ensemble is None:
+            raise BadInputError("a standalone ZooKeeper server has no peers to be cut from")
+        self.ensemble.isolate(number)
+        return number
+
+    def rejoin(self, number: int | None, timeout: float) -> list[int]:
+        """Heal the cut of member ``number`` (None: of every cut member) and wait until each
+        serves again; the numbers healed."""
+        if self.ensemble is None:
+            return []
+        numbers = (
+            [self.resolve(number)] if number is not None else self.ensemble.isolated_members()
+        )
+        healed = [n for n in numbers if self.ensemble.rejoin(n)]
+        for n in healed:
+            self.ensemble.member(n).wait_serving(timeout)
+        return healed
 
     def restart(self, down: float | None, timeout: float) -> None:
         """Stop every server, keep them down ``down`` seconds, start them all again."""

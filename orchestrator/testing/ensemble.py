@@ -5,6 +5,11 @@ ensemble leader's death and a lost quorum. ``ZooKeeperEnsemble(n)`` runs ``n`` m
 :class:`~orchestrator.testing.zkserver.EmbeddedZooKeeper` with its own client, quorum and election
 ports, data directory and ``myid``; ``hosts`` is the connection string of all of them. Members
 are stopped and started by number (1-based), as scenario steps and tests need.
+
+An ``isolated`` ensemble runs each member in a network namespace of its own, the namespaces
+joined by a bridge (orchestrator.testing.netns): :meth:`ZooKeeperEnsemble.isolate` then cuts one
+member off from its peers while its clients still reach it, the partition of a ZooKeeper server
+from its quorum, and :meth:`ZooKeeperEnsemble.rejoin` heals it. Needs root, ``ip`` and ``nft``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError
+from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zktls import ServerTls
 
@@ -34,7 +40,10 @@ class ZooKeeperEnsemble:
     host: str = "127.0.0.1"
     # Every member serves clients over TLS only (the quorum's own links stay plain).
     tls: ServerTls | None = None
+    # Each member in a network namespace of its own on one bridge (``isolate`` can cut it).
+    isolated: bool = False
     members: list[EmbeddedZooKeeper] = attrs.field(factory=list, init=False)
+    _bridge: Bridge | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.size < 1 or self.size % 2 == 0:
@@ -45,14 +54,26 @@ class ZooKeeperEnsemble:
         self.data_dir = Path(self.data_dir).resolve()
         ports = [(free_port(), free_port(), free_port()) for _ in range(self.size)]
         peers = tuple(ports) if self.size > 1 else ()
+        namespaces: list[Namespace | None] = [None] * self.size
+        if self.isolated:
+            self._bridge = Bridge.allocate()
+            try:
+                for number in range(1, self.size + 1):
+                    namespaces[number - 1] = Namespace.allocate(self._bridge, slot=number)
+            except BaseException:
+                self._delete_network(namespaces)
+                raise
+        hosts = tuple(self.host if ns is None else ns.ip for ns in namespaces)
         self.members = [
             EmbeddedZooKeeper(
                 data_dir=self.data_dir / f"server{number}",
                 port=client,
-                host=self.host,
+                host=hosts[number - 1],
                 myid=number,
                 peers=peers,
+                peer_hosts=hosts,
                 tls=self.tls,
+                netns=namespaces[number - 1],
             )
             for number, (client, _quorum, _election) in enumerate(ports, start=1)
         ]
@@ -94,6 +115,34 @@ class ZooKeeperEnsemble:
         if wait:
             member.wait_serving(timeout)
 
+    def isolate(self, number: int) -> None:
+        """Cut server ``number`` off from every other member (both ways); its clients still
+        reach it. Only an ``isolated`` ensemble can."""
+        namespace = self._namespace(number)
+        others = [m.host for n, m in enumerate(self.members, start=1) if n != number]
+        namespace.cut("peers", addresses=others)
+
+    def rejoin(self, number: int) -> bool:
+        """Heal the cut of server ``number``; whether it was cut."""
+        return bool(self._namespace(number).heal("peers"))
+
+    def isolated_members(self) -> list[int]:
+        """The numbers of the members cut off from their peers now."""
+        return [
+            n for n, m in enumerate(self.members, start=1)
+            if m.netns is not None and "peers" in m.netns.cuts
+        ]  # fmt: skip
+
+    def _namespace(self, number: int) -> Namespace:
+        namespace = self.member(number).netns
+        if namespace is None:
+            raise BadInputError(
+                "this ensemble's servers share one network: start it isolated to cut one off "
+                "from its peers",
+                server=number,
+            )
+        return namespace
+
     def mode(self, number: int) -> str | None:
         """``leader``, ``follower`` (or ``standalone``) as server ``number`` reports it; None
         when it does not serve."""
@@ -114,6 +163,15 @@ class ZooKeeperEnsemble:
         for member in self.members:
             with contextlib.suppress(Exception):
                 member.stop()
+        self._delete_network([m.netns for m in self.members])
+
+    def _delete_network(self, namespaces: list[Namespace | None]) -> None:
+        for namespace in namespaces:
+            if namespace is not None:
+                namespace.delete()
+        if self._bridge is not None:
+            self._bridge.delete()
+            self._bridge = None
 
     def __enter__(self) -> ZooKeeperEnsemble:
         return self.start()

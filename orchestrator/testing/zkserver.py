@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import attrs
 import structlog
@@ -26,6 +27,9 @@ import structlog
 from catalog.errors import ConfigurationError
 from orchestrator.quorum import four_letter_word
 from orchestrator.zktls import ServerTls
+
+if TYPE_CHECKING:
+    from orchestrator.testing.netns import Namespace
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +125,10 @@ class EmbeddedZooKeeper:
     # (client, quorum, election) ports, by number. Empty: a standalone server.
     myid: int = 0
     peers: tuple[tuple[int, int, int], ...] = ()
+    # Each member's address, by number (empty: every member at ``host``).
+    peer_hosts: tuple[str, ...] = ()
+    # The network namespace it runs in (orchestrator.testing.netns), where a cut isolates it.
+    netns: Namespace | None = None
     # Clients connect with TLS only (orchestrator.zktls), on ``port``.
     tls: ServerTls | None = None
     # Extra JVM system properties, e.g. ``-Djute.maxbuffer=100000`` (tests of small limits).
@@ -183,7 +191,8 @@ class EmbeddedZooKeeper:
         (self.data_dir / "data" / "myid").write_text(f"{self.myid}\n")
         lines = ["initLimit=10", "syncLimit=5", "standaloneEnabled=false"]
         for number, (_client, quorum, election) in enumerate(self.peers, start=1):
-            lines.append(f"server.{number}={self.host}:{quorum}:{election}")
+            host = self.peer_hosts[number - 1] if self.peer_hosts else self.host
+            lines.append(f"server.{number}={host}:{quorum}:{election}")
         return lines
 
     def start(self, timeout: float = 60.0) -> EmbeddedZooKeeper:
@@ -220,6 +229,8 @@ class EmbeddedZooKeeper:
             main,
             str(cfg),
         ]
+        if self.netns is not None:
+            command = self.netns.command(command)
         stdout = (self.data_dir / "zookeeper.out").open("ab")
         self._process = subprocess.Popen(
             command, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -49,6 +49,9 @@ SIMULATION_SEEDS = [(202, 12, 1), (606, 12, 1), (808, 12, 1), (33, 12, 3), (38, 
 SIMULATION_FAULTS = 0.4
 # A walk with every process in a network namespace (seed, steps): it partitions a leader.
 PARTITION_SEED = (2, 12)
+# A walk on a three-server ensemble, each server in a network namespace (seed, steps): it cuts
+# ZooKeeper servers off from their peers.
+ZOOKEEPER_PARTITION_SEED = (5, 12)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,18 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTarg
     """A three-server embedded ensemble for this module (scenarios kill and start members)."""
     with ZooKeeperTarget.open(None, tmp_path_factory.mktemp("scenario-ensemble"), servers=3) as t:
         yield t
+
+
+@pytest.fixture(scope="module")
+def isolated_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperTarget]:
+    """A three-server ensemble, each server in a network namespace of its own (scenarios cut
+    servers off from their peers)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"cutting a ZooKeeper server from its peers needs network namespaces: {reason}")
+    path = tmp_path_factory.mktemp("scenario-isolated-ensemble")
+    with ZooKeeperTarget.open(None, path, servers=3, isolated=True) as target:
+        yield target
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +118,8 @@ def test_scenario(
         if reason is not None:
             pytest.skip(f"partition steps need network namespaces: {reason}")
         fixture = "reachable_zookeeper"
+    if scenario.partitions_zookeeper:
+        fixture = "isolated_ensemble"
     target: ZooKeeperTarget = request.getfixturevalue(fixture)
     assert target.size == servers
     result = run_scenario(scenario, target, seed=7)
@@ -237,12 +254,35 @@ def test_simulation_with_partitions(
     injected[-seed] = result.faults
 
 
+def test_simulation_with_zookeeper_partitions(
+    request: pytest.FixtureRequest, injected: dict[int, Counter[str]]
+) -> None:
+    """A walk on an ensemble whose servers run in network namespaces: the partition_zookeeper
+    fault (a server cut off from its peers stops serving, the majority answers, a write goes
+    through it, healed it rejoins, the same leader serves) keeps every invariant."""
+    seed, steps = ZOOKEEPER_PARTITION_SEED
+    config = SimulationConfig(
+        releases_dir=SCENARIOS / "releases",
+        seed=seed,
+        steps=steps,
+        fault_probability=SIMULATION_FAULTS,
+        shrink_runs=0,
+        zookeeper_servers=3,
+        partitions=True,
+    )
+    result = simulate(config, target=request.getfixturevalue("isolated_ensemble"))
+    assert result.ok, f"{result.error}\n{result.scenario_toml}"
+    assert result.faults["partition_zookeeper"] >= 1, result.faults
+    injected[-1000 - seed] = result.faults
+
+
 def test_simulation_covers_every_fault(injected: dict[int, Counter[str]]) -> None:
     """Together, the CI seeds inject every kind of fault the walk knows (partitions where
     network namespaces can be made)."""
     if len([k for k in injected if k >= 0]) < len(SIMULATION_SEEDS):
         pytest.skip("not every simulation seed ran")
-    kinds = set(FAULT_KINDS) - ({"partition_leader"} if unavailable() else set())
+    cut = {"partition_leader", "partition_zookeeper"}
+    kinds = set(FAULT_KINDS) - (cut if unavailable() else set())
     missing = kinds - set().union(*injected.values())
     assert not missing, f"no CI seed injects {sorted(missing)}: {injected}"
 

@@ -370,3 +370,22 @@ def test_a_workload_table_parses_and_bad_values_are_named(scenario_dir: Path) ->
     message = caught.value.message
     for expected in ("clients must be 1 to 64", "[workload] rate", "SCHEMA.NAME", "'speed'"):
         assert expected in message, message
+
+
+def test_a_zookeeper_server_is_cut_from_its_peers_only_in_an_ensemble(scenario_dir: Path) -> None:
+    """partition_zookeeper needs an ensemble, and a scenario partitions processes or servers,
+    not both; well-formed, its servers run in namespaces (partitions_zookeeper)."""
+    cut = '\n[[step]]\naction = "partition_zookeeper"\nserver = "leader"\n'
+    error = problems_of(HEADER + START + cut, scenario_dir)
+    assert "zookeeper_servers = 3" in error.message and error.details["step"] == 2
+    ensemble = HEADER + "[defaults]\nzookeeper_servers = 3\n" + START
+    both = ensemble + cut + '\n[[step]]\naction = "partition"\nprocess = "a"\ncut = "clients"\n'
+    error = problems_of(both, scenario_dir)
+    assert "not both" in error.message and error.details["step"] == 3
+    heal = '\n[[step]]\naction = "heal_zookeeper"\nserver = 4\n'
+    error = problems_of(ensemble + cut + heal, scenario_dir)
+    assert error.details["field"] == "server"
+    scenario = parse_scenario(ensemble + cut + '\n[[step]]\naction = "heal_zookeeper"\n',
+                              scenario_dir / "s.toml")  # fmt: skip
+    assert scenario.partitions_zookeeper and scenario.needs_namespaces
+    assert not scenario.partitioned

@@ -149,6 +149,22 @@ def parse_scenario(
                 step=step.number,
                 field="server",
             )
+    cuts_servers = [s for s in steps if s.action == "partition_zookeeper"]
+    if cuts_servers and defaults.zookeeper_servers == 1:
+        found.add(
+            "a ZooKeeper server is cut off from its peers only in an ensemble: set [defaults] "
+            "zookeeper_servers = 3",
+            step=cuts_servers[0].number,
+            field="action",
+        )
+    cuts_processes = [s for s in steps if s.action == "partition"]
+    if cuts_servers and cuts_processes:
+        found.add(
+            "a scenario partitions processes or ZooKeeper servers, not both (processes in "
+            "namespaces of their own reach the host, not the servers' bridge)",
+            step=cuts_processes[0].number,
+            field="action",
+        )
     _raise_if_any(found.problems, file)
     assert releases_dir is not None
     return Scenario(

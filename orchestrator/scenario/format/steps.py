@@ -23,9 +23,11 @@ __all__ = [
     "ExpireStep",
     "FinalizeStep",
     "HealStep",
+    "HealZooKeeperStep",
     "KillStep",
     "KillZooKeeperStep",
     "PartitionStep",
+    "PartitionZooKeeperStep",
     "PauseStep",
     "PromoteStep",
     "ReadStep",
@@ -284,6 +286,35 @@ class StartZooKeeperStep(Step):
 
 
 @attrs.frozen(kw_only=True)
+class PartitionZooKeeperStep(Step):
+    action: ClassVar[str] = "partition_zookeeper"
+    help: ClassVar[str] = (
+        "cut one ZooKeeper server off from its peers (a number, \"leader\" or \"follower\"); its "
+        "clients still reach it. Each server then runs in a network namespace of its own"
+    )
+    server: int | str = _field("server")
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        return f"partition ZooKeeper server {self.server} from its peers"
+
+
+@attrs.frozen(kw_only=True)
+class HealZooKeeperStep(Step):
+    action: ClassVar[str] = "heal_zookeeper"
+    help: ClassVar[str] = (
+        "heal a ZooKeeper server's partition (default: every partitioned one) and wait until "
+        "it serves"
+    )
+    server: int | None = _field("server_number", default=None)
+    timeout: float | None = _field("timeout", default=None)
+
+    def describe(self) -> str:
+        which = "every partitioned server" if self.server is None else f"server {self.server}"
+        return f"heal ZooKeeper {which}"
+
+
+@attrs.frozen(kw_only=True)
 class StopStep(_ProcessStep):
     action: ClassVar[str] = "stop"
     help: ClassVar[str] = "SIGTERM a process and expect its exit code"
@@ -357,6 +388,8 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         RestartZooKeeperStep,
         KillZooKeeperStep,
         StartZooKeeperStep,
+        PartitionZooKeeperStep,
+        HealZooKeeperStep,
         StopStep,
         ExpectStatusStep,
         ExpectExitStep,

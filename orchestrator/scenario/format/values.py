@@ -33,7 +33,15 @@ DEFAULT_KEYS: Final = frozenset({"session_timeout", "timeout", "invariants", "zo
 
 
 # Steps that stop ZooKeeper servers: they need servers the run started itself.
-ZOOKEEPER_ACTIONS: Final = frozenset({"restart_zookeeper", "kill_zookeeper", "start_zookeeper"})
+ZOOKEEPER_ACTIONS: Final = frozenset(
+    {
+        "restart_zookeeper",
+        "kill_zookeeper",
+        "start_zookeeper",
+        "partition_zookeeper",
+        "heal_zookeeper",
+    }
+)
 
 
 DEFAULT_SESSION_TIMEOUT: Final = 2.0
@@ -101,6 +109,16 @@ class Scenario:
     def partitioned(self) -> frozenset[str]:
         """The processes a ``partition`` step cuts: they run in network namespaces."""
         return frozenset(s.process for s in self.steps if s.action == "partition")
+
+    @property
+    def partitions_zookeeper(self) -> bool:
+        """Whether a step cuts a ZooKeeper server off from its peers: the ensemble's servers
+        then run in network namespaces of their own."""
+        return any(s.action == "partition_zookeeper" for s in self.steps)
+
+    @property
+    def needs_namespaces(self) -> bool:
+        return bool(self.partitioned) or self.partitions_zookeeper
 
     def release_file(self, release: str) -> Path:
         return self.release_files[release]

@@ -37,9 +37,9 @@ class RowRules:
     releases: Sequence[Release]
     tracked: dict[str, TrackedRows]
     _catalog_seen: tuple[str, int] | None = attrs.field(default=None, init=False)
-    # The tracked rows of collections an upgrade replaced or rewrote, as they were before it
-    # (by the version it upgraded to): what a rollback of it restores.
-    _before: dict[str, dict[str, TrackedRows]] = attrs.field(factory=dict, init=False)
+    # Per upgraded version, what each collection it replaced or rewrote held before it (None:
+    # nothing tracked then), for a rollback to restore.
+    _before: dict[str, dict[str, TrackedRows | None]] = attrs.field(factory=dict, init=False)
 
     def rows(self, view: DurableView) -> list[Violation]:
         catalog = view.catalog
@@ -119,9 +119,9 @@ class RowRules:
         except CatalogError:
             return
         self._before[new_version] = {
-            m.name: copy.deepcopy(self.tracked[m.name])
+            m.name: copy.deepcopy(self.tracked[m.name]) if m.name in self.tracked else None
             for m in merged.migrations
-            if m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE) and m.name in self.tracked
+            if m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE)
         }
         for migration in merged.migrations:
             if migration.mechanism is Mechanism.REPLACEMENT and migration.name in self.tracked:
@@ -149,7 +149,10 @@ class RowRules:
                 continue
             carried = inverse_chain(release, name, Version.parse(previous)) is not None
             now, then = self.tracked[name], before[name]
-            if not carried:
+            if then is None:  # first written after the upgrade: carried back, or discarded
+                if not carried:
+                    del self.tracked[name]
+            elif not carried:
                 self.tracked[name] = then
             elif migration.mechanism is Mechanism.REPLACEMENT:
                 then.acked.update(now.acked)

@@ -269,6 +269,21 @@ class FaultMoves:
         outage = "quorum lost, then back" if lose_quorum else "a write through the quorum"
         return f"{detail}; {outage}; {self.model.leader} serves again"
 
+    def partition_zookeeper(self, rng: random.Random) -> str:
+        """Cut a ZooKeeper server (the ensemble's leader or a follower) off from its peers
+        while its clients still reach it: it must stop serving and the majority answer (the
+        step checks both); a write goes through the majority; healed, it rejoins. The same
+        leader serves throughout: its session moves to the majority."""
+        assert self.model.leader is not None
+        which = rng.choice(["leader", "follower"])
+        detail = self.model.do(
+            "partition_zookeeper", server=which, timeout=self.model.config.timeout
+        )
+        self.upgrades.append(rng)
+        self.model.do("heal_zookeeper", timeout=self.model.config.timeout)
+        self.model.wait(self.model.leader, "serving")
+        return f"{detail}; a write through the majority; healed, {self.model.leader} serves"
+
     def expire_follower(self, rng: random.Random) -> str:
         name = rng.choice(self.model.followers())
         self.model.do("expire", processes=(name,), timeout=self.model.config.timeout)

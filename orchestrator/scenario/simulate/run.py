@@ -49,7 +49,7 @@ def _run_walk(
         rng=random.Random(config.seed),
         history=history,
         invariants=True,
-        isolate_all=config.partitions,
+        isolate_all=config.isolates_processes,
     )
     walk: list[WalkStep] = []
     started = time.monotonic()
@@ -160,7 +160,10 @@ def simulate(
         if target is None:
             target = stack.enter_context(
                 ZooKeeperTarget.open(
-                    zk, servers=config.zookeeper_servers, every_address=config.partitions
+                    zk,
+                    servers=config.zookeeper_servers,
+                    every_address=config.isolates_processes,
+                    isolated=config.isolates_servers,
                 )
             )
         result = _run_walk(config, target, index, config.steps, on_step)

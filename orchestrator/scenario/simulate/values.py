@@ -23,6 +23,7 @@ FAULT_KINDS = (
     "lost_answer",
     "zookeeper_server",
     "partition_leader",
+    "partition_zookeeper",
     "rollback",
 )
 
@@ -57,9 +58,19 @@ class SimulationConfig:
     shrink_runs: int = 3
     # An embedded ensemble of this many servers (the zookeeper_server fault needs 3 or more).
     zookeeper_servers: int = 1
-    # Every process in a network namespace of its own: adds the partition_leader fault (root,
-    # ip and nft needed: orchestrator.testing.netns).
+    # Partitions (root, ip and nft needed: orchestrator.testing.netns). With one ZooKeeper
+    # server, every process runs in a network namespace of its own: the partition_leader fault.
+    # With an ensemble, every server does: the partition_zookeeper fault (a server cut off from
+    # its peers). Processes in namespaces reach the host, not the servers' bridge.
     partitions: bool = False
+
+    @property
+    def isolates_processes(self) -> bool:
+        return self.partitions and self.zookeeper_servers == 1
+
+    @property
+    def isolates_servers(self) -> bool:
+        return self.partitions and self.zookeeper_servers > 1
 
 
 @attrs.frozen

@@ -60,8 +60,10 @@ class Walker:
                 faults.append("kill_mid_migration")
             if self.model.run.zookeeper.size >= 3:
                 faults.append("zookeeper_server")
-            if self.model.config.partitions:
+            if self.model.run.isolate_all:
                 faults.append("partition_leader")
+            if self.model.run.zookeeper.isolates_servers:
+                faults.append("partition_zookeeper")
             assert self.model.catalog_version is not None
             if room >= 1 and any(
                 Version.parse(v) > Version.parse(self.model.catalog_version)
