@@ -6,7 +6,8 @@ Reports per level: appends/s, rows/s, p50/p99 latency (ms), and the sidecar's co
 appends each carried on average (``catalog_upgrade_append_group_size``; absent before group
 commit). Target (issue 25): at 16 clients at least
 10x the 73 appends/s measured before group commit, with p99 under 100 ms. JSON on stdout and
-in ``benchmarks/results/appends.json`` (``--label`` names the run inside it).
+in ``benchmarks/results/appends.json`` (``--label`` names the run inside it). ``BENCH_EXTRA``
+in the environment adds sidecar flags (e.g. ``--http-workers 8``).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def main() -> None:
             zk=zookeeper.hosts, env=f"appends-{os.getpid()}", name="bench", version="0.10.0",
             release_file=RELEASE, deploy_generation=1, log_path=work / "sidecar.log",
             blob=work / "blob", auto_promote=True, log_level="WARNING",
-            http_token_file=token_file,
+            http_token_file=token_file, extra=tuple(os.environ.get("BENCH_EXTRA", "").split()),
         )  # fmt: skip
         try:
             sidecar.wait_ready()

@@ -248,12 +248,14 @@ class Shard:
         carry: Carry | None = None,
         group: Sequence[tuple[str, int]] = (),
         state: ShardState | None = None,
+        recheck: bool = False,
     ) -> AppendResult:
         """Append ``batch``, exactly once by ``write_id`` (or the ``group``'s ids)
         (:func:`catalog.shard.write.compare_and_append`)."""
         return write.compare_and_append(
             self, batch, expected_upper, new_upper, schema_id=schema_id, fence=fence,
             guards=guards, write_id=write_id, carry=carry, group=group, state=state,
+            recheck=recheck,
         )  # fmt: skip
 
     def compare_and_append_batches(

@@ -113,6 +113,8 @@ def append_rows(
     retry: Callable[[], Callable[..., AppendResult]] = CasRetry,
     before_read: Callable[[], None] | None = None,
     before_send: Callable[[], None] | None = None,
+    known: ShardState | None = None,
+    on_unknown: Callable[[], None] | None = None,
 ) -> AppendResult:
     """Append ``rows`` (or what ``rows(state)`` returns for the state read) at the upper.
 
@@ -123,16 +125,22 @@ def append_rows(
     errors: a lost race, a lost connection). A result's ``replayed`` says that ``write_id`` had
     landed before this call (a retry of a request answered earlier); an attempt of this call
     whose answer was lost and that a later attempt finds is this call's own write, not a
-    replay.
+    replay. ``known``: a state the caller holds (the one its own last commit left, when it is
+    the shard's only writer); the first attempt uses it instead of reading, and a stale one
+    costs a refused compare-and-set and a re-read. ``on_unknown`` runs when an attempt's
+    outcome is unknown (anything but a refusal after it was sent): what a later attempt finds
+    may then be that attempt's own write.
     """
     attempts = 0
+    held = [known] if known is not None else []
 
     def attempt() -> AppendResult:
         nonlocal attempts
         attempts += 1
         if before_read is not None:
             before_read()
-        state = shard.state()
+        recheck = bool(held)
+        state = held.pop() if held else shard.state()
         wanted = rows(state) if callable(rows) else rows
         if write_id is not None:
             landed = shard.find_write(state.writes, write_id)
@@ -150,10 +158,17 @@ def append_rows(
                 batch = _as_latest(shard, batch, wanted.schema, state)
         if before_send is not None:
             before_send()
-        result = shard.compare_and_append(
-            batch, upper, upper + 1, schema_id=schema_id, fence=fence, guards=wanted.guards,
-            write_id=write_id, group=wanted.group, state=state,
-        )  # fmt: skip
+        try:
+            result = shard.compare_and_append(
+                batch, upper, upper + 1, schema_id=schema_id, fence=fence, guards=wanted.guards,
+                write_id=write_id, group=wanted.group, state=state, recheck=recheck,
+            )  # fmt: skip
+        except VersionMismatchError:
+            raise
+        except Exception:
+            if on_unknown is not None:
+                on_unknown()
+            raise
         if not result.ok:
             raise VersionMismatchError(
                 f"upper of shard {shard.shard_id} moved from {upper} to {result.upper}",

@@ -52,6 +52,7 @@ def compare_and_append(
     carry: Carry | None = None,
     group: Sequence[tuple[str, int]] = (),
     state: ShardState | None = None,
+    recheck: bool = False,
 ) -> AppendResult:
     """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
 
@@ -75,7 +76,10 @@ def compare_and_append(
     copy, which keeps the source's times). ``group``: the appends a group commit joins in
     this batch, ``(write id, rows)`` each, in its order: each gets its own mark, all land
     together or none (``write_id`` is then the first's). ``state``: the state the caller just
-    read, if it did (the compare-and-set checks it is still current).
+    read, if it did (the compare-and-set checks it is still current); with ``recheck``, a
+    ``state`` that moved is refused with VersionMismatchError instead of retried on a re-read
+    one, for a caller whose batch depends on it (a group commit's members, checked against
+    its ledger).
     """
     _check_frontiers(shard, expected_upper, new_upper)
     refs: list[BatchRef] = []
@@ -94,7 +98,7 @@ def compare_and_append(
             refs.append(ref)
     return _append_refs(shard,
         refs, expected_upper, new_upper, fence=fence, guards=guards, write_id=write_id,
-        carry=carry, initial=initial, group=group,
+        carry=carry, initial=initial, group=group, recheck=recheck and state is not None,
     )  # fmt: skip
 
 
@@ -159,9 +163,12 @@ def _append_refs(
     carry: Carry | None,
     initial: ShardState,
     group: Sequence[tuple[str, int]] = (),
+    recheck: bool = False,
 ) -> AppendResult:
     """The CAS loop of an append whose blobs (``refs``) are written: exactly once by
-    ``write_id``; the blobs are deleted when the append surely did not land."""
+    ``write_id``; the blobs are deleted when the append surely did not land. ``recheck``: a
+    refused compare-and-set on ``initial`` ends the loop with VersionMismatchError (the
+    caller re-derives the append from a re-read state)."""
     owned = [r.key(shard.shard_id) for r in refs]
     landed = shard.find_write(initial.writes, write_id)
     if landed is not None:
@@ -199,9 +206,11 @@ def _append_refs(
         new = attrs.evolve(new, writes=writes)
         try:
             result = shard.cas(current, new, fence, guards)
-        except VersionMismatchError:
+        except VersionMismatchError as exc:
             shard.blob.delete_many([*written, *segment_keys])
             shard.check_guards(guards)
+            if recheck and current is initial:
+                raise _Moved(exc) from exc
             raise
         except ConnectionLostError:
             uncertain = True
@@ -211,6 +220,9 @@ def _append_refs(
 
     try:
         result = shard.retry()(attempt)
+    except _Moved as moved:
+        shard.blob.delete_many(owned)
+        raise moved.refusal from None
     except BaseException:
         if not uncertain:
             shard.blob.delete_many(owned)
@@ -223,6 +235,14 @@ def _append_refs(
         shard.log.debug("appended", upper=result.upper, rows=rows, replayed=result.replayed,
                         rollups_left_to_gc=len(replaced))  # fmt: skip
     return result
+
+
+class _Moved(Exception):
+    """The caller's state moved before the compare-and-set (``recheck``): not retried here."""
+
+    def __init__(self, refusal: VersionMismatchError) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 def _record(

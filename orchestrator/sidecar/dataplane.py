@@ -36,7 +36,6 @@ from catalog.shard import (
     Rows,
     Shard,
     ShardState,
-    WriteLedger,
     WriteMark,
     append_rows,
     find_schema_id,
@@ -80,10 +79,11 @@ class SidecarDataPlane:
         self._keyed = KeyedRequests()
         self._groups: dict[str, GroupCommit] = {}
         self._groups_lock = threading.Lock()
-        # The write ledger each shard's last commit left (the leader is its only writer): what
-        # a keyed request's pre-check reads instead of ZooKeeper. Stale is safe: a commit
-        # re-checks every member against the state it reads.
-        self._ledgers: dict[str, WriteLedger] = {}
+        # The state each shard's last commit left (the leader is its only writer): what a
+        # keyed request's pre-check reads, and what the next commit's first attempt starts
+        # from, instead of ZooKeeper. Stale is safe: the compare-and-set refuses it and the
+        # retry re-reads, and a commit re-checks every member against the state it uses.
+        self._states: dict[str, ShardState] = {}
         self._leader_shards: tuple[object, dict[str, str]] = (None, {})
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
@@ -169,7 +169,8 @@ class SidecarDataPlane:
             if prefix is not None:  # a retry gets its first answer before its body is read
                 with self._outcome(lambda: False):
                     shard = self._append_retry(lambda: self._resolve(leadership, builtin))
-                    latest = self._ledgers.get(shard.shard_id) or shard.state().writes
+                    known = self._states.get(shard.shard_id)
+                    latest = (known or shard.state()).writes
                     first = shard.find_key(latest, prefix)
                 identity.check_reuse(first, collection)
                 if first is not None:
@@ -233,9 +234,10 @@ class SidecarDataPlane:
     def _commit(self, builtin: Builtin, members: Sequence[Pending]) -> None:
         """One commit of a group of appends to ``builtin``; settles each member.
 
-        Each attempt re-reads the state and leaves out the members it already holds (their
-        key landed before: answered ``replayed``; or in an attempt of this commit whose answer
-        was lost: answered as written) and those whose key holds another body (422): so
+        The first attempt starts from the state the last commit left, each later one re-reads
+        it; each leaves out the members the state already holds (their key landed before:
+        answered ``replayed``; or, after an attempt of this commit whose outcome was not seen,
+        possibly in it: answered as written) and those whose key holds another body (422): so
         every member is exactly once, whatever the pre-check saw."""
         leadership = self._machine.leadership
         if leadership is None or self._progress.state is not State.SERVING:
@@ -245,13 +247,11 @@ class SidecarDataPlane:
             )
         wait = self._wait()
         sent = False
-        attempts = 0
+        unknown = False  # an attempt's outcome was not seen: it may have landed
         remaining = list(members)
         name = builtin.name
 
         def rows(state: ShardState) -> Rows | None:
-            nonlocal attempts
-            attempts += 1
             still = []
             for member in remaining:
                 identity = member.identity
@@ -265,7 +265,7 @@ class SidecarDataPlane:
                         member.settle(None, exc)
                         continue
                 if found is not None:
-                    member.settle(_answer(name, shard, found, replayed=attempts == 1), None)
+                    member.settle(_answer(name, shard, found, replayed=not unknown), None)
                 else:
                     still.append(member)
             remaining[:] = still
@@ -282,6 +282,10 @@ class SidecarDataPlane:
             leadership.check(wait)
             sent = True
 
+        def on_unknown() -> None:
+            nonlocal unknown
+            unknown = True
+
         try:
             with self._outcome(lambda: sent):
                 shard = self._append_retry(lambda: self._resolve(leadership, builtin))
@@ -292,11 +296,13 @@ class SidecarDataPlane:
                     retry=lambda: self._append_retry,
                     before_read=lambda: leadership.check(wait),
                     before_send=before_send,
+                    known=self._states.get(shard.shard_id),
+                    on_unknown=on_unknown,
                 )
         except BaseException:
-            self._ledgers.clear()  # re-read before the next pre-check
+            self._states.clear()  # re-read before the next pre-check and commit
             raise
-        self._ledgers[shard.shard_id] = result.state.writes
+        self._states[shard.shard_id] = result.state
         self._machine.store.answered()
         if result.mark is None:  # every member was settled by what the state held
             return

@@ -235,8 +235,9 @@ class Exchange:
             data += self._conn.send(h11.Data(data=payload)) or b""
         data += self._conn.send(h11.EndOfMessage()) or b""
         self.writer.write(data)
-        async with asyncio.timeout(self.limits.write_timeout):
-            await self.writer.drain()
+        if self.writer.transport.get_write_buffer_size():  # not all sent at once: wait for it
+            async with asyncio.timeout(self.limits.write_timeout):
+                await self.writer.drain()
 
     async def _refuse(self, status: HTTPStatus, error: str, message: str) -> None:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
@@ -16,7 +17,8 @@ from catalog.consensus import Consensus, Fence
 from catalog.environment import CONTAINER_KEYS, EPOCH_KEY
 from catalog.errors import ConnectionLostError, WriteOutcomeUnknownError
 from catalog.pipeline import copy_transformed
-from catalog.shard import Shard, ShardState, new_shard_id
+from catalog.shard import Shard, ShardState, WriteMark, new_shard_id
+from catalog.shard.rows import Rows, append_rows
 from support.shards import contents, updates
 from support.zookeeper import ZkEnv
 
@@ -198,3 +200,29 @@ def test_a_group_commit_whose_answer_was_lost_lands_each_member_once(
     marks = {m.id: (m.lower, m.upper, m.rows) for m in state.writes.marks}
     assert {k: marks[k] for k, _ in group} == {"ka": (2, 3, 1), "kb": (2, 3, 2), "kc": (2, 3, 1)}
     assert contents(shard.snapshot()) == {(i, f"n{i}"): 1 for i in (1, 2, 3, 4, 5, 6, 9)}
+
+
+def test_a_known_state_that_moved_is_checked_again_before_the_group_is_written(
+    consensus: Consensus, blob: BlobStore, shard: Shard
+) -> None:
+    """A group commit that starts from the state its last commit left (``known``) while the
+    ledger learnt one of its members' ids at the same upper (as when a key log segment lands):
+    the compare-and-set refuses the stale state, the members are checked again against the
+    state read then, and the member the ledger holds is not written twice."""
+    stale = shard.state()
+    upper = stale.upper
+    writes, _ = stale.writes.evicting([WriteMark("kb", 0, 1, 1)], shard.write_memory)
+    shard.cas(stale, attrs.evolve(stale, writes=writes), None)
+    rows_of = {"ka": 5, "kb": 7, "kc": 8}
+    seen: list[list[str]] = []
+
+    def members(state: ShardState) -> Rows | None:
+        wanted = [k for k in rows_of if shard.find_write(state.writes, k) is None]
+        seen.append(wanted)
+        table = batch(*(rows_of[k] for k in wanted), ts=0).drop_columns(["_ts", "_diff"])
+        return Rows(table, group=[(k, 1) for k in wanted])
+
+    result = append_rows(shard, members, fence=FENCE, known=stale)
+    assert result.ok and result.upper == upper + 1
+    assert seen == [["ka", "kb", "kc"], ["ka", "kc"]]
+    assert contents(shard.snapshot()) == {(i, f"n{i}"): 1 for i in (1, 2, 5, 8)}

@@ -225,7 +225,8 @@ def test_validate_lists_rewrites_and_replacements_as_data_dependent_costs() -> N
 def test_plan_json_findings_are_validates_for_that_path() -> None:
     """plan --json carries the path's findings: its costly instructions, and failures the
     planner itself does not refuse (an instruction removed); --fail-on makes them block."""
-    planned = run("plan", "--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "0.12.0", "--json")
+    path = ["--releases", str(EXAMPLE), "--from", "0.10.0", "--to", "0.12.0"]
+    planned = run("plan", *path, "--json")
     document = json.loads(planned.stdout)
     assert document["ok"] is True and document["refusal"] is None
     costs = {(f["collection"], f["rule"], tuple(f["releases"])) for f in document["findings"]}
