@@ -85,7 +85,7 @@ class Shard:
         """The newest mark in a state's ``writes`` of an append made with the key of
         ``key_prefix`` (``k`` + 16 hex digits), whatever its body: in the ledger, else in the
         key log."""
-        found = next((m for m in reversed(writes.marks) if m.id.startswith(key_prefix)), None)
+        found = writes.find_key(key_prefix)
         if found is None and writes.segments:
             found = self.keys.find(writes.segments, key_prefix)
         return found

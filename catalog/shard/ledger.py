@@ -62,10 +62,28 @@ class WriteLedger:
     marks: tuple[WriteMark, ...] = ()
     horizon: int = 0
     segments: tuple[KeySegment, ...] = ()
+    # The newest mark of each id and of each keyed id's key prefix (``k`` + 16 hex digits),
+    # built at the first look-up: a group commit looks every member up in one ledger.
+    _index: tuple[dict[str, WriteMark], dict[str, WriteMark]] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
 
     def find(self, write_id: str) -> WriteMark | None:
         """The mark of ``write_id``, if the ledger still holds it."""
-        return next((m for m in reversed(self.marks) if m.id == write_id), None)
+        return self._indexed()[0].get(write_id)
+
+    def find_key(self, key_prefix: str) -> WriteMark | None:
+        """The newest mark of a keyed append whose id starts with ``key_prefix`` (``k`` + 16
+        hex digits), if the ledger still holds one."""
+        return self._indexed()[1].get(key_prefix)
+
+    def _indexed(self) -> tuple[dict[str, WriteMark], dict[str, WriteMark]]:
+        if self._index is None:  # oldest first: the newest of equal ids wins
+            ids = {m.id: m for m in self.marks}
+            keys = {m.id[:17]: m for m in self.marks if is_keyed(m.id)}
+            object.__setattr__(self, "_index", (ids, keys))
+        assert self._index is not None
+        return self._index
 
     def covers(self, expected_upper: int) -> bool:
         """Whether an append from ``expected_upper`` would be recorded here had it landed."""

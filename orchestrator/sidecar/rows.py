@@ -27,6 +27,7 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     names = set(schema.names)
+    required = [field.name for field in schema if not field.nullable]
     for number, raw in enumerate(body.splitlines(), start=1):
         line = _decoded(raw, number)
         if not line.strip():
@@ -37,7 +38,8 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
             raise BadInputError(f"line {number} is not JSON: {exc.msg}", line=number) from exc
         except RecursionError as exc:
             raise _too_deep(number) from exc
-        if _depth(row) > MAX_JSON_DEPTH:
+        # A row nests no deeper than it has brackets: only a line with many is walked.
+        if line.count("{") + line.count("[") > MAX_JSON_DEPTH and _depth(row) > MAX_JSON_DEPTH:
             raise _too_deep(number)
         if not isinstance(row, dict):
             raise BadInputError(f"line {number} is not a JSON object", line=number)
@@ -48,12 +50,12 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
                 line=number,
                 field=unknown[0],
             )
-        for field in schema:
-            if not field.nullable and row.get(field.name) is None:
+        for name in required:
+            if row.get(name) is None:
                 raise BadInputError(
-                    f"line {number}: field {field.name} is required (not nullable)",
+                    f"line {number}: field {name} is required (not nullable)",
                     line=number,
-                    field=field.name,
+                    field=name,
                 )
         rows.append(row)
         lines.append(number)

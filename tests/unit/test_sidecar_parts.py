@@ -97,6 +97,18 @@ def test_rows_to_table_refuses_malformed_bodies(body: bytes) -> None:
         rows_to_table(body, SCHEMA)
 
 
+def test_rows_nest_at_most_64_levels_counted_by_depth_not_by_brackets() -> None:
+    """A row nested 65 levels is refused naming the limit; a shallow row with many brackets
+    (a value of 100 empty objects in a string) passes: depth, not the bracket count, decides."""
+    deep = b'{"id": "a", "oid": 1, "vars": ' + b"[" * 64 + b"]" * 64 + b"}\n"
+    with pytest.raises(BadInputError) as caught:
+        rows_to_table(deep, SCHEMA)
+    assert caught.value.details["limit"] == 64
+    brackets = "{}" * 100
+    table = rows_to_table(f'{{"id": "{brackets}", "oid": 1}}\n'.encode(), SCHEMA)
+    assert table.column("id").to_pylist() == [brackets]
+
+
 def test_jsonable_renders_arrow_values() -> None:
     """Times become ISO 8601, bytes base64, decimals strings and Arrow maps objects."""
     moment = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
