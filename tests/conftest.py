@@ -1,3 +1,8 @@
 """Test configuration: fixtures live in small plugin modules under tests/support/."""
 
-pytest_plugins = ["support.zookeeper", "support.spark", "support.objectstore"]
+pytest_plugins = [
+    "support.zookeeper",
+    "support.spark",
+    "support.objectstore",
+    "support.sidecars",
+]

@@ -121,9 +121,7 @@ class FaultActions:
             number = self.run.zookeeper.kill(step.server)
         except BadInputError as exc:
             raise StepFailed(exc.message) from None
-        detail = f"SIGKILL ZooKeeper server {number}" + (
-            f" (the {step.server})" if isinstance(step.server, str) else ""
-        )
+        detail = f"SIGKILL {_server(number, step.server)}"
         if not self.run.zookeeper.has_quorum:
             return detail + ": no quorum"
         # The survivors may hold an election first: the next step starts once they serve.
@@ -153,9 +151,7 @@ class FaultActions:
             number = self.run.zookeeper.isolate(step.server)
         except CatalogError as exc:
             raise StepFailed(exc.message) from None
-        detail = f"ZooKeeper server {number}" + (
-            f" (the {step.server})" if isinstance(step.server, str) else ""
-        )
+        detail = _server(number, step.server)
         started = time.monotonic()
         self._wait_answering(self.run.timeout_of(step))
         answering = time.monotonic() - started
@@ -223,3 +219,8 @@ class FaultActions:
                 raise StepFailed(f"the runner could not reconnect to ZooKeeper in {timeout:g} s")
         finally:
             self.run.client.remove_listener(listener)
+
+
+def _server(number: int, asked: int | str) -> str:
+    """``ZooKeeper server 2``, with ``(the leader)`` when the step named its role."""
+    return f"ZooKeeper server {number}" + (f" (the {asked})" if isinstance(asked, str) else "")

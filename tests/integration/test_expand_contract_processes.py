@@ -10,7 +10,6 @@ through its own schema and appends; after the switch, 1.1.0 is started again ins
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from kazoo.client import KazooClient
 from catalog.consensus import Consensus, env_root
 from catalog.environment import read_catalog
 from catalog.errors import EXIT_FENCED
-from support.sidecars import SidecarProcess, json_lines, sidecars
+from support.sidecars import SidecarProcess, json_lines
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,12 +53,6 @@ def read(process: SidecarProcess) -> list[dict[str, Any]]:
 def append(process: SidecarProcess, rows: list[dict[str, Any]]) -> None:
     status, answer = process.http("POST", f"/append?collection={FLAGS}", body(rows))
     assert status == 200, answer
-
-
-@pytest.fixture
-def started() -> Iterator[list[SidecarProcess]]:
-    with sidecars() as processes:
-        yield processes
 
 
 def test_crash_at_every_leader_write_of_an_evolution_that_deletes_and_relaxes(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -21,7 +20,7 @@ from catalog.errors import EXIT_OK
 from catalog.release import load_release
 from catalog.shard import Shard, WriteMark
 from orchestrator.sidecar.idempotency import WriteIdentity
-from support.sidecars import SidecarProcess, cli, json_lines, release_file, sidecars
+from support.sidecars import Launch, SidecarProcess, cli, json_lines, release_file
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,25 +34,6 @@ APPEND = f"/append?collection={TABLES}"
 def table_row(n: int) -> bytes:
     row = {"id": f"u{n}", "oid": 20000 + n, "schema_id": "u3", "name": f"t{n}", "owner_id": "u1"}
     return json.dumps(row).encode() + b"\n"
-
-
-Launch = Callable[..., SidecarProcess]
-
-
-@pytest.fixture
-def launch(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Iterator[Launch]:
-    with sidecars() as started:
-
-        def start(version: str, generation: int, name: str, **kwargs: object) -> SidecarProcess:
-            kwargs.setdefault("blob", tmp_path / "blob")
-            process = SidecarProcess.start(
-                zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=name,
-                log_dir=tmp_path, **kwargs,  # type: ignore[arg-type]
-            )  # fmt: skip
-            started.append(process)
-            return process
-
-        yield start
 
 
 def post(leader: SidecarProcess, body: bytes, key: str | None = None, path: str = APPEND) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +29,7 @@ from catalog.errors import (
 from catalog.shard import Shard
 from orchestrator.testing.s3server import EmbeddedS3
 from support.objectstore import BUCKET, ObjectStore
-from support.sidecars import SidecarProcess, cli, json_lines, sidecars, tree_digest
+from support.sidecars import Launch, cli, json_lines, tree_digest
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -45,24 +45,6 @@ def table_rows(*names: str) -> bytes:
                     "owner_id": "u1"}) + "\n"
         for i, n in enumerate(names)
     ).encode()  # fmt: skip
-
-
-Launch = Callable[..., SidecarProcess]
-
-
-@pytest.fixture
-def launch(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Iterator[Launch]:
-    with sidecars() as started:
-
-        def start(version: str, generation: int, name: str, **kwargs: object) -> SidecarProcess:
-            process = SidecarProcess.start(
-                zk_client, zk_env.hosts, zk_env.name, version, generation,
-                process_id=name, log_dir=tmp_path, **kwargs,  # type: ignore[arg-type]
-            )  # fmt: skip
-            started.append(process)
-            return process
-
-        yield start
 
 
 # --- the store itself ----------------------------------------------------------------------
@@ -350,7 +332,8 @@ def test_spark_reads_compacts_and_rewrites_on_s3_through_pyarrow_on_the_executor
     assert json.loads(done.stdout)["applied"] is True
     assert read("spark") == read("arrow") and len(read("arrow")) == 5
 
-    green = launch(V2, 2, "green", extra=["--engine", "spark"])  # the REWRITE copy on Spark
+    # The REWRITE copy on Spark; the blob store the catalog records.
+    green = launch(V2, 2, "green", blob=None, extra=["--engine", "spark"])
     green.wait_state("ready", timeout=240)
     done = cli("promote", *where, "--deploy-generation", "2", "--wait", "240", timeout=300)
     assert done.returncode == EXIT_OK, done.stderr[-3000:]

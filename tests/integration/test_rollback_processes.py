@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import SidecarProcess, cli, json_lines, ndjson, release_file, sidecars
+from support.sidecars import Launch, cli, json_lines, ndjson, release_file
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,23 +24,7 @@ V1, V2 = "0.10.0", "0.11.0"
 ROLES = "mz_catalog.mz_roles"
 
 
-@pytest.fixture
-def started() -> Iterator[list[SidecarProcess]]:
-    with sidecars() as processes:
-        yield processes
-
-
-def test_pending_rollback_timer_finalization_and_refusal(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
-) -> None:
-    def launch(version: str, generation: int, name: str, *extra: str, auto: bool = False) -> Any:
-        process = SidecarProcess.start(
-            zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=name,
-            log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=auto, extra=extra,
-        )  # fmt: skip
-        started.append(process)
-        return process
-
+def test_pending_rollback_timer_finalization_and_refusal(launch: Launch, zk_env: ZkEnv) -> None:
     def run(*args: str) -> Any:
         return cli(*args, "--zk", zk_env.hosts, "--env", zk_env.name)
 
@@ -57,12 +38,12 @@ def test_pending_rollback_timer_finalization_and_refusal(
         done = run("promote", "--deploy-generation", str(generation), "--wait", "30")
         assert done.returncode == EXIT_OK, done.stderr
 
-    blue = launch(V1, 1, "blue-1", auto=True)
+    blue = launch(V1, 1, "blue-1", auto_promote=True)
     blue.wait_state("serving")
     role = {"id": 7, "oid": 30007, "name": "analyst", "inherit": True}
     assert blue.http("POST", f"/append?collection={ROLES}", ndjson([role]))[0] == 200
 
-    green = launch(V2, 2, "green-2", "--finalize-after", "never")
+    green = launch(V2, 2, "green-2", extra=["--finalize-after", "never"])
     green.wait_state("ready")
     promote(2)
     assert blue.wait_exit() == EXIT_FENCED
@@ -81,7 +62,7 @@ def test_pending_rollback_timer_finalization_and_refusal(
     analyst = {"id": "u8", "oid": 30008, "name": "auditor", "inherit": False}
     assert green.http("POST", f"/append?collection={ROLES}", ndjson([analyst]))[0] == 200
 
-    back = launch(V1, 3, "back-3", "--rollback-from", str(release_file(V2)))
+    back = launch(V1, 3, "back-3", extra=["--rollback-from", str(release_file(V2))])
     back.wait_state("ready")
     promote(3)
     assert green.wait_exit() == EXIT_FENCED
@@ -92,7 +73,7 @@ def test_pending_rollback_timer_finalization_and_refusal(
     assert records[2]["outcome"] == "rolled back"
     assert (records[3]["outcome"], records[3]["from_version"]) == ("rollback", V2)
 
-    again = launch(V2, 4, "again-4", "--finalize-after", "2s")
+    again = launch(V2, 4, "again-4", extra=["--finalize-after", "2s"])
     again.wait_state("ready")
     promote(4)
     assert back.wait_exit() == EXIT_FENCED

@@ -47,11 +47,10 @@ def _suite_params() -> list[Any]:
 # loses the quorum, seed 38 kills a new leader mid-migration.
 SIMULATION_SEEDS = [(202, 12, 1), (606, 12, 1), (808, 12, 1), (33, 12, 3), (38, 12, 3)]
 SIMULATION_FAULTS = 0.4
-# A walk with every process in a network namespace (seed, steps): it partitions a leader.
-PARTITION_SEED = (2, 12)
-# A walk on a three-server ensemble, each server in a network namespace (seed, steps): it cuts
-# ZooKeeper servers off from their peers.
-ZOOKEEPER_PARTITION_SEED = (5, 12)
+# Walks with partitions (seed, steps), by the fault they must inject: every process in a
+# network namespace partitions a leader; a three-server ensemble, each server in a namespace,
+# cuts servers off from their peers.
+PARTITION_SEEDS = {"partition_leader": (2, 12), "partition_zookeeper": (5, 12)}
 
 
 @pytest.fixture(scope="module")
@@ -230,50 +229,42 @@ def test_simulation_seed(
     injected[seed] = result.faults
 
 
+@pytest.mark.parametrize(
+    ("fault", "fixture", "servers"),
+    [
+        ("partition_leader", "reachable_zookeeper", 1),
+        ("partition_zookeeper", "isolated_ensemble", 3),
+    ],
+)
 def test_simulation_with_partitions(
-    request: pytest.FixtureRequest, injected: dict[int, Counter[str]]
+    fault: str,
+    fixture: str,
+    servers: int,
+    request: pytest.FixtureRequest,
+    injected: dict[int, Counter[str]],
 ) -> None:
-    """A walk with every process in a network namespace: the partition_leader fault (a leader
-    cut from ZooKeeper stops acknowledging, a follower takes over, healed it re-joins) keeps
-    every invariant."""
+    """Walks with partitions keep every invariant: with one ZooKeeper server every process runs
+    in a network namespace (partition_leader: a leader cut from ZooKeeper stops acknowledging,
+    a follower takes over, healed it re-joins); on an ensemble every server does
+    (partition_zookeeper: a server cut from its peers stops serving, the majority answers, a
+    write goes through it, healed it rejoins, the same leader serves)."""
     reason = unavailable()
     if reason is not None:
         pytest.skip(f"partitions need network namespaces: {reason}")
-    seed, steps = PARTITION_SEED
+    seed, steps = PARTITION_SEEDS[fault]
     config = SimulationConfig(
         releases_dir=SCENARIOS / "releases",
         seed=seed,
         steps=steps,
         fault_probability=SIMULATION_FAULTS,
         shrink_runs=0,
+        zookeeper_servers=servers,
         partitions=True,
     )
-    result = simulate(config, target=request.getfixturevalue("reachable_zookeeper"))
+    result = simulate(config, target=request.getfixturevalue(fixture))
     assert result.ok, f"{result.error}\n{result.scenario_toml}"
-    assert result.faults["partition_leader"] >= 1, result.faults
-    injected[-seed] = result.faults
-
-
-def test_simulation_with_zookeeper_partitions(
-    request: pytest.FixtureRequest, injected: dict[int, Counter[str]]
-) -> None:
-    """A walk on an ensemble whose servers run in network namespaces: the partition_zookeeper
-    fault (a server cut off from its peers stops serving, the majority answers, a write goes
-    through it, healed it rejoins, the same leader serves) keeps every invariant."""
-    seed, steps = ZOOKEEPER_PARTITION_SEED
-    config = SimulationConfig(
-        releases_dir=SCENARIOS / "releases",
-        seed=seed,
-        steps=steps,
-        fault_probability=SIMULATION_FAULTS,
-        shrink_runs=0,
-        zookeeper_servers=3,
-        partitions=True,
-    )
-    result = simulate(config, target=request.getfixturevalue("isolated_ensemble"))
-    assert result.ok, f"{result.error}\n{result.scenario_toml}"
-    assert result.faults["partition_zookeeper"] >= 1, result.faults
-    injected[-1000 - seed] = result.faults
+    assert result.faults[fault] >= 1, result.faults
+    injected[-1000 * servers - seed] = result.faults
 
 
 def test_simulation_covers_every_fault(injected: dict[int, Counter[str]]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,12 @@ from catalog.shard import Shard
 from orchestrator.testing.zkserver import free_port
 from support.sidecars import (
     ROOT,
+    Launch,
     SidecarProcess,
     cli,
     http_call,
     json_lines,
     release_file,
-    sidecars,
     tree_digest,
 )
 from support.zookeeper import ZkEnv
@@ -45,40 +45,6 @@ TABLE_ROWS = [
 
 def lines(rows: list[dict[str, object]]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
-
-
-@pytest.fixture
-def started() -> Iterator[list[SidecarProcess]]:
-    with sidecars() as processes:
-        yield processes
-
-
-# start(version, generation, process_id, **SidecarProcess.start options)
-Launch = Callable[..., SidecarProcess]
-
-
-@pytest.fixture
-def launch(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
-) -> Launch:
-    """Start a sidecar of the test's environment (blob below tmp_path); killed at the end."""
-
-    def start(version: str, generation: int, process_id: str, **kwargs: object) -> SidecarProcess:
-        kwargs.setdefault("blob", tmp_path / "blob")
-        process = SidecarProcess.start(
-            zk_client,
-            zk_env.hosts,
-            zk_env.name,
-            version,
-            generation,
-            process_id=process_id,
-            log_dir=tmp_path,
-            **kwargs,  # type: ignore[arg-type]
-        )
-        started.append(process)
-        return process
-
-    return start
 
 
 def bootstrap(launch: Launch, process_id: str = "blue-1") -> SidecarProcess:

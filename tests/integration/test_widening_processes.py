@@ -8,15 +8,13 @@ value only the wide type holds appended once the upgrade is final, and 1.0.0 ref
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import SidecarProcess, cli, json_lines, ndjson, sidecars
+from support.sidecars import Launch, cli, json_lines, ndjson
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,23 +23,12 @@ RELEASES = Path(__file__).resolve().parents[1] / "fixtures" / "widening_releases
 NAME = "mz_catalog.mz_counters"
 
 
-@pytest.fixture
-def started() -> Iterator[list[SidecarProcess]]:
-    with sidecars() as processes:
-        yield processes
-
-
 def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
-    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
+    launch: Launch, zk_env: ZkEnv
 ) -> None:
-    def launch(version: str, generation: int, name: str, *extra: str, auto: bool = False) -> Any:
-        process = SidecarProcess.start(
-            zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=name,
-            log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=auto, extra=extra,
-            release=str(RELEASES / f"v{version.replace('.', '_')}.py"),
-        )  # fmt: skip
-        started.append(process)
-        return process
+    def start(version: str, generation: int, name: str, **options: Any) -> Any:
+        release = str(RELEASES / f"v{version.replace('.', '_')}.py")
+        return launch(version, generation, name, release=release, **options)
 
     def read(process: Any) -> list[dict[str, Any]]:
         status, answer = process.http("GET", f"/read?collection={NAME}")
@@ -56,12 +43,12 @@ def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
         {"id": 2, "hits": None, "stats": None, "tags": None},
         {"id": 3, "hits": -(2**31), "stats": {"errors": 2**15 - 1}, "tags": []},
     ]
-    old = launch("1.0.0", 1, "old", auto=True)
+    old = start("1.0.0", 1, "old", auto_promote=True)
     old.wait_state("serving")
     assert old.http("POST", f"/append?collection={NAME}", ndjson(rows))[0] == 200
     assert read(old) == rows
 
-    new = launch("1.1.0", 2, "new", "--finalize-after", "never")
+    new = start("1.1.0", 2, "new", extra=["--finalize-after", "never"])
     node = new.wait_state("ready")
     assert node["plan"]["counts"] == {"evolution": 1}
     assert read(new) == rows  # read-only: the narrow batches, widened on read
@@ -80,5 +67,5 @@ def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
     assert new.http("POST", f"/append?collection={NAME}", ndjson([wide]))[0] == 200
     assert read(new) == [*rows, fits, wide]
 
-    late = launch("1.0.0", 3, "late")
+    late = start("1.0.0", 3, "late")
     assert late.wait_exit() == EXIT_REFUSED

@@ -2,7 +2,9 @@
 
 :class:`SidecarProcess` binds :class:`orchestrator.testing.harness.SidecarProcess` (the one way the
 project starts and talks to sidecars) to the test's ZooKeeper client; waits are on watches of
-the process node and fail fast, with the log tail, when the process exits instead.
+the process node and fail fast, with the log tail, when the process exits instead. The fixtures
+``started`` (the sidecars a test started, killed at its end) and ``launch`` (start one in the
+test's environment) are a pytest plugin (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -26,6 +29,7 @@ from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
 from orchestrator.testing import harness
 from orchestrator.testing.client import http_request
+from support.zookeeper import ZkEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "scenarios" / "releases"
@@ -195,3 +199,33 @@ def sidecars() -> Iterator[list[SidecarProcess]]:
     finally:
         for sidecar in started:
             sidecar.kill()
+
+
+@pytest.fixture
+def started() -> Iterator[list[SidecarProcess]]:
+    """The sidecars a test starts; any still running are killed at its end."""
+    with sidecars() as processes:
+        yield processes
+
+
+#: ``launch(version, generation, process_id, **SidecarProcess.start options)``
+Launch = Callable[..., SidecarProcess]
+
+
+@pytest.fixture
+def launch(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, started: list[SidecarProcess]
+) -> Launch:
+    """Start a sidecar of the test's environment, its logs in tmp_path and its blob store
+    below it unless ``blob`` is given (None: the one the catalog records); killed at the end."""
+
+    def start(version: str, generation: int, process_id: str, **kwargs: Any) -> SidecarProcess:
+        kwargs.setdefault("blob", tmp_path / "blob")
+        process = SidecarProcess.start(
+            zk_client, zk_env.hosts, zk_env.name, version, generation, process_id=process_id,
+            log_dir=tmp_path, **kwargs,
+        )  # fmt: skip
+        started.append(process)
+        return process
+
+    return start
