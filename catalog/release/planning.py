@@ -39,12 +39,14 @@ log = structlog.get_logger(__name__)
 @attrs.frozen
 class SchemaDiff:
     """Dotted paths of fields added, dropped, made nullable, and otherwise changed (a type or
-    nullability change only a replacement or rewrite can make) between two schemas."""
+    nullability change only a replacement or rewrite can make) between two schemas, and the
+    fields renamed (``old.path -> new name``)."""
 
     added: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     relaxed: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
+    renamed: tuple[str, ...] = ()
 
     @classmethod
     def between(cls, old: pa.Schema, new: pa.Schema) -> SchemaDiff:
@@ -54,12 +56,14 @@ class SchemaDiff:
         def paths(key: str) -> tuple[str, ...]:
             return tuple(dict.fromkeys(diff.get(key, ())))
 
-        return cls(paths("added"), paths("dropped"), paths("relaxed"), paths("changed"))
+        return cls(
+            paths("added"), paths("dropped"), paths("relaxed"), paths("changed"), paths("renamed")
+        )
 
     @property
     def is_empty(self) -> bool:
         """True when nothing visible changed."""
-        return not (self.added or self.dropped or self.relaxed or self.changed)
+        return not (self.added or self.dropped or self.relaxed or self.changed or self.renamed)
 
 
 @attrs.frozen

@@ -39,7 +39,8 @@ from catalog.schema.evolution import (
     migration_type,
 )
 from catalog.schema.fingerprints import fingerprint
-from catalog.schema.history import TOMBSTONE_KEY, is_tombstone, live_schema
+from catalog.schema.history import TOMBSTONE_KEY, is_tombstone, live_schema, partner_child
+from catalog.schema.ids import field_id, former_names, renamed
 from catalog.schema.reader import check_reader
 from catalog.schema.rules import (
     RULE_DATA_MISMATCH,
@@ -78,7 +79,9 @@ __all__ = [
     "check_backward_compatible",
     "check_reader",
     "evolve",
+    "field_id",
     "fingerprint",
+    "former_names",
     "is_backward_compatible",
     "is_tombstone",
     "live_schema",
@@ -86,6 +89,8 @@ __all__ = [
     "migrate_batch",
     "migration_preserves_order",
     "migration_type",
+    "partner_child",
+    "renamed",
     "schema_diff",
     "schema_from_bytes",
     "schema_to_bytes",

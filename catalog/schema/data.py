@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from catalog.errors import SchemaIncompatibleError
 from catalog.schema.evolution import Evolve, check_evolution
-from catalog.schema.history import child_field, is_tombstone
+from catalog.schema.history import partner_child
 from catalog.schema.lossless import widens
 from catalog.schema.nested import list_bounds, list_offsets, null_mask
 from catalog.schema.reader import PROJECTION_RULES, TargetCheck
@@ -47,14 +47,17 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
     the parent's range so a slice never migrates more rows than it holds.
     """
 
+    def __init__(self, newer: bool = False) -> None:
+        self.newer = newer  # the source is a newer type than the target (catalog.schema.ids)
+
     def partner_type(self, partner: _Column) -> pa.DataType:
         return partner.field.type
 
     def field_partner(self, partner: _Column, field: pa.Field, path: str) -> _Column | None:
-        declared = child_field(partner.field.type, field.name)
-        if declared is None or is_tombstone(declared):
+        declared = partner_child(partner.field.type, field, newer=self.newer)
+        if declared is None:
             return None
-        index = partner.values.type.get_field_index(field.name)
+        index = partner.values.type.get_field_index(declared.name)
         if index < 0:
             raise _data_mismatch(
                 path, "the data has no such field", partner.field.type, partner.values.type
@@ -146,24 +149,33 @@ class _Migrate(PartnerVisitor[_Column, pa.Array, "pa.Array | None"]):
         raise _data_mismatch(path, "the data is not of its declared type", dtype, values.type)
 
 
-def _migrate_array(values: pa.Array, source: pa.Field, target: pa.DataType, path: str) -> pa.Array:
+def _migrate_array(
+    values: pa.Array, source: pa.Field, target: pa.DataType, path: str, newer: bool = False
+) -> pa.Array:
     if values.type == target:
         return values
-    return visit_with_partner(target, _Column(values, source), _Migrate(), path)
+    return visit_with_partner(target, _Column(values, source), _Migrate(newer), path)
 
 
 def _migrate_any_array(
-    values: pa.Array | pa.ChunkedArray, source: pa.Field, target: pa.DataType, path: str
+    values: pa.Array | pa.ChunkedArray,
+    source: pa.Field,
+    target: pa.DataType,
+    path: str,
+    newer: bool = False,
 ) -> pa.Array | pa.ChunkedArray:
     if isinstance(values, pa.ChunkedArray):
-        chunks = [_migrate_array(c, source, target, path) for c in values.chunks]
+        chunks = [_migrate_array(c, source, target, path, newer) for c in values.chunks]
         return pa.chunked_array(chunks, type=target)
-    return _migrate_array(values, source, target, path)
+    return _migrate_array(values, source, target, path, newer)
 
 
-def _check_migration(source: pa.DataType, target: pa.DataType, projection: bool) -> None:
+def _check_migration(
+    source: pa.DataType, target: pa.DataType, projection: bool, newer: bool = False
+) -> None:
     if projection:
-        visit_with_partner(target, root_field(source), TargetCheck(PROJECTION_RULES))
+        check = TargetCheck(PROJECTION_RULES, newer=newer)
+        visit_with_partner(target, root_field(source), check)
     else:
         check_evolution(source, target, Evolve())
 
@@ -173,6 +185,7 @@ def _migrate_columns(
     source: pa.Schema,
     target: pa.Schema,
     passthrough: Sequence[str],
+    newer: bool = False,
 ) -> pa.RecordBatch | pa.Table:
     names = data.schema.names
     unexpected = [n for n in names if source.get_field_index(n) < 0 and n not in passthrough]
@@ -184,14 +197,17 @@ def _migrate_columns(
     fields: list[pa.Field] = []
     source_type = as_data_type(source)
     for field in target:
-        declared = child_field(source_type, field.name)
-        if declared is None or is_tombstone(declared):
+        declared = partner_child(source_type, field, newer=newer)
+        if declared is None:
             columns.append(_nulls_like(data, field.type))
         else:
-            index = data.schema.get_field_index(field.name)
+            index = data.schema.get_field_index(declared.name)
             if index < 0:
-                raise _data_mismatch(field.name, "the data has no such column", source, data.schema)
-            columns.append(_migrate_any_array(data.column(index), declared, field.type, field.name))
+                raise _data_mismatch(
+                    declared.name, "the data has no such column", source, data.schema
+                )
+            column = data.column(index)
+            columns.append(_migrate_any_array(column, declared, field.type, field.name, newer))
         fields.append(field)
     for name in passthrough:
         index = data.schema.get_field_index(name)
@@ -224,6 +240,7 @@ def migrate(
     *,
     passthrough: Sequence[str] = (),
     projection: bool = False,
+    newer: bool = False,
 ) -> pa.Array | pa.ChunkedArray | pa.RecordBatch | pa.Table:
     """Migrate ``data`` written with the live type ``from_type`` to the live type ``to_type``.
 
@@ -241,18 +258,21 @@ def migrate(
     target may instead be a reader's projection (fields by name in any order, at any depth,
     nullable fields the source lacks filled with nulls; see :func:`check_reader`). Raises
     :class:`SchemaIncompatibleError` otherwise, and with rule ``data-mismatch`` when the data is
-    not of ``from_type``.
+    not of ``from_type``. Fields are matched by id where both types are numbered, else by name
+    and declared renames (catalog.schema.ids); ``newer`` says ``from_type`` is the newer of the
+    two (a release's rows moved back to the older type its shard registered), so its renames
+    are followed backwards.
     """
     if isinstance(data, (pa.RecordBatch, pa.Table)):
         source = as_schema(from_type, "from_type")
         target = as_schema(to_type, "to_type")
-        _check_migration(as_data_type(source), as_data_type(target), projection)
-        return _migrate_columns(data, source, target, passthrough)
+        _check_migration(as_data_type(source), as_data_type(target), projection, newer)
+        return _migrate_columns(data, source, target, passthrough, newer)
     if passthrough:
         raise TypeError("passthrough columns need a RecordBatch or a Table")
     source_type, target_type = as_data_type(from_type), as_data_type(to_type)
-    _check_migration(source_type, target_type, projection)
-    return _migrate_any_array(data, root_field(source_type), target_type, "")
+    _check_migration(source_type, target_type, projection, newer)
+    return _migrate_any_array(data, root_field(source_type), target_type, "", newer)
 
 
 def migrate_batch(
@@ -262,6 +282,9 @@ def migrate_batch(
     passthrough: Sequence[str] = ("_ts", "_diff"),
     *,
     projection: bool = False,
+    newer: bool = False,
 ) -> pa.RecordBatch | pa.Table:
     """:func:`migrate` for a shard batch: the ``_ts`` and ``_diff`` columns pass through."""
-    return migrate(batch, from_schema, to_schema, passthrough=passthrough, projection=projection)
+    return migrate(
+        batch, from_schema, to_schema, passthrough=passthrough, projection=projection, newer=newer
+    )

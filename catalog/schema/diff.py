@@ -1,4 +1,4 @@
-"""What changed between two schemas (added, deleted, relaxed fields)."""
+"""What changed between two schemas (added, deleted, renamed, relaxed fields)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.schema.evolution import check_backward_compatible
-from catalog.schema.history import FieldPartnerVisitor, is_tombstone
+from catalog.schema.history import FieldPartnerVisitor, is_tombstone, partner_index
 from catalog.schema.walk import (
     KEY,
     as_data_type,
@@ -25,6 +25,7 @@ class _Diff(FieldPartnerVisitor[None, None]):
     dropped: list[str] = attrs.Factory(list)
     relaxed: list[str] = attrs.Factory(list)
     changed: list[str] = attrs.Factory(list)
+    renamed: list[str] = attrs.Factory(list)
 
     def kind_changed(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         self.changed.append(path)
@@ -35,11 +36,19 @@ class _Diff(FieldPartnerVisitor[None, None]):
     def struct(
         self, dtype: pa.StructType, partner: pa.Field, path: str, fields: list[None]
     ) -> None:
-        names = {f.name for f in child_fields(dtype)}
+        old = child_fields(partner.type)
+        kept = set()
+        for field in child_fields(dtype):
+            index = partner_index(old, field)
+            if index is None:
+                continue
+            kept.add(index)
+            if old[index].name != field.name:
+                self.renamed.append(f"{join_path(path, old[index].name)} -> {field.name}")
         self.dropped.extend(
             join_path(path, f.name)
-            for f in child_fields(partner.type)
-            if not is_tombstone(f) and f.name not in names
+            for i, f in enumerate(old)
+            if not is_tombstone(f) and i not in kept
         )
 
     def field(self, field: pa.Field, partner: pa.Field, path: str, type_result: None) -> None:
@@ -62,7 +71,8 @@ class _Diff(FieldPartnerVisitor[None, None]):
 
 
 def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> dict[str, list[str]]:
-    """Dotted paths ``added``, ``dropped``, ``relaxed`` (non-null -> nullable) from old to new.
+    """Dotted paths ``added``, ``dropped``, ``relaxed`` (non-null -> nullable) from old to new,
+    and ``renamed`` (``old.path -> new name``).
 
     Also ``changed``: paths whose type changed (a lossless widening, or a change no evolution
     allows) or whose nullability was tightened (:func:`check_backward_compatible` says which
@@ -76,7 +86,14 @@ def schema_diff(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> d
         "dropped": diff.dropped,
         "relaxed": diff.relaxed,
         "changed": list(dict.fromkeys(diff.changed)),  # a path may both tighten and retype
+        "renamed": diff.renamed,
     }
+
+
+def renamed_paths(schema: pa.Schema, latest: pa.Schema) -> tuple[str, ...]:
+    """The fields ``schema`` names otherwise than ``latest`` (``old.path -> new name``): what a
+    batch stored under ``schema`` is read under new names at."""
+    return tuple(schema_diff(schema, latest)["renamed"])
 
 
 def migration_preserves_order(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 from catalog.errors import SchemaIncompatibleError
@@ -10,9 +12,25 @@ from catalog.schema.history import (
     describe_field,
     describe_type,
     is_tombstone,
+    partner_child,
+    partner_index,
     rebuild_list,
     reject_tombstones,
     tombstone_field,
+)
+from catalog.schema.ids import (
+    FIELD_ID_KEY,
+    LAST_ID_KEY,
+    RENAMED_FROM_KEY,
+    Counter,
+    field_id,
+    former_names,
+    has_ids,
+    last_id,
+    needs_ids,
+    number,
+    number_type,
+    with_field_metadata,
 )
 from catalog.schema.lossless import widens
 from catalog.schema.rules import (
@@ -23,6 +41,8 @@ from catalog.schema.rules import (
     RULE_FIELD_REORDERED,
     RULE_MAP_KEY_CHANGED,
     RULE_NULLABILITY_TIGHTENED,
+    RULE_RENAME_CONFLICT,
+    RULE_RENAME_SOURCE_MISSING,
     RULE_TYPE_CHANGED,
     refusal,
 )
@@ -65,10 +85,19 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     """Checks a new live type against a migration type and builds the next migration type.
 
     The partner is the migration-type field; ``before`` enforces the field rules top-down, the
-    bottom-up callbacks rebuild the type with tombstones kept and added fields appended.
+    bottom-up callbacks rebuild the type with tombstones kept and added fields appended. With
+    ``counter`` the history is numbered (catalog.schema.ids): added fields get the next ids, a
+    deleted name may come back as a new field, and renamed fields keep their ids and slots.
     """
 
     live_only = False  # a tombstone is the partner that refuses re-adding its name
+
+    def __init__(self, counter: Counter | None = None) -> None:
+        self.counter = counter
+
+    def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
+        # Numbered, a deleted name is free again: the new field is added with a new id.
+        return partner_child(partner.type, field, live_only=self.counter is not None)
 
     def before(self, dtype: pa.DataType, partner: pa.Field, path: str) -> None:
         kind = kind_of(dtype)
@@ -93,17 +122,17 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
                 )
             _check_relaxed(old.item_field, dtype.item_field, join_path(path, VALUE))
 
-    @staticmethod
-    def _check_struct(new: pa.DataType, old: pa.DataType, path: str) -> None:
+    def _check_struct(self, new: pa.DataType, old: pa.DataType, path: str) -> None:
         _check_unique_names(new, path)
         old_fields = child_fields(old)
-        positions = {f.name: i for i, f in enumerate(old_fields) if not is_tombstone(f)}
-        deleted = {f.name for f in old_fields if is_tombstone(f)}
+        numbered = self.counter is not None
         last = -1
+        taken: dict[int, str] = {}
         first_added: tuple[str, pa.Field] | None = None
         for field in child_fields(new):
             field_path = join_path(path, field.name)
-            if field.name in deleted and field.name not in positions:
+            position = partner_index(old_fields, field, live_only=numbered)
+            if position is not None and is_tombstone(old_fields[position]):
                 raise refusal(
                     RULE_FIELD_READDED,
                     field_path,
@@ -111,7 +140,19 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
                     f"{field.name} (deleted)",
                     describe_field(field),
                 )
-            position = positions.get(field.name)
+            # A release's declared rename must find its field; a registered schema's field
+            # (numbered) absent from an older one was simply added after it.
+            formers = former_names(field) if field_id(field) is None else ()
+            if position is None and formers:
+                raise refusal(
+                    RULE_RENAME_SOURCE_MISSING,
+                    field_path,
+                    f"renamed from {' or '.join(formers)}, which the schema does not have",
+                    ", ".join(f.name for f in old_fields if not is_tombstone(f)),
+                    describe_field(field),
+                )
+            if position is not None:
+                _check_rename(old_fields, position, field, field_path, taken)
             if position is None:
                 if not field.nullable:
                     raise refusal(
@@ -154,17 +195,27 @@ class Evolve(FieldPartnerVisitor[pa.DataType, pa.Field]):
     def struct(
         self, dtype: pa.StructType, partner: pa.Field, path: str, fields: list[pa.Field]
     ) -> pa.DataType:
-        results = {f.name: f for f in fields}
-        merged: list[pa.Field] = []
-        for old in child_fields(partner.type):
-            if is_tombstone(old):
-                merged.append(old)
-            elif old.name in results:
-                merged.append(results.pop(old.name))
+        old_fields = child_fields(partner.type)
+        placed: dict[int, pa.Field] = {}
+        added: list[pa.Field] = []
+        for new, result in zip(child_fields(dtype), fields, strict=True):
+            position = partner_index(old_fields, new)
+            if position is None:
+                added.append(self._added(result))
             else:
-                merged.append(tombstone_field(old))
-        merged.extend(results.values())  # what is left was added; the rules put it at the end
+                placed[position] = _identity_of(old_fields[position], result)
+        merged = [
+            old if is_tombstone(old) else placed.pop(i, None) or tombstone_field(old)
+            for i, old in enumerate(old_fields)
+        ]
+        merged.extend(added)  # the rules put added fields at the end
         return pa.struct(merged)
+
+    def _added(self, field: pa.Field) -> pa.Field:
+        """An added field, numbered (with everything below it) when the history is."""
+        if self.counter is None:
+            return field
+        return number_type(pa.struct([field]), self.counter).field(0)
 
     def field(
         self, field: pa.Field, partner: pa.Field, path: str, type_result: pa.DataType
@@ -226,12 +277,61 @@ def evolve(history: pa.Schema, new: pa.Schema) -> pa.Schema:
     """The migration type after registering the live schema ``new`` on top of ``history``.
 
     Deleted fields become tombstones in place, added fields are appended after everything
-    (tombstones included). Raises :class:`SchemaIncompatibleError` naming the rule and the path.
-    Returns ``history`` itself when nothing changes.
+    (tombstones included), renamed fields keep their slot under the new name. A ``new`` that
+    renames a field numbers an unnumbered history first (catalog.schema.ids). Raises
+    :class:`SchemaIncompatibleError` naming the rule and the path. Returns ``history`` itself
+    when nothing changes.
     """
     reject_tombstones(new, "the new schema")
-    evolved = check_evolution(as_data_type(history), as_data_type(new), Evolve())
-    result = pa.schema(child_fields(evolved), metadata=new.metadata)
+    if needs_ids(new) and not has_ids(history):
+        history = number(history)
+    counter = Counter(last_id(history)) if has_ids(history) else None
+    evolved = check_evolution(as_data_type(history), as_data_type(new), Evolve(counter))
+    metadata = dict(new.metadata or {})
+    if counter is not None:
+        metadata[LAST_ID_KEY] = str(counter.last).encode()
+    result = pa.schema(child_fields(evolved), metadata=metadata or None)
     if result.equals(history, check_metadata=True):
         return history
     return result
+
+
+def _identity_of(old: pa.Field, new: pa.Field) -> pa.Field:
+    """``new`` as the migration type keeps it in ``old``'s slot: ``old``'s id, and every name
+    the field had before (a renamed field's former names, newest first)."""
+    names = (old.name, *former_names(old)) if old.name != new.name else former_names(old)
+    formers = list(dict.fromkeys(n for n in names if n != new.name))
+    changes: dict[bytes, bytes | None] = {
+        RENAMED_FROM_KEY: json.dumps(formers).encode() if formers else None
+    }
+    if field_id(old) is not None:
+        changes[FIELD_ID_KEY] = str(field_id(old)).encode()
+    return with_field_metadata(new, changes)
+
+
+def _check_rename(
+    old_fields: list[pa.Field], position: int, field: pa.Field, path: str, taken: dict[int, str]
+) -> None:
+    """A field may take the slot of one older field, and not the name of another live one."""
+    old = old_fields[position]
+    if position in taken:
+        raise refusal(
+            RULE_RENAME_CONFLICT,
+            path,
+            f"{old.name} would be both {taken[position]} and {field.name}",
+            describe_field(old),
+            describe_field(field),
+        )
+    taken[position] = field.name
+    if old.name != field.name:
+        clash = next(
+            (f for f in old_fields if f.name == field.name and not is_tombstone(f)), None
+        )
+        if clash is not None:
+            raise refusal(
+                RULE_RENAME_CONFLICT,
+                path,
+                f"cannot rename {old.name} to {field.name}: a field of that name exists",
+                describe_field(clash),
+                describe_field(field),
+            )

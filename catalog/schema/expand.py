@@ -16,16 +16,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from catalog.schema.history import partner_child, partner_index
 from catalog.schema.walk import PartnerVisitor, child_fields, visit_with_partner
 
 __all__ = ["expansion"]
-
-
-def _child(dtype: pa.DataType, name: str) -> pa.Field | None:
-    if not pa.types.is_struct(dtype):
-        return None
-    index = dtype.get_field_index(name)
-    return dtype.field(index) if index >= 0 else None
 
 
 class _Expand(PartnerVisitor[pa.DataType, pa.DataType, pa.Field]):
@@ -33,7 +27,9 @@ class _Expand(PartnerVisitor[pa.DataType, pa.DataType, pa.Field]):
         return partner
 
     def field_partner(self, partner: pa.DataType, field: pa.Field, path: str) -> pa.DataType | None:
-        child = _child(partner, field.name)
+        # The release's field of this one: by name, else the one renamed from it (the
+        # expansion keeps the old name until the contraction).
+        child = partner_child(partner, field, newer=True)
         return None if child is None else child.type
 
     def element_partner(self, partner: pa.DataType, path: str) -> pa.DataType:
@@ -54,8 +50,8 @@ class _Expand(PartnerVisitor[pa.DataType, pa.DataType, pa.Field]):
     def struct(
         self, dtype: pa.StructType, partner: pa.DataType, path: str, fields: list[pa.Field]
     ) -> pa.DataType:
-        known = {f.name for f in fields}
-        return pa.struct([*fields, *(f for f in child_fields(partner) if f.name not in known)])
+        added = [f for f in child_fields(partner) if partner_index(fields, f) is None]
+        return pa.struct([*fields, *added])
 
     def field(
         self, field: pa.Field, partner: pa.DataType, path: str, type_result: pa.DataType

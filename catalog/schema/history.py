@@ -7,6 +7,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from catalog.errors import BadInputError
+from catalog.schema.ids import field_id, former_names
 from catalog.schema.walk import (
     F,
     Kind,
@@ -46,6 +47,53 @@ def child_field(dtype: pa.DataType, name: str) -> pa.Field | None:
                 return field
             found = field
     return found
+
+
+def partner_child(
+    parent: pa.DataType, field: pa.Field, *, live_only: bool = True, newer: bool = False
+) -> pa.Field | None:
+    """The child of struct ``parent`` that ``field`` is: :func:`partner_index`."""
+    if kind_of(parent) is not Kind.STRUCT:
+        return None
+    index = partner_index(child_fields(parent), field, live_only=live_only, newer=newer)
+    return None if index is None else parent.field(index)
+
+
+def partner_index(
+    children: list[pa.Field], field: pa.Field, *, live_only: bool = True, newer: bool = False
+) -> int | None:
+    """The position among ``children`` of the field ``field`` is, or None.
+
+    By id when both sides are numbered (a tombstone too, unless ``live_only``). Otherwise by
+    name and declared renames, in the direction of time: ``children`` of an older type than
+    ``field``'s (``newer`` False: the shard's history against a release) match a name
+    ``field`` had before (its ``renamed_from``), else its own name (the live child, else its
+    tombstone unless ``live_only``); ``children`` of a newer type (``newer``: a release's rows
+    moved back to the older type the shard registered) match by name, else the live child
+    renamed from ``field``'s name. Name first in that direction, so a name a rename freed and a
+    later field took is that field's."""
+    wanted = field_id(field)
+    if wanted is not None and any(field_id(c) is not None for c in children):
+        found = next((i for i, c in enumerate(children) if field_id(c) == wanted), None)
+        return None if found is None or (live_only and is_tombstone(children[found])) else found
+    if not newer:
+        for former in former_names(field):
+            for i, child in enumerate(children):
+                if child.name == former and not is_tombstone(child):
+                    return i
+    tombstone = None
+    for i, child in enumerate(children):
+        if child.name == field.name:
+            if not is_tombstone(child):
+                return i
+            tombstone = i
+    if tombstone is not None:
+        return None if live_only else tombstone
+    if newer:
+        for i, child in enumerate(children):
+            if not is_tombstone(child) and field.name in former_names(child):
+                return i
+    return None
 
 
 def describe_type(dtype: pa.DataType) -> str:
@@ -125,19 +173,18 @@ def reject_tombstones(schema: pa.Schema, what: str) -> None:
 
 class FieldPartnerVisitor(PartnerVisitor[pa.Field, T, F]):
     """A partner visitor whose partner is the older schema's field at the same path: struct
-    children are matched by name, ``live_only`` skipping tombstones (a deleted field has no
-    partner), list elements and map keys and values by position."""
+    children are matched by :func:`partner_child` (id, former name, name), ``live_only``
+    skipping tombstones (a deleted field has no partner), list elements and map keys and
+    values by position."""
 
     live_only: ClassVar[bool] = True
+    newer = False  # the partner is the newer type (a visitor may say so per instance)
 
     def partner_type(self, partner: pa.Field) -> pa.DataType:
         return partner.type
 
     def field_partner(self, partner: pa.Field, field: pa.Field, path: str) -> pa.Field | None:
-        child = child_field(partner.type, field.name)
-        if child is None or (self.live_only and is_tombstone(child)):
-            return None
-        return child
+        return partner_child(partner.type, field, live_only=self.live_only, newer=self.newer)
 
     def element_partner(self, partner: pa.Field, path: str) -> pa.Field:
         return partner.type.value_field

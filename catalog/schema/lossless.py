@@ -15,6 +15,9 @@ from typing import Final
 
 import pyarrow as pa
 
+from catalog.schema.history import partner_child
+from catalog.schema.walk import as_data_type
+
 __all__ = ["WIDENING_RULES", "widening_rule", "widens"]
 
 _SIGNED: Final = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
@@ -87,11 +90,11 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
 
 
 def narrowed_to(schema: pa.Schema, latest: pa.Schema) -> pa.Schema:
-    """``schema`` with each atomic type that widens one of ``latest`` (by name, at any depth)
+    """``schema`` with each atomic type that widens one of ``latest`` (by field, at any depth)
     replaced by that narrower type: what a release's rows must be cast to (checking every
     value) to be written to a shard whose registered schema has not widened yet."""
-    return pa.schema([_narrowed_field(f, latest.field(f.name) if f.name in latest.names else None)
-                      for f in schema])  # fmt: skip
+    other = as_data_type(latest)
+    return pa.schema([_narrowed_field(f, partner_child(other, f)) for f in schema])
 
 
 def _narrowed_field(field: pa.Field, other: pa.Field | None) -> pa.Field:
@@ -102,8 +105,7 @@ def _narrowed_field(field: pa.Field, other: pa.Field | None) -> pa.Field:
 
 def _narrowed(dtype: pa.DataType, other: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(dtype) and pa.types.is_struct(other):
-        names = {other.field(i).name: other.field(i) for i in range(other.num_fields)}
-        return pa.struct([_narrowed_field(f, names.get(f.name)) for f in dtype])
+        return pa.struct([_narrowed_field(f, partner_child(other, f)) for f in dtype])
     if pa.types.is_map(dtype) and pa.types.is_map(other):
         item = _narrowed_field(dtype.item_field, other.item_field)
         return pa.map_(dtype.key_field, item, keys_sorted=dtype.keys_sorted)
@@ -116,21 +118,23 @@ def _narrowed(dtype: pa.DataType, other: pa.DataType) -> pa.DataType:
 
 
 def narrower_paths(schema: pa.Schema, latest: pa.Schema) -> tuple[str, ...]:
-    """The dotted paths (by name, at any depth) where ``schema``'s atomic type is narrower than
-    ``latest``'s: what a batch stored under ``schema`` is widened at when read."""
+    """The dotted paths (of ``schema``'s names, at any depth) where ``schema``'s atomic type is
+    narrower than ``latest``'s: what a batch stored under ``schema`` is widened at when read."""
     found: list[str] = []
+    newer = as_data_type(latest)
     for field in schema:
-        if field.name in latest.names:
-            _narrower(field.type, latest.field(field.name).type, field.name, found)
+        other = partner_child(newer, field, newer=True)  # by id, name or later rename
+        if other is not None:
+            _narrower(field.type, other.type, field.name, found)
     return tuple(found)
 
 
 def _narrower(dtype: pa.DataType, other: pa.DataType, path: str, found: list[str]) -> None:
     if pa.types.is_struct(dtype) and pa.types.is_struct(other):
-        names = {other.field(i).name: other.field(i) for i in range(other.num_fields)}
         for field in dtype:
-            if field.name in names:
-                _narrower(field.type, names[field.name].type, f"{path}.{field.name}", found)
+            twin = partner_child(other, field, newer=True)
+            if twin is not None:
+                _narrower(field.type, twin.type, f"{path}.{field.name}", found)
     elif pa.types.is_map(dtype) and pa.types.is_map(other):
         _narrower(dtype.item_type, other.item_type, f"{path}.value", found)
     elif _is_list(dtype) and _is_list(other):

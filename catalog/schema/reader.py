@@ -8,10 +8,10 @@ import pyarrow as pa
 from catalog.errors import ReaderFencedError, SchemaIncompatibleError
 from catalog.schema.history import (
     FieldPartnerVisitor,
-    child_field,
     describe_field,
     describe_type,
     is_tombstone,
+    partner_child,
 )
 from catalog.schema.lossless import widens
 from catalog.schema.rules import (
@@ -87,12 +87,14 @@ PROJECTION_RULES = _TargetRules(
 class TargetCheck(FieldPartnerVisitor[None, None]):
     """Checks that a target (a reader schema) is a projection of a source's migration target.
 
-    Fields are matched by name at every depth, in any order; a target field may be nullable over
+    Fields are matched by id or name and declared renames (:func:`partner_child`) at every depth,
+    in any order; a target field may be nullable over
     a non-null source field but not the reverse. With ``allow_added`` a nullable target field the
     source lacks is accepted (it is filled with nulls).
     """
 
     rules: _TargetRules
+    newer: bool = False  # the source is the newer type (catalog.schema.ids)
 
     def _refuse(self, rule: str, path: str, what: str, old: str | None, new: str | None) -> None:
         raise refusal(rule, path, what, old, new, self.rules.error)
@@ -112,7 +114,7 @@ class TargetCheck(FieldPartnerVisitor[None, None]):
         if kind is Kind.STRUCT:
             for field in child_fields(dtype):
                 field_path = join_path(path, field.name)
-                source = child_field(partner.type, field.name)
+                source = partner_child(partner.type, field, live_only=False, newer=self.newer)
                 if source is not None and is_tombstone(source):
                     self._refuse(
                         self.rules.needs_deleted,

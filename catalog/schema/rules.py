@@ -51,6 +51,12 @@ RULE_READER_NARROWER_TYPE = "reader-narrower-type"
 RULE_TYPE_NARROWED = "type-narrowed"
 
 
+RULE_RENAME_SOURCE_MISSING = "rename-source-missing"
+
+
+RULE_RENAME_CONFLICT = "rename-conflict"
+
+
 _OTHER = "or use Mechanism.REPLACEMENT or REWRITE"
 
 
@@ -65,7 +71,8 @@ _SUGGESTIONS = types.MappingProxyType(
         RULE_FIELD_REORDERED: f"keep the existing order (new fields go at the end), {_OTHER}",
         RULE_FIELD_ADDED_NOT_NULLABLE: f"add it as a nullable field, {_OTHER}",
         RULE_FIELD_ADDED_NOT_AT_END: f"add it after every existing field, {_OTHER}",
-        RULE_FIELD_READDED: f"deleted names stay reserved: {_AT_END}, {_OTHER}",
+        RULE_FIELD_READDED: f"deleted names stay reserved until a rename numbers the shard's "
+        f"fields: {_AT_END}, {_OTHER}",
         RULE_MAP_KEY_CHANGED: f"keep the map key; for a new map {_AT_END}, {_OTHER}",
         RULE_FIELD_NAME_DUPLICATED: "give every field of a struct a distinct name",
         RULE_DATA_MISMATCH: "pass the schema the data was written with",
@@ -78,6 +85,10 @@ _SUGGESTIONS = types.MappingProxyType(
         RULE_READER_NARROWER_TYPE: "read with the shard's current (wider) type for this "
         "field: stored values may not fit the narrower one",
         RULE_TYPE_NARROWED: f"keep the wider type (values may not fit), {_OTHER}",
+        RULE_RENAME_SOURCE_MISSING: "name every name the field had in renamed(field, newest, "
+        "..., oldest), so releases that skip a rename still find it",
+        RULE_RENAME_CONFLICT: "rename a field to a name no other live field has, and give each "
+        "field one new name",
     }
 )
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from catalog.consensus import decode_json, decoding
+from catalog.schema.diff import renamed_paths
 from catalog.schema.lossless import narrower_paths
 from catalog.shard.handle import Shard
 from catalog.shard.state import ShardState
@@ -34,10 +35,14 @@ class SchemaUse:
     #: Dotted paths where this schema's type is narrower than the latest's (its batches are
     #: widened when read, until compaction rewrites them).
     narrower: tuple[str, ...] = ()
+    #: Fields this schema names otherwise than the latest (``old.path -> new name``): its
+    #: batches are stored under the old names, read under the new ones, until compaction.
+    renamed: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = attrs.asdict(self)
         out["narrower"] = list(self.narrower)
+        out["renamed"] = list(self.renamed)
         return out
 
 
@@ -146,6 +151,7 @@ def shard_coverage(
         SchemaUse(
             schema_id, batches[schema_id], rows[schema_id], leased[schema_id],
             narrower_paths(state.live(schema_id), latest) if batches[schema_id] else (),
+            renamed_paths(state.live(schema_id), latest) if batches[schema_id] else (),
         )
         for schema_id in range(len(state.schemas))
     )  # fmt: skip

@@ -19,6 +19,7 @@ from catalog.schema import (
     evolve,
     migration_type,
 )
+from catalog.schema.ids import has_ids, ids_like, needs_ids, number
 from catalog.shard.state import Contraction, ShardState, shard_key
 from catalog.shard.stored import change_ops, read_states
 
@@ -60,10 +61,17 @@ def evolve_op(state: ShardState, schema: pa.Schema) -> tuple[Op | None, ShardSta
     """
     if state.finalized:
         raise finalized_error(state)
+    before = state
+    if needs_ids(schema) and not has_ids(state.schema):
+        # The first rename numbers the shard's fields, in every schema it registered: data of
+        # any of them then reads by id (a name alone was the identity until now).
+        numbered = number(state.schema)
+        renumbered = tuple(ids_like(s, numbered) for s in state.schemas[:-1])
+        state = attrs.evolve(state, schemas=(*renumbered, numbered))
     mtype = evolve(state.schema, schema)
     if mtype.equals(state.schema, check_metadata=True):
-        return None, state
-    return _head_op(state, attrs.evolve(state, schemas=(*state.schemas, mtype)))
+        return None, before
+    return _head_op(before, attrs.evolve(state, schemas=(*state.schemas, mtype)))
 
 
 def expand_op(

@@ -27,8 +27,10 @@ from catalog.retry import Retry
 from catalog.schema import (
     check_reader,
     migrate_batch,
+    partner_child,
 )
 from catalog.schema.restore import restore_table
+from catalog.schema.walk import as_data_type
 from catalog.shard.append import (
     already_consolidated,
 )
@@ -248,7 +250,9 @@ def load(
         source = state.live(schema_id)
         cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
         carried = (TS, DIFF) if times or cut else (DIFF,)
-        columns = [n for n in source.names if target.get_field_index(n) >= 0]
+        kept = as_data_type(source)  # a renamed field by its id or declared former name
+        used = {c.name for f in target if (c := partner_child(kept, f)) is not None}
+        columns = [f.name for f in source if f.name in used]
         table = read_batches(shard.blob, shard.shard_id, group, source, [*columns, *carried])
         if cut:
             table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))

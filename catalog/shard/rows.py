@@ -78,7 +78,7 @@ def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardSta
         schema = narrow
     loose = pa.schema([pa.field(f.name, relaxed(f.type)) for f in latest])
     try:
-        moved = migrate_batch(batch, schema, loose, projection=True)
+        moved = migrate_batch(batch, schema, loose, projection=True, newer=True)
     except SchemaIncompatibleError as exc:
         raise _needs_finalization(shard, exc.message, exc.details.get("path")) from exc
     try:

@@ -35,6 +35,7 @@ def render_coverage(report: CoverageReport, *, all_rows: bool = False, limit: in
         stored = ", ".join(
             f"{u.schema_id}: {u.batches}/{u.rows:,}"
             + (f" (narrower {', '.join(u.narrower)})" if u.narrower else "")
+            + (f" (old names {', '.join(u.renamed)})" if u.renamed else "")
             for u in coverage.schemas
             if u.batches
         )

@@ -162,7 +162,8 @@ function renderCoverage(cov) {
   wrap.appendChild(table(["collection", "latest", "stored by schema (batches/rows)", "can retire"],
     rows.map(r => [r.name, r.latest_schema_id, r.schemas.filter(u => u.batches)
       .map(u => u.schema_id + ": " + u.batches + "/" + u.rows +
-           ((u.narrower || []).length ? " (narrower " + u.narrower.join(", ") + ")" : ""))
+           ((u.narrower || []).length ? " (narrower " + u.narrower.join(", ") + ")" : "") +
+           ((u.renamed || []).length ? " (old names " + u.renamed.join(", ") + ")" : ""))
       .join(", ") || "-",
       r.retirable.join(", ") || "-"])));
   put("coverage", wrap);

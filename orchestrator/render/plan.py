@@ -72,7 +72,8 @@ def render_plan(plan: Plan, console: Console) -> None:
             )
         console.print(table)
         console.print(
-            "schema diff: +added -dropped relaxed? (now nullable) ~changed (type or nullability)",
+            "schema diff: +added -dropped relaxed? (now nullable) ~changed (type or nullability) "
+            "old>new (renamed)",
             style="dim",
         )
     if plan.new_builtins:
@@ -86,13 +87,14 @@ def render_plan(plan: Plan, console: Console) -> None:
 
 
 def _diff_text(diff: SchemaDiff) -> Text:
-    """``+added -dropped relaxed? ~changed``: one token per dotted field path."""
+    """``+added -dropped relaxed? ~changed old>new``: one token per dotted field path."""
     text = Text()
     tokens = [
         *((f"+{p}", "green") for p in diff.added),
         *((f"-{p}", "red") for p in diff.dropped),
         *((f"{p}?", "cyan") for p in diff.relaxed),
         *((f"~{p}", "yellow") for p in diff.changed),
+        *((p.replace(" -> ", ">"), "blue") for p in diff.renamed),
     ]
     for token, style in tokens:
         if text:

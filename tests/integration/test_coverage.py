@@ -123,7 +123,7 @@ def test_status_coverage_and_compact_until_retired(
     assert document["pending_collections"] == 1 and document["old_rows"] == 12
     by_name = {c["name"]: c for c in document["collections"]}
     assert by_name["mz_catalog.evolved"]["schemas"][0] == {
-        "schema_id": 0, "batches": 6, "rows": 12, "readers": 0, "narrower": [],
+        "schema_id": 0, "batches": 6, "rows": 12, "readers": 0, "narrower": [], "renamed": [],
     }  # fmt: skip
     assert by_name["mz_catalog.fresh"]["retirable"] == []
     table = run_cli(zk_env, "status", "--coverage")

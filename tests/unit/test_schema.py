@@ -685,6 +685,7 @@ def test_schema_diff_lists_dotted_paths() -> None:
         "dropped": ["s.y", "l.items.b", "g"],
         "relaxed": ["id"],
         "changed": [],
+        "renamed": [],
     }
     assert cs.schema_diff(sch(f("a", I32)), sch(nn("a", I64)))["changed"] == ["a"]
 

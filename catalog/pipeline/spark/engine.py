@@ -49,7 +49,9 @@ from catalog.pipeline.spark.workers import (
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import copy_schema, estimated_bytes, overlaps
 from catalog.retry import Retry
+from catalog.schema import partner_child
 from catalog.schema.restore import restore_table
+from catalog.schema.walk import as_data_type
 from catalog.shard import (
     DIFF,
     TS,
@@ -127,12 +129,13 @@ class SparkEngine:
             scan = self._scan(shard.blob, keys, read_schema(live, spark_written))
             columns = []
             for field in schema:
-                index = live.get_field_index(field.name)
-                if index < 0:
+                declared = partner_child(as_data_type(live), field)
+                if declared is None:
                     columns.append(null_of(field.type, field.name).alias(field.name))
                 else:
-                    source = live.field(index).type
-                    expr = migrate_expression(spark_col(field.name), source, field.type, field.name)
+                    expr = migrate_expression(
+                        spark_col(declared.name), declared.type, field.type, field.name
+                    )
                     columns.append(expr.alias(field.name))
             columns += [spark_col(TS).cast("long").alias(TS), spark_col(DIFF)]
             frames.append(scan.select(*columns))

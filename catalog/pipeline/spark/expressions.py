@@ -10,6 +10,7 @@ import pyarrow as pa
 from catalog.blob import BlobStore
 from catalog.consolidate.floats import has_floats
 from catalog.pipeline.spark.types import contains_map, join_path, spark_type
+from catalog.schema import partner_child
 from catalog.schema.restore import relaxed
 from catalog.shard import (
     DIFF,
@@ -46,14 +47,12 @@ def migrate_expression(column: Any, source: pa.DataType, target: pa.DataType, pa
         children = []
         for field in target.fields:
             child_path = join_path(path, field.name)
-            index = source.get_field_index(field.name)
-            if index < 0:
+            declared = partner_child(source, field)  # by id, former name or name
+            if declared is None:
                 children.append(null_of(field.type, child_path).alias(field.name))
             else:
-                child = column.getField(field.name)
-                migrated = migrate_expression(
-                    child, source.field(index).type, field.type, child_path
-                )
+                child = column.getField(declared.name)
+                migrated = migrate_expression(child, declared.type, field.type, child_path)
                 children.append(migrated.alias(field.name))
         return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*children))
     lists = (pa.types.is_list, pa.types.is_large_list)
