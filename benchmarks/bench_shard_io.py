@@ -14,8 +14,9 @@ harder case). Then it times:
   snapshot reads them), in the same run.
 
 It also builds the same history with the last evolution widening two types (``oid`` uint32 to
-int64, ``name`` string to large_string: two thirds of the batches are cast when read) and times
-its snapshot against the first one's (target: at most 1.2x).
+int64, ``name`` string to large_string) and renaming one field (``size`` to ``bytes``): two
+thirds of the batches are cast and read under the new name when read. It times that snapshot
+against the first one's (target: at most 1.2x).
 
 Then it advances ``since`` to the last time, compacts (one consolidated batch remains) and times
 the snapshot against a plain read of the compacted file.
@@ -51,6 +52,7 @@ from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.environment import CONTAINER_KEYS
+from catalog.schema import renamed
 from catalog.shard import DIFF, TS, Shard, consolidate, new_shard_id, update_schema
 from orchestrator.logs import configure_logging
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
@@ -71,12 +73,14 @@ S0 = pa.schema(
 )
 S1 = pa.schema([*S0, pa.field("comment", pa.string())])
 S2 = pa.schema([f for f in S1 if f.name != "owner_id"])
-# The same last evolution widening too (catalog.schema.lossless): oid uint32 -> int64, name
-# string -> large_string. Two thirds of the batches are then cast when read.
+# The same last evolution widening and renaming too (catalog.schema.lossless and .ids): oid
+# uint32 -> int64, name string -> large_string, size renamed bytes. Two thirds of the batches
+# are then cast and read under the new name, through field ids.
 S2_WIDE = pa.schema(
     [
         f.with_type(pa.int64()) if f.name == "oid"
-        else f.with_type(pa.large_string()) if f.name == "name" else f
+        else f.with_type(pa.large_string()) if f.name == "name"
+        else renamed(pa.field("bytes", f.type), "size") if f.name == "size" else f
         for f in S2
     ]
 )  # fmt: skip
@@ -99,6 +103,7 @@ def _columns(schema: pa.Schema, numbers: pa.Array) -> dict[str, pa.Array]:
             "u", pc.cast(pc.bit_wise_and(numbers, 63), pa.string()), ""
         ),
         "size": pc.multiply(numbers, 7),
+        "bytes": pc.multiply(numbers, 7),  # size, renamed
         "created_at": pc.cast(pc.add(numbers, 1_700_000_000_000), pa.timestamp("ms", tz="UTC")),
         "comment": pa.nulls(count, pa.string()),
     }
