@@ -712,8 +712,8 @@ class History:
 
 @st.composite
 def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
-    """A backward-compatible next schema: add or delete a field, top level or in a struct, or
-    widen a type losslessly."""
+    """A backward-compatible next schema: add, delete or rename a field, top level or in a
+    struct, or widen a type losslessly."""
     schema = history.schema
     structs = [f.name for f in schema if pa.types.is_struct(f.type) and f.type.num_fields > 1]
     listed = [
@@ -738,12 +738,26 @@ def evolutions(draw: st.DrawFn, history: History) -> pa.Schema:
                 "widen",
                 "widen",
                 "widen",
+                "rename",
+                "rename",
+                "rename-nested",
             ]
         )
     )
     fields = list(schema)
     if choice == "widen" and _widen(draw, fields):
         event("a type widened")
+    elif choice == "rename":
+        at = draw(st.integers(0, len(fields) - 1))
+        fields[at] = renamed(fields[at].with_name(history.fresh()), fields[at].name)
+        event("a field renamed")
+    elif choice == "rename-nested" and structs:
+        index = schema.get_field_index(draw(st.sampled_from(structs)))
+        children = list(schema.field(index).type.fields)
+        at = draw(st.integers(0, len(children) - 1))
+        children[at] = renamed(children[at].with_name(history.fresh()), children[at].name)
+        fields[index] = fields[index].with_type(pa.struct(children))
+        event("a struct child renamed")
     elif choice == "add" or (choice == "delete" and len(fields) < 2):
         leaf = draw(st.sampled_from([*LEAF_TYPES, pa.struct([pa.field("z", pa.int64())])]))
         fields.append(pa.field(history.fresh(), leaf))
