@@ -4,6 +4,8 @@ as a new field with a new id; ids are never reused; refusals name their rule."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -224,3 +226,60 @@ def test_random_histories_of_renames_deletes_and_adds_read_every_value_by_identi
             want = f"{ident}@{read['id']}" if ident in identities else None
             assert read[name] == want, (name, read, model)
         assert set(read) == {"id", *(n for _, n, _ in model), "s"}
+
+
+def _releases(*schemas: pa.Schema) -> list[Any]:
+    """A history of one builtin through ``schemas`` (0.1.0, 0.2.0, ...), each by EVOLUTION."""
+    from catalog.release import Builtin, Mechanism, Migration, Release
+
+    out = []
+    for minor, schema in enumerate(schemas, start=1):
+        version = f"0.{minor}.0"
+        moves = [] if minor == 1 else [
+            Migration(f"0.{m}.0", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION)
+            for m in range(2, minor + 1)
+        ]  # fmt: skip
+        out.append(Release(version, [Builtin("mz_catalog", "mz_things", "table", "s1", schema)],
+                           moves))  # fmt: skip
+    return out
+
+
+def _failing(releases: list[Any]) -> dict[tuple[str, str], str | None]:
+    from catalog.release import validate
+
+    report = validate(releases)
+    return {(str(f.from_version), str(f.to_version)): f.rule for f in report.failures}
+
+
+A = pa.schema([pa.field("a", pa.string())])
+B = pa.schema([renamed(pa.field("b", pa.string()), "a")])
+
+
+def test_validate_follows_rename_chains_and_names_the_path_that_skips_one() -> None:
+    declared = pa.schema([renamed(pa.field("c", pa.string()), "b", "a")])
+    assert _failing(_releases(A, B, declared)) == {}
+    skipping = pa.schema([renamed(pa.field("c", pa.string()), "b")])
+    assert _failing(_releases(A, B, skipping)) == {("0.1.0", "0.3.0"): "rename-source-missing"}
+
+
+def test_validate_lets_a_freed_name_back_only_after_the_rename_landed() -> None:
+    """0.3.0 re-adds the name 0.2.0 renamed away: from 0.2.0 it is a new field; straight from
+    0.1.0 one window would need both meanings of the name, so that path is refused."""
+    again = pa.schema([*B, pa.field("a", pa.int32())])
+    assert _failing(_releases(A, B, again)) == {("0.1.0", "0.3.0"): "rename-conflict"}
+
+
+def test_validate_refuses_a_backport_that_renamed_differently() -> None:
+    """A patch renames a -> b; the next minor renames a -> c: from the patch there is no a."""
+    from catalog.release import Builtin, Mechanism, Migration, Release
+
+    patch = Release("0.1.1", [Builtin("mz_catalog", "mz_things", "table", "s1", B)],
+                    [Migration("0.1.1", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION)])
+    other = pa.schema([renamed(pa.field("c", pa.string()), "a")])
+    minor = Release("0.2.0", [Builtin("mz_catalog", "mz_things", "table", "s1", other)], [
+        Migration("0.1.1", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION),
+        Migration("0.2.0", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION),
+    ])  # fmt: skip
+    failing = _failing([_releases(A)[0], patch, minor])
+    assert failing[("0.1.1", "0.2.0")] == "rename-source-missing"
+    assert ("0.1.0", "0.2.0") not in failing
