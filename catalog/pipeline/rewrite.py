@@ -37,11 +37,17 @@ _COPY_ATTEMPTS = 20
 
 
 def transform_table(
-    table: pa.Table, transforms: Sequence[Transform], new_schema: pa.Schema
+    table: pa.Table,
+    transforms: Sequence[Transform],
+    new_schema: pa.Schema,
+    *,
+    project: bool = False,
 ) -> pa.Table:
     """:func:`apply_transforms` over every batch of ``table``."""
     batches = [
-        apply_transforms(b, transforms, new_schema) for b in table.to_batches() if b.num_rows
+        apply_transforms(b, transforms, new_schema, project=project)
+        for b in table.to_batches()
+        if b.num_rows
     ]
     return pa.Table.from_batches(batches, schema=copy_schema(new_schema))
 

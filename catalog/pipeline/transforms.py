@@ -8,6 +8,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import (
+    SchemaIncompatibleError,
     ShardError,
 )
 from catalog.release import Transform
@@ -84,13 +85,20 @@ class CarryEvolutions:
 
 
 def apply_transforms(
-    batch: pa.RecordBatch, transforms: Sequence[Transform], new_schema: pa.Schema
+    batch: pa.RecordBatch,
+    transforms: Sequence[Transform],
+    new_schema: pa.Schema,
+    *,
+    project: bool = False,
 ) -> pa.RecordBatch:
     """Run ``transforms`` in order on an update batch; ``_ts``/``_diff`` pass through untouched.
 
     ``batch`` holds the source's live columns plus ``_ts`` and ``_diff``; each transform gets a
     RecordBatch of the data columns only and must return one with as many rows. The last output
-    must match ``new_schema`` (:func:`conform_batch`). Errors name the offending transform.
+    must match ``new_schema`` (:func:`conform_batch`); with ``project`` it is first projected
+    onto it (fields it lacks dropped, nullable ones it has not filled with nulls, renames
+    followed back: the evolutions after a rewrite, undone for its inverse). Errors name the
+    offending transform.
     """
     names = [n for n in batch.schema.names if n not in (TS, DIFF)]
     data = batch.select(names)
@@ -126,6 +134,18 @@ def apply_transforms(
             )
         data = out
     last = transform_name(transforms[-1]) if transforms else "the identity transform"
+    if project:
+        try:
+            moved = migrate(data, data.schema, new_schema, projection=True, newer=True)
+        except SchemaIncompatibleError as exc:
+            raise ShardError(
+                f"transform {last} returned rows that do not project onto the schema: "
+                f"{exc.message}",
+                reason="transform-output",
+                transform=last,
+            ) from exc
+        assert isinstance(moved, pa.RecordBatch)
+        data = moved
     data = conform_batch(data, new_schema, last)
     return pa.RecordBatch.from_arrays(
         [*data.columns, batch.column(TS), batch.column(DIFF)],

@@ -181,7 +181,9 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
         from catalog.pipeline.rewrite import transform_table
 
         try:
-            rows = transform_table(updates, chain, _previous_schema(ctx, pending, gid))
+            # Projected at the end: fields later evolutions added to the rows are dropped.
+            previous = _previous_schema(ctx, pending, gid)
+            rows = transform_table(updates, chain, previous, project=True)
         except CatalogError as exc:
             raise MigrationRefusedError(
                 f"rollback to {pending.from_version}: the inverse of {replaced.name} failed on "

@@ -14,6 +14,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.release import Builtin
+from catalog.schema import renamed
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
 
@@ -227,6 +228,16 @@ MZ_CLUSTERS_V0_10 = pa.schema(
     ]
 )
 MZ_CLUSTERS_V0_14_1 = extend(MZ_CLUSTERS_V0_10, col("disk", pa.bool_()))
+# 1.1.0: the replication factor outgrew uint32 and is renamed (widened to int64 on the way),
+# and size becomes replica_size: renames through field ids, nothing rewritten.
+MZ_CLUSTERS_V1_1 = pa.schema(
+    [
+        renamed(col("replica_size", pa.string()), "size") if f.name == "size"
+        else renamed(col("replica_count", pa.int64()), "replication_factor")
+        if f.name == "replication_factor" else f
+        for f in MZ_CLUSTERS_V0_14_1
+    ]
+)  # fmt: skip
 
 REPLICA_CONFIG_V0_10 = pa.struct([req("workers", pa.int32()), col("disk", pa.bool_())])
 REPLICA_CONFIG_V0_11 = pa.struct([*REPLICA_CONFIG_V0_10, col("disk_limit", pa.string())])

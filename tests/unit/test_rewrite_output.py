@@ -72,3 +72,23 @@ def test_without_later_evolutions_a_forgotten_column_is_refused() -> None:
             latest,
         )
     assert info.value.details["reason"] == "transform-output"
+
+
+def test_an_inverse_projected_onto_the_older_schema_drops_what_later_releases_added() -> None:
+    """A rollback runs a rewrite's inverse on rows a later release wrote: fields evolutions
+    added after the rewrite are dropped (``project``); without it the extra column is
+    refused."""
+    older = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+    rows = _batch({
+        "id": pa.array(["7"]), "name": pa.array(["a"]), "attributes": pa.array(["x"]),
+    })  # fmt: skip
+
+    def numbers(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = pa.compute.cast(batch.column("id"), pa.int64())
+        return batch.set_column(0, pa.field("id", pa.int64(), nullable=False), ids)
+
+    out = apply_transforms(rows, [numbers], older, project=True)
+    assert out.select(["id", "name"]).to_pylist() == [{"id": 7, "name": "a"}]
+    assert out.schema.names == ["id", "name", "_ts", "_diff"]
+    with pytest.raises(ShardError, match="attributes"):
+        apply_transforms(rows, [numbers], older)
