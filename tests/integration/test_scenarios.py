@@ -44,8 +44,9 @@ def _suite_params() -> list[Any]:
 # Fixed walks CI runs (seed, steps) at fault probability 0.4; together they inject every kind
 # of fault (test_simulation_covers_every_fault checks it).
 # The last two run on a three-server ensemble: seed 33 kills a ZooKeeper server under writes and
-# loses the quorum, seed 38 kills a new leader mid-migration.
-SIMULATION_SEEDS = [(202, 12, 1), (606, 12, 1), (808, 12, 1), (33, 12, 3), (38, 12, 3)]
+# loses the quorum, seed 39 kills a new leader mid-migration. (Release 1.1.0 changed the walks:
+# seed 38 no longer did; seed 606 now rolls 1.1.0 back to 0.10.0 across a rewrite's inverse.)
+SIMULATION_SEEDS = [(202, 12, 1), (606, 12, 1), (808, 12, 1), (33, 12, 3), (39, 12, 3)]
 SIMULATION_FAULTS = 0.4
 # Walks with partitions (seed, steps), by the fault they must inject: every process in a
 # network namespace partitions a leader; a three-server ensemble, each server in a namespace,
