@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import Launch, cli, json_lines, ndjson
+from support.sidecars import Launch, cli, ndjson, read_rows, release_file
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,19 +42,15 @@ def test_blue_green_through_a_rename_reads_every_row_under_each_releases_names(
     where = ["--zk", zk_env.hosts, "--env", zk_env.name]
 
     def start(version: str, generation: int, name: str, **options: Any) -> Any:
-        release = str(RELEASES / f"v{version.replace('.', '_')}.py")
+        release = str(release_file(version, RELEASES))
         return launch(version, generation, name, release=release, **options)
 
     def read(process: Any) -> list[dict[str, Any]]:
-        status, answer = process.http("GET", f"/read?collection={NAME}")
-        assert status == 200, answer
-        found = [
-            {k: v for k, v in r.items() if k not in ("_ts", "_diff")} for r in json_lines(answer)
-        ]
-        return sorted(found, key=lambda r: r["id"])
+        return read_rows(process, NAME)
 
     def append(process: Any, rows: list[dict[str, Any]]) -> tuple[int, bytes]:
-        return tuple(process.http("POST", f"/append?collection={NAME}", ndjson(rows)))  # type: ignore[return-value]
+        status, answer = process.http("POST", f"/append?collection={NAME}", ndjson(rows))
+        return status, answer
 
     def promote(generation: int) -> None:
         done = cli("promote", "--deploy-generation", str(generation), "--wait", "30", *where)

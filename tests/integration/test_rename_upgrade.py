@@ -21,20 +21,21 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.environment import read_catalog
 from catalog.pipeline.arrow import ArrowEngine
 from catalog.release import Builtin, Mechanism, Migration, Release
-from catalog.schema import field_id, former_names, migrate_batch, renamed
-from catalog.shard import DIFF, TS, Rows, Shard, append_rows
-from orchestrator.migrate import (
-    MigrationContext,
-    check_read_only,
-    complete_finalization,
-    migrate_as_leader,
-    request_finalization,
-)
+from catalog.schema import field_id, former_names, renamed
+from catalog.shard import Shard
+from orchestrator.migrate import MigrationContext
 from orchestrator.status.coverage import read_coverage
-from support.migrations import Env, bootstrap
+from support.migrations import (
+    Env,
+    append_as_release,
+    bootstrap,
+    collection_shard,
+    finalize,
+    read_as_release,
+    upgrade,
+)
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -75,27 +76,15 @@ def as_new(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def shard_of(ctx: MigrationContext) -> Shard:
-    found = read_catalog(ctx.consensus)
-    assert found is not None
-    return ctx.shard(found[0].by_name()[NAME].shard_id)
+    return collection_shard(ctx, NAME)
 
 
 def append(ctx: MigrationContext, rows: list[dict[str, Any]]) -> None:
-    builtin = ctx.release.builtin(NAME)
-    assert builtin is not None
-    table = pa.Table.from_pylist(rows, schema=builtin.schema)
-    append_rows(shard_of(ctx), Rows(table, builtin.schema))
+    append_as_release(ctx, NAME, rows)
 
 
 def read(ctx: MigrationContext) -> list[dict[str, Any]]:
-    """As the sidecar reads: the snapshot, migrated to the release's own schema."""
-    builtin = ctx.release.builtin(NAME)
-    assert builtin is not None
-    data = shard_of(ctx).snapshot()
-    source = pa.schema([f for f in data.schema if f.name not in (TS, DIFF)])
-    data = migrate_batch(data, source, builtin.schema, projection=True).drop_columns([TS, DIFF])
-    assert data.schema.equals(builtin.schema)
-    return sorted(data.to_pylist(), key=lambda r: r["id"])
+    return read_as_release(ctx, NAME)
 
 
 def test_a_rename_reads_every_row_under_each_release_and_records_field_ids(
@@ -108,26 +97,18 @@ def test_a_rename_reads_every_row_under_each_release_and_records_field_ids(
         rows = [old_row(1, "ann", 2**31 - 1, 512), old_row(2, None, None, None)]
         append(old, rows)
 
-        new = env.ctx(NEW, 2, finalize_after=None)
-        check_read_only(new)
-        migrate_as_leader(new, env.lead(new))
+        new, _ = upgrade(env, NEW, 2, finalize_after=None)
         pending = shard_of(new).state().live_schema
         assert pending.names == V1.names  # the expansion keeps the old names
         assert read(new) == [as_new(r) for r in rows]
         during = {"id": 3, "owner_id": "bob", "hit_count": 9, "spec": {"cpu": 2, "memory": 64}}
         append(new, [during])  # written through the old names
 
-        back = env.ctx(OLD, 3)
-        check_read_only(back)
-        migrate_as_leader(back, env.lead(back))
+        back, _ = upgrade(env, OLD, 3)
         assert read(back) == [*rows, old_row(3, "bob", 9, 64) | {"spec": {"cpu": 2, "mem": 64}}]
 
-        again = env.ctx(NEW, 4, finalize_after=None)
-        check_read_only(again)
-        leadership = env.lead(again)
-        migrate_as_leader(again, leadership)
-        request_finalization(again.consensus, requested_by="test", reason="operator")
-        assert complete_finalization(again, leadership.fence) is not None
+        again, leadership = upgrade(env, NEW, 4, finalize_after=None)
+        finalize(again, leadership)
         state = shard_of(again).state()
         live = state.live_schema
         assert live.names == ["id", "owner_id", "hit_count", "spec"]

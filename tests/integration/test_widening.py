@@ -18,21 +18,21 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
-from catalog.environment import read_catalog
 from catalog.errors import MigrationRefusedError, ReaderFencedError
 from catalog.pipeline.arrow import ArrowEngine
 from catalog.release import Builtin, Mechanism, Migration, Release
-from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Rows, Shard, append_rows
-from orchestrator.migrate import (
-    MigrationContext,
-    check_read_only,
-    complete_finalization,
-    migrate_as_leader,
-    request_finalization,
-)
+from catalog.shard import Shard
+from orchestrator.migrate import MigrationContext
 from orchestrator.status.coverage import read_coverage
-from support.migrations import Env, bootstrap
+from support.migrations import (
+    Env,
+    append_as_release,
+    bootstrap,
+    collection_shard,
+    finalize,
+    read_as_release,
+    upgrade,
+)
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -61,26 +61,15 @@ def row(i: int, n: int | None, c: int | None) -> dict[str, Any]:
 
 
 def shard_of(ctx: MigrationContext) -> Shard:
-    found = read_catalog(ctx.consensus)
-    assert found is not None
-    return ctx.shard(found[0].by_name()[NAME].shard_id)
+    return collection_shard(ctx, NAME)
 
 
 def append(ctx: MigrationContext, rows: list[dict[str, Any]]) -> None:
-    builtin = ctx.release.builtin(NAME)
-    assert builtin is not None
-    table = pa.Table.from_pylist(rows, schema=builtin.schema)
-    append_rows(shard_of(ctx), Rows(table, builtin.schema))
+    append_as_release(ctx, NAME, rows)
 
 
 def read(ctx: MigrationContext) -> list[dict[str, Any]]:
-    builtin = ctx.release.builtin(NAME)
-    assert builtin is not None
-    data = shard_of(ctx).snapshot()
-    source = pa.schema([f for f in data.schema if f.name not in (TS, DIFF)])
-    data = migrate_batch(data, source, builtin.schema, projection=True).drop_columns([TS, DIFF])
-    assert data.schema.equals(builtin.schema)
-    return sorted(data.to_pylist(), key=lambda r: r["id"])
+    return read_as_release(ctx, NAME)
 
 
 def test_a_widening_waits_for_finalization_and_reads_every_value_exactly(
@@ -92,9 +81,7 @@ def test_a_widening_waits_for_finalization_and_reads_every_value_exactly(
         rows = [row(1, 2**31 - 1, -(2**15)), row(2, -(2**31), 2**15 - 1), row(3, None, None)]
         append(old, rows)
 
-        new = env.ctx(NEW, 2, finalize_after=None)
-        check_read_only(new)
-        migrate_as_leader(new, env.lead(new))
+        new, _ = upgrade(env, NEW, 2, finalize_after=None)
         assert shard_of(new).state().live_schema.equals(NARROW)  # the expansion: narrow still
         assert read(new) == rows  # every old value, widened
         append(new, [row(4, 7, 8)])  # fits the narrow types: taken
@@ -102,17 +89,11 @@ def test_a_widening_waits_for_finalization_and_reads_every_value_exactly(
             append(new, [row(5, 2**40, 1)])
         assert refused.value.details["rule"] == "requires-finalization"
 
-        back = env.ctx(OLD, 3)
-        check_read_only(back)
-        migrate_as_leader(back, env.lead(back))
+        back, _ = upgrade(env, OLD, 3)
         assert read(back) == [*rows, row(4, 7, 8)]
 
-        again = env.ctx(NEW, 4, finalize_after=None)
-        check_read_only(again)
-        leadership = env.lead(again)
-        migrate_as_leader(again, leadership)
-        request_finalization(again.consensus, requested_by="test", reason="operator")
-        assert complete_finalization(again, leadership.fence) is not None
+        again, leadership = upgrade(env, NEW, 4, finalize_after=None)
+        finalize(again, leadership)
         assert shard_of(again).state().live_schema.equals(WIDE)  # the contraction
         append(again, [row(5, 2**40, 2**20)])
         expected = [*rows, row(4, 7, 8), row(5, 2**40, 2**20)]

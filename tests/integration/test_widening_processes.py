@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from catalog.errors import EXIT_FENCED, EXIT_OK, EXIT_REFUSED
-from support.sidecars import Launch, cli, json_lines, ndjson
+from support.sidecars import Launch, cli, ndjson, read_rows, release_file
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -27,16 +27,11 @@ def test_blue_green_through_a_widening_reads_every_row_on_both_releases(
     launch: Launch, zk_env: ZkEnv
 ) -> None:
     def start(version: str, generation: int, name: str, **options: Any) -> Any:
-        release = str(RELEASES / f"v{version.replace('.', '_')}.py")
+        release = str(release_file(version, RELEASES))
         return launch(version, generation, name, release=release, **options)
 
     def read(process: Any) -> list[dict[str, Any]]:
-        status, answer = process.http("GET", f"/read?collection={NAME}")
-        assert status == 200, answer
-        found = [
-            {k: v for k, v in r.items() if k not in ("_ts", "_diff")} for r in json_lines(answer)
-        ]
-        return sorted(found, key=lambda r: r["id"])
+        return read_rows(process, NAME)
 
     rows: list[dict[str, Any]] = [
         {"id": 1, "hits": 2**31 - 1, "stats": {"errors": -(2**15)}, "tags": ["a", "é"]},

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
+import pyarrow as pa
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
@@ -15,8 +16,16 @@ from catalog.consensus import Consensus, Fence, Op
 from catalog.environment import read_catalog
 from catalog.errors import ConnectionLostError
 from catalog.release import Release
+from catalog.schema import migrate_batch
+from catalog.shard import DIFF, TS, Rows, Shard, append_rows
 from orchestrator.election import LeaderElection, Leadership, promote
-from orchestrator.migrate import MigrationContext, migrate_as_leader
+from orchestrator.migrate import (
+    MigrationContext,
+    check_read_only,
+    complete_finalization,
+    migrate_as_leader,
+    request_finalization,
+)
 
 
 class SimulatedCrash(BaseException):
@@ -109,3 +118,48 @@ def bootstrap(env: Env, release: Release, generation: int = 1) -> MigrationConte
     ctx = env.ctx(release, generation)
     migrate_as_leader(ctx, env.lead(ctx))
     return ctx
+
+
+def upgrade(
+    env: Env, release: Release, generation: int, **options: Any
+) -> tuple[MigrationContext, Leadership]:
+    """``release`` at ``generation``: its read-only check, then promoted and led through its
+    migration (``options``: other MigrationContext fields, e.g. ``finalize_after=None``)."""
+    ctx = env.ctx(release, generation, **options)
+    check_read_only(ctx)
+    leadership = env.lead(ctx)
+    migrate_as_leader(ctx, leadership)
+    return ctx, leadership
+
+
+def finalize(ctx: MigrationContext, leadership: Leadership) -> None:
+    """The operator's decision, then the serving leader's work (what ``finalize`` does)."""
+    request_finalization(ctx.consensus, requested_by="test", reason="operator")
+    assert complete_finalization(ctx, leadership.fence) is not None
+
+
+def collection_shard(ctx: MigrationContext, name: str) -> Shard:
+    """The shard the catalog names for collection ``name``."""
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    return ctx.shard(found[0].by_name()[name].shard_id)
+
+
+def append_as_release(ctx: MigrationContext, name: str, rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` as ctx's release does: in its own schema of ``name``."""
+    builtin = ctx.release.builtin(name)
+    assert builtin is not None
+    table = pa.Table.from_pylist(rows, schema=builtin.schema)
+    append_rows(collection_shard(ctx, name), Rows(table, builtin.schema))
+
+
+def read_as_release(ctx: MigrationContext, name: str) -> list[dict[str, Any]]:
+    """``name`` as ctx's release reads it (the sidecar's way): the snapshot migrated to its
+    schema, rows by ``id``."""
+    builtin = ctx.release.builtin(name)
+    assert builtin is not None
+    data = collection_shard(ctx, name).snapshot()
+    source = pa.schema([f for f in data.schema if f.name not in (TS, DIFF)])
+    data = migrate_batch(data, source, builtin.schema, projection=True).drop_columns([TS, DIFF])
+    assert data.schema.equals(builtin.schema)
+    return sorted(data.to_pylist(), key=lambda r: r["id"])

@@ -35,9 +35,19 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ROOT / "scenarios" / "releases"
 
 
-def release_file(version: str) -> Path:
-    """The example history's file of ``version`` (``0.10.0`` -> ``v0_10_0.py``)."""
-    return RELEASES / f"v{version.replace('.', '_')}.py"
+def release_file(version: str, directory: Path = RELEASES) -> Path:
+    """The release file of ``version`` in ``directory`` (the example history by default):
+    ``0.10.0`` -> ``v0_10_0.py``."""
+    return directory / f"v{version.replace('.', '_')}.py"
+
+
+def read_rows(process: SidecarProcess, collection: str) -> list[dict[str, Any]]:
+    """``GET /read`` of ``collection`` through ``process``: its rows without ``_ts`` and
+    ``_diff``, by ``id``."""
+    status, answer = process.http("GET", f"/read?collection={collection}")
+    assert status == 200, answer
+    found = [{k: v for k, v in r.items() if k not in ("_ts", "_diff")} for r in json_lines(answer)]
+    return sorted(found, key=lambda r: r["id"])
 
 
 def cli(

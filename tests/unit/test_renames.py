@@ -194,7 +194,7 @@ def test_random_histories_of_renames_deletes_and_adds_read_every_value_by_identi
     next_identity = 3
     state = ShardState(shard_id="s", schemas=(evolve(_schema_of(model), _schema_of(model)),))
     written: list[tuple[int, list[int]]] = []  # (schema id, identities it wrote)
-    tables = []
+    tables: list[pa.Table] = []
     for _step in range(data.draw(st.integers(1, 5))):
         action = data.draw(st.sampled_from(["rename", "delete", "add"]))
         numbered = field_id(state.live_schema.field("id")) is not None
