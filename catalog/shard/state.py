@@ -33,6 +33,7 @@ from catalog.schema import (
     schema_from_bytes,
     schema_to_bytes,
 )
+from catalog.schema.ids import has_ids
 from catalog.shard.ledger import WriteLedger, WriteMark
 from catalog.shard.listing import BatchListing, BatchRef, RollupRef
 
@@ -56,10 +57,12 @@ GC_GRACE_SECONDS = 300.0
 READ_ATTEMPTS = 5
 
 
-# Format 1: the whole state in one znode. Format 2: the head (schemas, flags, contraction) in
-# the shard's znode and the body (batches, frontiers, ledger) in a child (catalog.shard.stored).
-_STATE_FORMAT = 1
-SPLIT_FORMAT = 2
+# Format 1: the whole state in one znode; 2: a head and a body (catalog.shard.stored); 4 and 3:
+# the same once the shard numbers its fields (catalog.schema.ids), so a catalog-upgrade from
+# before field ids refuses them as newer instead of reading a renamed field by its old name.
+_STATE_FORMAT, SPLIT_FORMAT, NUMBERED_SPLIT_FORMAT, NUMBERED_STATE_FORMAT = 1, 2, 3, 4
+SPLIT_FORMATS = frozenset({SPLIT_FORMAT, NUMBERED_SPLIT_FORMAT})  # heads of split states
+NEWEST_FORMAT = NUMBERED_STATE_FORMAT
 
 
 def shard_key(shard_id: str) -> str:
@@ -244,9 +247,14 @@ class ShardState:
     def is_tombstone(self) -> bool:
         return self.finalized and not self.batches and not self.rollups
 
+    @property
+    def numbered(self) -> bool:
+        """Whether the shard numbers its fields (its schemas carry field ids)."""
+        return has_ids(self.schemas[-1])
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": _STATE_FORMAT,
+            "format": NUMBERED_STATE_FORMAT if self.numbered else _STATE_FORMAT,
             "shard_id": self.shard_id,
             "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
             "batches": BatchListing.json_of(self.batches),
@@ -267,7 +275,7 @@ class ShardState:
     def encode_head(self) -> bytes:
         """The head of a split state: what a schema registration or a seal changes."""
         head = {
-            "format": SPLIT_FORMAT,
+            "format": NUMBERED_SPLIT_FORMAT if self.numbered else SPLIT_FORMAT,
             "shard_id": self.shard_id,
             "schemas": [base64.b64encode(schema_to_bytes(s)).decode() for s in self.schemas],
             "sealed": self.sealed,
@@ -307,7 +315,7 @@ class ShardState:
 
     @classmethod
     def _from_json(cls, raw: Any, version: int) -> ShardState:
-        if raw.get("format", _STATE_FORMAT) != _STATE_FORMAT:
+        if raw.get("format", _STATE_FORMAT) not in (_STATE_FORMAT, NUMBERED_STATE_FORMAT):
             raise ValueError(f"format {raw.get('format')} is not a whole shard state")
         return cls(
             shard_id=raw["shard_id"],

@@ -40,7 +40,8 @@ from catalog.errors import CorruptStateError, ShardError
 from catalog.shard.ledger import WriteLedger
 from catalog.shard.listing import BatchListing, RollupRef
 from catalog.shard.state import (
-    SPLIT_FORMAT,
+    NEWEST_FORMAT,
+    SPLIT_FORMATS,
     Contraction,
     ShardState,
     body_key,
@@ -59,8 +60,10 @@ class Torn(Exception):
 def decode_stored(head: Versioned, body: Versioned | None) -> ShardState | None:
     """The state stored as ``head`` (and ``body``); None when it was deleted in between."""
     raw = decode_json(head.value, head.key)
-    if not isinstance(raw, dict) or raw.get("format", 1) != SPLIT_FORMAT:
-        if isinstance(raw, dict) and isinstance(raw.get("format"), int) and raw["format"] > 2:
+    if not isinstance(raw, dict) or raw.get("format", 1) not in SPLIT_FORMATS:
+        if isinstance(raw, dict) and isinstance(raw.get("format"), int) and (
+            raw["format"] > NEWEST_FORMAT
+        ):
             raise CorruptStateError(
                 f"{head.key} holds a shard state of format {raw['format']}, written by a newer "
                 "catalog-upgrade: upgrade this process",

@@ -283,3 +283,32 @@ def test_validate_refuses_a_backport_that_renamed_differently() -> None:
     failing = _failing([_releases(A)[0], patch, minor])
     assert failing[("0.1.1", "0.2.0")] == "rename-source-missing"
     assert ("0.1.0", "0.2.0") not in failing
+
+
+def test_a_numbered_shard_is_stored_in_a_format_older_readers_refuse_by_number() -> None:
+    """Once a shard numbers its fields its state is stored as format 4 (whole) or 3 (split
+    head): a catalog-upgrade from before field ids refuses formats past 2 as written by a newer
+    one, never reads a renamed field by its old name. This code reads both, and names a format
+    newer than it knows."""
+    import json as _json
+
+    from catalog.consensus import Versioned
+    from catalog.errors import CorruptStateError
+    from catalog.shard.ops import evolve_op
+    from catalog.shard.state import ShardState
+    from catalog.shard.stored import decode_stored
+
+    plain = ShardState(shard_id="s", schemas=(evolve(V1, V1),), version=0)
+    assert _json.loads(plain.encode())["format"] == 1
+    _, numbered = evolve_op(plain, V2)
+    whole = numbered.encode()
+    assert _json.loads(whole)["format"] == 4
+    assert decode_stored(Versioned(whole, 1, key="k"), None) == numbered
+    head = _json.loads(numbered.encode_head())
+    assert head["format"] == 3
+    back = decode_stored(Versioned(numbered.encode_head(), 1, key="k"),
+                         Versioned(numbered.encode_body(), 0, key="b"))  # fmt: skip
+    assert back is not None and back.live_schema.names == numbered.live_schema.names
+    future = _json.dumps({**head, "format": 5}).encode()
+    with pytest.raises(CorruptStateError, match="newer catalog-upgrade"):
+        decode_stored(Versioned(future, 1, key="k"), None)
