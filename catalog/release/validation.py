@@ -10,15 +10,16 @@ import attrs
 import pyarrow as pa
 import structlog
 
-from catalog.errors import CatalogError, PlanError, ReleaseError, SchemaIncompatibleError
+from catalog.errors import CatalogError, PlanError, ReleaseError
 from catalog.release.findings import DataCost, category_of
 from catalog.release.loader import find_release
-from catalog.release.manifest import Builtin, Mechanism, Release
+from catalog.release.manifest import Mechanism, Release
+from catalog.release.memo import EvolutionCache
 from catalog.release.paths import path_problems
 from catalog.release.planning import InstructionIndex, Plan, plan, winning_mechanism
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
 from catalog.release.version import Version
-from catalog.schema import evolve, fingerprint, migration_type
+from catalog.schema.rules import RULE_RENAME_DECLARATION_DROPPED, refusal
 
 log = structlog.get_logger(__name__)
 
@@ -33,58 +34,6 @@ def plan_path(
     """
     target = find_release(releases, to_version)
     return plan(snapshot_at(releases, from_version), target)
-
-
-class EvolutionCache:
-    """Per-validation memo of fingerprints, fresh histories and ``evolve`` results.
-
-    Schemas are keyed by identity (releases share schema objects, and every schema keyed here is
-    held by the memo itself, so an id is never reused while cached) and then by fingerprint, so
-    equal schemas declared twice still hit the memo.
-    """
-
-    __slots__ = ("_evolved", "_fingerprints", "_fresh")
-
-    def __init__(self) -> None:
-        self._fingerprints: dict[int, tuple[pa.Schema, str]] = {}
-        self._fresh: dict[str, pa.Schema] = {}
-        self._evolved: dict[
-            tuple[int, str], tuple[pa.Schema, pa.Schema | SchemaIncompatibleError]
-        ] = {}
-
-    def fingerprint(self, schema: pa.Schema) -> str:
-        """The fingerprint of ``schema``, computed once per schema object."""
-        hit = self._fingerprints.get(id(schema))
-        if hit is None:
-            hit = (schema, fingerprint(schema))
-            self._fingerprints[id(schema)] = hit
-        return hit[1]
-
-    def fresh(self, schema: pa.Schema) -> pa.Schema:
-        """The history of a new shard created with ``schema``."""
-        digest = self.fingerprint(schema)
-        history = self._fresh.get(digest)
-        if history is None:
-            history = self._fresh[digest] = migration_type(schema)
-        return history
-
-    def evolve(self, history: pa.Schema, schema: pa.Schema) -> pa.Schema | SchemaIncompatibleError:
-        """``evolve(history, schema)``, or the error it raises."""
-        key = (id(history), self.fingerprint(schema))
-        hit = self._evolved.get(key)
-        if hit is None:
-            result: pa.Schema | SchemaIncompatibleError
-            try:
-                result = evolve(history, schema)
-            except SchemaIncompatibleError as exc:
-                result = exc
-            hit = self._evolved[key] = (history, result)
-        return hit[1]
-
-    def check(self, state: CollectionState, builtin: Builtin) -> SchemaIncompatibleError | None:
-        """The :data:`EvolveCheck` validate uses: memoised per (history, target schema)."""
-        result = self.evolve(state.migration_history(), builtin.schema)
-        return result if isinstance(result, SchemaIncompatibleError) else None
 
 
 def walk_histories(
@@ -308,6 +257,7 @@ def validate(
         )
     ]
     failures.extend(_removed_instructions(ordered, indexes))
+    failures.extend(_dropped_renames(ordered, cache))
     failures.sort(
         key=lambda f: (
             f.from_version._order,
@@ -337,6 +287,41 @@ def validate(
         failures=len(report.failures),
     )
     return report
+
+
+def _dropped_renames(ordered: Sequence[Release], cache: EvolutionCache) -> list[PathFailure]:
+    """A release keeping a renamed field under its new name but no longer declaring a former
+    name an earlier release declared: an upgrade from before that rename would delete the old
+    field and add the new one empty. Every such path fails (rule
+    ``rename-declaration-dropped``); a field deleted in between ends its chain."""
+    failures: list[PathFailure] = []
+    # By global id: (path, former name) -> the index of the first release declaring it.
+    declared: dict[str, dict[tuple[str, str], int]] = {}
+    for k, release in enumerate(ordered):
+        for builtin in release.builtins:
+            mine = dict(cache.renames(builtin.schema))
+            watched = declared.setdefault(builtin.global_id, {})
+            for (path, former), first in list(watched.items()):
+                if former in mine.get(path, ()):
+                    continue
+                del watched[(path, former)]
+                if path not in cache.paths(builtin.schema):
+                    continue  # the field was deleted or renamed on: its chain ended
+                error = refusal(
+                    RULE_RENAME_DECLARATION_DROPPED, path,
+                    f"renamed from {former} in {ordered[first].version}, no longer declared in "
+                    f"{release.version}: from before the rename {former} would be deleted",
+                    former, path,
+                )  # fmt: skip
+                failures.extend(
+                    PathFailure(ordered[i].version, release.version, "incompatible-evolution",
+                                builtin.name, error)
+                    for i in range(first)
+                )  # fmt: skip
+            for path, formers in mine.items():
+                for former in formers:
+                    watched.setdefault((path, former), k)
+    return failures
 
 
 def _removed_instructions(

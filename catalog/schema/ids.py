@@ -29,7 +29,9 @@ __all__ = [
     "LAST_ID_KEY",
     "RENAMED_FROM_KEY",
     "Counter",
+    "declared_renames",
     "field_id",
+    "field_paths",
     "former_names",
     "has_ids",
     "ids_like",
@@ -105,6 +107,44 @@ def _struct_fields(dtype: pa.DataType) -> Iterator[pa.Field]:
     elif kind is Kind.MAP:
         yield from _struct_fields(dtype.key_type)
         yield from _struct_fields(dtype.item_type)
+
+
+def declared_renames(schema: pa.Schema) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every rename ``schema`` declares, as ``(dotted path, former names)``, in walk order."""
+    return tuple(_declared(as_data_type(schema), ""))
+
+
+def _declared(dtype: pa.DataType, path: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+    kind = kind_of(dtype)
+    if kind is Kind.STRUCT:
+        for field in child_fields(dtype):
+            here = f"{path}.{field.name}" if path else field.name
+            formers = former_names(field)
+            if formers:
+                yield here, formers
+            yield from _declared(field.type, here)
+    elif kind in (Kind.LIST, Kind.LARGE_LIST):
+        yield from _declared(dtype.value_type, f"{path}.items" if path else "items")
+    elif kind is Kind.MAP:
+        yield from _declared(dtype.item_type, f"{path}.value" if path else "value")
+
+
+def field_paths(schema: pa.Schema) -> frozenset[str]:
+    """The dotted path of every struct field of ``schema``, at any depth."""
+    return frozenset(_paths(as_data_type(schema), ""))
+
+
+def _paths(dtype: pa.DataType, path: str) -> Iterator[str]:
+    kind = kind_of(dtype)
+    if kind is Kind.STRUCT:
+        for field in child_fields(dtype):
+            here = f"{path}.{field.name}" if path else field.name
+            yield here
+            yield from _paths(field.type, here)
+    elif kind in (Kind.LIST, Kind.LARGE_LIST):
+        yield from _paths(dtype.value_type, f"{path}.items" if path else "items")
+    elif kind is Kind.MAP:
+        yield from _paths(dtype.item_type, f"{path}.value" if path else "value")
 
 
 def has_ids(schema: pa.Schema | pa.DataType) -> bool:

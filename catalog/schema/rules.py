@@ -57,6 +57,9 @@ RULE_RENAME_SOURCE_MISSING = "rename-source-missing"
 RULE_RENAME_CONFLICT = "rename-conflict"
 
 
+RULE_RENAME_DECLARATION_DROPPED = "rename-declaration-dropped"
+
+
 _OTHER = "or use Mechanism.REPLACEMENT or REWRITE"
 
 
@@ -89,6 +92,8 @@ _SUGGESTIONS = types.MappingProxyType(
         "..., oldest), so releases that skip a rename still find it",
         RULE_RENAME_CONFLICT: "rename a field to a name no other live field has, and give each "
         "field one new name",
+        RULE_RENAME_DECLARATION_DROPPED: "keep renamed(field, ...) with every former name in "
+        "every later release, as instructions are kept",
     }
 )
 

@@ -312,3 +312,16 @@ def test_a_numbered_shard_is_stored_in_a_format_older_readers_refuse_by_number()
     future = _json.dumps({**head, "format": 5}).encode()
     with pytest.raises(CorruptStateError, match="newer catalog-upgrade"):
         decode_stored(Versioned(future, 1, key="k"), None)
+
+
+def test_a_release_that_drops_a_rename_declaration_fails_the_paths_from_before_it() -> None:
+    """0.2.0 renames a -> b; 0.3.0 keeps b but no longer declares it: straight from 0.1.0 that
+    would delete a and add b empty, so that path fails (the memo does not mistake 0.3.0's schema
+    for 0.2.0's: their fingerprints are equal). Deleting b in between ends the chain: a later
+    new field b needs no declaration."""
+    plain = pa.schema([pa.field("b", pa.string())])
+    assert _failing(_releases(A, B, plain)) == {("0.1.0", "0.3.0"): "rename-declaration-dropped"}
+    assert _failing(_releases(A, B, B)) == {}
+    gone = pa.schema([pa.field("other", pa.int64())])
+    back = pa.schema([pa.field("other", pa.int64()), pa.field("b", pa.string())])
+    assert "rename-declaration-dropped" not in _failing(_releases(A, B, gone, back)).values()
