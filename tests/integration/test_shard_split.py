@@ -27,6 +27,7 @@ from catalog.shard import (
     read_states,
     shard_key,
 )
+from catalog.shard.state import NEWEST_FORMAT
 from catalog.shard.stored import Torn, decode_stored
 from support.shards import contents, updates
 
@@ -199,7 +200,8 @@ def test_readers_never_see_a_batch_of_a_schema_their_head_lacks(
 
 def test_a_state_of_a_newer_format_is_named_not_misread(consensus: Consensus, shard: Shard) -> None:
     _, version = stat(consensus, shard.key)
-    consensus.commit([SetData(shard.key, b'{"format": 3, "shard_id": "x"}', version)])
+    newer = NEWEST_FORMAT + 1  # formats 3 and 4 are this code's own (numbered fields)
+    consensus.commit([SetData(shard.key, b'{"format": %d, "shard_id": "x"}' % newer, version)])
     with pytest.raises(CorruptStateError) as caught:
         shard.state()
     assert "newer catalog-upgrade" in caught.value.message
