@@ -38,17 +38,6 @@ def tombstone_field(field: pa.Field) -> pa.Field:
     return pa.field(field.name, field.type, nullable=True, metadata=metadata)
 
 
-def child_field(dtype: pa.DataType, name: str) -> pa.Field | None:
-    """The live child ``name`` of struct ``dtype``, else its tombstone, else None."""
-    found = None
-    for field in child_fields(dtype):
-        if field.name == name:
-            if not is_tombstone(field):
-                return field
-            found = field
-    return found
-
-
 def partner_child(
     parent: pa.DataType, field: pa.Field, *, live_only: bool = True, newer: bool = False
 ) -> pa.Field | None:

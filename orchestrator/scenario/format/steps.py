@@ -9,11 +9,12 @@ TOML tables with cattrs and reports every problem by field. ``number`` counts fr
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 import attrs
+
+from orchestrator.scenario.format.toml import toml_entries, toml_value
 
 __all__ = [
     "STEP_KINDS",
@@ -75,14 +76,14 @@ class Step:
 
     def to_toml(self) -> str:
         """This step as a ``[[step]]`` table (simulate prints failing walks this way)."""
-        out = ["[[step]]", f"action = {_toml_value(self.action)}"]
+        out = ["[[step]]", f"action = {toml_value(self.action)}"]
         for field in attrs.fields(type(self)):
             if field.name in ("number", "line"):
                 continue
             value = getattr(self, field.name)
             if value is None or value == field.default or (value == () and field.name != "rows"):
                 continue
-            out += _toml_entries(field.name, value)
+            out += toml_entries(field.name, value)
         return "\n".join(out)
 
 
@@ -337,13 +338,13 @@ class ExpectStatusStep(Step):
         return f"expect status {self.path} {self.comparator} {self.expected!r}"
 
     def to_toml(self) -> str:
-        lines = ["[[step]]", f"action = {_toml_value(self.action)}"]
-        lines.append(f"path = {_toml_value(self.path)}")
-        lines.append(f"{self.comparator} = {_toml_value(self.expected)}")
+        lines = ["[[step]]", f"action = {toml_value(self.action)}"]
+        lines.append(f"path = {toml_value(self.path)}")
+        lines.append(f"{self.comparator} = {toml_value(self.expected)}")
         for name in ("timeout", "note"):
             value = getattr(self, name)
             if value is not None:
-                lines.append(f"{name} = {_toml_value(value)}")
+                lines.append(f"{name} = {toml_value(value)}")
         return "\n".join(lines)
 
 
@@ -396,32 +397,3 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         SleepStep,
     )
 }
-
-
-def _toml_entries(name: str, value: Any) -> list[str]:
-    """``name = value`` as written in a scenario file (one process and one status unwrapped)."""
-    if name == "processes":
-        name, value = "process", value[0] if len(value) == 1 else list(value)
-    elif name == "expect_http" and len(value) == 1:
-        value = value[0]
-    return [f"{name} = {_toml_value(value)}"]
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items())
-        return "{ " + inner + " }" if inner else "{}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML form for {value!r}")
-
-
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_value(key)
