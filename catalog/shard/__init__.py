@@ -60,7 +60,7 @@ from catalog.shard.ops import (
     expand_op,
     read_states,
 )
-from catalog.shard.rows import Rows, append_rows, with_updates
+from catalog.shard.rows import Rows, append_rows, with_updates, written_as
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
@@ -128,4 +128,5 @@ __all__ = [
     "shard_key",
     "update_schema",
     "with_updates",
+    "written_as",
 ]

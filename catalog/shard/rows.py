@@ -34,7 +34,7 @@ from catalog.shard.state import AppendResult, ShardState, find_schema_id
 if TYPE_CHECKING:
     from catalog.shard.handle import Shard
 
-__all__ = ["Rows", "append_rows", "with_updates"]
+__all__ = ["Rows", "append_rows", "with_updates", "written_as"]
 
 
 @attrs.frozen
@@ -43,10 +43,13 @@ class Rows:
     the latest live schema's), each with ``diff``, and ``guards`` checked in the same
     transaction. ``group``: a group commit's appends, ``(write id, rows)`` each, whose rows
     ``table`` holds in that order; each is recorded with its own mark, all in one commit (the
-    caller, who builds the group per attempt, recognises members that landed already)."""
+    caller, who builds the group per attempt, recognises members that landed already).
+    ``schema_id``: the table is already as written under that registered schema (see
+    :func:`written_as`, which a group commit applies member by member)."""
 
     table: pa.Table
     schema: pa.Schema | None = None
+    schema_id: int | None = None
     diff: int = 1
     guards: Sequence[Check] = ()
     group: Sequence[tuple[str, int]] = ()
@@ -60,25 +63,39 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     ).append_column(pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64()))
 
 
-def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardState) -> pa.Table:
-    """``batch`` (in ``schema``, not registered on the shard) in the shard's latest schema: what
-    a release writes while its upgrade is pending (only the expansion is registered). The rows
-    are moved to the latest schema with every field nullable, then checked value by value: a
-    row that needs the contraction (a null where the expansion requires a value) must wait."""
+def written_as(
+    shard: Shard, table: pa.Table, schema: pa.Schema, state: ShardState
+) -> tuple[pa.Table, int]:
+    """``table`` (data columns in ``schema``) as it is written to the shard in ``state``, with
+    the id of the registered schema it is written under.
+
+    ``schema`` registered: the table as it is. Otherwise (a release writing while its upgrade is
+    pending: only the expansion is registered) the rows move to the latest schema, checked value
+    by value; MigrationRefusedError ``requires-finalization`` naming the field path of the first
+    value that must wait, and none of the values themselves. A group commit checks each member
+    through this on its own, so one member's refusal never refuses another's rows."""
+    schema_id = find_schema_id(state, schema)
+    if schema_id is not None:
+        return table, schema_id
+    return _as_latest(shard, table, schema, state), state.schema_id
+
+
+def _as_latest(shard: Shard, table: pa.Table, schema: pa.Schema, state: ShardState) -> pa.Table:
+    """``table`` (in ``schema``, not registered on the shard) in the shard's latest schema. The
+    rows are moved to the latest schema with every field nullable, then checked value by value:
+    a row that needs the contraction (a null where the expansion requires a value, a value a
+    narrower type cannot hold) must wait."""
     latest = state.live_schema
     narrow = narrowed_to(schema, latest)  # a type the release widened: each value must fit
     if not narrow.equals(schema):
-        updates = [batch.schema.field(TS), batch.schema.field(DIFF)]
-        try:
-            batch = batch.cast(pa.schema([*narrow, *updates]), safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise _needs_finalization(
-                shard, f"a value does not fit the type the previous release reads: {exc}", None
-            ) from exc
+        table = pa.Table.from_arrays(
+            [_fitted(shard, table.column(i), f, narrow.field(i)) for i, f in enumerate(schema)],
+            schema=narrow,
+        )
         schema = narrow
     loose = pa.schema([pa.field(f.name, relaxed(f.type)) for f in latest])
     try:
-        moved = migrate_batch(batch, schema, loose, projection=True, newer=True)
+        moved = migrate_batch(table, schema, loose, (), projection=True, newer=True)
     except SchemaIncompatibleError as exc:
         raise _needs_finalization(shard, exc.message, exc.details.get("path")) from exc
     try:
@@ -88,9 +105,56 @@ def _as_latest(shard: Shard, batch: pa.Table, schema: pa.Schema, state: ShardSta
     found = conform(data.column_names, data.columns, latest)
     if isinstance(found, Mismatch):
         raise _needs_finalization(shard, found.text, found.details.get("column"))
-    return data.append_column(moved.schema.field(TS), moved.column(TS)).append_column(
-        moved.schema.field(DIFF), moved.column(DIFF)
-    )
+    return data
+
+
+def _fitted(
+    shard: Shard, column: pa.ChunkedArray, field: pa.Field, narrow: pa.Field
+) -> pa.ChunkedArray:
+    """``column`` cast to the narrower type, or the refusal naming the path that does not fit."""
+    if field.type.equals(narrow.type):
+        return column
+    try:
+        return column.cast(narrow.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        path, dtype = _unfit(array, narrow.type, field.name)
+        raise _needs_finalization(
+            shard,
+            f"field {path}: a value does not fit {dtype}, the type the previous release reads",
+            path,
+        ) from exc
+
+
+def _unfit(array: pa.Array, target: pa.DataType, path: str) -> tuple[str, pa.DataType]:
+    """The deepest path of ``array`` whose values do not cast to ``target`` (and its type)."""
+    if pa.types.is_struct(array.type) and pa.types.is_struct(target):
+        for index in range(target.num_fields):
+            child = target.field(index)
+            values = array.field(array.type.get_field_index(child.name))
+            if not _casts(values, child.type):
+                return _unfit(values, child.type, f"{path}.{child.name}")
+    elif _is_list_type(array.type) and _is_list_type(target):
+        values = array.flatten()
+        if not _casts(values, target.value_type):
+            return _unfit(values, target.value_type, f"{path}[]")
+    elif pa.types.is_map(array.type) and pa.types.is_map(target):
+        values = array.items
+        if not _casts(values, target.item_type):
+            return _unfit(values, target.item_type, f"{path}{{}}")
+    return path, target
+
+
+def _casts(array: pa.Array, target: pa.DataType) -> bool:
+    try:
+        array.cast(target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _is_list_type(dtype: pa.DataType) -> bool:
+    return pa.types.is_list(dtype) or pa.types.is_large_list(dtype)
 
 
 def _needs_finalization(shard: Shard, why: str, path: Any) -> MigrationRefusedError:
@@ -149,13 +213,10 @@ def append_rows(
         if wanted is None:
             return AppendResult(True, state.upper, state)
         upper = state.upper
-        batch = with_updates(wanted.table, upper, wanted.diff)
-        schema_id = None
-        if wanted.schema is not None:
-            schema_id = find_schema_id(state, wanted.schema)
-            if schema_id is None:
-                schema_id = state.schema_id
-                batch = _as_latest(shard, batch, wanted.schema, state)
+        table, schema_id = wanted.table, wanted.schema_id
+        if schema_id is None and wanted.schema is not None:
+            table, schema_id = written_as(shard, table, wanted.schema, state)
+        batch = with_updates(table, upper, wanted.diff)
         if before_send is not None:
             before_send()
         try:

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -156,19 +158,33 @@ class ProcessActions:
         assert step.collection is not None
         process = self.run.process_of(step)
         body = "".join(json.dumps(row, default=json_default) + "\n" for row in step.rows)
-        answer = process.request(
-            "POST",
-            f"/append?collection={step.collection}",
-            body.encode(),
-            timeout=self.run.timeout_of(step, 15.0),
-        )
+        expected = step.expect_http or (200,)
+        # As a client would: a 503 (writes paused: a leader taking its leadership back, an
+        # outage) is retried after its Retry-After with the same Idempotency-Key, so a retry
+        # lands at most once, until the step's timeout.
+        timeout = self.run.timeout_of(step, 15.0)
+        deadline = time.monotonic() + timeout
+        headers = {"Idempotency-Key": f"scenario-{uuid.uuid4().hex}"}
+        while True:
+            answer = process.request(
+                "POST",
+                f"/append?collection={step.collection}",
+                body.encode(),
+                timeout=timeout,
+                headers=headers,
+            )
+            wait = _retry_after(answer.headers)
+            if answer.status != 503 or 503 in expected or step.refused or wait is None:
+                break
+            if time.monotonic() + wait > deadline:
+                break
+            time.sleep(wait)
         if step.refused:
             if answer.ok:
                 raise StepFailed(
                     f"{process.name} acknowledged a write that must be refused: {answer.summary()}"
                 )
             return f"refused: {answer.summary()}"
-        expected = step.expect_http or (200,)
         if answer.status not in expected:
             raise StepFailed(
                 f"append to {process.name} answered {answer.summary()}, expected HTTP "
@@ -273,3 +289,12 @@ class ProcessActions:
         assert step.seconds is not None
         time.sleep(step.seconds)  # deliberate: the scenario lets time pass
         return f"slept {step.seconds:g} s"
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The seconds a 503's ``Retry-After`` asks for (None: absent or not a number)."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    try:
+        return None if value is None else max(0.0, float(value))
+    except ValueError:
+        return None

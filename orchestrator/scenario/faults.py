@@ -14,6 +14,7 @@ from kazoo.protocol.states import KazooState
 
 from catalog.errors import BadInputError, CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
+from orchestrator.election import read_epoch
 from orchestrator.scenario.format.steps import (
     ExpireStep,
     HealStep,
@@ -118,7 +119,7 @@ class FaultActions:
     def do_kill_zookeeper(self, step: KillZooKeeperStep) -> str:
         self._controlled(step)
         try:
-            number = self.run.zookeeper.kill(step.server)
+            number = self.run.zookeeper.kill(self._server_of(step.server))
         except BadInputError as exc:
             raise StepFailed(exc.message) from None
         detail = f"SIGKILL {_server(number, step.server)}"
@@ -148,7 +149,7 @@ class FaultActions:
         """Cut one server off from its peers; return once the majority's side answers."""
         self._controlled(step)
         try:
-            number = self.run.zookeeper.isolate(step.server)
+            number = self.run.zookeeper.isolate(self._server_of(step.server))
         except CatalogError as exc:
             raise StepFailed(exc.message) from None
         detail = _server(number, step.server)
@@ -181,6 +182,19 @@ class FaultActions:
         which = ", ".join(map(str, numbers))
         took = time.monotonic() - started
         return f"ZooKeeper server(s) {which} rejoined, serving after {took:.2f} s"
+
+    def _server_of(self, which: int | str) -> int | str:
+        """``leader-session``: the number of the server holding the session of the sidecar
+        leader the epoch names; anything else as it is (the target resolves it)."""
+        if which != "leader-session":
+            return which
+        epoch = read_epoch(self.run.consensus)
+        if epoch is None or epoch.session is None:
+            raise StepFailed("no sidecar leader has taken over: no leader session to find")
+        try:
+            return self.run.zookeeper.holding(epoch.session)
+        except CatalogError as exc:
+            raise StepFailed(f"leader {epoch.leader}: {exc.message}") from None
 
     def _wait_answering(self, timeout: float) -> None:
         """Until the runner's client completes a sync through a quorum."""

@@ -2,7 +2,8 @@
 
 Scenarios that rehearse ZooKeeper faults need servers they can stop: ``restart_zookeeper``
 restarts every server; ``kill_zookeeper`` and ``start_zookeeper`` act on one member of an
-ensemble by number (1-based, as ``myid``), or on its current ``leader`` or a ``follower``, and
+ensemble by number (1-based, as ``myid``), or on its current ``leader`` or a ``follower`` (or,
+resolved by the runner, the server holding the sidecar leader's session), and
 so do ``partition_zookeeper`` and ``heal_zookeeper``, which cut a member off from its peers
 and heal it (an isolated ensemble: orchestrator.testing.ensemble).
 """
@@ -120,6 +121,15 @@ class ZooKeeperTarget:
         if not found:
             raise BadInputError(f"no ZooKeeper server is {which} now (modes: {modes})")
         return found[0]
+
+    def holding(self, session: str) -> int:
+        """The member that holds client session ``session`` now (an ensemble's ``cons``)."""
+        if self.ensemble is None:
+            return 1
+        number = self.ensemble.holding(session)
+        if number is None:
+            raise BadInputError(f"no ZooKeeper server holds session {session} now")
+        return number
 
     def kill(self, which: int | str) -> int:
         """SIGKILL member ``which``, as a crash would; the number killed."""

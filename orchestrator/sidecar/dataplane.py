@@ -21,10 +21,13 @@ from catalog.errors import (
     BlobUnreachableError,
     BusyError,
     ConnectionLostError,
+    FencedError,
     IdempotencyKeyReusedError,
+    MigrationRefusedError,
     NoShardError,
     NotLeaderError,
     UnknownCollectionError,
+    VersionMismatchError,
     WritesPausedError,
 )
 from catalog.release import Builtin, Release
@@ -39,7 +42,9 @@ from catalog.shard import (
     WriteMark,
     append_rows,
     find_schema_id,
+    written_as,
 )
+from orchestrator.election import read_epoch
 from orchestrator.migrate import request_finalization
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
@@ -152,10 +157,7 @@ class SidecarDataPlane:
         leadership = self._machine.leadership
         state = self._progress.state
         if leadership is None:
-            raise NotLeaderError(
-                f"process {self._config.process_id} is read-only: append through the leader",
-                state=state.value,
-            )
+            raise self._not_leader(state)
         if state is not State.SERVING:
             raise WritesPausedError(
                 f"leader writes are paused: state is {state.value}", state=state.value
@@ -178,6 +180,30 @@ class SidecarDataPlane:
                     return _answer(collection, shard, first, replayed=True)
             table = rows_to_table(body, builtin.schema)
             return self._group(builtin).submit(Pending(identity, table))
+
+    def _not_leader(self, state: State) -> Exception:
+        """Why a process that does not lead refuses an append. While the epoch still names it
+        (it lost its session while leading and rejoins the election, or it is taking over),
+        the environment has a serving leader again within the session timeout plus 1 s
+        (docs/design.md, section 8): 503 with Retry-After, a pause to wait out. Otherwise it
+        is read-only: 409, append through the leader the epoch names."""
+        led = self._machine.journal.led
+        try:
+            epoch = read_epoch(self._connection.require())
+            ours = epoch is not None and epoch.leader == self._config.process_id
+        except ConnectionLostError:
+            epoch, ours = None, led  # it led, and cannot tell yet whether it still may: wait
+        if ours:
+            return WritesPausedError(
+                f"process {self._config.process_id} lost its leadership and is taking it "
+                f"back: state is {state.value}",
+                state=state.value,
+            )
+        leader = f" ({epoch.leader})" if epoch is not None and epoch.leader else ""
+        return NotLeaderError(
+            f"process {self._config.process_id} is read-only: append through the leader{leader}",
+            state=state.value,
+        )
 
     def _group(self, builtin: Builtin) -> GroupCommit:
         with self._groups_lock:
@@ -230,6 +256,16 @@ class SidecarDataPlane:
                 f"(waited {self._wait():g} s)",
                 state=self._progress.state.value,
             ) from exc
+        except FencedError as exc:
+            # A session that expired ended the leadership, not a successor: the process
+            # takes it back (docs/design.md, section 8), so the client waits, as above.
+            if sent() or exc.details.get("reason") != "session_lost":
+                raise
+            raise WritesPausedError(
+                "leader writes are paused: the ZooKeeper session expired and the process is "
+                "taking its leadership back",
+                state=self._progress.state.value,
+            ) from exc
 
     def _commit(self, builtin: Builtin, members: Sequence[Pending]) -> None:
         """One commit of a group of appends to ``builtin``; settles each member.
@@ -252,7 +288,8 @@ class SidecarDataPlane:
         name = builtin.name
 
         def rows(state: ShardState) -> Rows | None:
-            still = []
+            still, tables, waits = [], [], []
+            schema_id = find_schema_id(state, builtin.schema)
             for member in remaining:
                 identity = member.identity
                 if identity.key_prefix is None:
@@ -266,14 +303,30 @@ class SidecarDataPlane:
                         continue
                 if found is not None:
                     member.settle(_answer(name, shard, found, replayed=not unknown), None)
-                else:
-                    still.append(member)
+                    continue
+                table = member.table
+                if schema_id is None:  # pending: each member is checked alone, and only it waits
+                    try:
+                        table, _ = written_as(shard, table, builtin.schema, state)
+                    except MigrationRefusedError as exc:
+                        waits.append((member, exc))
+                        continue
+                still.append(member)
+                tables.append(table)
+            if waits and state is known:  # the upgrade may be final since: refuse on a fresh read
+                raise VersionMismatchError(
+                    f"shard {shard.shard_id}: a member waits on the state the last commit left; "
+                    "read it again",
+                    key=shard.key,
+                )
+            for member, refusal in waits:
+                member.settle(None, refusal)
             remaining[:] = still
             if not still:
                 return None
             return Rows(
-                pa.concat_tables([m.table for m in still]),
-                schema=builtin.schema,
+                pa.concat_tables(tables),
+                schema_id=schema_id if schema_id is not None else state.schema_id,
                 group=[(m.identity.write_id, m.table.num_rows) for m in still],
             )
 
@@ -289,6 +342,7 @@ class SidecarDataPlane:
         try:
             with self._outcome(lambda: sent):
                 shard = self._append_retry(lambda: self._resolve(leadership, builtin))
+                known = self._states.get(shard.shard_id)
                 result = append_rows(
                     shard,
                     rows,
@@ -296,7 +350,7 @@ class SidecarDataPlane:
                     retry=lambda: self._append_retry,
                     before_read=lambda: leadership.check(wait),
                     before_send=before_send,
-                    known=self._states.get(shard.shard_id),
+                    known=known,
                     on_unknown=on_unknown,
                 )
         except BaseException:

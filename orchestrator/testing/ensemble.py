@@ -152,6 +152,16 @@ class ZooKeeperEnsemble:
                 return line.split(":", 1)[1].strip()
         return None
 
+    def holding(self, session: str) -> int | None:
+        """The number of the member that holds client session ``session`` (``0x...``, as the
+        epoch records it) now, by its ``cons`` listing; None when no member lists it."""
+        wanted = f"sid={session.lower()}"
+        for number, member in enumerate(self.members, start=1):
+            with contextlib.suppress(OSError):
+                if wanted in member.four_letter_word("cons").lower():
+                    return number
+        return None
+
     def leader(self) -> int | None:
         """The number of the ensemble's current leader, if one serves."""
         for number in range(1, self.size + 1):

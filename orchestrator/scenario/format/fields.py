@@ -87,9 +87,18 @@ def _state(value: Any) -> str | None:
 
 
 def _server(value: Any) -> str | None:
-    if value in ("leader", "follower") or (_is_int(value) and value >= 1):
+    if value in SERVER_ROLES or (_is_int(value) and value >= 1):
         return None
-    return f'must be a server number (1, 2, ...), "leader" or "follower", not {value!r}'
+    return f'must be a server number (1, 2, ...), {_roles()}, not {value!r}'
+
+
+#: What a ZooKeeper server step may name instead of a number: the ensemble's leader, its
+#: lowest-numbered follower, or the server that holds the sidecar leader's session.
+SERVER_ROLES = ("leader", "follower", "leader-session")
+
+
+def _roles() -> str:
+    return ", ".join(f'"{role}"' for role in SERVER_ROLES)
 
 
 #: What a partition step cuts a process from.

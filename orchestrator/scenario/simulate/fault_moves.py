@@ -272,17 +272,51 @@ class FaultMoves:
     def partition_zookeeper(self, rng: random.Random) -> str:
         """Cut a ZooKeeper server (the ensemble's leader or a follower) off from its peers
         while its clients still reach it: it must stop serving and the majority answer (the
-        step checks both); a write goes through the majority; healed, it rejoins. The same
-        leader serves throughout: its session moves to the majority."""
+        step checks both); a write goes through the majority; healed, it rejoins.
+
+        The contract (docs/design.md, section 8): the sidecar leader keeps its leadership
+        when its session moves to the majority in time; when the cut server held its session
+        and the session expired first, it steps down and a leader of its generation serves
+        again (appends meanwhile answer 503 with Retry-After, never 409)."""
         assert self.model.leader is not None
+        before = self.model.epoch() or {"epoch": 0}
         which = rng.choice(["leader", "follower"])
         detail = self.model.do(
             "partition_zookeeper", server=which, timeout=self.model.config.timeout
         )
+        kept = self._leader_after_cut(int(before["epoch"]), before.get("session"))
         self.upgrades.append(rng)
         self.model.do("heal_zookeeper", timeout=self.model.config.timeout)
         self.model.wait(self.model.leader, "serving")
-        return f"{detail}; a write through the majority; healed, {self.model.leader} serves"
+        how = "its session moved to the majority" if kept else "it lost its session; took over"
+        return (
+            f"{detail}; {how}; a write through the majority; healed, {self.model.leader} serves"
+        )
+
+    def _leader_after_cut(self, old_epoch: int, session: str | None) -> bool:
+        """After a ZooKeeper server was cut off: whether the leader kept its session (a member
+        of the majority holds it now), or else the leader that took over since (the model's
+        leader either way, once serving)."""
+        ensemble = self.model.run.zookeeper.ensemble
+        assert ensemble is not None
+        deadline = time.monotonic() + self.model.config.timeout
+        held = 0
+        while time.monotonic() < deadline:
+            epoch = self.model.epoch() or {"epoch": 0}
+            if int(epoch["epoch"]) != old_epoch:
+                generation = self.model.catalog_generation
+                self.model.leader = self.model.wait_takeover(old_epoch, generation)
+                return False
+            holder = None if session is None else ensemble.holding(session)
+            held = held + 1 if holder not in (None, *ensemble.isolated_members()) else 0
+            if held >= 3:  # seen on the majority three times in a row: the session lives
+                self.model.wait(self.model.leader or "", "serving")
+                return True
+            time.sleep(0.2)
+        raise StepFailed(
+            f"after {self.model.config.timeout:g} s: leader {self.model.leader} neither kept "
+            "its session nor was followed by a new leader after the cut"
+        )
 
     def expire_follower(self, rng: random.Random) -> str:
         name = rng.choice(self.model.followers())

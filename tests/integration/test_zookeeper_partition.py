@@ -1,0 +1,136 @@
+"""The sidecar leader when the ZooKeeper server holding its session is cut from the quorum.
+
+The contract (docs/design.md, section 8): a cut server stops serving only once it notices it
+lost its peers (``syncLimit`` x ``tickTime``); a session on it that is shorter than that expires
+on the majority first. The leader then steps down, takes its leadership back with a new session
+at a new epoch, and serves again; its clients meanwhile get 503 with ``Retry-After``, never 409
+``read-only``. This is the randomized walk's failure made deterministic: the leader's session is
+put on a follower before that follower is cut.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.consensus import Consensus, env_root
+from orchestrator.election import read_epoch
+from orchestrator.scenario import ZooKeeperTarget
+from orchestrator.testing.ensemble import ZooKeeperEnsemble
+from orchestrator.testing.harness import SidecarProcess
+from orchestrator.testing.netns import unavailable
+from support.sidecars import ndjson, release_file
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SESSION_TIMEOUT = 2.0
+COLLECTION = "mz_catalog.mz_tables"
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Iterator[ZooKeeperTarget]:
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"cutting a ZooKeeper server from its peers needs network namespaces: {reason}")
+    with ZooKeeperTarget.open(None, tmp_path / "zk", servers=3, isolated=True) as opened:
+        yield opened
+
+
+def _row(number: int) -> dict[str, object]:
+    return {"id": f"c{number}", "oid": 50000 + number, "schema_id": "u3", "name": f"cut-{number}",
+            "owner_id": "u1"}  # fmt: skip
+
+
+def _session_on(
+    role: str, ensemble: ZooKeeperEnsemble, consensus: Consensus, process: SidecarProcess
+) -> tuple[int, int]:
+    """Move the leader's session until a server of ``role`` holds it (a restarted server
+    holding it drops it; kazoo moves it to another): that server's number and the epoch."""
+    for _ in range(8):
+        epoch = read_epoch(consensus)
+        assert epoch is not None and epoch.session is not None
+        holder = ensemble.holding(epoch.session)
+        if holder is not None and ensemble.mode(holder) == role:
+            return holder, epoch.epoch
+        if holder is not None:
+            ensemble.kill_member(holder)
+            ensemble.start_member(holder, timeout=60)
+        process.wait_ready(timeout=60)
+    raise AssertionError(f"the leader's session never settled on a {role} in 8 moves")
+
+
+@pytest.mark.parametrize(
+    ("role", "frozen"), [("follower", True), ("follower", False), ("leader", False)]
+)
+def test_a_leader_whose_session_server_is_cut_serves_again_and_never_answers_read_only(
+    role: str, frozen: bool, target: ZooKeeperTarget, tmp_path: Path
+) -> None:
+    """The leader's session is on the server that is cut. ``frozen``: the sidecar is stopped
+    (SIGSTOP) for longer than its session timeout as the cut happens, so it cannot move its
+    session in time (the slow reconnect the randomized walk met): the session expires, the
+    leader steps down and takes its leadership back at a new epoch. Otherwise it usually
+    moves its session to the majority and keeps its epoch. Either way every append is
+    answered 200 or 503 with Retry-After, and the leader serves again in time."""
+    ensemble = target.ensemble
+    assert ensemble is not None
+    env = f"t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=target.hosts, timeout=10)
+    client.start(timeout=15)
+    process = SidecarProcess.start(
+        zk=target.hosts, env=env, name="blue", version="0.10.0",
+        release_file=release_file("0.10.0"), deploy_generation=1,
+        log_path=tmp_path / "blue.log", blob=tmp_path / "blob",
+        session_timeout=SESSION_TIMEOUT, auto_promote=True,
+    )  # fmt: skip
+    try:
+        process.wait_state(client, "serving", timeout=60)
+        consensus = Consensus(client, env_root(env))
+        holder, old_epoch = _session_on(role, ensemble, consensus, process)
+
+        if frozen:
+            process.pause()
+        ensemble.isolate(holder)
+        if frozen:
+            time.sleep(SESSION_TIMEOUT + 1.0)  # past the expiry on the majority
+            process.resume()
+        cut_at = time.monotonic()
+        statuses: list[int] = []
+        number = 0
+        while True:
+            number += 1
+            key = {"Idempotency-Key": f"cut-{number}"}
+            answer = process.request("POST", f"/append?collection={COLLECTION}",
+                                     ndjson([_row(number)]), headers=key, timeout=15)  # fmt: skip
+            statuses.append(answer.status)
+            if answer.status == 200:
+                break
+            # Never 409 read-only from the process that led a moment ago: a pause to wait out.
+            assert answer.status == 503, (answer.status, answer.body)
+            assert answer.headers.get("Retry-After") == "1", answer.headers
+            assert json.loads(answer.body)["error"] == "writes-paused"
+            assert time.monotonic() - cut_at < 30, statuses
+            time.sleep(0.2)
+        served_after = time.monotonic() - cut_at
+
+        epoch = read_epoch(consensus)
+        assert epoch is not None and epoch.leader == process.process_id
+        if frozen:  # the session expired: it stepped down and took its leadership back
+            assert epoch.epoch > old_epoch, (statuses, served_after)
+            assert 503 in statuses
+        # The cut server notices after syncLimit x tickTime (2.5 s here): within that and the
+        # session timeout plus 1 s, the leader serves again.
+        detection = 5 * ensemble.members[0].tick_time_ms / 1000
+        assert served_after <= detection + SESSION_TIMEOUT + 1.0, (served_after, statuses)
+        print(f"epoch {old_epoch} -> {epoch.epoch}: serving {served_after:.2f} s after the cut"
+              f"{' and resume' if frozen else ''}; answers {statuses}")  # fmt: skip
+    finally:
+        process.terminate()
+        process.wait_exit(timeout=30)
+        client.stop()
+        client.close()
