@@ -43,6 +43,7 @@ def handle_errors(func: F) -> F:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="catalog-upgrade", prog_name="catalog-upgrade")
 @click.option("--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL")
 @click.option("--log-json/--no-log-json", default=None, help="JSON logs (default: when not a TTY).")
 def main(log_level: str, log_json: bool | None) -> None:

@@ -261,3 +261,13 @@ def test_plan_json_of_a_refused_path_has_its_findings_and_the_refusal() -> None:
     )["error"]
     assert [f["category"] for f in document["findings"]] == ["missing-instruction"]
     assert document["findings"][0]["collection"] == "mz_catalog.mz_tables"
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    from orchestrator.cli import main
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == EXIT_OK, result.output
+    assert result.output == f"catalog-upgrade, version {version('catalog-upgrade')}\n"

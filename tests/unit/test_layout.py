@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,31 @@ def test_the_testing_package_finds_the_repository() -> None:
     assert demo.DEFAULT_RELEASES.is_dir(), demo.DEFAULT_RELEASES
     pythonpath = harness.child_environment()["PYTHONPATH"].split(os.pathsep)
     assert pythonpath[0] == str(ROOT), pythonpath
+
+
+#: Where a tracked binary file may live: test fixtures and the manual's images.
+BINARY_HOMES = ("tests/fixtures/", "docs/")
+IMAGES = (".png", ".jpg", ".jpeg", ".svg", ".gif", ".webp")
+
+
+def test_no_binary_is_tracked_outside_fixtures_and_images() -> None:
+    """Wheels, archives and builds are installed by the project's own files, never committed:
+    a tracked file with a NUL byte may only be a test fixture or one of the docs' images."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    checked, binaries = 0, []
+    for name in filter(None, tracked):
+        path = ROOT / name
+        if not path.is_file():
+            continue
+        checked += 1
+        if b"\0" not in path.read_bytes()[:8192]:
+            continue
+        allowed = name.startswith(BINARY_HOMES[0]) or (
+            name.startswith(BINARY_HOMES[1]) and name.lower().endswith(IMAGES)
+        )
+        if not allowed:
+            binaries.append(name)
+    assert checked > 100, checked
+    assert binaries == [], f"binary files tracked outside {BINARY_HOMES}: {binaries}"
