@@ -78,6 +78,12 @@ class FencedError(CatalogError):
     exit_code = EXIT_FENCED
 
 
+class LeadershipExpiredError(FencedError):
+    """A leadership ended because its ZooKeeper session expired, not because anyone took over:
+    its writes stop like a fenced leader's, and the process takes its leadership back (or a
+    follower of its generation takes over), so a client retries."""
+
+
 # --- exit code 4: migration refused ----------------------------------------------------------
 
 
@@ -225,6 +231,20 @@ class UnknownCollectionError(BadInputError):
     """The release has no builtin collection of that name."""
 
     code = "unknown-collection"
+
+
+class TooManyRowsError(BadInputError):
+    """An append of more rows than the sidecar takes in one request (``--http-max-append-rows``)."""
+
+    code = "too-many-rows"
+
+    @classmethod
+    def over(cls, limit: int) -> TooManyRowsError:
+        return cls(
+            f"more than {limit} rows in one append (--http-max-append-rows): split it into "
+            "several",
+            limit=limit,
+        )
 
 
 class BadIdempotencyKeyError(BadInputError):

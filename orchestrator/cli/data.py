@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
 
 from catalog.errors import EXIT_UNEXPECTED
 from orchestrator.cli.options import DataOptions, data_options
@@ -108,9 +111,19 @@ def _cell(value: Any) -> str:
 @click.option(
     "--output",
     default=None,
-    metavar="DIR",
-    help="Write the rows as Parquet parts into this new directory (or URI) instead of "
-    "printing them; on Spark the executors write them.",
+    metavar="DIR|FILE",
+    help="Write the rows instead of printing them: as Parquet parts into this new directory "
+    "(or URI; on Spark the executors write them), or with --format arrow as one Arrow IPC "
+    "stream into this new file ('-': standard output).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["parquet", "arrow"]),
+    default="parquet",
+    show_default=True,
+    help="What --output writes: Parquet parts, or an Arrow IPC stream (what GET /read answers "
+    "with Accept: application/vnd.apache.arrow.stream).",
 )
 @data_options
 @handle_errors
@@ -122,6 +135,7 @@ def read_command(
     as_json: bool,
     limit: int | None,
     output: str | None,
+    output_format: str,
     data: DataOptions,
 ) -> None:
     """A collection's contents as of a time, migrated to its latest schema."""
@@ -131,10 +145,22 @@ def read_command(
     from catalog.errors import BadInputError
     from catalog.shard import DIFF, TS
 
-    if output is not None and limit is not None:
+    arrow = output_format == "arrow"
+    if arrow and output is None:
+        raise BadInputError("--format arrow writes a stream: name its file with --output FILE")
+    if arrow and output != "-" and Path(output or "").exists():
+        raise BadInputError(f"--output {output} exists: name a new file", output=output)
+    if output is not None and limit is not None and not arrow:
         raise BadInputError("--limit does not apply to --output (it writes every row)")
     spark = data.spark()
     with _collection(ctx, data, collection, spark) as (shard, chosen):
+        if arrow:
+            assert output is not None
+            chunks = chosen.snapshot_chunks(shard, as_of, limit=limit)
+            rows = _write_stream(output, chunks, lambda: chosen.snapshot(shard, as_of, limit=0))
+            if output != "-":
+                click.echo(f"wrote {rows} rows of {collection} as an Arrow IPC stream to {output}")
+            return
         if output is not None:
             if chosen.name == "spark":  # executors write there: they must see the path
                 local = "://" not in output or output.startswith("file://")
@@ -178,6 +204,23 @@ def read_command(
     for row in rows:
         view.add_row(*[_cell(row[n]) for n in names])
     Console().print(view)
+
+
+def _write_stream(
+    output: str, chunks: Iterator[pa.Table], empty: Callable[[], pa.Table]
+) -> int:
+    """The chunks as one Arrow IPC stream into the new file ``output`` ('-': standard output),
+    a chunk at a time; the rows written. No chunk: a stream of the empty snapshot's schema."""
+    first = next(chunks, None)
+    schema = (first if first is not None else empty()).schema
+    rows = 0
+    with contextlib.ExitStack() as stack:
+        sink: Any = sys.stdout.buffer if output == "-" else stack.enter_context(open(output, "xb"))
+        writer = stack.enter_context(pa.ipc.new_stream(sink, schema))
+        for chunk in itertools.chain([first] if first is not None else [], chunks):
+            writer.write_table(chunk)
+            rows += chunk.num_rows
+    return rows
 
 
 @main.command("compact")

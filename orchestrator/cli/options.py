@@ -115,8 +115,9 @@ def spark_options(func: F) -> F:
 
 
 def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """--http-max-body, --http-workers, --http-max-connections and the three --http-*-timeout:
-    the sidecar's HTTP server limits, passed as ``http_limits`` (a ``ServerLimits``)."""
+    """--http-max-body, --http-max-append-rows, --http-workers, --http-max-connections and the
+    three --http-*-timeout: the sidecar's HTTP server limits, passed as ``http_limits`` (a
+    ``ServerLimits``)."""
     from orchestrator.sidecar.exchange import ServerLimits
 
     defaults = ServerLimits()
@@ -130,6 +131,7 @@ def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
             header_timeout=kwargs.pop("http_header_timeout"),
             body_timeout=kwargs.pop("http_body_timeout"),
             max_body=kwargs.pop("http_max_body"),
+            max_append_rows=kwargs.pop("http_max_append_rows"),
         )
         return func(**kwargs)
 
@@ -143,6 +145,11 @@ def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--http-max-body", type=click.IntRange(min=1), default=defaults.max_body,
             show_default=True, metavar="BYTES",
             help="The largest request body read (chunked or not): 413 past it.",
+        ),
+        click.option(
+            "--http-max-append-rows", type=click.IntRange(min=1),
+            default=defaults.max_append_rows, show_default=True, metavar="ROWS",
+            help="The most rows one POST /append may carry, NDJSON or Arrow: 413 past it.",
         ),
         click.option(
             "--http-workers", type=click.IntRange(min=1), default=defaults.workers,

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import ZnodeStat
 
 from catalog.consensus import CONNECTION_ERRORS, Consensus, Create, encode_json
-from catalog.errors import CatalogError, ConnectionLostError, FencedError
+from catalog.errors import CatalogError, ConnectionLostError, FencedError, LeadershipExpiredError
 from orchestrator.election.values import (
     CANDIDATE_PREFIX,
     Leadership,
@@ -95,7 +95,8 @@ class Candidacy:
 
     def not_leader(self) -> FencedError:
         reason = self.ended_reason or "not_leader"
-        return FencedError(
+        kind = LeadershipExpiredError if reason == "session_lost" else FencedError
+        return kind(
             f"process {self.process_id} of generation {self.deploy_generation} does not lead "
             f"({reason})",
             process_id=self.process_id,

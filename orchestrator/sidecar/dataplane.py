@@ -21,8 +21,8 @@ from catalog.errors import (
     BlobUnreachableError,
     BusyError,
     ConnectionLostError,
-    FencedError,
     IdempotencyKeyReusedError,
+    LeadershipExpiredError,
     MigrationRefusedError,
     NoShardError,
     NotLeaderError,
@@ -42,6 +42,7 @@ from catalog.shard import (
     WriteMark,
     append_rows,
     find_schema_id,
+    update_schema,
     written_as,
 )
 from orchestrator.election import read_epoch
@@ -49,7 +50,9 @@ from orchestrator.migrate import request_finalization
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
+from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
+from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
@@ -142,9 +145,16 @@ class SidecarDataPlane:
         return answer.to_json()
 
     def append(
-        self, collection: str, body: bytes, idempotency_key: str | None = None
+        self,
+        collection: str,
+        body: bytes,
+        idempotency_key: str | None = None,
+        *,
+        arrow: bool = False,
+        max_rows: int = MAX_APPEND_ROWS,
     ) -> Mapping[str, Any]:
-        """Append the JSON-lines rows of ``body`` to ``collection`` exactly once.
+        """Append the rows of ``body`` (JSON lines, or with ``arrow`` an Arrow IPC stream) to
+        ``collection`` exactly once; at most ``max_rows`` of them (TooManyRowsError).
 
         The append's identity is recorded in the shard's write ledger with the rows, so a lost
         answer is resolved by it. With ``idempotency_key`` the identity derives from the key
@@ -178,7 +188,10 @@ class SidecarDataPlane:
                 if first is not None:
                     store.answered()
                     return _answer(collection, shard, first, replayed=True)
-            table = rows_to_table(body, builtin.schema)
+            if arrow:
+                table = stream_to_table(body, builtin.schema, max_rows)
+            else:
+                table = rows_to_table(body, builtin.schema, max_rows)
             return self._group(builtin).submit(Pending(identity, table))
 
     def _not_leader(self, state: State) -> Exception:
@@ -256,10 +269,10 @@ class SidecarDataPlane:
                 f"(waited {self._wait():g} s)",
                 state=self._progress.state.value,
             ) from exc
-        except FencedError as exc:
+        except LeadershipExpiredError as exc:
             # A session that expired ended the leadership, not a successor: the process
             # takes it back (docs/design.md, section 8), so the client waits, as above.
-            if sent() or exc.details.get("reason") != "session_lost":
+            if sent():
                 raise
             raise WritesPausedError(
                 "leader writes are paused: the ZooKeeper session expired and the process is "
@@ -369,26 +382,32 @@ class SidecarDataPlane:
             member.settle(_answer(name, shard, mark, replayed=False), None)
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+        table = self.read_table(collection, as_of)
+        return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
+
+    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
+        """The snapshot of ``collection`` as this release reads it (with ``_ts`` and
+        ``_diff``); an unreachable blob store is a state (503), as for appends."""
         try:
-            rows = self._read(collection, as_of)
+            table = self._snapshot(collection, as_of)
         except BlobUnreachableError as exc:
             self._machine.store.failed(exc)
             raise
         self._machine.store.answered()
-        return rows
+        return table
 
-    def _read(self, collection: str, as_of: int | None) -> list[dict[str, Any]]:
+    def _snapshot(self, collection: str, as_of: int | None) -> pa.Table:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
         reads_with = find_schema_id(shard.state(), builtin.schema)
         with shard.lease(holder=self._config.process_id, as_of=as_of, schema_id=reads_with):
             if as_of is None and shard.state().upper == 0:
-                return []
+                return update_schema(builtin.schema).empty_table()
             table = shard.snapshot(as_of)
         source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
         if not source.equals(builtin.schema):
             table = migrate_batch(table, source, builtin.schema, projection=True)
-        return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
+        return table
 
     def _builtin(self, collection: str) -> Builtin:
         builtin = self._release.builtin(collection)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from http import HTTPStatus
 from typing import IO, Any
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -23,12 +23,14 @@ import attrs
 import h11
 import structlog
 
-from orchestrator.sidecar.http import MAX_BODY_BYTES, HttpError, json_response
+from orchestrator.sidecar.http import MAX_APPEND_ROWS, MAX_BODY_BYTES, HttpError, json_response
 
 log = structlog.get_logger(__name__)
 
 WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
-Answer = tuple[int, list[tuple[str, str]], bytes]
+#: An application's answer: status, headers, and its whole body, or (a streamed response:
+#: no Content-Length) its chunks as they come.
+Answer = tuple[int, list[tuple[str, str]], bytes | Iterator[bytes]]
 
 #: Bytes asked of the socket per read.
 READ_SIZE = 1 << 16
@@ -59,6 +61,8 @@ class ServerLimits:
     max_body: int = MAX_BODY_BYTES
     #: Largest request line plus headers (431 past it).
     max_header_bytes: int = 64 * 1024
+    #: Most rows one append may carry, in any format (413 past it, counted while parsing).
+    max_append_rows: int = MAX_APPEND_ROWS
 
 
 def refusal(status: HTTPStatus, error: str, message: str) -> bytes:
@@ -122,7 +126,10 @@ class Exchange:
             status, headers, payload = await self.call(environ)
         finally:
             body.close()
-        await self._answer(status, headers, payload, complete)
+        if isinstance(payload, bytes):
+            await self._answer(status, headers, payload, complete)
+        else:
+            await self._stream(status, headers, payload, complete)
         return self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
 
     async def _request(self) -> h11.Request | None:
@@ -239,6 +246,38 @@ class Exchange:
             async with asyncio.timeout(self.limits.write_timeout):
                 await self.writer.drain()
 
+    async def _stream(
+        self,
+        status: int,
+        headers: list[tuple[str, str]],
+        chunks: AsyncIterator[bytes],
+        complete: bool,
+    ) -> None:
+        """A streamed answer: chunked (HTTP/1.1; HTTP/1.0 ends it by closing), each chunk
+        written and drained before the next is asked for, so the process holds one at a
+        time and a client that stops reading is dropped after the write timeout."""
+        fields = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in headers
+            if name.lower().encode("latin-1") not in _HOP_BY_HOP
+        ]
+        if not complete:
+            fields.append((b"connection", b"close"))
+        self.writer.write(self._conn.send(h11.Response(status_code=status, headers=fields)) or b"")
+        try:
+            async for chunk in chunks:
+                if chunk:
+                    self.writer.write(self._conn.send(h11.Data(data=chunk)) or b"")
+                    async with asyncio.timeout(self.limits.write_timeout):
+                        await self.writer.drain()
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
+        self.writer.write(self._conn.send(h11.EndOfMessage()) or b"")
+        async with asyncio.timeout(self.limits.write_timeout):
+            await self.writer.drain()
+
     async def _refuse(self, status: HTTPStatus, error: str, message: str) -> None:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return  # an answer is under way: closing is all that is left
@@ -267,11 +306,24 @@ def call_app(app: WsgiApp, environ: dict[str, Any]) -> Answer:
         return lambda _data: None
 
     chunks = app(environ, start_response)
+    status, headers = started
+    if not any(name.lower() == "content-length" for name, _ in headers):
+        return int(status.split(" ", 1)[0]), list(headers), _closing(chunks)
     try:
         payload = b"".join(chunks)
     finally:
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
-    status, headers = started
     return int(status.split(" ", 1)[0]), list(headers), payload
+
+
+def _closing(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The chunks of a streamed answer; the application's iterable closed at the end (or when
+    the client goes away and the stream is closed early)."""
+    try:
+        yield from chunks
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()

@@ -13,10 +13,14 @@ Endpoints (docs/design.md section 8)::
     POST /finalize[?version=V]         make the pending upgrade final (202; the serving leader
                                        completes it within its finalize interval; 200 when it
                                        was final already)
-    POST /append?collection=SCHEMA.NAME   JSON lines of rows; leader only (409 on read-only);
-                                       an ``Idempotency-Key`` header makes a retry return the
-                                       first answer (``Idempotent-Replayed: true``), no write
-    GET  /read?collection=SCHEMA.NAME[&as_of=T]   JSON lines, migrated to this release's schema
+    POST /append?collection=SCHEMA.NAME   JSON lines of rows, or an Arrow IPC stream
+                                       (Content-Type application/vnd.apache.arrow.stream);
+                                       leader only (409 on read-only); an ``Idempotency-Key``
+                                       header makes a retry return the first answer
+                                       (``Idempotent-Replayed: true``), no write
+    GET  /read?collection=SCHEMA.NAME[&as_of=T]   JSON lines, migrated to this release's
+                                       schema; an Arrow IPC stream with ``Accept:
+                                       application/vnd.apache.arrow.stream``
 
 The server only translates HTTP to calls on a :class:`SidecarApi` and errors to status codes; it
 never changes the process's state itself. Errors answer a JSON body: ``CatalogError.to_json()``
@@ -31,6 +35,7 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 import attrs
+import pyarrow as pa
 import structlog
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
@@ -52,12 +57,14 @@ from catalog.errors import (
     MigrationRefusedError,
     NoShardError,
     NotLeaderError,
+    TooManyRowsError,
     UnauthorizedError,
     UnknownCollectionError,
     WritesPausedError,
 )
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
+from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE, stream_chunks
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
 from orchestrator.status.web import page_response
@@ -67,8 +74,10 @@ log = structlog.get_logger(__name__)
 #: The largest request body read, chunked or not (``--http-max-body``): 413 past it, and
 #: reading stops there.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: The most rows one append may carry, in any format (``--http-max-append-rows``): 413 past it.
+MAX_APPEND_ROWS = 1_000_000
 #: What a POST body must be (415 otherwise): a simple cross-site request cannot send these.
-POST_TYPES = frozenset({"application/json", "application/x-ndjson"})
+POST_TYPES = frozenset({"application/json", "application/x-ndjson", ARROW_STREAM_TYPE})
 #: Seconds a 503 answer asks the client to wait (Retry-After), unless the error says.
 RETRY_AFTER = 1
 JSON_TYPE = "application/json"
@@ -110,10 +119,18 @@ class SidecarApi(Protocol):
     def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]: ...
 
     def append(
-        self, collection: str, body: bytes, idempotency_key: str | None = None
+        self,
+        collection: str,
+        body: bytes,
+        idempotency_key: str | None = None,
+        *,
+        arrow: bool = False,
+        max_rows: int = MAX_APPEND_ROWS,
     ) -> Mapping[str, Any]: ...
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]: ...
+
+    def read_table(self, collection: str, as_of: int | None) -> pa.Table: ...
 
     def refused(self, error: str) -> None:
         """A request was refused with ``error`` (counted for alerts)."""
@@ -128,6 +145,7 @@ REFUSALS: Mapping[type[CatalogError], HTTPStatus] = {
     UnknownCollectionError: HTTPStatus.NOT_FOUND,
     NoShardError: HTTPStatus.NOT_FOUND,
     BadIdempotencyKeyError: HTTPStatus.BAD_REQUEST,
+    TooManyRowsError: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     IdempotencyKeyReusedError: HTTPStatus.UNPROCESSABLE_ENTITY,
     IdempotencyKeyInProgressError: HTTPStatus.CONFLICT,
     NotLeaderError: HTTPStatus.CONFLICT,
@@ -221,6 +239,7 @@ class SidecarApp:
     api: SidecarApi
     policy: AccessPolicy = attrs.field(factory=AccessPolicy)
     max_body: int = MAX_BODY_BYTES
+    max_rows: int = MAX_APPEND_ROWS
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -346,7 +365,9 @@ class SidecarApp:
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
         key = request.headers.get(IDEMPOTENCY_HEADER)
-        answer = self.api.append(collection, _body(request, self.max_body), key)
+        body = _body(request, self.max_body)
+        arrow = _media_type(request) == ARROW_STREAM_TYPE
+        answer = self.api.append(collection, body, key, arrow=arrow, max_rows=self.max_rows)
         response = json_response(HTTPStatus.OK, answer)
         if answer.get("replayed"):
             response.headers[REPLAYED_HEADER] = "true"
@@ -354,7 +375,12 @@ class SidecarApp:
 
     def read(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
-        rows = self.api.read(collection, _int_param(request.args, "as_of"))
+        as_of = _int_param(request.args, "as_of")
+        if ARROW_STREAM_TYPE in (request.headers.get("Accept") or "").lower():
+            # Streamed batch by batch (no Content-Length: the server sends it chunked).
+            table = self.api.read_table(collection, as_of)
+            return Response(stream_chunks(table), content_type=ARROW_STREAM_TYPE)
+        rows = self.api.read(collection, as_of)
         body = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         return Response(body, content_type=JSON_LINES_TYPE)
 

@@ -1,29 +1,42 @@
-"""Rows over HTTP: JSON lines to Arrow tables (naming the bad field and line) and back."""
+"""Rows over HTTP: JSON lines to Arrow tables (naming the bad field and line) and back.
+
+Two parsers, one outcome. pyarrow's JSON reader parses a body against the write schema in C,
+where the schema's types read the same through it as through Python (integers, floats,
+booleans, strings, and structs and lists of them); whatever it refuses, or any body it cannot
+take exactly as the Python parser would (a line holding two objects, an escaped surrogate,
+invalid UTF-8), goes through the Python parser, which names the line and the field of the
+first problem. So errors, strict UTF-8 and the depth limit are the Python parser's, and a body
+both accept becomes the same table.
+"""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import decimal
+import io
 import json
 import re
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.json as pa_json
 
-from catalog.errors import (
-    BadInputError,
-)
+from catalog.errors import BadInputError, TooManyRowsError
 
 #: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
 MAX_JSON_DEPTH = 64
 
 
-def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
+def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -> pa.Table:
     """Parse JSON lines into a table of ``schema``; BadInputError naming the line and field.
 
     The body must be UTF-8 (an invalid byte is refused naming its line and field, never
-    replaced) and no row may nest deeper than :data:`MAX_JSON_DEPTH`."""
+    replaced) and no row may nest deeper than :data:`MAX_JSON_DEPTH`; more than ``max_rows``
+    rows is TooManyRowsError."""
+    fast = parse_with_arrow(body, schema, max_rows)
+    if fast is not None:
+        return fast
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     names = set(schema.names)
@@ -59,6 +72,8 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
                 )
         rows.append(row)
         lines.append(number)
+        if max_rows is not None and len(rows) > max_rows:
+            raise TooManyRowsError.over(max_rows)
     if not rows:
         raise BadInputError("no rows: send JSON lines, one object per row")
     try:
@@ -75,6 +90,64 @@ def rows_to_table(body: bytes, schema: pa.Schema) -> pa.Table:
 
 
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+
+#: An escaped UTF-16 surrogate: Python and pyarrow read a lone one differently.
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def parse_with_arrow(body: bytes, schema: pa.Schema, max_rows: int | None) -> pa.Table | None:
+    """``body`` parsed by pyarrow's JSON reader, or None: leave it to the Python parser (a
+    schema or a body the two might read differently, or anything pyarrow refuses)."""
+    if not _json_native(pa.struct(list(schema)), 0):
+        return None
+    lines = sum(1 for line in body.splitlines() if line.strip())
+    if lines == 0 or (max_rows is not None and lines > max_rows):
+        return None  # the Python parser says what is wrong
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _SURROGATE.search(body) is not None:
+        return None
+    try:
+        table = pa_json.read_json(
+            io.BytesIO(body),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(body) + 1),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="error"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if table.num_rows != lines:  # two objects on one line: the Python parser refuses that
+        return None
+    if any(not f.nullable and table.column(f.name).null_count for f in schema):
+        return None
+    return pa.Table.from_arrays(
+        [table.column(f.name).cast(f.type) for f in schema], schema=schema
+    ).combine_chunks()
+
+
+#: Atomic types that read the same through pyarrow's JSON reader and through Python.
+_NATIVE = (
+    pa.types.is_boolean,
+    pa.types.is_signed_integer,
+    pa.types.is_unsigned_integer,
+    lambda t: pa.types.is_float32(t) or pa.types.is_float64(t),
+    pa.types.is_string,
+    pa.types.is_large_string,
+)
+
+
+def _json_native(dtype: pa.DataType, depth: int) -> bool:
+    if depth > MAX_JSON_DEPTH:
+        return False
+    if pa.types.is_struct(dtype):
+        return all(_json_native(dtype.field(i).type, depth + 1) for i in range(dtype.num_fields))
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return _json_native(dtype.value_type, depth + 1)
+    return any(check(dtype) for check in _NATIVE)
+
 
 
 def _decoded(raw: bytes, number: int) -> str:

@@ -13,6 +13,7 @@ import resource
 import socket
 import ssl
 import threading
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http import HTTPStatus
@@ -87,7 +88,9 @@ class SidecarHttpServer:
                 address=f"{self.host}:{self.port}",
             ) from exc
         self._bound = listener.getsockname()[:2]
-        self._app = SidecarApp(self.api, self.policy, self.limits.max_body)
+        self._app = SidecarApp(
+            self.api, self.policy, self.limits.max_body, self.limits.max_append_rows
+        )
         _raise_file_limit(self.limits.max_connections + _SPARE_FILES)
         self._workers = ThreadPoolExecutor(
             max_workers=self.limits.workers, thread_name_prefix="sidecar-http-worker"
@@ -175,7 +178,26 @@ class SidecarHttpServer:
     async def _call(self, environ: dict[str, Any]) -> Any:
         assert self._app is not None, "started"
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._workers, partial(call_app, self._app, environ))
+        status, headers, payload = await loop.run_in_executor(
+            self._workers, partial(call_app, self._app, environ)
+        )
+        if isinstance(payload, bytes):
+            return status, headers, payload
+        return status, headers, self._pulled(payload)
+
+    async def _pulled(self, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+        """A streamed answer's chunks, each made on a worker thread (never on the loop)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                chunk = await loop.run_in_executor(self._workers, next, chunks, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                await loop.run_in_executor(self._workers, close)
 
 
 def _raise_file_limit(wanted: int) -> None:

@@ -58,7 +58,8 @@ def http_request(
 ) -> HttpAnswer:
     """One HTTP request (never raises for HTTP or socket errors: status 0 when unreachable)."""
     request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
-    if body is not None or method == "POST":  # the sidecar refuses a POST of another type
+    # The sidecar refuses a POST of another type; a caller may name its own (Arrow).
+    if (body is not None or method == "POST") and not request.has_header("Content-type"):
         request.add_header("Content-Type", "application/x-ndjson")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:

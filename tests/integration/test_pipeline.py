@@ -1116,3 +1116,27 @@ def test_cli_read_output_writes_exact_parquet_parts_on_both_engines(
     )
     assert limited.exit_code == 0, limited.output
     assert len(limited.stdout.splitlines()) == 2
+
+
+def test_cli_read_format_arrow_writes_one_stream_on_both_engines(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv, spark: SparkSessionProvider, tmp_path: Any
+) -> None:
+    """read --format arrow --output FILE writes the snapshot as one Arrow IPC stream (a chunk
+    at a time) on either engine; an existing FILE and --format arrow without --output exit 2."""
+    source = source_shard(consensus, blob)
+    bootstrap(consensus, blob, source)
+    expected = source.snapshot()
+    name = ["--collection", "mz_catalog.items", "--format", "arrow"]
+    for engine in ("arrow", "spark"):
+        out = tmp_path / f"items-{engine}.arrows"
+        result = run_cli(zk_env, "read", *name, "--engine", engine, "--output", str(out),
+                         spark=spark)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert f"wrote {expected.num_rows} rows" in result.stdout
+        got = pa.ipc.open_stream(out.read_bytes()).read_all()
+        assert got.schema == expected.schema
+        assert canonical(got) == canonical(expected)
+        again = run_cli(zk_env, "read", *name, "--engine", engine, "--output", str(out))
+        assert again.exit_code == 2 and "exists" in again.output
+    missing = run_cli(zk_env, "read", *name)
+    assert missing.exit_code == 2 and "--output FILE" in missing.output

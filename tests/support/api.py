@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+import pyarrow as pa
 
 from catalog.errors import FencedError
 from orchestrator.sidecar.metrics import SidecarMetrics
@@ -25,6 +26,9 @@ class ScriptedApi:
     append_error: Exception | None = None
     refusals: list[str] = attrs.field(factory=list)
     finalized: list[tuple[str | None, str]] = attrs.field(factory=list)
+    formats: list[tuple[bool, int]] = attrs.field(factory=list)
+    #: What ``read_table`` answers (default: the two rows ``read`` answers).
+    table: pa.Table | None = None
 
     def readiness(self) -> Readiness:
         return Readiness(
@@ -57,10 +61,17 @@ class ScriptedApi:
         return {"already_final": expect_version == "final", "version": expect_version}
 
     def append(
-        self, collection: str, body: bytes, idempotency_key: str | None = None
+        self,
+        collection: str,
+        body: bytes,
+        idempotency_key: str | None = None,
+        *,
+        arrow: bool = False,
+        max_rows: int = 0,
     ) -> Mapping[str, Any]:
         if self.append_error is not None:
             raise self.append_error
+        self.formats.append((arrow, max_rows))
         self.appended.append((collection, body))
         self.keys.append(idempotency_key)
         return {"rows": body.count(b"\n"), "upper": 3, "replayed": idempotency_key == "seen"}
@@ -70,3 +81,8 @@ class ScriptedApi:
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
         return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]
+
+    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
+        if self.table is not None:
+            return self.table
+        return pa.Table.from_pylist(list(self.read(collection, as_of)))

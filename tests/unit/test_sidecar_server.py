@@ -194,3 +194,43 @@ def test_slow_clients_hold_sockets_not_threads(
     assert threading.active_count() <= before + FAST.workers
     for sock in slow:
         sock.close()
+
+
+def test_an_arrow_read_is_streamed_chunked_and_the_connection_carries_on(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    """``GET /read`` with ``Accept: application/vnd.apache.arrow.stream``: no Content-Length,
+    chunked batch by batch (the process holds one batch serialized), the whole table read
+    back; the next request on the same connection is answered."""
+    import pyarrow as pa
+
+    api, server = served
+    api.table = pa.table({"id": pa.array(range(300_000), pa.int64())})
+    host, _, port = server.address.rpartition(":")
+    client = http.client.HTTPConnection(host, int(port), timeout=10)
+    accept = {"Accept": "application/vnd.apache.arrow.stream"}
+    client.request("GET", "/read?collection=s.t", headers=accept)
+    answer = client.getresponse()
+    assert answer.status == 200
+    assert answer.getheader("Transfer-Encoding") == "chunked"
+    assert answer.getheader("Content-Length") is None
+    assert answer.getheader("Content-Type") == "application/vnd.apache.arrow.stream"
+    assert pa.ipc.open_stream(answer.read()).read_all().equals(api.table)
+    client.request("GET", "/healthz")
+    assert client.getresponse().read() == b"ok\n"
+    client.close()
+
+
+def test_an_arrow_append_reaches_the_api_with_its_format_and_the_row_limit(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    api, server = served
+    host, _, port = server.address.rpartition(":")
+    client = http.client.HTTPConnection(host, int(port), timeout=10)
+    client.request(
+        "POST", "/append?collection=s.t", body=b"\xff\xff\xff\xff",
+        headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+    )  # fmt: skip
+    assert client.getresponse().status == 200
+    assert api.formats == [(True, ServerLimits().max_append_rows)]
+    client.close()

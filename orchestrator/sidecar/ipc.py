@@ -1,0 +1,156 @@
+"""Rows over HTTP as Arrow IPC streams (``application/vnd.apache.arrow.stream``), both ways.
+
+An append's stream holds one or more record batches whose schema is the release's write schema
+or a projection of it: the same fields by name, in any order, each of exactly the schema's type;
+a nullable field may be left out (its rows are null). Everything else is refused before anything
+is written, naming what is wrong (:class:`~catalog.errors.BadInputError`, 400): bytes that are no
+stream, a stream cut short, one without rows, an unknown field, another type (a dictionary or an
+extension type the schema does not have included), a null in a non-nullable field at any depth,
+and more rows than the configured maximum (:class:`~catalog.errors.TooManyRowsError`, 413,
+counted batch by batch while reading).
+
+A read answers the migrated snapshot as one stream, written batch by batch.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from catalog.errors import BadInputError, TooManyRowsError
+
+__all__ = ["ARROW_STREAM_TYPE", "READ_BATCH_ROWS", "stream_chunks", "stream_to_table"]
+
+ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
+#: Rows per record batch of a read's stream (a batch is what the sidecar holds serialized).
+READ_BATCH_ROWS = 64 * 1024
+
+
+def stream_to_table(body: bytes, schema: pa.Schema, max_rows: int) -> pa.Table:
+    """The record batches of the Arrow IPC stream ``body`` as a table of ``schema``."""
+    if not body:
+        raise BadInputError("empty body: send an Arrow IPC stream of record batches")
+    try:
+        reader = pa.ipc.open_stream(pa.BufferReader(body))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInputError(f"not an Arrow IPC stream: {exc}", problem="not-arrow") from exc
+    sent = reader.schema
+    columns = _projection(sent, schema)
+    batches: list[pa.RecordBatch] = []
+    rows = 0
+    try:
+        for batch in reader:
+            rows += batch.num_rows
+            if rows > max_rows:
+                raise TooManyRowsError.over(max_rows)
+            batches.append(batch)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInputError(
+            f"Arrow IPC stream cut short or corrupt after {len(batches)} batch(es): {exc}",
+            problem="truncated",
+            batches=len(batches),
+        ) from exc
+    if rows == 0:
+        raise BadInputError("no rows: the Arrow IPC stream holds no record batch with rows")
+    table = pa.Table.from_batches(batches, schema=sent)
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise BadInputError(f"invalid Arrow data: {exc}", problem="invalid") from exc
+    arrays = [
+        table.column(name) if name is not None else pa.nulls(rows, field.type)
+        for field, name in zip(schema, columns, strict=True)
+    ]
+    out = pa.Table.from_arrays(arrays, schema=schema)
+    for field in schema:
+        _check_nulls(out.column(field.name), field, field.name)
+    return out
+
+
+def _projection(sent: pa.Schema, schema: pa.Schema) -> list[str | None]:
+    """For each field of ``schema``, the name of the sent column that holds it (None: left out,
+    nullable); BadInputError naming the first field that is not the schema's."""
+    names = sent.names
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise BadInputError(f"field {duplicated[0]} is sent twice", field=duplicated[0])
+    for field in sent:
+        expected = schema.field(field.name) if field.name in schema.names else None
+        if expected is None:
+            raise BadInputError(
+                f"unknown field {field.name} (the schema has {schema.names})", field=field.name
+            )
+        if not field.type.equals(expected.type):
+            kind = (
+                "dictionary-encoded "
+                if pa.types.is_dictionary(field.type)
+                else "extension " if isinstance(field.type, pa.ExtensionType) else ""
+            )
+            raise BadInputError(
+                f"field {field.name}: {kind}type {field.type}, the schema has {expected.type}",
+                field=field.name,
+                type=str(field.type),
+                expected=str(expected.type),
+            )
+    columns: list[str | None] = []
+    for field in schema:
+        if field.name in names:
+            columns.append(field.name)
+        elif field.nullable:
+            columns.append(None)
+        else:
+            raise BadInputError(
+                f"field {field.name} is required (not nullable) and the stream leaves it out",
+                field=field.name,
+            )
+    return columns
+
+
+def _check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str) -> None:
+    """BadInputError naming the path of a null where ``field`` (at any depth) allows none."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not field.nullable and array.null_count:
+        raise BadInputError(
+            f"field {path}: {array.null_count} null(s) where the schema allows none",
+            field=path,
+            nulls=array.null_count,
+        )
+    dtype = field.type
+    if pa.types.is_struct(dtype):
+        valid = array.is_valid()
+        for index in range(dtype.num_fields):
+            child = dtype.field(index)
+            values = array.field(index)
+            if not child.nullable:
+                hidden = pc.and_(values.is_null(), valid)
+                if pc.any(hidden).as_py():
+                    raise BadInputError(
+                        f"field {path}.{child.name}: a null where the schema allows none",
+                        field=f"{path}.{child.name}",
+                    )
+            _check_nulls(values, child.with_nullable(True), f"{path}.{child.name}")
+    elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        _check_nulls(array.flatten(), dtype.value_field, f"{path}[]")
+    elif pa.types.is_map(dtype):
+        _check_nulls(array.items, dtype.item_field, f"{path}{{}}")
+
+
+def stream_chunks(table: pa.Table, batch_rows: int = READ_BATCH_ROWS) -> Iterator[bytes]:
+    """``table`` as an Arrow IPC stream, one serialized record batch at a time."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        yield _drained(sink)
+        for batch in table.to_batches(max_chunksize=batch_rows):
+            writer.write_batch(batch)
+            yield _drained(sink)
+    yield _drained(sink)  # the end-of-stream marker
+
+
+def _drained(sink: io.BytesIO) -> bytes:
+    data = sink.getvalue()
+    sink.seek(0)
+    sink.truncate()
+    return data

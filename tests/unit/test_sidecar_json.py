@@ -1,0 +1,105 @@
+"""NDJSON appends through pyarrow's JSON reader: the same table as the Python parser, or the
+Python parser's answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.errors import BadInputError, TooManyRowsError
+from orchestrator.sidecar import rows as rows_module
+from orchestrator.sidecar.rows import rows_to_table
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("n", pa.int32()),
+        pa.field("u", pa.uint16()),
+        pa.field("x", pa.float64()),
+        pa.field("ok", pa.bool_()),
+        pa.field("name", pa.string()),
+        pa.field("s", pa.struct([pa.field("a", pa.int64()), pa.field("b", pa.large_string())])),
+        pa.field("tags", pa.list_(pa.string())),
+    ]
+)
+
+ROW = st.fixed_dictionaries(
+    {"id": st.integers(-(2**63), 2**63 - 1)},
+    optional={
+        "n": st.none() | st.integers(-(2**31), 2**31 - 1),
+        "u": st.none() | st.integers(0, 2**16 - 1),
+        "x": st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.integers(-99, 99),
+        "ok": st.none() | st.booleans(),
+        "name": st.none() | st.text(max_size=8),
+        "s": st.none() | st.fixed_dictionaries({}, optional={"a": st.integers(0, 9),
+                                                           "b": st.text(max_size=4)}),
+        "tags": st.none() | st.lists(st.none() | st.text(max_size=3), max_size=3),
+    },
+)  # fmt: skip
+
+
+def slow(body: bytes, schema: pa.Schema, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with monkeypatch.context() as patched:
+        patched.setattr(rows_module, "parse_with_arrow", lambda *_: None)
+        try:
+            return rows_to_table(body, schema)
+        except BadInputError as exc:
+            return exc.message
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ROW, min_size=1, max_size=6), st.sampled_from(["\n", "\r\n"]))
+def test_the_json_reader_builds_the_python_parsers_table(
+    values: list[dict[str, Any]], end: str
+) -> None:
+    body = "".join(json.dumps(v, ensure_ascii=False) + end for v in values).encode()
+    fast = rows_module.parse_with_arrow(body, SCHEMA, None)
+    assert fast is not None, body
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        expected = slow(body, SCHEMA, monkeypatch)
+    assert fast.equals(expected), (fast.to_pylist(), expected.to_pylist())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": 1} {"id": 2}\n',  # two objects on a line
+        b'{"id": 1, "name": "\\ud800"}\n',  # a lone surrogate
+        b'{"id": 1, "name": "\xff"}\n',  # not UTF-8
+        b'{"id": 1, "zz": 2}\n',  # unknown field
+        b'{"name": "a"}\n',  # required field absent
+        b'{"id": null}\n',
+        b'{"id": 1.5}\n',
+        b'{"id": "1"}\n',
+        b"[1, 2]\n",
+        b'{"id": 1, "n": 3000000000}\n',
+        b'{"id": 1, "name": ' + b"[" * 100 + b"]" * 100 + b"}\n",
+        b"\n\n",
+    ],
+)
+def test_what_the_json_reader_cannot_take_gets_the_python_parsers_answer(
+    body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = slow(body, SCHEMA, monkeypatch)
+    try:
+        got: Any = rows_to_table(body, SCHEMA)
+    except BadInputError as exc:
+        got = exc.message
+    assert got.equals(expected) if isinstance(got, pa.Table) else got == expected
+
+
+def test_binary_and_times_stay_with_the_python_parser() -> None:
+    schema = pa.schema([pa.field("b", pa.binary()), pa.field("t", pa.timestamp("us"))])
+    assert rows_module.parse_with_arrow(b'{"b": "YQ=="}\n', schema, None) is None
+
+
+def test_more_rows_than_the_limit_are_refused_either_way() -> None:
+    body = b'{"id": 1}\n' * 5
+    with pytest.raises(TooManyRowsError):
+        rows_to_table(body, SCHEMA, 4)
+    assert rows_to_table(body, SCHEMA, 5).num_rows == 5
