@@ -52,7 +52,7 @@ from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
 from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
-from orchestrator.sidecar.ipc import stream_to_table
+from orchestrator.sidecar.ipc import READ_BATCH_ROWS, stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
@@ -382,8 +382,13 @@ class SidecarDataPlane:
             member.settle(_answer(name, shard, mark, replayed=False), None)
 
     def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+        """The snapshot's rows as JSON values, made a batch at a time as they are taken."""
         table = self.read_table(collection, as_of)
-        return [{k: jsonable(v) for k, v in row.items()} for row in table.to_pylist()]
+        return (
+            {k: jsonable(v) for k, v in row.items()}
+            for batch in table.to_batches(max_chunksize=READ_BATCH_ROWS)
+            for row in batch.to_pylist()
+        )
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         """The snapshot of ``collection`` as this release reads it (with ``_ts`` and

@@ -30,7 +30,7 @@ or ``{"error": ..., "message": ...}``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -381,8 +381,26 @@ class SidecarApp:
             table = self.api.read_table(collection, as_of)
             return Response(stream_chunks(table), content_type=ARROW_STREAM_TYPE)
         rows = self.api.read(collection, as_of)
-        body = "".join(json.dumps(row, default=str) + "\n" for row in rows)
-        return Response(body, content_type=JSON_LINES_TYPE)
+        return Response(_json_lines(rows), content_type=JSON_LINES_TYPE)
+
+
+#: Bytes of JSON lines gathered into one chunk of a streamed read.
+_LINES_CHUNK = 1 << 20
+
+
+def _json_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    """Rows as JSON lines, streamed in chunks of about :data:`_LINES_CHUNK` bytes."""
+    lines: list[str] = []
+    size = 0
+    for row in rows:
+        line = json.dumps(row, default=str) + "\n"
+        lines.append(line)
+        size += len(line)
+        if size >= _LINES_CHUNK:
+            yield "".join(lines).encode()
+            lines, size = [], 0
+    if lines:
+        yield "".join(lines).encode()
 
 
 def _required(query: Mapping[str, str], name: str) -> str:
