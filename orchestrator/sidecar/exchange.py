@@ -119,6 +119,10 @@ class Exchange:
         request = await self._request()
         if request is None:
             return False
+        unacceptable = _unacceptable(request, self.limits.max_header_bytes)
+        if unacceptable is not None:
+            await self._refuse(*unacceptable)
+            return False
         deadline = self._loop.time() + self.limits.body_timeout
         body, length, complete = await self._body(request, deadline)
         environ = self._environ(request, body, length)
@@ -288,6 +292,32 @@ class Exchange:
                 await self.writer.drain()
         except (ConnectionError, TimeoutError):
             pass
+
+
+#: The HTTP versions the server speaks (h11 parses any ``HTTP/d.d``).
+_VERSIONS = frozenset({b"1.0", b"1.1"})
+
+
+def _unacceptable(request: h11.Request, limit: int) -> tuple[HTTPStatus, str, str] | None:
+    """Why a request head is refused before it reaches the application: a version the server
+    does not speak (505), or a head past the limit that arrived whole in one read (431; h11
+    refuses one still incomplete at the limit itself)."""
+    if request.http_version not in _VERSIONS:
+        version = request.http_version.decode("ascii", "replace")
+        return (
+            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+            "http-version-not-supported",
+            f"HTTP/{version} is not supported: speak HTTP/1.1 (or 1.0)",
+        )
+    size = len(request.method) + len(request.target) + 12
+    size += sum(len(name) + len(value) + 4 for name, value in request.headers)
+    if size > limit:
+        return (
+            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            f"request line and headers of {size} bytes are above the {limit}-byte limit",
+        )
+    return None
 
 
 def _declared_length(request: h11.Request) -> int | None:

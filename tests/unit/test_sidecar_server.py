@@ -234,3 +234,24 @@ def test_an_arrow_append_reaches_the_api_with_its_format_and_the_row_limit(
     assert client.getresponse().status == 200
     assert api.formats == [(True, ServerLimits().max_append_rows)]
     client.close()
+
+
+def test_a_head_past_the_limit_sent_whole_gets_431_and_an_unknown_version_505(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    """A 100 KB header in one complete head (h11 alone takes it: it limits only a head still
+    incomplete), and ``HTTP/9.9``, are refused before the application sees them."""
+    api, server = served
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 * 1024) + b"\r\n\r\n"
+    with connect(server) as sock:
+        sock.sendall(head)
+        status, _, body = answer_of(read_all(sock))
+    assert status == 431 and json.loads(body)["error"] == "headers-too-large", body
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n")
+        status, _, body = answer_of(read_all(sock))
+    assert status == 505 and json.loads(body)["error"] == "http-version-not-supported", body
+    with connect(server) as sock:  # the limit leaves ordinary heads alone
+        sock.sendall(b"GET /healthz HTTP/1.0\r\nHost: x\r\nX-Ok: " + b"a" * 1000 + b"\r\n\r\n")
+        status, _, body = answer_of(read_all(sock))
+    assert status == 200 and body == b"ok\n"
