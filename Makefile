@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench clean zookeeper s3 spark-cluster prometheus-rule
+.PHONY: demo test lint typecheck unit integration bench soak clean zookeeper s3 spark-cluster prometheus-rule
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ spark-cluster: $(STAMP)
 
 prometheus-rule: $(STAMP)
 	$(BIN)/python deploy/prometheus/make_rule.py
+
+# Before a release: 50 seeds x 60 steps on a 3-server ensemble with partitions (root, ip, nft).
+# SOAK_ARGS overrides, e.g. SOAK_ARGS="--seeds 5 --first-seed 42".
+SOAK_ARGS ?=
+soak: $(STAMP)
+	$(BIN)/catalog-upgrade scenario soak $(SOAK_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

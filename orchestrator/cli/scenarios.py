@@ -1,4 +1,5 @@
-"""``scenario run`` and ``scenario simulate``: rehearsed upgrades with real processes."""
+"""``scenario run``, ``scenario simulate`` and ``scenario soak``: rehearsed upgrades with real
+processes."""
 
 from __future__ import annotations
 
@@ -186,8 +187,120 @@ def scenario_simulate_command(
                 f"[dim]shrink: prefix of {n} step(s) {'fails' if failed else 'passes'}[/]"
             ),
         )
-    render_simulation(console, result, str(releases_dir))
+    flags = (f"--zk-servers {zk_servers}" if zk_servers != "1" else "") + (
+        " --partitions" if partitions else ""
+    )
+    render_simulation(console, result, str(releases_dir), flags.strip())
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, default=str))
     if not result.ok:
+        sys.exit(1)
+
+
+@scenario_group.command("soak")
+@click.option(
+    "--releases",
+    "releases_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("scenarios/releases"),
+    show_default=True,
+    help="Directory of release files to walk over.",
+)
+@click.option("--seeds", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=60, show_default=True)
+@click.option(
+    "--first-seed",
+    type=int,
+    default=None,
+    help="The first seed (the others follow from it); default: random, printed.",
+)
+@click.option(
+    "--zk-servers", type=click.Choice(["1", "3", "5"]), default="3", show_default=True,
+    help="Each walk on an embedded ensemble of this many servers.",
+)  # fmt: skip
+@click.option(
+    "--partitions/--no-partitions",
+    default=True,
+    show_default=True,
+    help="Cut ZooKeeper servers from their peers (with one server: processes from ZooKeeper).",
+)
+@click.option(
+    "--faults", "fault_probability", type=click.FloatRange(0.0, 1.0), default=0.25,
+    show_default=True, help="Probability that a step injects a fault.",
+)  # fmt: skip
+@click.option(
+    "--shrink-runs", type=click.IntRange(min=0), default=3, show_default=True,
+    help="At most this many re-runs of shorter prefixes after a failure.",
+)  # fmt: skip
+@click.option(
+    "--keep",
+    "keep_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where every run keeps its directory (history, result, every process's log) and the "
+    "report goes (default: var/soak-<first seed>).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@external_zk_option
+@handle_errors
+def scenario_soak_command(
+    releases_dir: Path,
+    seeds: int,
+    steps: int,
+    first_seed: int | None,
+    zk_servers: str,
+    partitions: bool,
+    fault_probability: float,
+    shrink_runs: int,
+    keep_dir: Path | None,
+    as_json: bool,
+    zk: str | None,
+) -> None:
+    """Many seeded walks in sequence (default 50 x 60 steps on a 3-server ensemble with
+    partitions): what to run before a release. Exit 0 only if every seed held."""
+    import random
+
+    from rich.console import Console
+
+    from orchestrator.render.scenario import render_soak, render_soak_seed
+    from orchestrator.scenario.simulate import SimulationConfig, SimulationResult
+    from orchestrator.scenario.simulate.soak import soak, soak_seeds
+
+    _stop_on_sigterm()
+    first = first_seed if first_seed is not None else random.randrange(1 << 31)
+    if partitions:
+        from orchestrator.testing.netns import unavailable
+
+        reason = unavailable()
+        if reason is not None:
+            raise click.UsageError(f"--partitions needs network namespaces: {reason}")
+    if zk and int(zk_servers) > 1:
+        raise click.UsageError("--zk-servers starts its own ensemble: it does not go with --zk")
+    keep = keep_dir or Path("var") / f"soak-{first}"
+    keep.mkdir(parents=True, exist_ok=True)
+    flags = f"--releases {releases_dir} --zk-servers {zk_servers}" + (
+        " --partitions" if partitions else ""
+    )
+    console = Console(stderr=as_json)
+    console.print(
+        f"[bold]soak[/] {releases_dir}: {seeds} seed(s) from {first}, {steps} step(s) each, "
+        f"{flags}; runs kept in {keep}"
+    )
+    config = SimulationConfig(
+        releases_dir=releases_dir, seed=first, steps=steps, fault_probability=fault_probability,
+        shrink_runs=shrink_runs, zookeeper_servers=int(zk_servers), partitions=partitions,
+    )  # fmt: skip
+
+    def done(number: int, result: SimulationResult) -> None:
+        render_soak_seed(console, number, seeds, result)
+
+    report = soak(
+        config, soak_seeds(first, seeds), flags=flags, keep_dir=keep, zk=zk, on_seed=done
+    )
+    (keep / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    render_soak(console, report)
+    console.print(f"report: {keep / 'report.json'}")
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    if report.failures:
         sys.exit(1)

@@ -14,6 +14,7 @@ from rich.table import Table
 from orchestrator.scenario import ScenarioResult, StepResult
 from orchestrator.scenario.format import Scenario
 from orchestrator.scenario.simulate import SimulationResult, WalkStep
+from orchestrator.scenario.simulate.soak import SoakReport
 
 __all__ = [
     "render_failure",
@@ -91,8 +92,11 @@ def render_walk_step(console: Console, step: WalkStep) -> None:
         console.print(f"        [red]{escape(step.error)}[/]", soft_wrap=True)
 
 
-def render_simulation(console: Console, result: SimulationResult, releases: str) -> None:
-    """Faults injected, invariants checked (and caught), and on failure how to reproduce."""
+def render_simulation(
+    console: Console, result: SimulationResult, releases: str, flags: str = ""
+) -> None:
+    """Faults injected, invariants checked (and caught), and on failure how to reproduce
+    (``flags``: the walk's other options, e.g. ``--zk-servers 3 --partitions``)."""
     table = Table(title="invariants", title_justify="left")
     table.add_column("invariant")
     table.add_column("checks", justify="right")
@@ -116,8 +120,8 @@ def render_simulation(console: Console, result: SimulationResult, releases: str)
     prefix = result.shortest_prefix or len(result.walk)
     console.print(
         f"shortest failing prefix: {prefix} step(s); reproduce with\n"
-        f"  catalog-upgrade scenario simulate --releases {escape(releases)} "
-        f"--seed {result.seed} --steps {prefix}",
+        f"  catalog-upgrade scenario simulate --releases {escape(releases)}"
+        f"{escape(' ' + flags if flags else '')} --seed {result.seed} --steps {prefix}",
         soft_wrap=True,
     )
     if result.work_dir:
@@ -127,3 +131,53 @@ def render_simulation(console: Console, result: SimulationResult, releases: str)
             f"its scenario steps: {escape(str(path))} (logs in {escape(result.work_dir)}/logs)",
             soft_wrap=True,
         )
+
+
+def render_soak_seed(console: Console, number: int, total: int, result: SimulationResult) -> None:
+    """One line as each seed of a soak ends."""
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items())) or "no faults"
+    mark = "[green]ok[/]" if result.ok else "[bold red]FAILED[/]"
+    line = (
+        f"seed {number}/{total} [bold]{result.seed}[/]: {mark}, {len(result.walk)} step(s), "
+        f"{escape(faults)}, {result.seconds:.0f} s"
+    )
+    if not result.ok:
+        line += f"\n  {escape(result.error or 'failed')}"
+    console.print(line, soft_wrap=True)
+
+
+def render_soak(console: Console, report: SoakReport) -> None:
+    """The soak's table of seeds, its faults by kind, and each failure with its replay."""
+    table = Table(title="soak", title_justify="left")
+    for name, justify in (("seed", "right"), ("result", "left"), ("steps", "right"),
+                          ("faults", "right"), ("checks", "right"), ("s", "right")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for run in report.to_json()["runs"]:
+        table.add_row(
+            str(run["seed"]),
+            "ok" if run["ok"] else f"[red]failed at {run['shortest_prefix'] or run['steps']}[/]",
+            str(run["steps"]),
+            str(sum(run["faults"].values())),
+            str(run["invariants_checked"]),
+            f"{run['seconds']:.0f}",
+        )
+    console.print(table)
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"
+    console.print(f"faults by kind: {escape(faults)}", soft_wrap=True)
+    summary = report.to_json()
+    console.print(
+        f"{summary['seeds']} seed(s), {summary['walk_steps']} walk step(s), "
+        f"{summary['scenario_steps']} scenario step(s), {summary['invariants_checked']} "
+        f"invariant checks, {report.seconds / 60:.1f} min"
+    )
+    if not report.failures:
+        console.print("[green]✔ every seed held every invariant[/]")
+        return
+    console.print(f"[bold red]✘ {len(report.failures)} seed(s) failed[/]")
+    for run in summary["runs"]:
+        if not run["ok"]:
+            console.print(
+                f"  seed {run['seed']}: {escape(run['error'] or 'failed')}\n"
+                f"    replay: {escape(run['replay'])}\n    kept in {escape(str(run['work_dir']))}",
+                soft_wrap=True,
+            )

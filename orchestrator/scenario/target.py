@@ -166,6 +166,19 @@ class ZooKeeperTarget:
         self.ensemble.isolate(number)
         return number
 
+    def restore(self, timeout: float) -> str | None:
+        """Undo what a run's faults left behind: heal every cut member and start every
+        stopped one, each waited for until it serves; what was done (None: nothing was). A
+        walk starts with it, so a shrink run or a soak's next seed finds every server
+        serving whatever the run before it broke."""
+        if not self.restartable:
+            return None
+        healed = self.rejoin(None, timeout)
+        started = self.start(None, timeout)
+        done = [f"healed server(s) {healed}"] if healed else []
+        done += [f"started server(s) {started}"] if started else []
+        return "; ".join(done) or None
+
     def rejoin(self, number: int | None, timeout: float) -> list[int]:
         """Heal the cut of member ``number`` (None: of every cut member) and wait until each
         serves again; the numbers healed."""

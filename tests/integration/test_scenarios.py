@@ -6,17 +6,23 @@ test server must not suffer). Each scenario and each walk runs in a fresh enviro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from orchestrator.scenario import ScenarioResult, ZooKeeperTarget, run_scenario
 from orchestrator.scenario.format import ReleaseIndex, load_scenario, parse_scenario
 from orchestrator.scenario.simulate import FAULT_KINDS, SimulationConfig, simulate
+from orchestrator.scenario.simulate.soak import SoakReport, replay, soak_seeds
 from orchestrator.testing.netns import unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -266,6 +272,72 @@ def test_simulation_with_partitions(
     assert result.ok, f"{result.error}\n{result.scenario_toml}"
     assert result.faults[fault] >= 1, result.faults
     injected[-1000 * servers - seed] = result.faults
+
+
+def _commit_seed() -> int:
+    """A seed that changes with the commit under test (the date when git cannot tell)."""
+    found = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=SCENARIOS.parent, capture_output=True, text=True
+    )
+    text = found.stdout.strip() if found.returncode == 0 else time.strftime("%Y%m%d")
+    return int(hashlib.sha256(text.encode()).hexdigest()[:6], 16)
+
+
+# A small soak in CI on top of the fixed seeds: seeds that change with the commit, each
+# printed so that a failure can be replayed (scenario simulate --seed S --steps N ...).
+COMMIT_SEEDS = soak_seeds(_commit_seed(), 2)
+COMMIT_STEPS = 16
+
+
+def test_a_small_soak_of_seeds_that_change_with_the_commit(
+    isolated_ensemble: ZooKeeperTarget, tmp_path: Path
+) -> None:
+    """Walks with partitions on the ensemble, one seed after the other on the same servers
+    (each starts from every server serving again); every run keeps its history, result and
+    logs; the report counts seeds, faults and invariant checks."""
+    flags = "--releases scenarios/releases --zk-servers 3 --partitions"
+    print(f"commit seeds {COMMIT_SEEDS} x {COMMIT_STEPS} steps: replay with "
+          f"catalog-upgrade scenario simulate {flags} --seed S --steps {COMMIT_STEPS}")  # fmt: skip
+    base = SimulationConfig(
+        releases_dir=SCENARIOS / "releases", seed=0, steps=COMMIT_STEPS,
+        fault_probability=SIMULATION_FAULTS, shrink_runs=2, zookeeper_servers=3,
+        partitions=True,
+    )  # fmt: skip
+    results = []
+    for seed in COMMIT_SEEDS:
+        config = attrs.evolve(base, seed=seed, keep_dir=tmp_path / "runs")
+        result = simulate(config, target=isolated_ensemble)
+        results.append(result)
+        assert result.ok, f"seed {seed}: {result.error}; replay: {replay(result, flags)}"
+    report = SoakReport(tuple(results), 0.0, flags).to_json()
+    assert report["seeds"] == 2 and report["failed"] == 0
+    assert report["walk_steps"] == 2 * COMMIT_STEPS
+    assert report["invariants_checked"] == sum(r["invariants_checked"] for r in report["runs"])
+    for result in results:  # the invariant every step checks
+        assert result.invariants["single-leader"]["checks"] == COMMIT_STEPS
+    kept = sorted((tmp_path / "runs").iterdir())
+    assert len(kept) == 2
+    for directory in kept:
+        assert (directory / "scenario.toml").read_text().startswith("# simulate --seed")
+        assert json.loads((directory / "result.json").read_text())["ok"] is True
+        assert any((directory / "logs").iterdir())
+
+
+def test_a_walk_starts_with_every_server_serving_whatever_the_run_before_left(
+    isolated_ensemble: ZooKeeperTarget,
+) -> None:
+    """What a failed run may leave (a server cut from its peers, another killed) is undone
+    before the next walk, so a shrink run never inherits its parent's faults."""
+    ensemble = isolated_ensemble.ensemble
+    assert ensemble is not None
+    cut = isolated_ensemble.isolate("follower")
+    killed = next(n for n in (1, 2, 3) if n != cut)
+    isolated_ensemble.kill(killed)
+    done = isolated_ensemble.restore(timeout=60)
+    assert done == f"healed server(s) [{cut}]; started server(s) [{killed}]"
+    assert ensemble.isolated_members() == []
+    assert all(ensemble.mode(n) in ("leader", "follower") for n in (1, 2, 3))
+    assert isolated_ensemble.restore(timeout=60) is None
 
 
 def test_simulation_covers_every_fault(injected: dict[int, Counter[str]]) -> None:

@@ -241,7 +241,7 @@ def test_a_head_past_the_limit_sent_whole_gets_431_and_an_unknown_version_505(
 ) -> None:
     """A 100 KB header in one complete head (h11 alone takes it: it limits only a head still
     incomplete), and ``HTTP/9.9``, are refused before the application sees them."""
-    api, server = served
+    _, server = served
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (100 * 1024) + b"\r\n\r\n"
     with connect(server) as sock:
         sock.sendall(head)

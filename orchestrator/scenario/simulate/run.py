@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
+import structlog
 from kazoo.exceptions import KazooException
 
 from catalog.errors import CatalogError
@@ -28,6 +30,8 @@ from orchestrator.scenario.simulate.values import (
 )
 from orchestrator.scenario.simulate.walker import Walker
 
+log = structlog.get_logger(__name__)
+
 
 def _run_walk(
     config: SimulationConfig,
@@ -38,7 +42,14 @@ def _run_walk(
 ) -> SimulationResult:
     history = index.releases()
     env = f"simulate-{config.seed}-{uuid.uuid4().hex[:8]}"
-    work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    if config.keep_dir is not None:  # every run keeps its history and its processes' logs
+        work_dir = config.keep_dir / f"seed-{config.seed}-steps-{steps}-{uuid.uuid4().hex[:6]}"
+        work_dir.mkdir(parents=True)
+    else:
+        work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    restored = zookeeper.restore(config.timeout)  # whatever a run before this one broke
+    if restored is not None:
+        log.info("zookeeper_restored", seed=config.seed, done=restored)
     run = ScenarioRun(
         zookeeper=zookeeper,
         work_dir=work_dir,
@@ -114,8 +125,6 @@ def _run_walk(
                 error = f"after the walk: invariant violated: {describe(found)}"
     finally:
         run.close(delete_environment=error is None)
-    if error is None:
-        shutil.rmtree(work_dir, ignore_errors=True)
     header = (
         f"# simulate --seed {config.seed} --steps {steps}: the scenario steps it ran\n"
         f'releases = "{config.releases_dir.resolve()}"\n\n'
@@ -128,7 +137,7 @@ def _run_walk(
         + "\n"
     )
     recorded = walker.recorded if walker is not None else []
-    return SimulationResult(
+    result = SimulationResult(
         seed=config.seed,
         steps_requested=steps,
         walk=tuple(walk),
@@ -138,8 +147,16 @@ def _run_walk(
         error=error,
         violations=violations,
         scenario_toml=header + "\n\n".join(s.to_toml() for s in recorded) + "\n",
-        work_dir=None if error is None else str(work_dir),
+        work_dir=None if error is None and config.keep_dir is None else str(work_dir),
     )
+    if result.work_dir is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:  # the history beside the processes' logs: replayable with `scenario run`
+        (work_dir / "scenario.toml").write_text(result.scenario_toml)
+        (work_dir / "result.json").write_text(
+            json.dumps(result.to_json(), indent=2, default=str) + "\n"
+        )
+    return result
 
 
 def simulate(

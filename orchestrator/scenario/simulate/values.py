@@ -58,6 +58,9 @@ class SimulationConfig:
     shrink_runs: int = 3
     # An embedded ensemble of this many servers (the zookeeper_server fault needs 3 or more).
     zookeeper_servers: int = 1
+    # Where each run keeps its directory (history, result, every process's log); None: a
+    # temporary one, kept only when the run failed.
+    keep_dir: Path | None = None
     # Partitions (root, ip and nft needed: orchestrator.testing.netns). With one ZooKeeper
     # server, every process runs in a network namespace of its own: the partition_leader fault.
     # With an ensemble, every server does: the partition_zookeeper fault (a server cut off from
