@@ -57,7 +57,8 @@ def slow(body: bytes, schema: pa.Schema, monkeypatch: pytest.MonkeyPatch) -> Any
 def test_the_json_reader_builds_the_python_parsers_table(
     values: list[dict[str, Any]], end: str
 ) -> None:
-    body = "".join(json.dumps(v, ensure_ascii=False) + end for v in values).encode()
+    lines = "".join(json.dumps(v, ensure_ascii=False) + end for v in values).encode()
+    body = lines * -(-rows_module.ARROW_JSON_MIN_ROWS // len(values))  # enough for the reader
     fast = rows_module.parse_with_arrow(body, SCHEMA, None)
     assert fast is not None, body
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -85,6 +86,7 @@ def test_the_json_reader_builds_the_python_parsers_table(
 def test_what_the_json_reader_cannot_take_gets_the_python_parsers_answer(
     body: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    body = b'{"id": 0}\n' * rows_module.ARROW_JSON_MIN_ROWS + body  # past the few-rows path
     expected = slow(body, SCHEMA, monkeypatch)
     try:
         got: Any = rows_to_table(body, SCHEMA)
@@ -98,8 +100,16 @@ def test_binary_and_times_stay_with_the_python_parser() -> None:
     assert rows_module.parse_with_arrow(b'{"b": "YQ=="}\n', schema, None) is None
 
 
-def test_more_rows_than_the_limit_are_refused_either_way() -> None:
-    body = b'{"id": 1}\n' * 5
+@pytest.mark.parametrize("count", [5, 40])
+def test_more_rows_than_the_limit_are_refused_either_way(count: int) -> None:
+    body = b'{"id": 1}\n' * count
     with pytest.raises(TooManyRowsError):
-        rows_to_table(body, SCHEMA, 4)
-    assert rows_to_table(body, SCHEMA, 5).num_rows == 5
+        rows_to_table(body, SCHEMA, count - 1)
+    assert rows_to_table(body, SCHEMA, count).num_rows == count
+
+
+def test_few_rows_go_through_python_and_many_through_the_reader() -> None:
+    few = b'{"id": 1}\n' * (rows_module.ARROW_JSON_MIN_ROWS - 1)
+    assert rows_module.parse_with_arrow(few, SCHEMA, None) is None
+    many = few + b'{"id": 2}'  # the last line without its newline
+    assert rows_module.parse_with_arrow(many, SCHEMA, None) is not None
