@@ -223,3 +223,28 @@ def test_epoch_info_and_leadership_values() -> None:
     leadership = Leadership("p", 5, 2, Fence("epoch", 7))
     leadership.check()
     assert leadership == Leadership("p", 5, 2, Fence("epoch", 7), guard=lambda wait: None)
+
+
+def test_the_process_table_stays_readable_at_80_columns_and_below() -> None:
+    """At 80 columns the optional columns (session, host/pid) give way and every value of the
+    others is whole; narrower still, one block per process; wide, every column."""
+    status = big_status(3)
+
+    def at(width: int) -> str:
+        console = Console(record=True, width=width, color_system=None)
+        console.print(render_table(status, now=NOW))
+        return console.export_text()
+
+    wide = at(200)
+    assert "session" in wide and "host/pid" in wide and "0xabc" in wide
+    narrow = at(80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    processes = narrow[narrow.index("processes (") : narrow.index("collections (")]
+    header = processes.split("\n")[2]
+    assert "┃ id" in header and "session" not in header and "0xabc" not in processes
+    for value in ("p-lead", "0.12.0", "migrating", "leader", "read-only", "p-old", "0.11.0"):
+        assert value in processes, (value, processes)
+    tiny = at(50)
+    assert max(len(line) for line in tiny.splitlines()) <= 50
+    blocks = tiny[tiny.index("processes (") :]
+    assert "p-lead\n  version: 0.12.0" in blocks and "  state: migrating" in blocks
