@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -16,6 +15,7 @@ import attrs
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
+from orchestrator.client import retry_after_seconds
 from orchestrator.scenario.format import (
     is_missing,
     resolve_path,
@@ -173,7 +173,7 @@ class ProcessActions:
                 timeout=timeout,
                 headers=headers,
             )
-            wait = _retry_after(answer.headers)
+            wait = retry_after_seconds(answer.headers)
             if answer.status != 503 or 503 in expected or step.refused or wait is None:
                 break
             if time.monotonic() + wait > deadline:
@@ -289,12 +289,3 @@ class ProcessActions:
         assert step.seconds is not None
         time.sleep(step.seconds)  # deliberate: the scenario lets time pass
         return f"slept {step.seconds:g} s"
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The seconds a 503's ``Retry-After`` asks for (None: absent or not a number)."""
-    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
-    try:
-        return None if value is None else max(0.0, float(value))
-    except ValueError:
-        return None

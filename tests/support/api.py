@@ -24,6 +24,8 @@ class ScriptedApi:
     appended: list[tuple[str, bytes]] = attrs.field(factory=list)
     keys: list[str | None] = attrs.field(factory=list)
     append_error: Exception | None = None
+    #: Raised one per append, in turn, before the appends succeed (retries of a client).
+    append_errors: list[Exception] = attrs.field(factory=list)
     refusals: list[str] = attrs.field(factory=list)
     finalized: list[tuple[str | None, str]] = attrs.field(factory=list)
     formats: list[tuple[bool, int]] = attrs.field(factory=list)
@@ -71,10 +73,19 @@ class ScriptedApi:
     ) -> Mapping[str, Any]:
         if self.append_error is not None:
             raise self.append_error
+        if self.append_errors:
+            raise self.append_errors.pop(0)
         self.formats.append((arrow, max_rows))
         self.appended.append((collection, body))
         self.keys.append(idempotency_key)
-        return {"rows": body.count(b"\n"), "upper": 3, "replayed": idempotency_key == "seen"}
+        return {
+            "collection": collection,
+            "shard_id": "sh-scripted",
+            "rows": body.count(b"\n"),
+            "ts": 2,
+            "upper": 3,
+            "replayed": idempotency_key == "seen",
+        }
 
     def refused(self, error: str) -> None:
         self.refusals.append(error)

@@ -1,0 +1,277 @@
+"""A typed Python client of the sidecar's HTTP API, exactly once by default.
+
+    client = SidecarClient("http://127.0.0.1:8081", token_file="/etc/catalog-upgrade/token")
+    answer = client.append("mz_catalog.mz_tables", table)      # an Arrow table, or rows
+    table = client.read("mz_catalog.mz_tables")                # Arrow, migrated to the release
+    client.promote(2); client.finalize("0.11.0"); client.status()
+
+Every append carries an ``Idempotency-Key`` (the caller's, or one chosen for it). A lost
+connection, a 503 (writes paused, the blob store out, a leader taking its leadership back: it
+waits the ``Retry-After``) and a 409 ``idempotency-key-in-progress`` are retried with the same
+key and body until ``retry_deadline``: the sidecar resolves an outcome the client did not see
+by the key, so a retried append lands once and answers the first answer (``replayed``). Any
+other refusal raises :class:`SidecarError` carrying the API's ``error`` code and details.
+
+One client holds one keep-alive connection per thread.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import attrs
+import pyarrow as pa
+
+from orchestrator.sidecar.http import JSON_LINES_TYPE
+from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
+
+__all__ = [
+    "AppendAnswer",
+    "SidecarClient",
+    "SidecarError",
+    "SidecarUnavailableError",
+    "retry_after_seconds",
+]
+#: Statuses and codes after which a request is sent again, with the same key and body.
+_RETRIED_CODES = frozenset({"idempotency-key-in-progress"})
+
+
+class SidecarError(Exception):
+    """A refusal of the sidecar: its HTTP ``status``, the API's ``code`` (the body's
+    ``error``, e.g. ``read-only``, ``requires-finalization``) and the body's ``details``."""
+
+    def __init__(self, status: int, code: str, message: str, details: Mapping[str, Any]) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = dict(details)
+
+
+class SidecarUnavailableError(SidecarError):
+    """The sidecar could not be reached, or kept answering 503, until the retry deadline:
+    an append's outcome is unknown; retry it later with the same key."""
+
+
+@attrs.frozen
+class AppendAnswer:
+    """An acknowledged append: where its rows landed, and whether this was a replay."""
+
+    collection: str
+    shard_id: str
+    rows: int
+    ts: int
+    upper: int
+    replayed: bool
+    key: str
+
+
+class SidecarClient:
+    """The sidecar at ``url`` (``http://`` or ``https://``), with a bearer ``token`` (or
+    ``token_file``, re-read on each request) and, for TLS, the ``ca_file`` that signed it."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        token_file: str | Path | None = None,
+        ca_file: str | Path | None = None,
+        timeout: float = 30.0,
+        retry_deadline: float = 60.0,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a sidecar URL is http://HOST:PORT or https://HOST:PORT, not {url}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._token = token
+        self._token_file = Path(token_file) if token_file is not None else None
+        self._context = (
+            ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+            if self._https
+            else None
+        )
+        self._timeout = timeout
+        self._retry_deadline = retry_deadline
+        self._local = threading.local()
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        collection: str,
+        rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
+        *,
+        key: str | None = None,
+    ) -> AppendAnswer:
+        """Append ``rows`` (Arrow: sent as an IPC stream; a sequence of mappings: JSON lines)
+        exactly once, under ``key`` (default: a new one)."""
+        if isinstance(rows, (pa.Table, pa.RecordBatch)):
+            sink = io.BytesIO()
+            with pa.ipc.new_stream(sink, rows.schema) as writer:
+                writer.write(rows)
+            body, media = sink.getvalue(), ARROW_STREAM_TYPE
+        else:
+            body = "".join(json.dumps(row, default=str) + "\n" for row in rows).encode()
+            media = JSON_LINES_TYPE
+        key = key or f"client-{uuid.uuid4().hex}"
+        headers = {"Content-Type": media, "Idempotency-Key": key}
+        path = f"/append?{urlencode({'collection': collection})}"
+        data = self._json(self._call("POST", path, body, headers))
+        return AppendAnswer(
+            collection=data["collection"], shard_id=data["shard_id"], rows=data["rows"],
+            ts=data["ts"], upper=data["upper"], replayed=bool(data["replayed"]), key=key,
+        )  # fmt: skip
+
+    def read(self, collection: str, *, as_of: int | None = None) -> pa.Table:
+        """The collection as this release reads it, with ``_ts`` and ``_diff`` (Arrow)."""
+        _, _, body = self._call(
+            "GET", self._read_path(collection, as_of), None, {"Accept": ARROW_STREAM_TYPE}
+        )
+        return pa.ipc.open_stream(body).read_all()
+
+    def read_rows(self, collection: str, *, as_of: int | None = None) -> list[dict[str, Any]]:
+        """The same rows as JSON values (times ISO 8601, bytes base64)."""
+        _, _, body = self._call("GET", self._read_path(collection, as_of), None, {})
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+    def status(self, *, coverage: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = self._json(
+            self._call("GET", "/status" + ("?coverage" if coverage else ""), None, {})
+        )
+        return data
+
+    def promote(self, deploy_generation: int | None = None) -> dict[str, Any]:
+        """Promote ``deploy_generation`` (default: the sidecar's own)."""
+        body = json.dumps({"deploy_generation": deploy_generation}).encode()
+        data: dict[str, Any] = self._json(
+            self._call("POST", "/promote", body, {"Content-Type": "application/json"})
+        )
+        return data
+
+    def finalize(self, version: str | None = None) -> dict[str, Any]:
+        """Make the pending upgrade (of ``version``, when given) final."""
+        path = "/finalize" + (f"?{urlencode({'version': version})}" if version else "")
+        data: dict[str, Any] = self._json(
+            self._call("POST", path, b"", {"Content-Type": "application/json"})
+        )
+        return data
+
+    def ready(self) -> bool:
+        """Whether ``/readyz`` answers 200 (no retry)."""
+        try:
+            status, _, _ = self._once("GET", "/readyz", None, {})
+        except OSError:
+            return False
+        return status == 200
+
+    # -- transport --------------------------------------------------------------------------
+
+    @staticmethod
+    def _read_path(collection: str, as_of: int | None) -> str:
+        query = {"collection": collection, **({"as_of": str(as_of)} if as_of is not None else {})}
+        return f"/read?{urlencode(query)}"
+
+    @staticmethod
+    def _json(answer: tuple[int, dict[str, str], bytes]) -> Any:
+        return json.loads(answer[2])
+
+    def _call(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request, retried on a lost connection, a 503 and a key in progress until the
+        deadline; a refusal raises SidecarError."""
+        deadline = time.monotonic() + self._retry_deadline
+        last: SidecarError | None = None
+        while True:
+            try:
+                status, answer_headers, data = self._once(method, path, body, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                last = SidecarUnavailableError(0, "unreachable", f"{type(exc).__name__}: {exc}", {})
+                wait = 0.2
+            else:
+                if 200 <= status < 300:
+                    return status, answer_headers, data
+                error = _error_of(status, data)
+                if status != 503 and error.code not in _RETRIED_CODES:
+                    raise error
+                last = error
+                wait = retry_after_seconds(answer_headers) or 1.0
+            if time.monotonic() + wait > deadline:
+                raise SidecarUnavailableError(
+                    last.status, last.code, f"gave up after {self._retry_deadline:g} s: "
+                    f"{last.message}", last.details,
+                )  # fmt: skip
+            time.sleep(wait)
+
+    def _once(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        connection = self._connection()
+        sent = dict(headers)
+        token = self._bearer()
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token}"
+        try:
+            connection.request(method, path, body=body, headers=sent)
+            answer = connection.getresponse()
+            data = answer.read()
+        except BaseException:
+            connection.close()
+            self._local.connection = None
+            raise
+        if answer.getheader("Connection", "").lower() == "close":
+            connection.close()
+            self._local.connection = None
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, data
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            if self._https:
+                connection = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout, context=self._context
+                )
+            else:
+                connection = http.client.HTTPConnection(
+                    self._host, self._port, timeout=self._timeout
+                )
+            self._local.connection = connection
+        return connection
+
+    def _bearer(self) -> str | None:
+        if self._token_file is not None:
+            return self._token_file.read_text().strip()
+        return self._token
+
+
+def _error_of(status: int, data: bytes) -> SidecarError:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return SidecarError(status, "http", data[:200].decode("utf-8", "replace"), {})
+    details = {k: v for k, v in body.items() if k not in ("error", "message")}
+    return SidecarError(status, str(body.get("error")), str(body.get("message")), details)
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The seconds an answer's ``Retry-After`` asks for (None: absent or not a number)."""
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    try:
+        return None if value is None else max(0.0, float(value))
+    except ValueError:
+        return None
