@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -52,12 +52,12 @@ from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
 from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
-from orchestrator.sidecar.ipc import READ_BATCH_ROWS, stream_to_table
+from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.readiness import Readiness, sidecar_readiness
-from orchestrator.sidecar.rows import jsonable, rows_to_table
+from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
 
@@ -380,15 +380,6 @@ class SidecarDataPlane:
         for member in remaining:
             mark = WriteMark(member.identity.write_id, lower, upper, member.table.num_rows)
             member.settle(_answer(name, shard, mark, replayed=False), None)
-
-    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
-        """The snapshot's rows as JSON values, made a batch at a time as they are taken."""
-        table = self.read_table(collection, as_of)
-        return (
-            {k: jsonable(v) for k, v in row.items()}
-            for batch in table.to_batches(max_chunksize=READ_BATCH_ROWS)
-            for row in batch.to_pylist()
-        )
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         """The snapshot of ``collection`` as this release reads it (with ``_ts`` and

@@ -30,7 +30,7 @@ or ``{"error": ..., "message": ...}``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -67,6 +67,7 @@ from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE, stream_chunks
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
+from orchestrator.sidecar.rows import json_lines
 from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)
@@ -127,8 +128,6 @@ class SidecarApi(Protocol):
         arrow: bool = False,
         max_rows: int = MAX_APPEND_ROWS,
     ) -> Mapping[str, Any]: ...
-
-    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]: ...
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table: ...
 
@@ -380,27 +379,8 @@ class SidecarApp:
             # Streamed batch by batch (no Content-Length: the server sends it chunked).
             table = self.api.read_table(collection, as_of)
             return Response(stream_chunks(table), content_type=ARROW_STREAM_TYPE)
-        rows = self.api.read(collection, as_of)
-        return Response(_json_lines(rows), content_type=JSON_LINES_TYPE)
-
-
-#: Bytes of JSON lines gathered into one chunk of a streamed read.
-_LINES_CHUNK = 1 << 20
-
-
-def _json_lines(rows: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
-    """Rows as JSON lines, streamed in chunks of about :data:`_LINES_CHUNK` bytes."""
-    lines: list[str] = []
-    size = 0
-    for row in rows:
-        line = json.dumps(row, default=str) + "\n"
-        lines.append(line)
-        size += len(line)
-        if size >= _LINES_CHUNK:
-            yield "".join(lines).encode()
-            lines, size = [], 0
-    if lines:
-        yield "".join(lines).encode()
+        table = self.api.read_table(collection, as_of)
+        return Response(json_lines(table), content_type=JSON_LINES_TYPE)
 
 
 def _required(query: Mapping[str, str], name: str) -> str:

@@ -17,9 +17,11 @@ import decimal
 import io
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from catalog.errors import BadInputError, TooManyRowsError
@@ -237,3 +239,54 @@ def jsonable(value: Any) -> Any:
             return {str(k): jsonable(v) for k, v in value}  # an Arrow map
         return [jsonable(v) for v in value]
     return str(value)
+
+
+def json_lines(table: pa.Table, batch_rows: int = 64 * 1024) -> Iterator[bytes]:
+    """``table``'s rows as JSON lines (values as :func:`jsonable` makes them), a chunk of about
+    ``batch_rows`` rows at a time.
+
+    Built column by column in Arrow where a column's JSON text is plain to make there (integers,
+    booleans, strings without control characters, columns all null); any other column goes
+    value by value through Python. Every line parses to the same object either way."""
+    names = [json.dumps(name) for name in table.column_names]
+    pieces = [pa.scalar("{" + names[0] + ": ")] if names else []
+    pieces += [pa.scalar(", " + name + ": ") for name in names[1:]]
+    for batch in table.to_batches(max_chunksize=batch_rows):
+        if batch.num_rows == 0:
+            continue
+        parts: list[Any] = []
+        for piece, column in zip(pieces, batch.columns, strict=True):
+            parts += [piece, _json_column(column)]
+        parts.append(pa.scalar("}\n"))
+        lines = pc.binary_join_element_wise(*parts, "")
+        # No line is null: the text of them all is the data buffer between the first and
+        # the last offset.
+        _, offsets, data = lines.buffers()
+        first = lines.offset
+        bounds = memoryview(offsets).cast("i")
+        yield memoryview(data)[bounds[first] : bounds[first + len(lines)]].tobytes()
+
+
+#: Characters a JSON string must escape, besides the quote and the backslash.
+_CONTROL = r"[\x00-\x1f]"
+
+
+def _json_column(column: pa.Array) -> pa.Array:
+    """The JSON text of each value of ``column`` (``null`` for a null)."""
+    dtype = column.type
+    if column.null_count == len(column):
+        return pa.array(["null"] * len(column), pa.string())
+    if pa.types.is_integer(dtype):
+        return pc.fill_null(pc.cast(column, pa.string()), "null")
+    if pa.types.is_boolean(dtype):
+        return pc.fill_null(pc.if_else(column, "true", "false"), "null")
+    if (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)) and not pc.any(
+        pc.match_substring_regex(column, _CONTROL)
+    ).as_py():
+        text = pc.cast(column, pa.string())
+        escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+        quoted = pc.binary_join_element_wise('"', escaped, '"', "")
+        return pc.fill_null(quoted, "null")
+    return pa.array(
+        [json.dumps(jsonable(value), default=str) for value in column.to_pylist()], pa.string()
+    )

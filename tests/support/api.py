@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -90,10 +90,10 @@ class ScriptedApi:
     def refused(self, error: str) -> None:
         self.refusals.append(error)
 
-    def read(self, collection: str, as_of: int | None) -> Iterable[Mapping[str, Any]]:
+    def rows(self, as_of: int | None) -> list[dict[str, Any]]:
         return [{"id": "a", "as_of": as_of}, {"id": "b", "as_of": as_of}]
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         if self.table is not None:
             return self.table
-        return pa.Table.from_pylist(list(self.read(collection, as_of)))
+        return pa.Table.from_pylist(self.rows(as_of))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from catalog.errors import BadInputError, TooManyRowsError
 from orchestrator.sidecar import rows as rows_module
-from orchestrator.sidecar.rows import rows_to_table
+from orchestrator.sidecar.rows import json_lines, jsonable, rows_to_table
 
 SCHEMA = pa.schema(
     [
@@ -113,3 +113,43 @@ def test_few_rows_go_through_python_and_many_through_the_reader() -> None:
     assert rows_module.parse_with_arrow(few, SCHEMA, None) is None
     many = few + b'{"id": 2}'  # the last line without its newline
     assert rows_module.parse_with_arrow(many, SCHEMA, None) is not None
+
+
+def _python_lines(table: pa.Table) -> list[Any]:
+    return [json.loads(json.dumps({k: jsonable(v) for k, v in row.items()}, default=str))
+            for row in table.to_pylist()]  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(ROW, min_size=1, max_size=40))
+def test_json_lines_built_in_arrow_parse_as_the_python_rows(values: list[dict[str, Any]]) -> None:
+    table = pa.Table.from_pylist(values, schema=SCHEMA)
+    text = b"".join(json_lines(table, batch_rows=7))
+    assert text.endswith(b"\n") and text.count(b"\n") == len(values)
+    assert [json.loads(line) for line in text.splitlines()] == _python_lines(table)
+
+
+def test_json_lines_of_every_kind_of_column() -> None:
+    import datetime as dt
+    import decimal
+
+    table = pa.table(
+        {
+            "s": ['plain', 'q"uote', "back\\slash", "ctl\x01\n", "é ☃ \u2028", None],
+            "u": pa.array([0, 2**64 - 1, None, 5, 6, 7], pa.uint64()),
+            "b": [True, False, None, True, True, False],
+            "f": [1.0, -0.0, float("nan"), None, 1e300, 2.5],
+            "t": pa.array([dt.datetime(2026, 1, 1, 12)] * 5 + [None], pa.timestamp("us")),
+            "bin": [b"\x00\xff", None, b"", b"a", b"b", b"c"],
+            "dec": pa.array([decimal.Decimal("1.50")] * 6, pa.decimal128(5, 2)),
+            "l": [[1, None], None, [], [2], [3], [4]],
+            "m": pa.array(
+                [[("k", 1)], None, [], [("a", 2)], [], []], pa.map_(pa.string(), pa.int8())
+            ),
+            "n": pa.nulls(6),
+        }
+    )
+    lines = b"".join(json_lines(table)).decode().splitlines()
+    # NaN is not JSON: both sides write it the same way Python does.
+    assert [json.loads(line) for line in lines][1:] == _python_lines(table)[1:]
+    assert lines[0] == json.dumps({k: jsonable(v) for k, v in table.to_pylist()[0].items()})
