@@ -20,6 +20,7 @@ test: $(STAMP) lint typecheck
 
 lint: $(STAMP)
 	$(BIN)/ruff check catalog orchestrator tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -34,10 +34,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from catalog.shard.listing import blob_prefix
+from catalog.shard.marks import WriteMark
 
 if TYPE_CHECKING:
     from catalog.blob import BlobStore
-    from catalog.shard.ledger import WriteMark
 
 __all__ = [
     "FANOUT",
@@ -242,8 +242,6 @@ class KeyLog:
     def find(self, segments: Sequence[KeySegment], key_prefix: str) -> WriteMark | None:
         """The newest mark whose id starts with ``key_prefix`` (``k`` + 16 hex digits), if a
         segment holds one; newest segments first."""
-        from catalog.shard.ledger import WriteMark
-
         key = key_digest(key_prefix)
         for segment in reversed(segments):
             found = self._marks(segment).find(key)

@@ -18,40 +18,18 @@ unknown (:meth:`WriteLedger.covers`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
-from catalog.shard.keylog import KeySegment, is_keyed
-
-if TYPE_CHECKING:
-    from catalog.shard.keylog import KeyLog
+from catalog.shard.keylog import KeyLog, KeySegment, is_keyed
+from catalog.shard.marks import WriteMark
 
 __all__ = ["WRITE_MEMORY", "Carry", "WriteLedger", "WriteMark"]
 
 # Marks kept per shard: about 60 bytes each in the state (~3.8 KB at the limit).
 WRITE_MEMORY = 64
-
-
-@attrs.frozen
-class WriteMark:
-    """One append: its identity, the upper it moved from (``lower``) and to, its rows."""
-
-    id: str
-    lower: int
-    upper: int
-    rows: int
-
-    def to_json(self) -> list[Any]:
-        return [self.id, self.lower, self.upper, self.rows]
-
-    @classmethod
-    def from_json(cls, data: Sequence[Any]) -> WriteMark:
-        write_id, lower, upper, rows = data
-        if not isinstance(write_id, str):
-            raise TypeError(f"a write id is a string, not {write_id!r}")
-        return cls(write_id, int(lower), int(upper), int(rows))
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ from typing import Any
 from kazoo.exceptions import KazooException
 
 from catalog.errors import BadInputError, CatalogError
+from orchestrator.scenario.acting import acting_run
 from orchestrator.scenario.format import (
     ReleaseIndex,
     Scenario,
@@ -46,7 +47,7 @@ def run_scenario(
     """Run one validated scenario in a fresh environment; never raises for a failed step."""
     env = _environment_name(scenario)
     work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
-    run = ScenarioRun(
+    run = acting_run(
         zookeeper=zookeeper,
         work_dir=work_dir,
         env=env,

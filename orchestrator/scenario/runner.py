@@ -30,8 +30,6 @@ from catalog.errors import EXIT_FENCED, EXIT_OK, ConnectionLostError
 from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
-from orchestrator.scenario.actions import ProcessActions
-from orchestrator.scenario.faults import FaultActions
 from orchestrator.scenario.fleet import Fleet
 from orchestrator.scenario.format import (
     Step,
@@ -71,14 +69,12 @@ class ScenarioRun:
     client: KazooClient = attrs.field(init=False)
     consensus: Consensus = attrs.field(init=False)
     acked: list[AppendRecord] = attrs.field(factory=list, init=False)
-    processes: ProcessActions = attrs.field(init=False)
-    faults: FaultActions = attrs.field(init=False)
+    # What executes steps: objects with a ``do_<action>`` method each (acting.with_actions).
+    handlers: tuple[Any, ...] = attrs.field(default=(), init=False)
     # The scenario's clients, when it declares a [workload] (orchestrator.scenario.workload).
     workload: Workload | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.processes = ProcessActions(self)
-        self.faults = FaultActions(self)
         self.fleet = Fleet(
             zk=self.zookeeper.hosts,
             env=self.env,
@@ -156,9 +152,16 @@ class ScenarioRun:
     def execute(self, step: Step) -> str:
         """Run one step; its outcome detail. StepFailed when an expectation does not hold."""
         name = f"do_{step.action}"
-        actions = self.processes if hasattr(self.processes, name) else self.faults
+        actions = next((h for h in self.handlers if hasattr(h, name)), None)
+        if actions is None:
+            raise StepFailed(f"this run has no action for step {step.action}")
         handler: Callable[[Step], str] = getattr(actions, name)
         return handler(step)
+
+    def use(self, *handlers: Any) -> ScenarioRun:
+        """Execute steps with ``handlers`` (the first with a ``do_<action>`` method wins)."""
+        self.handlers = handlers
+        return self
 
     def timeout_of(self, step: Step, default: float | None = None) -> float:
         """The step's own ``timeout`` (for kinds that take one), else ``default``, else the

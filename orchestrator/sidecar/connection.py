@@ -43,6 +43,8 @@ class SidecarConnection:
         self.client: KazooClient | None = None
         self.consensus: Consensus | None = None
         self.registered = False
+        # Every session this process registered under: a node one of them left is ours.
+        self._sessions: set[int] = set()
         self._connected = threading.Event()
         self._writes_paused = threading.Event()
 
@@ -132,26 +134,45 @@ class SidecarConnection:
     def register(self, value: Callable[[], bytes]) -> None:
         """Create the process node holding ``value()``. A create whose answer was lost may
         have landed: a node under our id that our own session owns is ours, not another
-        process's; another session's is ConfigurationError (exit 2)."""
+        process's. A node an earlier session of ours left is ours too: its deletion, which
+        the expiry of that session commits, may not have reached the server this session
+        reads from yet (a partition is the usual cause); it is deleted, at its version, and
+        the create tried again. Another process's is ConfigurationError (exit 2)."""
         consensus = self.consensus
-        assert consensus is not None
+        client = self.client
+        assert consensus is not None and client is not None
         consensus.ensure(PROCESSES_KEY)
         process_id = self._config.process_id
 
         def attempt() -> None:
+            if client.client_id is not None:
+                self._sessions.add(client.client_id[0])
             try:
                 consensus.commit([Create(self.node_key, value(), ephemeral=True)])
             except VersionMismatchError as exc:
-                if not self.owns_node():
-                    raise ConfigurationError(
-                        f"process id {process_id} is in use by another live process",
-                        process_id=process_id,
-                        suggestion="pass a unique --process-id",
+                if self.owns_node():
+                    self._log.info("registration_recovered", reason="our earlier create landed")
+                    return
+                stat = client.exists(consensus.path(self.node_key))
+                if stat is not None and stat.ephemeralOwner in self._sessions:
+                    self._log.info(
+                        "registration_replaced",
+                        reason="an expired session of ours left the node",
+                        session=f"{stat.ephemeralOwner:#x}",
+                    )
+                    consensus.commit([Delete(self.node_key, stat.version)])
+                    raise VersionMismatchError(
+                        "an expired session of ours left the process node: create it again",
+                        key=self.node_key,
                     ) from exc
-                self._log.info("registration_recovered", reason="our earlier create landed")
+                raise ConfigurationError(
+                    f"process id {process_id} is in use by another live process",
+                    process_id=process_id,
+                    suggestion="pass a unique --process-id",
+                ) from exc
 
         Retry(
-            retryable=(ConnectionLostError,),
+            retryable=(ConnectionLostError, VersionMismatchError),
             max_attempts=10,
             deadline=self._config.session_timeout,
             base_delay=0.05,

@@ -56,7 +56,7 @@ from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.readiness import Readiness, sidecar_readiness
+from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar_readiness
 from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
@@ -98,7 +98,20 @@ class SidecarDataPlane:
         )
 
     def readiness(self) -> Readiness:
-        return sidecar_readiness(self._config.zk, self._progress, self._connection, self._machine)
+        machine, connection = self._machine, self._connection
+        return sidecar_readiness(
+            SidecarConditions(
+                zk=self._config.zk,
+                state=self._progress.state,
+                phase=self._progress.phase,
+                connected=connection.connected,
+                registered=connection.registered,
+                writes_paused=connection.writes_paused,
+                leading=machine.leadership is not None,
+                unreadable=machine.health.unreadable,
+                store=machine.store,
+            )
+        )
 
     def status_json(self, coverage: bool = False) -> Mapping[str, Any]:
         return status_document(self._connection.require(), coverage=coverage)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 
+from catalog.errors import CorruptStateError
 from orchestrator.process_node import READY_STATES
+from orchestrator.sidecar.objectstore import BlobStoreHealth
+from orchestrator.sidecar.states import State
 from orchestrator.zk import why_unreachable
-
-if TYPE_CHECKING:
-    from orchestrator.sidecar.connection import SidecarConnection
-    from orchestrator.sidecar.machine import SidecarMachine
-    from orchestrator.sidecar.progress import Progress
 
 
 @attrs.frozen
@@ -42,29 +38,42 @@ class Readiness:
         return "\n".join(lines) + "\n"
 
 
-def sidecar_readiness(
-    zk: str, progress: Progress, connection: SidecarConnection, machine: SidecarMachine
-) -> Readiness:
+@attrs.frozen(kw_only=True)
+class SidecarConditions:
+    """What readiness is decided from, read off the process by the data plane: its state and
+    phase, its ZooKeeper session, its registration, whether it leads, the durable node it
+    cannot read (if any), and the blob store's health."""
+
+    zk: str
+    state: State
+    phase: str | None
+    connected: bool
+    registered: bool
+    writes_paused: bool
+    leading: bool
+    unreadable: CorruptStateError | None
+    store: BlobStoreHealth
+
+
+def sidecar_readiness(now: SidecarConditions) -> Readiness:
     """The checks behind a sidecar's ``/readyz``: ZooKeeper (and, when it does not answer, why),
     registration, state, durable state; for a leader also the blob store and writes."""
-    state = progress.state
-    connected = connection.connected
     # Only when the session is not connected: ask the servers why (no quorum? all down?).
-    servers = "" if connected else why_unreachable(zk, timeout=0.5)
+    servers = "" if now.connected else why_unreachable(now.zk, timeout=0.5)
     checks = [
         ReadinessCheck(
             "zookeeper",
-            connected,
-            f"not connected to {zk}" + (f": {servers}" if servers else ""),
+            now.connected,
+            f"not connected to {now.zk}" + (f": {servers}" if servers else ""),
         ),
-        ReadinessCheck("registered", connection.registered, "process node not registered"),
+        ReadinessCheck("registered", now.registered, "process node not registered"),
         ReadinessCheck(
             "state",
-            state in READY_STATES,
-            f"state is {state.value}" + (f" ({progress.phase})" if progress.phase else ""),
+            now.state in READY_STATES,
+            f"state is {now.state.value}" + (f" ({now.phase})" if now.phase else ""),
         ),
     ]
-    unreadable = machine.health.unreadable
+    unreadable = now.unreadable
     checks.append(
         ReadinessCheck(
             "durable-state",
@@ -72,19 +81,18 @@ def sidecar_readiness(
             "" if unreadable is None else f"cannot read {unreadable.key}: {unreadable.message}",
         )
     )
-    if machine.leadership is not None:
-        store = machine.store
+    if now.leading:
         checks.append(
             ReadinessCheck(
                 "blob-store",
-                store.unreachable is None,
-                f"blob store unreachable since {store.detail()}",
+                now.store.unreachable is None,
+                f"blob store unreachable since {now.store.detail()}",
             )
         )
         checks.append(
             ReadinessCheck(
                 "writes",
-                not connection.writes_paused,
+                not now.writes_paused,
                 "leader writes paused: ZooKeeper session suspended"
                 + (f" ({servers})" if servers else ""),
             )

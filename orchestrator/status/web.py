@@ -1,7 +1,7 @@
 """The status over HTTP: the live page and the documents it polls, for a sidecar and for
 ``catalog-upgrade status --serve`` (which needs no sidecar).
 
-    GET /                     the live status page (orchestrator.render.page)
+    GET /                     the live status page (orchestrator.status.page)
     GET /status[?coverage]    the ``status --json`` document (with lazy-migration coverage)
     GET /history              the upgrade history, oldest first (``history --json`` rows)
     GET /healthz              200 while the server runs (``status --serve`` only)
@@ -25,8 +25,8 @@ from werkzeug.wrappers import Request, Response
 from catalog.consensus import Consensus
 from catalog.errors import BadInputError, CatalogError
 from orchestrator.history import read_history
-from orchestrator.render.page import STATUS_PAGE
 from orchestrator.status.coverage import read_coverage
+from orchestrator.status.page import STATUS_PAGE
 from orchestrator.status.read import read_status
 
 __all__ = ["StatusWebApp", "history_document", "status_document", "status_server"]

@@ -8,12 +8,15 @@ import math
 import os
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import structlog
 
+from catalog.blob import BlobStore
 from catalog.consensus import Fence
 from catalog.pipeline.spark.expressions import consolidate_frame, spark_col, spark_path
 from catalog.pipeline.spark.failures import SparkJobError, raise_resource_error, spark_errors
@@ -31,8 +34,19 @@ from catalog.shard import (
 )
 from catalog.shard.compact import compaction_inputs
 
-if TYPE_CHECKING:
-    from catalog.pipeline.spark.engine import SparkEngine
+
+class CompactingEngine(Protocol):
+    """What a compaction asks of the Spark engine (``SparkEngine``, which calls it): its
+    session, the updates of batches as one DataFrame, and whether Hadoop reaches the store."""
+
+    @property
+    def spark(self) -> Any: ...
+
+    def updates_frame(
+        self, shard: Shard, state: ShardState, refs: Sequence[BatchRef], schema: pa.Schema
+    ) -> Any: ...
+
+    def hadoop_reaches(self, blob: BlobStore) -> bool: ...
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +75,9 @@ def compaction_parallelism(spark: Any) -> int:
         return int(spark.conf.get("spark.sql.shuffle.partitions", "2"))
 
 
-def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
+def compact(
+    engine: CompactingEngine, shard: Shard, *, fence: Fence | None = None
+) -> CompactionResult:
     """``Shard.compact`` on Spark: every batch migrated to the latest schema, times below
     since advanced, consolidated into :func:`partitions_for` partitions (one batch each),
     then committed with ``Shard.commit_compaction``.
@@ -85,7 +101,7 @@ def compact(engine: SparkEngine, shard: Shard, *, fence: Fence | None = None) ->
 
 
 def _compact(
-    engine: SparkEngine,
+    engine: CompactingEngine,
     shard: Shard,
     state: ShardState,
     inputs: list[BatchRef],

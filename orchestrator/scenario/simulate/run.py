@@ -17,7 +17,8 @@ import structlog
 from kazoo.exceptions import KazooException
 
 from catalog.errors import CatalogError
-from orchestrator.scenario import ScenarioRun, StepFailed, ZooKeeperTarget
+from orchestrator.scenario import StepFailed, ZooKeeperTarget
+from orchestrator.scenario.acting import acting_run
 from orchestrator.scenario.format import ReleaseIndex
 from orchestrator.scenario.invariants import Violation, describe
 from orchestrator.scenario.simulate.rows import appendable_collections
@@ -50,7 +51,7 @@ def _run_walk(
     restored = zookeeper.restore(config.timeout)  # whatever a run before this one broke
     if restored is not None:
         log.info("zookeeper_restored", seed=config.seed, done=restored)
-    run = ScenarioRun(
+    run = acting_run(
         zookeeper=zookeeper,
         work_dir=work_dir,
         env=env,
