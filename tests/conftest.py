@@ -5,4 +5,5 @@ pytest_plugins = [
     "support.spark",
     "support.objectstore",
     "support.sidecars",
+    "support.required",
 ]

@@ -220,3 +220,15 @@ def test_no_binary_is_tracked_outside_fixtures_and_images() -> None:
             binaries.append(name)
     assert checked > 100, checked
     assert binaries == [], f"binary files tracked outside {BINARY_HOMES}: {binaries}"
+
+
+def test_under_ci_a_skip_for_a_missing_part_is_a_failure() -> None:
+    from support.required import skip_is_a_failure
+
+    chromium = "no Chromium here: apt-get install chromium (.ci/run installs it)"
+    netns = "partitions need network namespaces: nft is not installed"
+    assert skip_is_a_failure(chromium, {"CI": "true"})
+    assert skip_is_a_failure(netns, {"CI": "true"})
+    assert skip_is_a_failure("promtool is not installed", {"CI": "true"})
+    assert not skip_is_a_failure(chromium, {})
+    assert not skip_is_a_failure("CATALOG_UPGRADE_TEST_ZK is not set", {"CI": "true"})
