@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit integration bench soak clean zookeeper s3 spark-cluster prometheus-rule
+.PHONY: demo test lint typecheck docs unit integration bench soak clean zookeeper s3 spark-cluster prometheus-rule
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,15 +15,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m orchestrator.testing.demo
 
-test: $(STAMP) lint typecheck
+test: $(STAMP) lint typecheck docs
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check catalog orchestrator tests benchmarks
+	$(BIN)/ruff check catalog orchestrator tests benchmarks docs/hooks
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The manual: an MkDocs site, built strict (a broken link fails the build).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
@@ -53,4 +57,4 @@ bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) var demo-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var site demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -232,3 +233,12 @@ def test_under_ci_a_skip_for_a_missing_part_is_a_failure() -> None:
     assert skip_is_a_failure("promtool is not installed", {"CI": "true"})
     assert not skip_is_a_failure(chromium, {})
     assert not skip_is_a_failure("CATALOG_UPGRADE_TEST_ZK is not set", {"CI": "true"})
+
+
+def test_the_readme_is_a_short_guide() -> None:
+    """What it is, the two commands, one screen, links: the manual is the site under docs/."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 15 * 1024, len(readme.encode())
+    assert "make demo" in readme and "make test" in readme
+    for page in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / page).is_file(), page
