@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from catalog.errors import CatalogError
+from catalog.shard.keylog import KEY_RETENTION_SECONDS
 from orchestrator.cli.options import (
     Duration,
     http_limit_options,
@@ -209,8 +210,8 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
 @click.option(
     "--idempotency-retention",
     type=Duration(),
-    default="24h",
-    show_default=True,
+    default=KEY_RETENTION_SECONDS,
+    show_default=f"{KEY_RETENTION_SECONDS / 3600:g}h",
     help="How long an Idempotency-Key is recognised after its append (e.g. 90m, 24h, 7d); a "
     "retry after that writes again.",
 )
