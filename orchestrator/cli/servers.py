@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,24 +73,18 @@ def zookeeper(
     members = (
         ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port, tls=tls)]
     )
-    stopping = False
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        # stop() would wait on the child inside the main thread's own wait(): deadlock.
+    def terminate() -> None:
         for member in members:
             member.terminate()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = _stop_on_signals(terminate)
     try:
         if ensemble is not None:
             ensemble.start()
         else:
             members[0].start()
     except CatalogError:
-        if stopping:  # a signal arrived while the server was still starting
+        if stopping.is_set():  # a signal arrived while the server was still starting
             click.echo("ZooKeeper stopped")
             return
         raise
@@ -96,7 +92,7 @@ def zookeeper(
     what = f"an ensemble of {servers} servers" if ensemble else "ZooKeeper"
     click.echo(f"{what} serving on {hosts} (data in {data_dir}); Ctrl-C stops it")
     codes = [member.wait() for member in members]
-    if not stopping and any(codes):
+    if not stopping.is_set() and any(codes):
         logs = "\n".join(m.tail_log(10) for m in members)
         raise click.ClickException(f"ZooKeeper exited with codes {codes}:\n{logs}")
     click.echo("ZooKeeper stopped")
@@ -133,22 +129,14 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
         saved.touch(mode=0o600)
         saved.write_text("".join(f"export {k}={v}\n" for k, v in credentials.environment().items()))
     server = EmbeddedS3(data_dir, credentials=credentials, ports={"s3": (port, port + 10000)})
-    stopping = False
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        server.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = _stop_on_signals(server.terminate)
     server.start()
     server.create_bucket(bucket)
     click.echo(f"S3 serving on {server.url} (data in {data_dir}); Ctrl-C stops it")
     click.echo(f"  credentials: source {saved}")
     click.echo(f"  blob URI:    {server.blob_uri(bucket, 'ENV')}")
     code = server.wait()
-    if not stopping and code:
+    if not stopping.is_set() and code:
         raise click.ClickException(f"SeaweedFS exited with code {code}:\n{server.tail_log(10)}")
     click.echo("S3 stopped")
 
@@ -361,15 +349,7 @@ def spark_cluster(
         data_dir, workers=workers, cores=cores, memory=memory, port=port,
         connect_port=connect_port or None,
     )  # fmt: skip
-    stopping = False
-
-    def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        cluster.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _stop_on_signals(cluster.terminate)
     cluster.start()
     click.echo(
         f"Spark master {cluster.master_url} with {workers} worker(s) of {cores} core(s) "
@@ -379,3 +359,17 @@ def spark_cluster(
         click.echo(f"Spark Connect server {cluster.remote_url}: pass it to --spark-remote")
     cluster.wait()
     click.echo("Spark cluster stopped")
+
+
+def _stop_on_signals(terminate: Callable[[], object]) -> threading.Event:
+    """SIGTERM and SIGINT call ``terminate`` (which only signals the children: waiting on them
+    inside the handler would deadlock the main thread's own wait); the event says one came."""
+    stopping = threading.Event()
+
+    def stop(_signum: int, _frame: object) -> None:
+        stopping.set()
+        terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return stopping

@@ -309,26 +309,20 @@ def _serve_status(address: str, zk: str, env: str) -> None:
     import signal
     import threading
 
-    from orchestrator.sidecar.server import parse_address
-    from orchestrator.status.web import status_server
+    from orchestrator.sidecar.server import SidecarHttpServer, parse_address
+    from orchestrator.sidecar.statusonly import StatusOnlyApi
     from orchestrator.zk import open_consensus
 
     host, port = parse_address(address)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     with open_consensus(zk, env) as consensus:
-        server = status_server(consensus, host, port)
-        thread = threading.Thread(target=server.serve_forever, name="status-page", daemon=True)
-        thread.start()
-        click.echo(
-            f"status page of environment {env} on http://{host}:{server.server_port}/ "
-            "(Ctrl-C stops)"
-        )
+        server = SidecarHttpServer(StatusOnlyApi(consensus), host=host, port=port).start()
+        click.echo(f"status page of environment {env} on http://{server.address}/ (Ctrl-C stops)")
         try:
             while not stop.wait(0.5):
                 pass
         except KeyboardInterrupt:
             pass
         finally:
-            server.shutdown()
-            server.server_close()
+            server.stop()
