@@ -82,6 +82,24 @@ def scenario_run_command(
         sys.exit(1)
 
 
+#: The options a simulation and a soak share.
+faults_option = click.option(
+    "--faults",
+    "fault_probability",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.25,
+    show_default=True,
+    help="Probability that a step injects a fault.",
+)
+shrink_runs_option = click.option(
+    "--shrink-runs",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="At most this many re-runs of shorter prefixes after a failure.",
+)
+
+
 @scenario_group.command("simulate")
 @click.option(
     "--releases",
@@ -92,21 +110,8 @@ def scenario_run_command(
 )
 @click.option("--seed", type=int, default=None, help="Seed of the walk (default: random).")
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option(
-    "--faults",
-    "fault_probability",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.25,
-    show_default=True,
-    help="Probability that a step injects a fault.",
-)
-@click.option(
-    "--shrink-runs",
-    type=click.IntRange(min=0),
-    default=3,
-    show_default=True,
-    help="At most this many re-runs of shorter prefixes after a failure.",
-)
+@faults_option
+@shrink_runs_option
 @click.option(
     "--zk-servers",
     type=click.Choice(["1", "3", "5"]),
@@ -224,14 +229,8 @@ def scenario_simulate_command(
     show_default=True,
     help="Cut ZooKeeper servers from their peers (with one server: processes from ZooKeeper).",
 )
-@click.option(
-    "--faults", "fault_probability", type=click.FloatRange(0.0, 1.0), default=0.25,
-    show_default=True, help="Probability that a step injects a fault.",
-)  # fmt: skip
-@click.option(
-    "--shrink-runs", type=click.IntRange(min=0), default=3, show_default=True,
-    help="At most this many re-runs of shorter prefixes after a failure.",
-)  # fmt: skip
+@faults_option
+@shrink_runs_option
 @click.option(
     "--keep",
     "keep_dir",

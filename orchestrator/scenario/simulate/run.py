@@ -160,6 +160,19 @@ def _run_walk(
     return result
 
 
+def walk_target(
+    config: SimulationConfig, zk: str | None
+) -> contextlib.AbstractContextManager[ZooKeeperTarget]:
+    """The ZooKeeper ``config``'s walks need: ``zk`` when given, else an embedded server or
+    ensemble (its servers, or every process, in network namespaces when partitioned)."""
+    return ZooKeeperTarget.open(
+        zk,
+        servers=config.zookeeper_servers,
+        every_address=config.isolates_processes,
+        isolated=config.isolates_servers,
+    )
+
+
 def simulate(
     config: SimulationConfig,
     *,
@@ -176,14 +189,7 @@ def simulate(
     index.versions()  # load errors surface before any process starts
     with contextlib.ExitStack() as stack:
         if target is None:
-            target = stack.enter_context(
-                ZooKeeperTarget.open(
-                    zk,
-                    servers=config.zookeeper_servers,
-                    every_address=config.isolates_processes,
-                    isolated=config.isolates_servers,
-                )
-            )
+            target = stack.enter_context(walk_target(config, zk))
         result = _run_walk(config, target, index, config.steps, on_step)
         if result.ok:
             return result

@@ -20,8 +20,7 @@ from typing import Any
 
 import attrs
 
-from orchestrator.scenario import ZooKeeperTarget
-from orchestrator.scenario.simulate.run import simulate
+from orchestrator.scenario.simulate.run import simulate, walk_target
 from orchestrator.scenario.simulate.values import SimulationConfig, SimulationResult
 
 __all__ = ["SoakReport", "soak", "soak_seeds"]
@@ -108,14 +107,7 @@ def soak(
     started = time.monotonic()
     results: list[SimulationResult] = []
     with contextlib.ExitStack() as stack:
-        target = stack.enter_context(
-            ZooKeeperTarget.open(
-                zk,
-                servers=base.zookeeper_servers,
-                every_address=base.isolates_processes,
-                isolated=base.isolates_servers,
-            )
-        )
+        target = stack.enter_context(walk_target(base, zk))
         for number, seed in enumerate(seeds, start=1):
             config = attrs.evolve(base, seed=seed, keep_dir=keep_dir)
             result = simulate(config, target=target)
