@@ -36,6 +36,7 @@ WRITE: Final = "write"
 #: The role each endpoint needs (``metrics`` is settled by ``metrics_public``).
 ROLES: Final = {
     "healthz": OPEN,
+    "openapi": OPEN,
     "readyz": OPEN,
     "page": OPEN,
     "metrics": READ,

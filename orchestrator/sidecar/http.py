@@ -9,6 +9,7 @@ Endpoints (docs/design.md section 8)::
     GET  /status[?coverage]            the ``status --json`` object (with coverage)
     GET  /history                      the upgrade history (``history --json`` rows)
     GET  /metrics                      Prometheus text format
+    GET  /openapi.json                 the OpenAPI 3.1 description of this API
     POST /promote[?deploy_generation=G]   (or JSON body {"deploy_generation": G}; default: own)
     POST /finalize[?version=V]         make the pending upgrade final (202; the serving leader
                                        completes it within its finalize interval; 200 when it
@@ -181,6 +182,7 @@ ROUTES = Map(
         Rule("/promote", endpoint="promote", methods=["POST"]),
         Rule("/finalize", endpoint="finalize", methods=["POST"]),
         Rule("/append", endpoint="append", methods=["POST"]),
+        Rule("/openapi.json", endpoint="openapi", methods=["GET"]),
     ],
     strict_slashes=False,
 )
@@ -239,6 +241,8 @@ class SidecarApp:
     policy: AccessPolicy = attrs.field(factory=AccessPolicy)
     max_body: int = MAX_BODY_BYTES
     max_rows: int = MAX_APPEND_ROWS
+    #: The OpenAPI description served at ``/openapi.json`` (orchestrator.sidecar.openapi).
+    description: Mapping[str, Any] = attrs.field(factory=dict)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -306,6 +310,9 @@ class SidecarApp:
             )
 
     # -- endpoints --------------------------------------------------------------------------
+
+    def openapi(self, _request: Request) -> Response:
+        return json_response(HTTPStatus.OK, self.description)
 
     def healthz(self, _request: Request) -> Response:
         return Response("ok\n", content_type=_TEXT)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http import HTTPStatus
+from importlib import metadata
 from typing import Any
 
 import attrs
@@ -26,6 +27,7 @@ from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.exchange import Exchange, ServerLimits, call_app, refusal
 from orchestrator.sidecar.http import SidecarApi, SidecarApp
+from orchestrator.sidecar.openapi import openapi_document
 
 log = structlog.get_logger(__name__)
 
@@ -89,7 +91,11 @@ class SidecarHttpServer:
             ) from exc
         self._bound = listener.getsockname()[:2]
         self._app = SidecarApp(
-            self.api, self.policy, self.limits.max_body, self.limits.max_append_rows
+            self.api,
+            self.policy,
+            self.limits.max_body,
+            self.limits.max_append_rows,
+            openapi_document(_version()),
         )
         _raise_file_limit(self.limits.max_connections + _SPARE_FILES)
         self._workers = ThreadPoolExecutor(
@@ -208,3 +214,10 @@ def _raise_file_limit(wanted: int) -> None:
     if soft != resource.RLIM_INFINITY and soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         log.info("open_file_limit_raised", soft=target, was=soft)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("catalog-upgrade")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "0+unknown"

@@ -1,0 +1,215 @@
+"""The OpenAPI 3.1 description of the sidecar's HTTP API, made from the API itself.
+
+The paths and methods come from the routing (``http.ROUTES``), the credential of each from the
+access roles (``access.ROLES``), the refusals from the error table (``http.REFUSALS``) and the
+errors the server and the application make themselves (:data:`SERVER_ERRORS`). What only prose
+can say (a summary, the parameters and bodies of each operation) is written once here, per
+endpoint, and a test checks that every route has it. The sidecar serves the document at
+``GET /openapi.json``; the manual's API page is written from the same routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any, Final
+
+from orchestrator.sidecar.access import OPEN, ROLES, WRITE
+from orchestrator.sidecar.http import (
+    JSON_LINES_TYPE,
+    JSON_TYPE,
+    POST_TYPES,
+    REFUSALS,
+    REPLAYED_HEADER,
+    ROUTES,
+)
+from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
+from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
+
+__all__ = ["ENDPOINTS", "SERVER_ERRORS", "openapi_document"]
+
+#: Refusals the HTTP layer makes itself, by status: the body's ``error`` codes.
+SERVER_ERRORS: Final[Mapping[int, tuple[str, ...]]] = {
+    400: ("bad-request", "bad-json", "missing-parameter", "bad-parameter"),
+    404: ("not-found",),
+    405: ("method-not-allowed",),
+    408: ("request-timeout",),
+    413: ("body-too-large",),
+    415: ("unsupported-media-type",),
+    421: ("misdirected-host",),
+    431: ("headers-too-large",),
+    503: ("too-many-connections",),
+    505: ("http-version-not-supported",),
+}
+
+_COLLECTION = {
+    "name": "collection",
+    "in": "query",
+    "required": True,
+    "description": "The builtin collection, SCHEMA.NAME.",
+    "schema": {"type": "string", "pattern": r"^[^.]+\..+$"},
+}
+_AS_OF = {
+    "name": "as_of",
+    "in": "query",
+    "required": False,
+    "description": "The time to read at (default: the upper - 1).",
+    "schema": {"type": "integer", "minimum": 0},
+}
+_KEY = {
+    "name": IDEMPOTENCY_HEADER,
+    "in": "header",
+    "required": False,
+    "description": "Makes a retry with the same body answer the first answer and write nothing.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
+_BINARY = {"type": "string", "contentMediaType": ARROW_STREAM_TYPE}
+_TEXT = {"type": "string"}
+_OBJECT = {"type": "object"}
+
+#: Per endpoint: summary, parameters, request body media, and the 2xx answers.
+ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "page": {"summary": "The live status page", "ok": {"text/html": _TEXT}},
+    "history": {
+        "summary": "The upgrade history, oldest first", "ok": {JSON_TYPE: {"type": "array"}}
+    },
+    "healthz": {"summary": "200 while the process runs", "ok": {"text/plain": _TEXT}},
+    "openapi": {"summary": "This description", "ok": {JSON_TYPE: _OBJECT}},
+    "readyz": {
+        "summary": "200 only when ready or serving (503 otherwise)",
+        "parameters": [{"name": "verbose", "in": "query", "required": False,
+                        "schema": {"type": "string"}}],
+        "ok": {"text/plain": _TEXT},
+        "also": {503: {"text/plain": _TEXT}},
+    },
+    "status": {
+        "summary": "The status --json document",
+        "parameters": [{"name": "coverage", "in": "query", "required": False,
+                        "schema": {"type": "string"}}],
+        "ok": {JSON_TYPE: _OBJECT},
+    },
+    "metrics": {"summary": "Prometheus metrics", "ok": {"text/plain": _TEXT}},
+    "read": {
+        "summary": "A collection's rows as this release reads them, with _ts and _diff",
+        "parameters": [_COLLECTION, _AS_OF],
+        "ok": {JSON_LINES_TYPE: _TEXT, ARROW_STREAM_TYPE: _BINARY},
+    },
+    "promote": {
+        "summary": "Promote a deploy generation (default: the process's own)",
+        "parameters": [{"name": "deploy_generation", "in": "query", "required": False,
+                        "schema": {"type": "integer", "minimum": 1}}],
+        "body": {JSON_TYPE: {"type": "object",
+                             "properties": {"deploy_generation": {"type": "integer"}}}},
+        "ok": {JSON_TYPE: _OBJECT},
+    },
+    "finalize": {
+        "summary": "Make the pending upgrade final (202 decided, 200 final already)",
+        "parameters": [{"name": "version", "in": "query", "required": False,
+                        "schema": {"type": "string"}}],
+        "ok": {JSON_TYPE: _OBJECT},
+        "also": {202: {JSON_TYPE: _OBJECT}},
+    },
+    "append": {
+        "summary": "Append rows exactly once (the leader only)",
+        "parameters": [_COLLECTION, _KEY],
+        "body": {JSON_LINES_TYPE: _TEXT, ARROW_STREAM_TYPE: _BINARY},
+        "ok": {JSON_TYPE: {"$ref": "#/components/schemas/AppendAnswer"}},
+        "headers": {REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}}},
+    },
+}  # fmt: skip
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API of catalog-upgrade ``version``."""
+    paths: dict[str, dict[str, Any]] = {}
+    for rule in ROUTES.iter_rules():
+        endpoint = str(rule.endpoint)
+        for method in sorted(m for m in rule.methods or () if m not in ("HEAD", "OPTIONS")):
+            paths.setdefault(rule.rule, {})[method.lower()] = _operation(endpoint, method)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "catalog-upgrade sidecar",
+            "version": version,
+            "description": "The HTTP API every catalog-upgrade sidecar serves.",
+        },
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error", "message"],
+                    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                    "additionalProperties": True,
+                },
+                "AppendAnswer": {
+                    "type": "object",
+                    "required": ["collection", "shard_id", "rows", "ts", "upper", "replayed"],
+                    "properties": {
+                        "collection": {"type": "string"},
+                        "shard_id": {"type": "string"},
+                        "rows": {"type": "integer"},
+                        "ts": {"type": "integer"},
+                        "upper": {"type": "integer"},
+                        "replayed": {"type": "boolean"},
+                    },
+                },
+            },
+        },
+    }
+
+
+def _operation(endpoint: str, method: str) -> dict[str, Any]:
+    spec = ENDPOINTS[endpoint]
+    role = ROLES.get(endpoint, OPEN)
+    ok_status = "200"
+    responses: dict[str, Any] = {
+        ok_status: {
+            "description": "OK",
+            "content": {media: {"schema": schema} for media, schema in spec["ok"].items()},
+            **({"headers": spec["headers"]} if "headers" in spec else {}),
+        }
+    }
+    for status, content in spec.get("also", {}).items():
+        responses[str(status)] = {
+            "description": HTTPStatus(status).phrase,
+            "content": {media: {"schema": schema} for media, schema in content.items()},
+        }
+    for status, codes in sorted(_errors(role, method).items()):
+        responses.setdefault(
+            str(status),
+            {
+                "description": f"{HTTPStatus(status).phrase}: error "
+                + ", ".join(f"`{c}`" for c in sorted(codes)),
+                "content": {JSON_TYPE: {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+        )
+    operation: dict[str, Any] = {
+        "operationId": endpoint,
+        "summary": spec["summary"],
+        "parameters": list(spec.get("parameters", [])),
+        "responses": responses,
+    }
+    if role != OPEN:
+        operation["security"] = [{"bearer": []}]
+        operation["description"] = f"Needs the {role} token when the sidecar has one."
+    if "body" in spec:
+        media = {m: {"schema": s} for m, s in spec["body"].items() if m in POST_TYPES}
+        operation["requestBody"] = {"required": endpoint == "append", "content": media}
+    return operation
+
+
+def _errors(role: str, method: str) -> dict[int, set[str]]:
+    """The error codes an operation may answer, by status."""
+    found: dict[int, set[str]] = {}
+    for status, codes in SERVER_ERRORS.items():
+        found.setdefault(status, set()).update(codes)
+    if role != OPEN:
+        for error, status in REFUSALS.items():
+            found.setdefault(int(status), set()).add(str(error.code))
+        found.setdefault(500, set()).add("unexpected")
+    if role == WRITE and method == "POST":
+        found.setdefault(409, set()).update({"read-only", "requires-finalization", "FencedError"})
+        found.setdefault(400, set()).add("BadInputError")
+    return found

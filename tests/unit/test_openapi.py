@@ -1,0 +1,53 @@
+"""The OpenAPI description: valid OpenAPI 3.1, one operation per route with its credential and
+every error code the API can answer, served at /openapi.json."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from openapi_spec_validator import validate
+
+from orchestrator.sidecar.access import OPEN, ROLES
+from orchestrator.sidecar.http import REFUSALS, ROUTES
+from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document
+from orchestrator.sidecar.server import SidecarHttpServer
+from support.api import ScriptedApi
+
+
+def test_the_description_is_valid_openapi_3_1() -> None:
+    validate(openapi_document("1.2.3"))
+
+
+def test_every_route_is_described_with_its_credential_and_every_refusal() -> None:
+    document = openapi_document("1.2.3")
+    operations = 0
+    for rule in ROUTES.iter_rules():
+        for method in rule.methods or ():
+            if method in ("HEAD", "OPTIONS"):
+                continue
+            operation = document["paths"][rule.rule][method.lower()]
+            operations += 1
+            assert operation["operationId"] == rule.endpoint
+            secured = ROLES.get(str(rule.endpoint), OPEN) != OPEN
+            assert ("security" in operation) == secured, rule.rule
+            if secured:
+                codes = " ".join(r["description"] for r in operation["responses"].values())
+                for refusal in REFUSALS:
+                    assert f"`{refusal.code}`" in codes, (rule.rule, refusal.code)
+    assert operations == len(ENDPOINTS) == 11
+    append = document["paths"]["/append"]["post"]
+    assert set(append["requestBody"]["content"]) == {
+        "application/x-ndjson", "application/vnd.apache.arrow.stream",
+    }  # fmt: skip
+    assert "Idempotency-Key" in {p["name"] for p in append["parameters"]}
+
+
+def test_the_sidecar_serves_it_without_a_credential() -> None:
+    server = SidecarHttpServer(ScriptedApi()).start()
+    try:
+        with urllib.request.urlopen(f"http://{server.address}/openapi.json", timeout=10) as answer:
+            served = json.loads(answer.read())
+    finally:
+        server.stop()
+    assert served["openapi"] == "3.1.0" and "/read" in served["paths"]
