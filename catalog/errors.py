@@ -233,6 +233,13 @@ class UnknownCollectionError(BadInputError):
     code = "unknown-collection"
 
 
+class UnreadableTimeError(BadInputError):
+    """A read at a time the collection cannot be read at: compacted away, or not written yet
+    (the answer depends on the shard's state, not on the request's form: HTTP 409)."""
+
+    code = "time-not-readable"
+
+
 class TooManyRowsError(BadInputError):
     """An append of more rows than the sidecar takes in one request (``--http-max-append-rows``)."""
 

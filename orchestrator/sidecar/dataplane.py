@@ -27,6 +27,7 @@ from catalog.errors import (
     NoShardError,
     NotLeaderError,
     UnknownCollectionError,
+    UnreadableTimeError,
     VersionMismatchError,
     WritesPausedError,
 )
@@ -408,7 +409,18 @@ class SidecarDataPlane:
     def _snapshot(self, collection: str, as_of: int | None) -> pa.Table:
         builtin = self._builtin(collection)
         shard = self._shard_of(builtin)
-        reads_with = find_schema_id(shard.state(), builtin.schema)
+        state = shard.state()
+        if as_of is not None and not state.since <= as_of < state.upper:
+            raise UnreadableTimeError(
+                f"as_of {as_of} is outside the times {collection} can be read at: "
+                f"[{state.since}, {state.upper}) (below: compacted; from the upper on: not "
+                "written yet)",
+                collection=collection,
+                as_of=as_of,
+                since=state.since,
+                upper=state.upper,
+            )
+        reads_with = find_schema_id(state, builtin.schema)
         with shard.lease(holder=self._config.process_id, as_of=as_of, schema_id=reads_with):
             if as_of is None and shard.state().upper == 0:
                 return update_schema(builtin.schema).empty_table()

@@ -61,6 +61,7 @@ from catalog.errors import (
     TooManyRowsError,
     UnauthorizedError,
     UnknownCollectionError,
+    UnreadableTimeError,
     WritesPausedError,
 )
 from orchestrator.sidecar.access import AccessPolicy
@@ -146,6 +147,7 @@ REFUSALS: Mapping[type[CatalogError], HTTPStatus] = {
     NoShardError: HTTPStatus.NOT_FOUND,
     BadIdempotencyKeyError: HTTPStatus.BAD_REQUEST,
     TooManyRowsError: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    UnreadableTimeError: HTTPStatus.CONFLICT,
     IdempotencyKeyReusedError: HTTPStatus.UNPROCESSABLE_ENTITY,
     IdempotencyKeyInProgressError: HTTPStatus.CONFLICT,
     NotLeaderError: HTTPStatus.CONFLICT,
@@ -272,11 +274,13 @@ class SidecarApp:
                 )
             return handler(request)
         except MethodNotAllowed as exc:
-            allowed = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
-            return json_response(
+            methods = "/".join(m for m in exc.valid_methods or () if m != "HEAD")
+            response = json_response(
                 HTTPStatus.METHOD_NOT_ALLOWED,
-                {"error": "method-not-allowed", "message": f"{request.path} takes {allowed}"},
+                {"error": "method-not-allowed", "message": f"{request.path} takes {methods}"},
             )
+            response.headers["Allow"] = ", ".join(exc.valid_methods or ())  # RFC 9110
+            return response
         except NotFound:
             return json_response(
                 HTTPStatus.NOT_FOUND,
@@ -352,6 +356,12 @@ class SidecarApp:
                 raise HttpError(
                     HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
                 ) from exc
+            if not isinstance(data, (dict, int)) or isinstance(data, bool):
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "bad-json",
+                    'promote body must be {"deploy_generation": G} (or G)',
+                )
             raw = data.get("deploy_generation") if isinstance(data, dict) else data
             generation = _as_int(raw, "deploy_generation")
         who = self.policy.authorize("promote", request.headers.get("Authorization"))

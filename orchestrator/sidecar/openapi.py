@@ -48,6 +48,7 @@ _COLLECTION = {
     "required": True,
     "description": "The builtin collection, SCHEMA.NAME.",
     "schema": {"type": "string", "pattern": r"^[^.]+\..+$"},
+    "example": "mz_catalog.mz_tables",
 }
 _AS_OF = {
     "name": "as_of",
@@ -106,6 +107,7 @@ ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
         "summary": "Make the pending upgrade final (202 decided, 200 final already)",
         "parameters": [{"name": "version", "in": "query", "required": False,
                         "schema": {"type": "string"}}],
+        "body": {JSON_TYPE: _OBJECT},
         "ok": {JSON_TYPE: _OBJECT},
         "also": {202: {JSON_TYPE: _OBJECT}},
     },
@@ -196,7 +198,9 @@ def _operation(endpoint: str, method: str) -> dict[str, Any]:
         operation["description"] = f"Needs the {role} token when the sidecar has one."
     if "body" in spec:
         media = {m: {"schema": s} for m, s in spec["body"].items() if m in POST_TYPES}
-        operation["requestBody"] = {"required": endpoint == "append", "content": media}
+        # Every POST carries its Content-Type (415 otherwise: a guard against cross-site
+        # requests), so its body is required, if only as {}.
+        operation["requestBody"] = {"required": True, "content": media}
     return operation
 
 
