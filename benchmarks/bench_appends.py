@@ -21,7 +21,6 @@ flags (e.g. ``--http-workers 8``).
 from __future__ import annotations
 
 import argparse
-import http.client
 import io
 import json
 import os
@@ -36,6 +35,7 @@ import pyarrow as pa
 from kazoo.client import KazooClient
 
 from catalog.release import load_release
+from orchestrator.client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
@@ -51,12 +51,9 @@ def row(client: int, n: int, i: int = 0) -> dict[str, Any]:
     return {"id": ident, "oid": n, "schema_id": "u3", "name": ident, "owner_id": "u1"}
 
 
-def group_sizes(host: str, port: int, token: str) -> tuple[float, float]:
+def group_sizes(url: str, token: str) -> tuple[float, float]:
     """The sidecar's ``catalog_upgrade_append_group_size`` sum and count so far."""
-    connection = http.client.HTTPConnection(host, port, timeout=10)
-    connection.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
-    text = connection.getresponse().read().decode()
-    connection.close()
+    text = SidecarClient(url, token=token, timeout=10).metrics()
     found = {"sum": 0.0, "count": 0.0}
     for line in text.splitlines():
         for part in found:
@@ -80,7 +77,7 @@ CONTENT_TYPES = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apa
 
 
 def run_level(
-    host: str, port: int, fmt: str, clients: int, seconds: float, rows_per_append: int, token: str
+    url: str, fmt: str, clients: int, seconds: float, rows_per_append: int, token: str
 ) -> dict[str, Any]:
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -91,32 +88,23 @@ def run_level(
     bodies = [[body_of(fmt, c, n, rows_per_append) for n in range(8)] for c in range(clients)]
 
     def client(c: int) -> None:
-        connection = http.client.HTTPConnection(host, port, timeout=30)
-        headers = {"Content-Type": CONTENT_TYPES[fmt], "Authorization": f"Bearer {token}"}
+        # One keep-alive connection per thread, and no retry: a refusal is counted, not hidden.
+        sidecar = SidecarClient(url, token=token, retry_deadline=0)
         start.wait()
         n = 0
         while not stop.is_set():
             n += 1
             body = bodies[c][n % len(bodies[c])]
+            key = f"bench-{fmt}-{clients}-{rows_per_append}-{c}-{n}"
             began = time.perf_counter()
-            connection.request(
-                "POST",
-                f"/append?collection={COLLECTION}",
-                body=body,
-                headers={
-                    **headers,
-                    "Idempotency-Key": f"bench-{fmt}-{clients}-{rows_per_append}-{c}-{n}",
-                },
-            )
-            answer = connection.getresponse()
-            answer.read()
-            if answer.status != 200:
-                errors.append(f"{answer.status}")
+            try:
+                sidecar.append_body(COLLECTION, body, CONTENT_TYPES[fmt], key=key)
+            except SidecarError as exc:
+                errors.append(f"{exc.status} {exc.code}")
                 continue
             latencies[c].append(time.perf_counter() - began)
-        connection.close()
 
-    appends_before, commits_before = group_sizes(host, port, token)
+    appends_before, commits_before = group_sizes(url, token)
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
     for thread in threads:
         thread.start()
@@ -129,7 +117,7 @@ def run_level(
     elapsed = time.perf_counter() - began
     every = sorted(ms * 1000 for per in latencies for ms in per)
     done = len(every)
-    appends_after, commits_after = group_sizes(host, port, token)
+    appends_after, commits_after = group_sizes(url, token)
     commits = commits_after - commits_before
     return {
         "format": fmt,
@@ -205,12 +193,12 @@ def main() -> None:
         )  # fmt: skip
         try:
             sidecar.wait_ready()
-            host, _, port = sidecar.http.rpartition(":")
-            run_level(host, int(port), "ndjson", 2, 2.0, 1, token)  # warm up
+            url = f"http://{sidecar.http}"
+            run_level(url, "ndjson", 2, 2.0, 1, token)  # warm up
             multis = zookeeper_multis_per_s(zookeeper.hosts, args.seconds)
             results = []
             for fmt, clients, rows in LEVELS:
-                level = run_level(host, int(port), fmt, clients, args.seconds, rows, token)
+                level = run_level(url, fmt, clients, args.seconds, rows, token)
                 level["commits_of_zookeeper_multis"] = round(level["commits_per_s"] / multis, 3)
                 results.append(level)
                 print(json.dumps(level), flush=True)

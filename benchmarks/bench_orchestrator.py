@@ -71,7 +71,10 @@ REPLACED = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("nam
 def releases(collections: int) -> tuple[Release, Release]:
     builtins = [
         Builtin(
-            schema_name="bench", object_name=f"c{i}", kind="table", global_id=f"s{i}",
+            schema_name="bench",
+            object_name=f"c{i}",
+            kind="table",
+            global_id=f"s{i}",
             schema=V1_SCHEMA,
         )
         for i in range(collections)
@@ -83,13 +86,18 @@ def releases(collections: int) -> tuple[Release, Release]:
         evolution = i % 2 == 0
         v2_builtins.append(
             Builtin(
-                schema_name=b.schema_name, object_name=b.object_name, kind="table",
-                global_id=b.global_id, schema=EVOLVED if evolution else REPLACED,
+                schema_name=b.schema_name,
+                object_name=b.object_name,
+                kind="table",
+                global_id=b.global_id,
+                schema=EVOLVED if evolution else REPLACED,
             )
         )
         migrations.append(
             Migration(
-                version="1.1.0", schema_name=b.schema_name, object_name=b.object_name,
+                version="1.1.0",
+                schema_name=b.schema_name,
+                object_name=b.object_name,
                 kind="table",
                 mechanism=Mechanism.EVOLUTION if evolution else Mechanism.REPLACEMENT,
             )
@@ -269,7 +277,9 @@ def main() -> None:
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument(
-        "--form", choices=("both", "split", "whole"), default="both",
+        "--form",
+        choices=("both", "split", "whole"),
+        default="both",
         help="how the evolved shard states are stored (both: each run measures both)",
     )
     args = parser.parse_args()

@@ -12,11 +12,15 @@ key and body until ``retry_deadline``: the sidecar resolves an outcome the clien
 by the key, so a retried append lands once and answers the first answer (``replayed``). Any
 other refusal raises :class:`SidecarError` carrying the API's ``error`` code and details.
 
-One client holds one keep-alive connection per thread.
+One client holds one keep-alive connection per thread (``keep_alive=False``: one per request).
+:meth:`SidecarClient.send` is the raw exchange under all of it: one request, its
+:class:`Answer`, never an exception (status 0 when nothing answered), for callers that judge
+every status themselves (the test harness, the scenario workload).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -24,7 +28,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -36,6 +40,7 @@ from orchestrator.sidecar.http import JSON_LINES_TYPE
 from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
 
 __all__ = [
+    "Answer",
     "AppendAnswer",
     "SidecarClient",
     "SidecarError",
@@ -64,6 +69,40 @@ class SidecarUnavailableError(SidecarError):
 
 
 @attrs.frozen
+class Answer:
+    """One HTTP answer as :meth:`SidecarClient.send` saw it; ``status`` 0 when the sidecar could
+    not be reached at all (``error`` says why)."""
+
+    status: int
+    body: bytes
+    error: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.body.splitlines() if line.strip()]
+
+    def summary(self) -> str:
+        """One line for a step's outcome: the status and the body, JSON compacted."""
+        if self.status == 0:
+            return f"unreachable ({self.error})"
+        body = self.text().strip()
+        with contextlib.suppress(ValueError):
+            body = json.dumps(json.loads(body), separators=(",", ":"))
+        body = body.replace("\n", " ")
+        return f"HTTP {self.status}" + (f": {body[:300]}" if body else "")
+
+
+@attrs.frozen
 class AppendAnswer:
     """An acknowledged append: where its rows landed, and whether this was a replay."""
 
@@ -89,6 +128,7 @@ class SidecarClient:
         ca_file: str | Path | None = None,
         timeout: float = 30.0,
         retry_deadline: float = 60.0,
+        keep_alive: bool = True,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -105,6 +145,7 @@ class SidecarClient:
         )
         self._timeout = timeout
         self._retry_deadline = retry_deadline
+        self._keep_alive = keep_alive
         self._local = threading.local()
 
     # -- the API ----------------------------------------------------------------------------
@@ -122,12 +163,17 @@ class SidecarClient:
             sink = io.BytesIO()
             with pa.ipc.new_stream(sink, rows.schema) as writer:
                 writer.write(rows)
-            body, media = sink.getvalue(), ARROW_STREAM_TYPE
-        else:
-            body = "".join(json.dumps(row, default=str) + "\n" for row in rows).encode()
-            media = JSON_LINES_TYPE
+            return self.append_body(collection, sink.getvalue(), ARROW_STREAM_TYPE, key=key)
+        body = "".join(json.dumps(row, default=str) + "\n" for row in rows).encode()
+        return self.append_body(collection, body, JSON_LINES_TYPE, key=key)
+
+    def append_body(
+        self, collection: str, body: bytes, content_type: str, *, key: str | None = None
+    ) -> AppendAnswer:
+        """Append a body already encoded as ``content_type`` (JSON lines or an Arrow IPC
+        stream), exactly once as :meth:`append` does."""
         key = key or f"client-{uuid.uuid4().hex}"
-        headers = {"Content-Type": media, "Idempotency-Key": key}
+        headers = {"Content-Type": content_type, "Idempotency-Key": key}
         path = f"/append?{urlencode({'collection': collection})}"
         data = self._json(self._call("POST", path, body, headers))
         return AppendAnswer(
@@ -137,10 +183,20 @@ class SidecarClient:
 
     def read(self, collection: str, *, as_of: int | None = None) -> pa.Table:
         """The collection as this release reads it, with ``_ts`` and ``_diff`` (Arrow)."""
-        _, _, body = self._call(
-            "GET", self._read_path(collection, as_of), None, {"Accept": ARROW_STREAM_TYPE}
-        )
-        return pa.ipc.open_stream(body).read_all()
+        with self.stream(
+            "GET", self._read_path(collection, as_of), headers={"Accept": ARROW_STREAM_TYPE}
+        ) as answer:
+            return pa.ipc.open_stream(answer).read_all()
+
+    def read_batches(
+        self, collection: str, *, as_of: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The same read, batch by batch as the sidecar streams them: a collection larger than
+        memory is read in bounded memory."""
+        with self.stream(
+            "GET", self._read_path(collection, as_of), headers={"Accept": ARROW_STREAM_TYPE}
+        ) as answer:
+            yield from pa.ipc.open_stream(answer)
 
     def read_rows(self, collection: str, *, as_of: int | None = None) -> list[dict[str, Any]]:
         """The same rows as JSON values (times ISO 8601, bytes base64)."""
@@ -169,6 +225,16 @@ class SidecarClient:
         )
         return data
 
+    def metrics(self) -> str:
+        """The Prometheus exposition of ``/metrics``."""
+        _, _, body = self._call("GET", "/metrics", None, {})
+        return body.decode()
+
+    def openapi(self) -> dict[str, Any]:
+        """The API's OpenAPI description, as the sidecar serves it."""
+        data: dict[str, Any] = self._json(self._call("GET", "/openapi.json", None, {}))
+        return data
+
     def ready(self) -> bool:
         """Whether ``/readyz`` answers 200 (no retry)."""
         try:
@@ -176,6 +242,54 @@ class SidecarClient:
         except OSError:
             return False
         return status == 200
+
+    # -- the raw exchange --------------------------------------------------------------------
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """One request as given (no retry, no key added), its answer whatever the status;
+        status 0 when the sidecar could not be reached. A body (or a POST) without a
+        Content-Type is sent as JSON lines, the type every POST of the API takes."""
+        sent = dict(headers or {})
+        typed = any(k.lower() == "content-type" for k in sent)
+        if (body is not None or method == "POST") and not typed:
+            sent["Content-Type"] = JSON_LINES_TYPE
+        try:
+            status, answer_headers, data = self._once(method, path, body, sent)
+        except (OSError, http.client.HTTPException) as exc:
+            return Answer(status=0, body=b"", error=f"{type(exc).__name__}: {exc}")
+        return Answer(status=status, body=data, headers=answer_headers)
+
+    @contextlib.contextmanager
+    def stream(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Iterator[http.client.HTTPResponse]:
+        """One request on a connection of its own, its successful answer open for reading as it
+        arrives (a refusal raises :class:`SidecarError`; no retry: a read is repeated whole)."""
+        connection = self._new_connection()
+        try:
+            connection.request(method, path, body=body, headers=self._with_token(headers or {}))
+            answer = connection.getresponse()
+            if not 200 <= answer.status < 300:
+                raise _error_of(answer.status, answer.read())
+            yield answer
+        except (OSError, http.client.HTTPException) as exc:
+            raise SidecarUnavailableError(
+                0, "unreachable", f"{type(exc).__name__}: {exc}", {}
+            ) from exc
+        finally:
+            connection.close()
 
     # -- transport --------------------------------------------------------------------------
 
@@ -220,41 +334,46 @@ class SidecarClient:
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
         connection = self._connection()
-        sent = dict(headers)
-        token = self._bearer()
-        if token is not None:
-            sent["Authorization"] = f"Bearer {token}"
         try:
-            connection.request(method, path, body=body, headers=sent)
+            connection.request(method, path, body=body, headers=self._with_token(headers))
             answer = connection.getresponse()
             data = answer.read()
         except BaseException:
-            connection.close()
-            self._local.connection = None
+            self._drop(connection)
             raise
-        if answer.getheader("Connection", "").lower() == "close":
-            connection.close()
-            self._local.connection = None
+        if not self._keep_alive or answer.getheader("Connection", "").lower() == "close":
+            self._drop(connection)
         return answer.status, {k.lower(): v for k, v in answer.getheaders()}, data
 
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
         if connection is None:
-            if self._https:
-                connection = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self._timeout, context=self._context
-                )
-            else:
-                connection = http.client.HTTPConnection(
-                    self._host, self._port, timeout=self._timeout
-                )
+            connection = self._new_connection()
             self._local.connection = connection
         return connection
 
-    def _bearer(self) -> str | None:
+    def _new_connection(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._timeout, context=self._context
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+    def _drop(self, connection: http.client.HTTPConnection) -> None:
+        connection.close()
+        self._local.connection = None
+
+    def _with_token(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` with the bearer token (read from its file each time), unless they carry
+        their own Authorization."""
+        sent = dict(headers)
         if self._token_file is not None:
-            return self._token_file.read_text().strip()
-        return self._token
+            token: str | None = self._token_file.read_text().strip()
+        else:
+            token = self._token
+        if token is not None and not any(k.lower() == "authorization" for k in sent):
+            sent["Authorization"] = f"Bearer {token}"
+        return sent
 
 
 def _error_of(status: int, data: bytes) -> SidecarError:

@@ -36,8 +36,7 @@ def generation_fence(
         )
     if promoted is not None and generation < promoted:
         return FencedError(
-            f"{opening}deploy generation {generation} is fenced: generation {promoted} is "
-            "promoted",
+            f"{opening}deploy generation {generation} is fenced: generation {promoted} is promoted",
             deploy_generation=generation,
             promotion_target=promoted,
             catalog_generation=catalog,

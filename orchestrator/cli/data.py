@@ -206,9 +206,7 @@ def read_command(
     Console().print(view)
 
 
-def _write_stream(
-    output: str, chunks: Iterator[pa.Table], empty: Callable[[], pa.Table]
-) -> int:
+def _write_stream(output: str, chunks: Iterator[pa.Table], empty: Callable[[], pa.Table]) -> int:
     """The chunks as one Arrow IPC stream into the new file ``output`` ('-': standard output),
     a chunk at a time; the rows written. No chunk: a stream of the empty snapshot's schema."""
     first = next(chunks, None)

@@ -293,9 +293,7 @@ def scenario_soak_command(
     def done(number: int, result: SimulationResult) -> None:
         render_soak_seed(console, number, seeds, result)
 
-    report = soak(
-        config, soak_seeds(first, seeds), flags=flags, keep_dir=keep, zk=zk, on_seed=done
-    )
+    report = soak(config, soak_seeds(first, seeds), flags=flags, keep_dir=keep, zk=zk, on_seed=done)
     (keep / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     render_soak(console, report)
     console.print(f"report: {keep / 'report.json'}")

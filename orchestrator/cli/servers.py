@@ -73,6 +73,7 @@ def zookeeper(
     members = (
         ensemble.members if ensemble else [EmbeddedZooKeeper(data_dir=data_dir, port=port, tls=tls)]
     )
+
     def terminate() -> None:
         for member in members:
             member.terminate()

@@ -32,7 +32,6 @@ def session_hex(session_id: int) -> str:
     return f"0x{session_id:x}"
 
 
-
 # What a worker step may raise without killing the thread: the next event re-reads anyway.
 WORKER_ERRORS: Final[tuple[type[BaseException], ...]] = (CatalogError, *CONNECTION_ERRORS)
 

@@ -37,9 +37,7 @@ class ElectionWorker:
     """Applies session states and watched changes on the election's own thread (kazoo issues 356
     and 381: listeners must neither block nor call ZooKeeper); ``on_change`` hears the events."""
 
-    def __init__(
-        self, candidacy: Candidacy, on_change: Callable[[ElectionEvent], None]
-    ) -> None:
+    def __init__(self, candidacy: Candidacy, on_change: Callable[[ElectionEvent], None]) -> None:
         self._candidacy = candidacy
         self._on_change = on_change
         self.queue: queue.Queue[_Item | None] = queue.Queue()
@@ -75,6 +73,7 @@ class ElectionWorker:
 
     def data_watch(self, kind: str) -> Callable[..., bool]:
         c = self._candidacy
+
         def callback(
             data: bytes | None, stat: ZnodeStat | None, _event: WatchedEvent | None = None
         ) -> bool:

@@ -29,6 +29,7 @@ from catalog.environment import (
 from catalog.errors import EXIT_FENCED, EXIT_OK, ConnectionLostError
 from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
+from orchestrator.client import Answer
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
 from orchestrator.scenario.fleet import Fleet
 from orchestrator.scenario.format import (
@@ -44,7 +45,6 @@ from orchestrator.scenario.results import (
 )
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, leaders_of
-from orchestrator.testing.client import HttpAnswer
 from orchestrator.testing.harness import SidecarProcess
 
 
@@ -237,7 +237,7 @@ class ScenarioRun:
 
     def read_rows(
         self, process: SidecarProcess, collection: str, as_of: int | None, timeout: float
-    ) -> tuple[HttpAnswer, list[dict[str, Any]]]:
+    ) -> tuple[Answer, list[dict[str, Any]]]:
         query = f"/read?collection={collection}" + (f"&as_of={as_of}" if as_of is not None else "")
         answer = process.request("GET", query, timeout=timeout)
         rows = []

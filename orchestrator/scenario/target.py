@@ -184,9 +184,7 @@ class ZooKeeperTarget:
         serves again; the numbers healed."""
         if self.ensemble is None:
             return []
-        numbers = (
-            [self.resolve(number)] if number is not None else self.ensemble.isolated_members()
-        )
+        numbers = [self.resolve(number)] if number is not None else self.ensemble.isolated_members()
         healed = [n for n in numbers if self.ensemble.rejoin(n)]
         for n in healed:
             self.ensemble.member(n).wait_serving(timeout)

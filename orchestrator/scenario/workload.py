@@ -26,8 +26,8 @@ from typing import Any
 
 import attrs
 
+from orchestrator.client import Answer
 from orchestrator.scenario.format import WorkloadSpec
-from orchestrator.testing.client import HttpAnswer
 from orchestrator.testing.harness import SidecarProcess
 
 #: Error codes of a 503 that promise nothing was written.
@@ -79,7 +79,7 @@ class Read:
         return {"type": "read", "at": round(self.at, 4), "rows": sorted(self.rows)}
 
 
-def classify(answer: HttpAnswer) -> str:
+def classify(answer: Answer) -> str:
     """One attempt's answer: ``ok``, ``fail`` (surely not written) or ``unknown``."""
     if answer.status == 200:
         return "ok"
@@ -177,13 +177,13 @@ class Workload:
                     self.reads.append(Read(self.now(), workload_rows(answer)))
 
 
-def workload_rows(answer: HttpAnswer) -> frozenset[str]:
+def workload_rows(answer: Answer) -> frozenset[str]:
     """The workload's row ids in a ``/read`` answer (each as often as it is there is checked
     separately: :func:`row_counts`)."""
     return frozenset(row_counts(answer))
 
 
-def row_counts(answer: HttpAnswer) -> dict[str, int]:
+def row_counts(answer: Answer) -> dict[str, int]:
     """How many times each workload row is in a ``/read`` answer (a row read with ``_diff``
     above one counts that often)."""
     counts: dict[str, int] = {}

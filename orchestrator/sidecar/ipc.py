@@ -87,7 +87,9 @@ def _projection(sent: pa.Schema, schema: pa.Schema) -> list[str | None]:
             kind = (
                 "dictionary-encoded "
                 if pa.types.is_dictionary(field.type)
-                else "extension " if isinstance(field.type, pa.ExtensionType) else ""
+                else "extension "
+                if isinstance(field.type, pa.ExtensionType)
+                else ""
             )
             raise BadInputError(
                 f"field {field.name}: {kind}type {field.type}, the schema has {expected.type}",

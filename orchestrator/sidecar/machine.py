@@ -194,8 +194,7 @@ class SidecarMachine:
             self._step_down("session expired")
         if self.leadership is not None and event.kind in ("superseded", "leadership_lost"):
             raise FencedError(
-                f"leadership of epoch {self.leadership.epoch} ended "
-                f"({event.reason or event.kind})",
+                f"leadership of epoch {self.leadership.epoch} ended ({event.reason or event.kind})",
                 epoch=self.leadership.epoch,
                 deploy_generation=self._config.deploy_generation,
                 reason=event.reason or event.kind,

@@ -153,7 +153,6 @@ def _json_native(dtype: pa.DataType, depth: int) -> bool:
     return any(check(dtype) for check in _NATIVE)
 
 
-
 def _decoded(raw: bytes, number: int) -> str:
     """Line ``number`` as text; BadInputError naming it, and the field the bad byte is in."""
     try:

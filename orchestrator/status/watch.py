@@ -55,10 +55,7 @@ def _arm_watches(consensus: Consensus, changed: threading.Event) -> None:
             elif key == EVENTS_KEY:  # the read-only processes' own logs
                 logs = [f"{EVENTS_KEY}/{name}" for name in listed if not name.startswith("e-")]
         for result in [
-            *(
-                client.exists_async(consensus.path(process_key(name)), watch=fire)
-                for name in names
-            ),
+            *(client.exists_async(consensus.path(process_key(name)), watch=fire) for name in names),
             *(client.get_children_async(consensus.path(key), watch=fire) for key in logs),
         ]:
             with contextlib.suppress(NoNodeError):

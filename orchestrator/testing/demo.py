@@ -37,6 +37,7 @@ from rich.table import Table
 
 from catalog.errors import EXIT_FENCED
 from catalog.release import Release, load_release_dir
+from orchestrator.client import SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
 from orchestrator.testing.harness import SidecarExited, SidecarProcess
@@ -165,12 +166,6 @@ class Demo:
         except SidecarExited as exc:
             raise DemoError(str(exc)) from None
 
-    def http(
-        self, sidecar: SidecarProcess, method: str, path: str, body: bytes | None = None
-    ) -> tuple[int, bytes]:
-        answer = sidecar.request(method, path, body, timeout=30.0)
-        return answer.status, answer.body
-
     def close(self) -> None:
         for sidecar in self.sidecars:
             sidecar.terminate()
@@ -181,10 +176,6 @@ class Demo:
             close(self.client)
         if self.zookeeper is not None:
             self.zookeeper.stop()
-
-
-def _lines(rows: Sequence[Mapping[str, Any]]) -> bytes:
-    return "".join(json.dumps(dict(row)) + "\n" for row in rows).encode()
 
 
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> Table:
@@ -234,13 +225,13 @@ def run_story(demo: Demo) -> None:
 
     demo.section("3. Writes through the leader's POST /append")
     for collection, rows in ((TABLES, TABLE_ROWS), (ROLES, ROLE_ROWS)):
-        status, body = demo.http(blue, "POST", f"/append?collection={collection}", _lines(rows))
-        if status != 200:
-            raise DemoError(f"append to {collection} answered {status}: {body.decode()}")
-        answer = json.loads(body)
+        try:
+            answer = blue.client().append(collection, rows)
+        except SidecarError as exc:
+            raise DemoError(f"append to {collection}: {exc}") from None
         demo.say(
-            f"POST /append?collection={collection} -> {status}: {answer['rows']} rows "
-            f"at ts {answer['ts']}, upper now {answer['upper']}"
+            f"POST /append?collection={collection} -> 200: {answer.rows} rows "
+            f"at ts {answer.ts}, upper now {answer.upper}"
         )
 
     demo.section(f"4. Blue-green: release {new.stem}, deploy generation 2, read-only")
@@ -251,11 +242,15 @@ def run_story(demo: Demo) -> None:
         f"green-2 is {node.state} ({node.mode}); its plan {plan.get('from')} -> "
         f"{plan.get('to')}: {plan.get('counts')}"
     )
-    status, body = demo.http(green, "POST", f"/append?collection={TABLES}", _lines(TABLE_ROWS[:1]))
-    demo.say(
-        f"POST /append on the read-only green-2 -> {status} "
-        f"({json.loads(body).get('error')}): only the leader writes"
-    )
+    try:
+        green.client().append(TABLES, TABLE_ROWS[:1])
+    except SidecarError as exc:
+        demo.say(
+            f"POST /append on the read-only green-2 -> {exc.status} ({exc.code}): "
+            "only the leader writes"
+        )
+    else:
+        raise DemoError("the read-only green-2 accepted an append")
     demo.command("status")
 
     demo.section("5. Promote generation 2")
@@ -274,11 +269,12 @@ def run_story(demo: Demo) -> None:
         (TABLES, "evolution: the added source_id reads as null"),
         (ROLES, "rewrite: numeric role ids became 'u7', 'u8'"),
     ):
-        status, body = demo.http(green, "GET", f"/read?collection={collection}")
-        if status != 200:
-            raise DemoError(f"read of {collection} answered {status}: {body.decode()}")
+        try:
+            rows = green.client().read_rows(collection)
+        except SidecarError as exc:
+            raise DemoError(f"read of {collection}: {exc}") from None
         demo.say(f"GET /read?collection={collection}  [dim]({note})[/dim]")
-        demo.console.print(rows_table([json.loads(line) for line in body.decode().splitlines()]))
+        demo.console.print(rows_table(rows))
 
     demo.section("7. The upgrade is pending: 0.10.0 may still be promoted back")
     demo.command("status")

@@ -25,9 +25,9 @@ from kazoo.client import KazooClient
 
 from catalog.consensus import env_root
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
+from orchestrator.client import Answer, SidecarClient
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
-from orchestrator.testing.client import HttpAnswer, http_request
 from orchestrator.testing.netns import Namespace
 from orchestrator.testing.zkserver import free_port
 
@@ -289,15 +289,21 @@ class SidecarProcess:
         *,
         timeout: float = 10.0,
         headers: Mapping[str, str] | None = None,
-    ) -> HttpAnswer:
-        """One HTTP request to the process's server (with its token, if it has one)."""
+    ) -> Answer:
+        """One HTTP request to the process's server (with its token, if it has one): the
+        client's raw exchange, on a connection of its own."""
+        return self.client(timeout=timeout, keep_alive=False).send(
+            method, path, body, headers=headers
+        )
+
+    def client(self, *, timeout: float = 30.0, keep_alive: bool = True) -> SidecarClient:
+        """A client of the process's server, with its token."""
         host, _, port = self.http.rpartition(":")
         if host.strip("[]") in ("0.0.0.0", "::", ""):  # a wildcard listener: ask on loopback
             host = "127.0.0.1"
-        url = f"http://{host}:{port}{path}"
-        if self.http_token is not None:
-            headers = {"Authorization": f"Bearer {self.http_token}", **(headers or {})}
-        return http_request(method, url, body, timeout=timeout, headers=headers)
+        return SidecarClient(
+            f"http://{host}:{port}", token=self.http_token, timeout=timeout, keep_alive=keep_alive
+        )
 
     def wait_node(
         self,

@@ -69,9 +69,7 @@ def catalog_of(consensus: Consensus, blob: BlobStore, shards: dict[str, Shard]) 
         f"s{i}": CollectionRef(global_id=f"s{i}", name=name, shard_id=s.shard_id, fingerprint="x")
         for i, (name, s) in enumerate(sorted(shards.items()))
     }
-    state = CatalogState(
-        version="0.1.0", deploy_generation=1, blob_uri=blob.uri, collections=refs
-    )
+    state = CatalogState(version="0.1.0", deploy_generation=1, blob_uri=blob.uri, collections=refs)
     consensus.commit([catalog_write_op(state, -1)])
 
 

@@ -67,9 +67,7 @@ def cluster(
     with pytest.MonkeyPatch.context() as patch:
         for name, value in object_store.credentials.environment().items():
             patch.setenv(name, value)
-        with SparkStandaloneCluster(
-            tmp_path_factory.mktemp("spark-cluster"), workers=2
-        ) as running:
+        with SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as running:
             yield running
 
 

@@ -75,6 +75,7 @@ def test_appends_that_share_a_commit_in_the_window_are_each_checked_alone(
     value needs the wide type, whose row is bad or whose key holds another body is refused on
     its own, naming its own field and none of the other members' values; every fitting member
     lands exactly once."""
+
     def start(version: str, generation: int, name: str, **options: Any) -> Any:
         return launch(version, generation, name, release=str(release_file(version, RELEASES)),
                       **options)  # fmt: skip

@@ -6,13 +6,12 @@ plain TCP, is refused; bad certificate files exit 2 naming the file."""
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.client import SidecarClient
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, new_client
 from orchestrator.zktls import ServerTls, ZkTls
@@ -149,10 +148,9 @@ def test_the_sidecar_serves_https_and_refuses_bad_tls_files(
             )  # fmt: skip
             started.append(leader)
             leader.wait_state("serving")
-            context = ssl.create_default_context(cafile=str(ca.ca_file))
-            url = f"https://{leader.sidecar.http}/healthz"
-            with urllib.request.urlopen(url, timeout=10, context=context) as answer:
-                assert answer.status == 200
+            https_client = SidecarClient(f"https://{leader.sidecar.http}", ca_file=ca.ca_file)
+            assert https_client.send("GET", "/healthz").status == 200
+            assert https_client.ready()
             assert leader.http("GET", "/healthz")[0] == 0  # plain HTTP: no answer
         bad = ["--http-tls-cert", str(web.cert), "--http-tls-key", str(client_identity.key)]
         done = cli(

@@ -100,8 +100,16 @@ def test_cli_zookeeper_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     """`catalog-upgrade zookeeper` serves kazoo and exits 0 on SIGTERM, leaving no JVM behind."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "zookeeper", "--port", str(port),
-         "--data-dir", str(tmp_path / "zk")],
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "zookeeper",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "zk"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

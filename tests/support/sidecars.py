@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import pytest
@@ -27,8 +28,8 @@ from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
+from orchestrator.client import SidecarClient
 from orchestrator.testing import harness
-from orchestrator.testing.client import http_request
 from support.zookeeper import ZkEnv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +166,9 @@ class SidecarProcess:
 def http_call(method: str, url: str, body: bytes | None = None) -> tuple[int, bytes]:
     """One HTTP request; (status, body) for success and error statuses alike, OSError when
     nothing answers."""
-    answer = http_request(method, url, body, timeout=30.0)
+    parts = urlsplit(url)
+    client = SidecarClient(f"{parts.scheme}://{parts.netloc}", timeout=30.0, keep_alive=False)
+    answer = client.send(method, parts.path + (f"?{parts.query}" if parts.query else ""), body)
     if answer.status == 0:
         raise OSError(answer.error)
     return answer.status, answer.body

@@ -256,9 +256,10 @@ def test_plan_json_of_a_refused_path_has_its_findings_and_the_refusal() -> None:
     result = run(*args, "--from", "0.1.0", "--to", "0.2.0", "--json")
     assert result.exit_code == EXIT_REFUSED
     document = json.loads(result.stdout)
-    assert document["ok"] is False and document["refusal"]["error"] == json.loads(
-        result.stderr
-    )["error"]
+    assert (
+        document["ok"] is False
+        and document["refusal"]["error"] == json.loads(result.stderr)["error"]
+    )
     assert [f["category"] for f in document["findings"]] == ["missing-instruction"]
     assert document["findings"][0]["collection"] == "mz_catalog.mz_tables"
 

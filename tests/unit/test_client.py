@@ -80,3 +80,33 @@ def test_an_unreachable_sidecar_is_unavailable_after_the_deadline() -> None:
     assert caught.value.code == "unreachable"
     with pytest.raises(ValueError, match="http://HOST:PORT"):
         SidecarClient("ftp://x")
+
+
+def test_batches_stream_and_a_refused_stream_raises_its_code(
+    served: tuple[ScriptedApi, SidecarClient],
+) -> None:
+    api, client = served
+    api.table = pa.table({"id": list(range(10))})
+    batches = list(client.read_batches("s.t"))
+    assert batches and sum(b.num_rows for b in batches) == 10
+    assert pa.Table.from_batches(batches).column("id").to_pylist() == list(range(10))
+    with pytest.raises(SidecarError) as refused, client.stream("GET", "/nope"):
+        pass
+    assert refused.value.status == 404 and refused.value.code == "not-found"
+    assert "catalog_upgrade" in client.metrics()
+    assert client.openapi()["openapi"] == "3.1.0"
+
+
+def test_the_raw_exchange_answers_every_status_and_never_raises(
+    served: tuple[ScriptedApi, SidecarClient],
+) -> None:
+    api, client = served
+    answer = client.send("POST", "/append?collection=s.t", b'{"id": 1}\n')
+    assert answer.ok and answer.json()["rows"] == 1
+    assert api.keys == [None], "the raw exchange adds no key"
+    assert api.formats[-1][0] is False, "sent as JSON lines"
+    missing = client.send("GET", "/nope")
+    assert missing.status == 404 and missing.json()["error"] and not missing.ok
+    assert missing.summary().startswith("HTTP 404: {")
+    down = SidecarClient("http://127.0.0.1:9", keep_alive=False).send("GET", "/healthz")
+    assert down.status == 0 and down.error and down.summary().startswith("unreachable (")

@@ -203,9 +203,11 @@ IMAGES = (".png", ".jpg", ".jpeg", ".svg", ".gif", ".webp")
 def test_no_binary_is_tracked_outside_fixtures_and_images() -> None:
     """Wheels, archives and builds are installed by the project's own files, never committed:
     a tracked file with a NUL byte may only be a test fixture or one of the docs' images."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     checked, binaries = 0, []
     for name in filter(None, tracked):
         path = ROOT / name

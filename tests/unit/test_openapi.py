@@ -3,11 +3,9 @@ every error code the API can answer, served at /openapi.json."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
-
 from openapi_spec_validator import validate
 
+from orchestrator.client import SidecarClient
 from orchestrator.sidecar.access import OPEN, ROLES
 from orchestrator.sidecar.http import REFUSALS, ROUTES
 from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document
@@ -46,8 +44,7 @@ def test_every_route_is_described_with_its_credential_and_every_refusal() -> Non
 def test_the_sidecar_serves_it_without_a_credential() -> None:
     server = SidecarHttpServer(ScriptedApi()).start()
     try:
-        with urllib.request.urlopen(f"http://{server.address}/openapi.json", timeout=10) as answer:
-            served = json.loads(answer.read())
+        served = SidecarClient(f"http://{server.address}").openapi()
     finally:
         server.stop()
     assert served["openapi"] == "3.1.0" and "/read" in served["paths"]

@@ -273,8 +273,11 @@ def test_validate_refuses_a_backport_that_renamed_differently() -> None:
     """A patch renames a -> b; the next minor renames a -> c: from the patch there is no a."""
     from catalog.release import Builtin, Mechanism, Migration, Release
 
-    patch = Release("0.1.1", [Builtin("mz_catalog", "mz_things", "table", "s1", B)],
-                    [Migration("0.1.1", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION)])
+    patch = Release(
+        "0.1.1",
+        [Builtin("mz_catalog", "mz_things", "table", "s1", B)],
+        [Migration("0.1.1", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION)],
+    )
     other = pa.schema([renamed(pa.field("c", pa.string()), "a")])
     minor = Release("0.2.0", [Builtin("mz_catalog", "mz_things", "table", "s1", other)], [
         Migration("0.1.1", "mz_catalog", "mz_things", "table", Mechanism.EVOLUTION),

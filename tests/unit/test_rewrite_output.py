@@ -62,8 +62,11 @@ def test_a_missing_required_column_is_refused_naming_it() -> None:
 def test_without_later_evolutions_a_forgotten_column_is_refused() -> None:
     """Only evolutions planned after the rewrite fill columns: a plain rewrite stays strict."""
     latest = pa.schema(
-        [pa.field("id", pa.string(), nullable=False), pa.field("name", pa.string()),
-         pa.field("note", pa.string())]
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("name", pa.string()),
+            pa.field("note", pa.string()),
+        ]
     )
     with pytest.raises(ShardError) as info:
         apply_transforms(

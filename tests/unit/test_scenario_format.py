@@ -312,6 +312,7 @@ def test_steps_print_back_as_valid_toml(scenario_dir: Path) -> None:
     printed = HEADER + "\n\n".join(step.to_toml() for step in scenario.steps)
     tomllib.loads(printed)
     again = parse_scenario(printed, scenario_dir / "s.toml")
+
     def unlocated(steps: tuple[Step, ...]) -> list[Step]:
         return [attrs.evolve(s, line=0) for s in steps]
 

@@ -69,137 +69,344 @@ CASES: list[Any] = [
     # top level
     pytest.param(sch(f("a", I32)), sch(f("a", I32)), OK, "", id="identical"),
     pytest.param(sch(nn("a", I32)), sch(f("a", I32)), OK, "", id="relax"),
-    pytest.param(sch(f("a", I32), f("b", STR), f("c", I64)), sch(f("a", I32), f("c", I64)), OK, "",
-                 id="delete-middle"),
+    pytest.param(
+        sch(f("a", I32), f("b", STR), f("c", I64)),
+        sch(f("a", I32), f("c", I64)),
+        OK,
+        "",
+        id="delete-middle",
+    ),
     pytest.param(sch(f("a", I32), f("b", STR)), sch(f("a", I32)), OK, "", id="delete-last"),
     pytest.param(sch(f("a", I32)), sch(f("a", I32), f("b", STR)), OK, "", id="add-nullable-end"),
-    pytest.param(sch(f("a", I32), f("b", STR)), sch(f("a", I32), f("c", STR)), OK, "",
-                 id="delete-and-add"),
+    pytest.param(
+        sch(f("a", I32), f("b", STR)), sch(f("a", I32), f("c", STR)), OK, "", id="delete-and-add"
+    ),
     pytest.param(sch(f("a", I32)), sch(f("a", I64)), OK, "", id="int-widening"),
     pytest.param(sch(f("a", I64)), sch(f("a", I32)), "type-changed", "a", id="int-narrowing"),
-    pytest.param(sch(f("a", I64)), sch(f("a", pa.float64())), "type-changed", "a",
-                 id="int64-to-double-loses-precision"),
-    pytest.param(sch(f("a", pa.uint64())), sch(f("a", I64)), "type-changed", "a",
-                 id="uint64-to-int64"),
-    pytest.param(sch(f("a", STR)), sch(f("a", pa.large_string())), OK, "",
-                 id="string-to-large-string"),
-    pytest.param(sch(f("t", pa.timestamp("us", "UTC"))), sch(f("t", pa.timestamp("us", "+01:00"))),
-                 "type-changed", "t", id="timezone"),
-    pytest.param(sch(f("d", pa.decimal128(10, 2))), sch(f("d", pa.decimal128(12, 2))), OK, "",
-                 id="decimal-precision"),
-    pytest.param(sch(f("d", pa.decimal128(10, 2))), sch(f("d", pa.decimal128(12, 3))),
-                 "type-changed", "d", id="decimal-scale"),
+    pytest.param(
+        sch(f("a", I64)),
+        sch(f("a", pa.float64())),
+        "type-changed",
+        "a",
+        id="int64-to-double-loses-precision",
+    ),
+    pytest.param(
+        sch(f("a", pa.uint64())), sch(f("a", I64)), "type-changed", "a", id="uint64-to-int64"
+    ),
+    pytest.param(
+        sch(f("a", STR)), sch(f("a", pa.large_string())), OK, "", id="string-to-large-string"
+    ),
+    pytest.param(
+        sch(f("t", pa.timestamp("us", "UTC"))),
+        sch(f("t", pa.timestamp("us", "+01:00"))),
+        "type-changed",
+        "t",
+        id="timezone",
+    ),
+    pytest.param(
+        sch(f("d", pa.decimal128(10, 2))),
+        sch(f("d", pa.decimal128(12, 2))),
+        OK,
+        "",
+        id="decimal-precision",
+    ),
+    pytest.param(
+        sch(f("d", pa.decimal128(10, 2))),
+        sch(f("d", pa.decimal128(12, 3))),
+        "type-changed",
+        "d",
+        id="decimal-scale",
+    ),
     pytest.param(sch(f("a", I32)), sch(f("a", XY)), "type-changed", "a", id="int-to-struct"),
     pytest.param(sch(f("a", I32)), sch(nn("a", I32)), "nullability-tightened", "a", id="tighten"),
-    pytest.param(sch(f("a", I32), f("b", STR)), sch(f("b", STR), f("a", I32)), "field-reordered",
-                 "a", id="reorder"),
-    pytest.param(sch(f("a", I32)), sch(f("a", I32), nn("b", STR)), "field-added-not-nullable", "b",
-                 id="add-non-null"),
-    pytest.param(sch(f("a", I32)), sch(f("b", STR), f("a", I32)), "field-added-not-at-end", "b",
-                 id="add-front"),
-    pytest.param(sch(f("a", I32), f("c", I32)), sch(f("a", I32), f("b", STR), f("c", I32)),
-                 "field-added-not-at-end", "b", id="add-middle"),
-    pytest.param(sch(f("a", I32), tomb(f("b", STR))), sch(f("a", I32), f("b", STR)),
-                 "field-readded", "b", id="readd"),
-    pytest.param(sch(f("a", I32)), sch(f("a", I32), f("b", STR), f("b", I32)),
-                 "field-name-duplicated", "b", id="duplicate"),
+    pytest.param(
+        sch(f("a", I32), f("b", STR)),
+        sch(f("b", STR), f("a", I32)),
+        "field-reordered",
+        "a",
+        id="reorder",
+    ),
+    pytest.param(
+        sch(f("a", I32)),
+        sch(f("a", I32), nn("b", STR)),
+        "field-added-not-nullable",
+        "b",
+        id="add-non-null",
+    ),
+    pytest.param(
+        sch(f("a", I32)),
+        sch(f("b", STR), f("a", I32)),
+        "field-added-not-at-end",
+        "b",
+        id="add-front",
+    ),
+    pytest.param(
+        sch(f("a", I32), f("c", I32)),
+        sch(f("a", I32), f("b", STR), f("c", I32)),
+        "field-added-not-at-end",
+        "b",
+        id="add-middle",
+    ),
+    pytest.param(
+        sch(f("a", I32), tomb(f("b", STR))),
+        sch(f("a", I32), f("b", STR)),
+        "field-readded",
+        "b",
+        id="readd",
+    ),
+    pytest.param(
+        sch(f("a", I32)),
+        sch(f("a", I32), f("b", STR), f("b", I32)),
+        "field-name-duplicated",
+        "b",
+        id="duplicate",
+    ),
     # struct
     pytest.param(sch(f("s", XY_NN)), sch(f("s", XY)), OK, "", id="struct-relax"),
     pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I32)))), OK, "", id="struct-delete"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I32), f("y", STR), f("z", I64)))), OK, "",
-                 id="struct-add-end"),
-    pytest.param(sch(nn("s", XY_NN)), sch(f("s", st(f("x", I32), f("z", STR)))), OK, "",
-                 id="struct-relax-parent-delete-add"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I64), f("y", STR)))), OK, "",
-                 id="struct-widening"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", pa.int16()), f("y", STR)))),
-                 "type-changed", "s.x", id="struct-type"),
-    pytest.param(sch(f("s", XY)), sch(f("s", XY_NN)), "nullability-tightened", "s.x",
-                 id="struct-tighten"),
+    pytest.param(
+        sch(f("s", XY)),
+        sch(f("s", st(f("x", I32), f("y", STR), f("z", I64)))),
+        OK,
+        "",
+        id="struct-add-end",
+    ),
+    pytest.param(
+        sch(nn("s", XY_NN)),
+        sch(f("s", st(f("x", I32), f("z", STR)))),
+        OK,
+        "",
+        id="struct-relax-parent-delete-add",
+    ),
+    pytest.param(
+        sch(f("s", XY)), sch(f("s", st(f("x", I64), f("y", STR)))), OK, "", id="struct-widening"
+    ),
+    pytest.param(
+        sch(f("s", XY)),
+        sch(f("s", st(f("x", pa.int16()), f("y", STR)))),
+        "type-changed",
+        "s.x",
+        id="struct-type",
+    ),
+    pytest.param(
+        sch(f("s", XY)), sch(f("s", XY_NN)), "nullability-tightened", "s.x", id="struct-tighten"
+    ),
     pytest.param(sch(nn("s", XY)), sch(f("s", XY)), OK, "", id="struct-parent-relax"),
-    pytest.param(sch(f("s", XY)), sch(nn("s", XY)), "nullability-tightened", "s",
-                 id="struct-parent-tighten"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("y", STR), f("x", I32)))), "field-reordered",
-                 "s.x", id="struct-reorder"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("x", I32), f("y", STR), nn("z", I64)))),
-                 "field-added-not-nullable", "s.z", id="struct-add-non-null"),
-    pytest.param(sch(f("s", XY)), sch(f("s", st(f("z", I64), f("x", I32), f("y", STR)))),
-                 "field-added-not-at-end", "s.z", id="struct-add-front"),
-    pytest.param(sch(f("s", st(f("x", I32), tomb(f("y", STR))))), sch(f("s", XY)),
-                 "field-readded", "s.y", id="struct-readd"),
-    pytest.param(sch(f("s", st(f("t", st(f("u", I32)))))), sch(f("s", st(f("t", st(f("u", STR)))))),
-                 "type-changed", "s.t.u", id="struct-2-deep-type"),
+    pytest.param(
+        sch(f("s", XY)), sch(nn("s", XY)), "nullability-tightened", "s", id="struct-parent-tighten"
+    ),
+    pytest.param(
+        sch(f("s", XY)),
+        sch(f("s", st(f("y", STR), f("x", I32)))),
+        "field-reordered",
+        "s.x",
+        id="struct-reorder",
+    ),
+    pytest.param(
+        sch(f("s", XY)),
+        sch(f("s", st(f("x", I32), f("y", STR), nn("z", I64)))),
+        "field-added-not-nullable",
+        "s.z",
+        id="struct-add-non-null",
+    ),
+    pytest.param(
+        sch(f("s", XY)),
+        sch(f("s", st(f("z", I64), f("x", I32), f("y", STR)))),
+        "field-added-not-at-end",
+        "s.z",
+        id="struct-add-front",
+    ),
+    pytest.param(
+        sch(f("s", st(f("x", I32), tomb(f("y", STR))))),
+        sch(f("s", XY)),
+        "field-readded",
+        "s.y",
+        id="struct-readd",
+    ),
+    pytest.param(
+        sch(f("s", st(f("t", st(f("u", I32)))))),
+        sch(f("s", st(f("t", st(f("u", STR)))))),
+        "type-changed",
+        "s.t.u",
+        id="struct-2-deep-type",
+    ),
     pytest.param(sch(f("s", XY)), sch(f("s", lst(I32))), "type-changed", "s", id="struct-to-list"),
     # list
-    pytest.param(sch(f("l", lst(nn("item", I32)))), sch(f("l", lst(I32))), OK, "",
-                 id="list-element-relax"),
-    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(nn("item", I32)))),
-                 "nullability-tightened", "l.items", id="list-element-tighten"),
-    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(I64))), OK, "",
-                 id="list-element-widening"),
-    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(STR))), "type-changed", "l.items",
-                 id="list-element-type"),
-    pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("x", I32), f("y", STR), f("z", I64))))),
-                 OK, "", id="list-struct-add"),
-    pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("y", STR))))), OK, "",
-                 id="list-struct-delete"),
-    pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("x", I32), f("y", STR), nn("z", I64))))),
-                 "field-added-not-nullable", "l.items.z", id="list-struct-add-non-null"),
-    pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("y", STR), f("x", I32))))),
-                 "field-reordered", "l.items.x", id="list-struct-reorder"),
-    pytest.param(sch(f("l", lst(XY))), sch(f("l", lst(st(f("x", STR), f("y", STR))))),
-                 "type-changed", "l.items.x", id="list-struct-type"),
-    pytest.param(sch(f("l", lst(st(f("x", I32), tomb(f("y", STR)))))), sch(f("l", lst(XY))),
-                 "field-readded", "l.items.y", id="list-struct-readd"),
-    pytest.param(sch(f("l", lst(I32))), sch(f("l", llst(I32))), OK, "",
-                 id="list-to-large-list"),
-    pytest.param(sch(f("l", lst(I32), nullable=False)), sch(f("l", lst(I32))), OK, "",
-                 id="list-relax"),
+    pytest.param(
+        sch(f("l", lst(nn("item", I32)))), sch(f("l", lst(I32))), OK, "", id="list-element-relax"
+    ),
+    pytest.param(
+        sch(f("l", lst(I32))),
+        sch(f("l", lst(nn("item", I32)))),
+        "nullability-tightened",
+        "l.items",
+        id="list-element-tighten",
+    ),
+    pytest.param(sch(f("l", lst(I32))), sch(f("l", lst(I64))), OK, "", id="list-element-widening"),
+    pytest.param(
+        sch(f("l", lst(I32))),
+        sch(f("l", lst(STR))),
+        "type-changed",
+        "l.items",
+        id="list-element-type",
+    ),
+    pytest.param(
+        sch(f("l", lst(XY))),
+        sch(f("l", lst(st(f("x", I32), f("y", STR), f("z", I64))))),
+        OK,
+        "",
+        id="list-struct-add",
+    ),
+    pytest.param(
+        sch(f("l", lst(XY))), sch(f("l", lst(st(f("y", STR))))), OK, "", id="list-struct-delete"
+    ),
+    pytest.param(
+        sch(f("l", lst(XY))),
+        sch(f("l", lst(st(f("x", I32), f("y", STR), nn("z", I64))))),
+        "field-added-not-nullable",
+        "l.items.z",
+        id="list-struct-add-non-null",
+    ),
+    pytest.param(
+        sch(f("l", lst(XY))),
+        sch(f("l", lst(st(f("y", STR), f("x", I32))))),
+        "field-reordered",
+        "l.items.x",
+        id="list-struct-reorder",
+    ),
+    pytest.param(
+        sch(f("l", lst(XY))),
+        sch(f("l", lst(st(f("x", STR), f("y", STR))))),
+        "type-changed",
+        "l.items.x",
+        id="list-struct-type",
+    ),
+    pytest.param(
+        sch(f("l", lst(st(f("x", I32), tomb(f("y", STR)))))),
+        sch(f("l", lst(XY))),
+        "field-readded",
+        "l.items.y",
+        id="list-struct-readd",
+    ),
+    pytest.param(sch(f("l", lst(I32))), sch(f("l", llst(I32))), OK, "", id="list-to-large-list"),
+    pytest.param(
+        sch(f("l", lst(I32), nullable=False)), sch(f("l", lst(I32))), OK, "", id="list-relax"
+    ),
     # large_list
     pytest.param(sch(f("l", llst(XY))), sch(f("l", llst(XYZ))), OK, "", id="large-list-struct-add"),
-    pytest.param(sch(f("l", llst(XY))), sch(f("l", llst(XY_NN))), "nullability-tightened",
-                 "l.items.x", id="large-list-struct-tighten"),
-    pytest.param(sch(f("l", llst(XY))), sch(f("l", llst(ZXY))),
-                 "field-added-not-at-end", "l.items.z", id="large-list-struct-add-front"),
-    pytest.param(sch(f("l", llst(I32))), sch(f("l", lst(I32))), "type-changed", "l",
-                 id="large-list-to-list"),
-    pytest.param(sch(f("l", llst(I32))), sch(f("l", llst(STR))), "type-changed", "l.items",
-                 id="large-list-element-type"),
+    pytest.param(
+        sch(f("l", llst(XY))),
+        sch(f("l", llst(XY_NN))),
+        "nullability-tightened",
+        "l.items.x",
+        id="large-list-struct-tighten",
+    ),
+    pytest.param(
+        sch(f("l", llst(XY))),
+        sch(f("l", llst(ZXY))),
+        "field-added-not-at-end",
+        "l.items.z",
+        id="large-list-struct-add-front",
+    ),
+    pytest.param(
+        sch(f("l", llst(I32))), sch(f("l", lst(I32))), "type-changed", "l", id="large-list-to-list"
+    ),
+    pytest.param(
+        sch(f("l", llst(I32))),
+        sch(f("l", llst(STR))),
+        "type-changed",
+        "l.items",
+        id="large-list-element-type",
+    ),
     # map
-    pytest.param(sch(f("m", mp(STR, XY))), sch(f("m", mp(STR, st(f("x", I32), f("y", STR),
-                                                                    f("z", I32))))),
-                 OK, "", id="map-value-struct-add"),
-    pytest.param(sch(f("m", mp(STR, XY))), sch(f("m", mp(STR, st(f("x", I32))))), OK, "",
-                 id="map-value-struct-delete"),
-    pytest.param(sch(f("m", mp(STR, nn("value", I32)))), sch(f("m", mp(STR, I32))), OK, "",
-                 id="map-value-relax"),
-    pytest.param(sch(f("m", mp(STR, I32))), sch(f("m", mp(STR, nn("value", I32)))),
-                 "nullability-tightened", "m.value", id="map-value-tighten"),
-    pytest.param(sch(f("m", mp(STR, I32))), sch(f("m", mp(STR, STR))), "type-changed", "m.value",
-                 id="map-value-type"),
-    pytest.param(sch(f("m", mp(STR, XY))), sch(f("m", mp(STR, st(f("y", STR), f("x", I32))))),
-                 "field-reordered", "m.value.x", id="map-value-struct-reorder"),
-    pytest.param(sch(f("m", mp(STR, XY))), sch(f("m", mp(STR, st(f("x", I32), f("y", STR),
-                                                                    nn("z", I32))))),
-                 "field-added-not-nullable", "m.value.z", id="map-value-struct-add-non-null"),
-    pytest.param(sch(f("m", mp(STR, st(f("x", I32), tomb(f("y", STR)))))), sch(f("m", mp(STR, XY))),
-                 "field-readded", "m.value.y", id="map-value-struct-readd"),
-    pytest.param(sch(f("m", mp(STR, I32))), sch(f("m", mp(I64, I32))), "map-key-changed", "m.key",
-                 id="map-key-type"),
-    pytest.param(sch(f("m", mp(STR, I32))), sch(f("m", mp(STR, I32, keys_sorted=True))),
-                 "map-key-changed", "m.key", id="map-keys-sorted"),
-    pytest.param(sch(f("m", mp(STR, I32))), sch(f("m", lst(I32))), "type-changed", "m",
-                 id="map-to-list"),
+    pytest.param(
+        sch(f("m", mp(STR, XY))),
+        sch(f("m", mp(STR, st(f("x", I32), f("y", STR), f("z", I32))))),
+        OK,
+        "",
+        id="map-value-struct-add",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, XY))),
+        sch(f("m", mp(STR, st(f("x", I32))))),
+        OK,
+        "",
+        id="map-value-struct-delete",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, nn("value", I32)))),
+        sch(f("m", mp(STR, I32))),
+        OK,
+        "",
+        id="map-value-relax",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, I32))),
+        sch(f("m", mp(STR, nn("value", I32)))),
+        "nullability-tightened",
+        "m.value",
+        id="map-value-tighten",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, I32))),
+        sch(f("m", mp(STR, STR))),
+        "type-changed",
+        "m.value",
+        id="map-value-type",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, XY))),
+        sch(f("m", mp(STR, st(f("y", STR), f("x", I32))))),
+        "field-reordered",
+        "m.value.x",
+        id="map-value-struct-reorder",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, XY))),
+        sch(f("m", mp(STR, st(f("x", I32), f("y", STR), nn("z", I32))))),
+        "field-added-not-nullable",
+        "m.value.z",
+        id="map-value-struct-add-non-null",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, st(f("x", I32), tomb(f("y", STR)))))),
+        sch(f("m", mp(STR, XY))),
+        "field-readded",
+        "m.value.y",
+        id="map-value-struct-readd",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, I32))),
+        sch(f("m", mp(I64, I32))),
+        "map-key-changed",
+        "m.key",
+        id="map-key-type",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, I32))),
+        sch(f("m", mp(STR, I32, keys_sorted=True))),
+        "map-key-changed",
+        "m.key",
+        id="map-keys-sorted",
+    ),
+    pytest.param(
+        sch(f("m", mp(STR, I32))), sch(f("m", lst(I32))), "type-changed", "m", id="map-to-list"
+    ),
     # deep nesting and bare DataTypes
-    pytest.param(sch(f("l", lst(mp(STR, lst(st(f("a", I32))))))),
-                 sch(f("l", lst(mp(STR, lst(st(f("a", I32), nn("b", I32))))))),
-                 "field-added-not-nullable", "l.items.value.items.b", id="deep-add-non-null"),
+    pytest.param(
+        sch(f("l", lst(mp(STR, lst(st(f("a", I32))))))),
+        sch(f("l", lst(mp(STR, lst(st(f("a", I32), nn("b", I32))))))),
+        "field-added-not-nullable",
+        "l.items.value.items.b",
+        id="deep-add-non-null",
+    ),
     pytest.param(I64, I32, "type-changed", "", id="datatype-root"),
     pytest.param(XY, st(f("x", I32), f("y", STR), f("z", STR)), OK, "", id="datatype-struct-add"),
     pytest.param(lst(XY), lst(st(f("x", I32))), OK, "", id="datatype-list-delete"),
     pytest.param(XY, st(f("y", STR)), OK, "", id="datatype-struct-delete-first"),
-    pytest.param(lst(XY), lst(XY_NN), "nullability-tightened", "items.x",
-                 id="datatype-list-tighten"),
+    pytest.param(
+        lst(XY), lst(XY_NN), "nullability-tightened", "items.x", id="datatype-list-tighten"
+    ),
 ]
 
 
@@ -481,8 +688,9 @@ def test_migrate_refuses_columns_outside_the_schema() -> None:
         cs.migrate(batch, sch(f("a", I64)), sch(f("a", I64)))
     assert (info.value.rule, info.value.path) == ("data-mismatch", "_ts")
     with pytest.raises(SchemaIncompatibleError) as info:
-        cs.migrate_batch(pa.record_batch([pa.array([1])], names=["a"]), sch(f("a", I64)),
-                         sch(f("a", I64)))
+        cs.migrate_batch(
+            pa.record_batch([pa.array([1])], names=["a"]), sch(f("a", I64)), sch(f("a", I64))
+        )
     assert (info.value.rule, info.value.path) == ("data-mismatch", "_ts")
 
 
@@ -492,8 +700,9 @@ def test_migrate_refuses_incompatible_types_and_mismatched_data() -> None:
         cs.migrate(pa.array([1], I64), I64, I32)
     assert info.value.rule == "type-changed"
     with pytest.raises(SchemaIncompatibleError) as info:
-        cs.migrate(pa.array([{"x": 1}], st(f("x", I64))), st(f("x", I32)), st(f("x", I32),
-                                                                           f("y", I32)))
+        cs.migrate(
+            pa.array([{"x": 1}], st(f("x", I64))), st(f("x", I32)), st(f("x", I32), f("y", I32))
+        )
     assert (info.value.rule, info.value.path) == ("data-mismatch", "x")
 
 
@@ -539,8 +748,11 @@ def test_migrate_handles_parquet_list_element_names() -> None:
         (sch(nn("a", I32)), sch(f("a", I32)), True),
         (sch(f("a", I32), f("b", STR)), sch(f("b", STR)), False),
         (sch(f("l", lst(XY))), sch(f("l", lst(st(f("y", STR))))), False),
-        (sch(f("m", mp(STR, XY))), sch(f("m", mp(STR, st(f("x", I32), f("y", STR), f("z", STR))))),
-         True),
+        (
+            sch(f("m", mp(STR, XY))),
+            sch(f("m", mp(STR, st(f("x", I32), f("y", STR), f("z", STR))))),
+            True,
+        ),
     ],
 )
 def test_migration_preserves_order(old: pa.Schema, new: pa.Schema, preserves: bool) -> None:
@@ -559,8 +771,7 @@ def test_migration_preserves_order_refuses_incompatible() -> None:
 
 SHARD = cs.evolve(
     cs.migration_type(sch(nn("id", I64), f("s", XY_NN), f("l", lst(XY)), f("m", mp(STR, I32)))),
-    sch(f("id", I64), f("s", st(nn("x", I32))), f("l", lst(XY)), f("m", mp(STR, I32)),
-        f("n", STR)),
+    sch(f("id", I64), f("s", st(nn("x", I32))), f("l", lst(XY)), f("m", mp(STR, I32)), f("n", STR)),
 )
 
 
@@ -639,12 +850,17 @@ def test_fingerprint_ignores_metadata() -> None:
         pytest.param(sch(f("id", I64), *list(PINNED)[1:]), id="nullability"),
         pytest.param(sch(*list(PINNED)[1:], nn("id", I64)), id="order"),
         pytest.param(sch(nn("ID", I64), *list(PINNED)[1:]), id="name"),
-        pytest.param(sch(*list(PINNED)[:2], f("at", pa.timestamp("us", "+00:00")),
-                         *list(PINNED)[3:]), id="timezone"),
-        pytest.param(sch(*list(PINNED)[:3], f("amount", pa.decimal128(12, 2)),
-                         *list(PINNED)[4:]), id="scale"),
-        pytest.param(sch(*list(PINNED)[:4], f("tags", lst(nn("item", STR))), *list(PINNED)[5:]),
-                     id="element-nullability"),
+        pytest.param(
+            sch(*list(PINNED)[:2], f("at", pa.timestamp("us", "+00:00")), *list(PINNED)[3:]),
+            id="timezone",
+        ),
+        pytest.param(
+            sch(*list(PINNED)[:3], f("amount", pa.decimal128(12, 2)), *list(PINNED)[4:]), id="scale"
+        ),
+        pytest.param(
+            sch(*list(PINNED)[:4], f("tags", lst(nn("item", STR))), *list(PINNED)[5:]),
+            id="element-nullability",
+        ),
         pytest.param(sch(*list(PINNED)[:6], f("blob", pa.list_(pa.binary()))), id="list-kind"),
     ],
 )
@@ -678,8 +894,12 @@ def test_fingerprint_is_identical_in_another_process() -> None:
 def test_schema_diff_lists_dotted_paths() -> None:
     """The diff names added, dropped and relaxed paths at every depth."""
     old = sch(nn("id", I64), f("s", XY), f("l", lst(st(f("a", I32), f("b", I32)))), f("g", STR))
-    new = sch(f("id", I64), f("s", st(f("x", I32))), f("l", lst(st(f("a", I32), f("c", STR)))),
-              f("n", mp(STR, I32)))
+    new = sch(
+        f("id", I64),
+        f("s", st(f("x", I32))),
+        f("l", lst(st(f("a", I32), f("c", STR)))),
+        f("n", mp(STR, I32)),
+    )
     assert cs.schema_diff(old, new) == {
         "added": ["l.items.c", "n"],
         "dropped": ["s.y", "l.items.b", "g"],

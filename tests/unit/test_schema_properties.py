@@ -192,9 +192,7 @@ def _tombstones(mtype: pa.DataType, path: Path = ()) -> list[tuple[Path, str]]:
 
 
 @st.composite
-def disallowed_edit(
-    draw: st.DrawFn, history: pa.Schema, live: pa.Schema
-) -> tuple[pa.Schema, str]:
+def disallowed_edit(draw: st.DrawFn, history: pa.Schema, live: pa.Schema) -> tuple[pa.Schema, str]:
     """One refused evolution of ``live`` and the rule that must refuse it."""
     root = _root(live)
     edits: list[tuple[Path, Edit, str]] = []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
 from catalog.errors import BadInputError, NotLeaderError
+from orchestrator.client import Answer, SidecarClient
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.server import SidecarHttpServer, parse_address
 from support.api import ScriptedApi
@@ -23,16 +23,22 @@ def served() -> Iterator[tuple[ScriptedApi, str]]:
     server.stop()
 
 
-def call(url: str, data: bytes | None = None) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/x-ndjson"} if data is not None else {}
-    request = urllib.request.Request(
-        url, data=data, method="POST" if data is not None else "GET", headers=headers
+def send(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
+    parts = urlsplit(url)
+    client = SidecarClient(f"http://{parts.netloc}", timeout=5, keep_alive=False)
+    answer = client.send(
+        "POST" if data is not None else "GET",
+        parts.path + (f"?{parts.query}" if parts.query else ""),
+        data,
+        headers=headers,
     )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    assert answer.status, answer.error
+    return answer
+
+
+def call(url: str, data: bytes | None = None) -> tuple[int, bytes]:
+    answer = send(url, data)
+    return answer.status, answer.body
 
 
 def test_readyz_follows_state_and_verbose_lists_checks(served: tuple[ScriptedApi, str]) -> None:
@@ -100,16 +106,13 @@ def test_append_passes_the_idempotency_key_and_marks_a_replay(
     """The Idempotency-Key header reaches the data plane; a replayed answer says so in a header."""
     api, base = served
     for key in ("fresh", "seen"):
-        request = urllib.request.Request(
+        answer = send(
             f"{base}/append?collection=s.t",
-            data=b'{"id": 1}\n',
-            method="POST",
-            headers={"Idempotency-Key": key, "Content-Type": "application/json"},
+            b'{"id": 1}\n',
+            {"Idempotency-Key": key, "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=5) as response:
-            replayed = response.headers.get("Idempotent-Replayed")
-            assert json.loads(response.read())["replayed"] is (key == "seen")
-        assert replayed == ("true" if key == "seen" else None)
+        assert answer.status == 200 and answer.json()["replayed"] is (key == "seen")
+        assert answer.headers.get("idempotent-replayed") == ("true" if key == "seen" else None)
     assert api.keys == ["fresh", "seen"]
 
 

@@ -135,7 +135,7 @@ def test_json_lines_of_every_kind_of_column() -> None:
 
     table = pa.table(
         {
-            "s": ['plain', 'q"uote', "back\\slash", "ctl\x01\n", "é ☃ \u2028", None],
+            "s": ["plain", 'q"uote', "back\\slash", "ctl\x01\n", "é ☃ \u2028", None],
             "u": pa.array([0, 2**64 - 1, None, 5, 6, 7], pa.uint64()),
             "b": [True, False, None, True, True, False],
             "f": [1.0, -0.0, float("nan"), None, 1e300, 2.5],

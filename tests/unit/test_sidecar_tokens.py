@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
+from orchestrator.client import SidecarClient
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
@@ -33,18 +33,20 @@ def served(tmp_path: Path) -> Iterator[tuple[ScriptedApi, str]]:
 
 
 def call(url: str, data: bytes | None = None, token: str | None = None) -> tuple[int, dict]:
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    if data is not None:
-        headers["Content-Type"] = "application/x-ndjson"
-    method = "POST" if data is not None else "GET"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, dict(response.headers)
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        error = json.loads(raw)["error"] if raw.startswith(b"{") else raw.decode()
-        return exc.code, {**dict(exc.headers), "error": error}
+    """(status, headers by their lower-case name, and the refusal's ``error``)."""
+    parts = urlsplit(url)
+    client = SidecarClient(f"http://{parts.netloc}", token=token, timeout=5, keep_alive=False)
+    answer = client.send(
+        "POST" if data is not None else "GET",
+        parts.path + (f"?{parts.query}" if parts.query else ""),
+        data,
+    )
+    assert answer.status, answer.error
+    if answer.ok:
+        return answer.status, dict(answer.headers)
+    raw = answer.body
+    error = json.loads(raw)["error"] if raw.startswith(b"{") else raw.decode()
+    return answer.status, {**dict(answer.headers), "error": error}
 
 
 def test_writing_endpoints_need_the_token_and_only_probes_stay_open(
@@ -54,7 +56,7 @@ def test_writing_endpoints_need_the_token_and_only_probes_stay_open(
     append = f"{base}/append?collection=s.t"
     status, headers = call(append, b'{"id": 1}\n')
     assert status == 401 and headers["error"] == "unauthorized"
-    assert headers["WWW-Authenticate"].startswith("Bearer")
+    assert headers["www-authenticate"].startswith("Bearer")
     assert call(append, b'{"id": 1}\n', token="wrong-token-0123456789")[0] == 403
     assert call(f"{base}/promote", b"", token="x")[0] == 403
     assert api.appended == [], "nothing reached the sidecar"

@@ -89,7 +89,7 @@ def _state(value: Any) -> str | None:
 def _server(value: Any) -> str | None:
     if value in SERVER_ROLES or (_is_int(value) and value >= 1):
         return None
-    return f'must be a server number (1, 2, ...), {_roles()}, not {value!r}'
+    return f"must be a server number (1, 2, ...), {_roles()}, not {value!r}"
 
 
 #: What a ZooKeeper server step may name instead of a number: the ensemble's leader, its

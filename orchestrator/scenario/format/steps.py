@@ -290,7 +290,7 @@ class StartZooKeeperStep(Step):
 class PartitionZooKeeperStep(Step):
     action: ClassVar[str] = "partition_zookeeper"
     help: ClassVar[str] = (
-        "cut one ZooKeeper server off from its peers (a number, \"leader\" or \"follower\"); its "
+        'cut one ZooKeeper server off from its peers (a number, "leader" or "follower"); its '
         "clients still reach it. Each server then runs in a network namespace of its own"
     )
     server: int | str = _field("server")

@@ -289,9 +289,7 @@ class FaultMoves:
         self.model.do("heal_zookeeper", timeout=self.model.config.timeout)
         self.model.wait(self.model.leader, "serving")
         how = "its session moved to the majority" if kept else "it lost its session; took over"
-        return (
-            f"{detail}; {how}; a write through the majority; healed, {self.model.leader} serves"
-        )
+        return f"{detail}; {how}; a write through the majority; healed, {self.model.leader} serves"
 
     def _leader_after_cut(self, old_epoch: int, session: str | None) -> bool:
         """After a ZooKeeper server was cut off: whether the leader kept its session (a member
