@@ -202,9 +202,12 @@ class BlobStore:
         group or more per table as they come (never all in memory); its size in bytes."""
 
         def write(path: str) -> None:
-            with self.filesystem.open_output_stream(path) as sink, pq.ParquetWriter(
-                sink, schema, write_page_checksum=True, compression="snappy"
-            ) as writer:
+            with (
+                self.filesystem.open_output_stream(path) as sink,
+                pq.ParquetWriter(
+                    sink, schema, write_page_checksum=True, compression="snappy"
+                ) as writer,
+            ):
                 for table in tables:
                     writer.write_table(table)
 
@@ -243,16 +246,12 @@ class BlobStore:
                 pre_buffer=True,
             )
         except FileNotFoundError as exc:
-            raise BlobMissingError(
-                f"blob {key} is missing", key=key, uri=self.uri
-            ) from exc
+            raise BlobMissingError(f"blob {key} is missing", key=key, uri=self.uri) from exc
         except (pa.ArrowException, OSError, ValueError) as exc:
             if is_transport(exc):  # says nothing of the data: never reported as corrupt
                 raise self._fault(exc, f"reading blob {key} failed", key=key) from exc
             if not self.exists(key):
-                raise BlobMissingError(
-                    f"blob {key} is missing", key=key, uri=self.uri
-                ) from exc
+                raise BlobMissingError(f"blob {key} is missing", key=key, uri=self.uri) from exc
             raise CorruptBlobError(
                 f"blob {key} is partial or not valid Parquet: {exc}",
                 key=key,
@@ -324,9 +323,7 @@ class BlobStore:
             with self.filesystem.open_input_stream(self.path(key)) as source:
                 return bytes(source.read())
         except FileNotFoundError as exc:
-            raise BlobMissingError(
-                f"blob {key} is missing", key=key, uri=self.uri
-            ) from exc
+            raise BlobMissingError(f"blob {key} is missing", key=key, uri=self.uri) from exc
         except OSError as exc:
             raise self._fault(exc, f"reading blob {key} failed", key=key) from exc
 

@@ -248,8 +248,7 @@ class TooManyRowsError(BadInputError):
     @classmethod
     def over(cls, limit: int) -> TooManyRowsError:
         return cls(
-            f"more than {limit} rows in one append (--http-max-append-rows): split it into "
-            "several",
+            f"more than {limit} rows in one append (--http-max-append-rows): split it into several",
             limit=limit,
         )
 

@@ -23,6 +23,7 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
+
 @attrs.define
 class Retry:
     """Runs an attempt until it succeeds or a non-retryable error ends it.

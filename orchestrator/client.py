@@ -28,7 +28,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -42,6 +42,7 @@ from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
 __all__ = [
     "Answer",
     "AppendAnswer",
+    "Headers",
     "SidecarClient",
     "SidecarError",
     "SidecarUnavailableError",
@@ -68,6 +69,22 @@ class SidecarUnavailableError(SidecarError):
     an append's outcome is unknown; retry it later with the same key."""
 
 
+class Headers(dict[str, str]):
+    """An answer's headers, looked up by name in any case (stored in lower case)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__((k.lower(), v) for k, v in pairs)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+
 @attrs.frozen
 class Answer:
     """One HTTP answer as :meth:`SidecarClient.send` saw it; ``status`` 0 when the sidecar could
@@ -76,7 +93,7 @@ class Answer:
     status: int
     body: bytes
     error: str | None = None
-    headers: Mapping[str, str] = attrs.field(factory=dict)
+    headers: Headers = attrs.field(factory=Headers)
 
     @property
     def ok(self) -> bool:
@@ -299,12 +316,12 @@ class SidecarClient:
         return f"/read?{urlencode(query)}"
 
     @staticmethod
-    def _json(answer: tuple[int, dict[str, str], bytes]) -> Any:
+    def _json(answer: tuple[int, Headers, bytes]) -> Any:
         return json.loads(answer[2])
 
     def _call(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> tuple[int, Headers, bytes]:
         """One request, retried on a lost connection, a 503 and a key in progress until the
         deadline; a refusal raises SidecarError."""
         deadline = time.monotonic() + self._retry_deadline
@@ -332,7 +349,7 @@ class SidecarClient:
 
     def _once(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> tuple[int, Headers, bytes]:
         connection = self._connection()
         try:
             connection.request(method, path, body=body, headers=self._with_token(headers))
@@ -343,7 +360,7 @@ class SidecarClient:
             raise
         if not self._keep_alive or answer.getheader("Connection", "").lower() == "close":
             self._drop(connection)
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, data
+        return answer.status, Headers(answer.getheaders()), data
 
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)

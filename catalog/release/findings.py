@@ -10,11 +10,12 @@ import attrs
 from catalog.release.manifest import Mechanism
 from catalog.release.version import Version
 
-__all__ = ["CATEGORIES", "DataCost", "category_of"]
+__all__ = ["ADVISORY", "CATEGORIES", "DataCost", "category_of"]
 
 #: The categories of validation findings (``validate --fail-on``); a failure's ``reason`` maps to
-#: one, and ``data-dependent-cost`` marks instructions whose cost depends on the data (a REWRITE
-#: copies every row; a REPLACEMENT starts the collection empty).
+#: one, ``data-dependent-cost`` marks instructions whose cost depends on the data (a REWRITE
+#: copies every row; a REPLACEMENT starts the collection empty) and ``version-bump`` a release
+#: numbered below what its changes require (:mod:`catalog.release.levels`).
 CATEGORIES = (
     "missing-instruction",
     "incompatible-evolution",
@@ -22,7 +23,10 @@ CATEGORIES = (
     "backport",
     "invalid-release",
     "data-dependent-cost",
+    "version-bump",
 )
+#: The categories that do not block unless ``--fail-on`` names them: advice, not failures.
+ADVISORY = frozenset({"data-dependent-cost", "version-bump"})
 _CATEGORIES_OF_REASONS = {
     "missing-instruction": "missing-instruction",
     "incompatible-evolution": "incompatible-evolution",

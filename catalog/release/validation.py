@@ -12,6 +12,7 @@ import structlog
 
 from catalog.errors import CatalogError, PlanError, ReleaseError
 from catalog.release.findings import DataCost, category_of
+from catalog.release.levels import ReleaseLevel, release_levels
 from catalog.release.loader import find_release
 from catalog.release.manifest import Mechanism, Release
 from catalog.release.memo import EvolutionCache
@@ -174,6 +175,8 @@ class ValidationReport:
     paths_checked: int
     failures: tuple[PathFailure, ...]
     costs: tuple[DataCost, ...] = ()
+    # Each release's declared and required change level (after the first release).
+    levels: tuple[ReleaseLevel, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -181,8 +184,13 @@ class ValidationReport:
         return not self.failures
 
     def findings(self) -> list[dict[str, Any]]:
-        """Every failure, then every data-dependent cost, as findings."""
-        return [f.finding() for f in self.failures] + [c.finding() for c in self.costs]
+        """Every failure, then every data-dependent cost, then every release numbered below
+        its changes (``version-bump``), as findings."""
+        return (
+            [f.finding() for f in self.failures]
+            + [c.finding() for c in self.costs]
+            + [level.finding() for level in self.levels if level.understated]
+        )
 
     def with_rows(self, rows: Mapping[str, int]) -> ValidationReport:
         """This report with each data-dependent cost's rows from ``rows`` (by collection)."""
@@ -198,6 +206,7 @@ class ValidationReport:
             1,
             tuple(f for f in self.failures if (f.from_version, f.to_version) == path),
             tuple(c for c in self.costs if from_version < c.version <= to_version),
+            tuple(v for v in self.levels if from_version < v.version <= to_version),
         )
 
     def fails_on(self, categories: Iterable[str]) -> bool:
@@ -218,6 +227,7 @@ class ValidationReport:
             "failing_paths": len(self.failing_paths()),
             "failures": [f.to_json() for f in self.failures],
             "findings": self.findings(),
+            "levels": [level.to_json() for level in self.levels],
         }
 
 
@@ -278,7 +288,11 @@ def validate(
         key=lambda c: (c.version._order, c.collection),
     )
     report = ValidationReport(
-        tuple(r.version for r in ordered), n * (n - 1) // 2, tuple(failures), tuple(costs)
+        tuple(r.version for r in ordered),
+        n * (n - 1) // 2,
+        tuple(failures),
+        tuple(costs),
+        tuple(release_levels(ordered, indexes)),
     )
     log.debug(
         "releases_validated",

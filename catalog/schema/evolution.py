@@ -324,9 +324,7 @@ def _check_rename(
         )
     taken[position] = field.name
     if old.name != field.name:
-        clash = next(
-            (f for f in old_fields if f.name == field.name and not is_tombstone(f)), None
-        )
+        clash = next((f for f in old_fields if f.name == field.name and not is_tombstone(f)), None)
         if clash is not None:
             raise refusal(
                 RULE_RENAME_CONFLICT,

@@ -61,8 +61,10 @@ def decode_stored(head: Versioned, body: Versioned | None) -> ShardState | None:
     """The state stored as ``head`` (and ``body``); None when it was deleted in between."""
     raw = decode_json(head.value, head.key)
     if not isinstance(raw, dict) or raw.get("format", 1) not in SPLIT_FORMATS:
-        if isinstance(raw, dict) and isinstance(raw.get("format"), int) and (
-            raw["format"] > NEWEST_FORMAT
+        if (
+            isinstance(raw, dict)
+            and isinstance(raw.get("format"), int)
+            and (raw["format"] > NEWEST_FORMAT)
         ):
             raise CorruptStateError(
                 f"{head.key} holds a shard state of format {raw['format']}, written by a newer "

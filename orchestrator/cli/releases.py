@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from catalog.release import ValidationReport
-from catalog.release.findings import CATEGORIES
+from catalog.release.findings import ADVISORY, CATEGORIES
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 #: The release directory that plan and validate read.
@@ -28,7 +28,7 @@ fail_on_option = click.option(
     multiple=True,
     type=click.Choice(CATEGORIES),
     help="Exit 4 when a finding of this category exists (repeatable; default: every category "
-    "but data-dependent-cost).",
+    "but data-dependent-cost and version-bump).",
 )
 #: --rows, as plan and validate take it.
 rows_option = click.option(
@@ -66,6 +66,7 @@ def plan_command(
 
     from catalog.errors import EXIT_REFUSED, CatalogError
     from catalog.release import load_release_dir, plan_path, validate
+    from catalog.release.levels import path_level
     from catalog.release.version import to_version as version_of
     from orchestrator.render.plan import plan_json, render_findings, render_plan
 
@@ -80,11 +81,12 @@ def plan_command(
     report = validate(releases).between(version_of(from_version), version_of(to_version))
     if with_rows:
         report = _with_rows(report, zk, env)
+    level = path_level(releases, from_version, to_version)
     if as_json:
-        click.echo(plan_json(result, report, refusal, from_version, to_version))
+        click.echo(plan_json(result, report, refusal, from_version, to_version, level))
     else:
         if result is not None:  # a refusal is its own finding, on stderr
-            render_plan(result, Console())
+            render_plan(result, Console(), level)
             render_findings(report, Console())
     if refusal is not None:
         raise refusal
@@ -139,6 +141,6 @@ def validate_command(
         click.echo(report_json(report))
     else:
         render_report(report, Console())
-    blocking = fail_on or tuple(c for c in CATEGORIES if c != "data-dependent-cost")
+    blocking = fail_on or tuple(c for c in CATEGORIES if c not in ADVISORY)
     if report.fails_on(blocking):
         sys.exit(EXIT_REFUSED)

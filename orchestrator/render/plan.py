@@ -16,6 +16,7 @@ from rich.text import Text
 
 from catalog.errors import CatalogError
 from catalog.release import Mechanism, PathFailure, Plan, SchemaDiff, ValidationReport
+from catalog.release.levels import ReleaseLevel
 
 __all__ = ["plan_json", "render_findings", "render_plan", "render_report", "report_json"]
 
@@ -30,12 +31,15 @@ def plan_json(
     refusal: CatalogError | None,
     from_version: str,
     to_version: str,
+    level: ReleaseLevel,
 ) -> str:
     """The ``plan --json`` document: the plan (``from`` and ``to`` only when it was refused),
-    ``ok``, the path's ``findings`` and the ``refusal`` (as on stderr), if any."""
+    its change ``level``, ``ok``, the path's ``findings`` and the ``refusal`` (as on stderr),
+    if any."""
     document: dict[str, Any] = (
         plan.to_json() if plan is not None else {"from": from_version, "to": to_version}
     )
+    document["level"] = level.to_json()
     document["ok"] = refusal is None and report.ok
     document["findings"] = report.findings()
     document["refusal"] = None if refusal is None else refusal.to_json()
@@ -51,9 +55,19 @@ def _dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False)
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """Print ``plan``: one row per migrated collection, then new and removed builtins."""
+def render_plan(plan: Plan, console: Console, level: ReleaseLevel) -> None:
+    """Print ``plan`` and its change level: one row per migrated collection, then new and
+    removed builtins."""
     console.print(Text(f"Migration plan {plan.from_version} -> {plan.to_version}", style="bold"))
+    reason = level.reason()
+    console.print(
+        Text(
+            f"change level: {level.required}"
+            + (f" ({reason})" if reason else " (no schema change)")
+            + f"; the version number says {level.declared}",
+            style="red" if level.understated else "dim",
+        )
+    )
     if plan.is_empty:
         console.print("nothing to migrate")
         return
@@ -114,6 +128,16 @@ def _render_costs(report: ValidationReport, console: Console) -> None:
         )
 
 
+def _render_levels(report: ValidationReport, console: Console) -> None:
+    for level in report.levels:
+        if level.understated:
+            finding = level.finding()
+            console.print(
+                Text(f"finding (version-bump): {finding['message']}; {finding['fix']}",
+                     style="yellow")
+            )  # fmt: skip
+
+
 def render_findings(report: ValidationReport, console: Console) -> None:
     """Print one path's findings under its plan (``plan``): each failure, then each cost."""
     for failure in report.failures:
@@ -126,6 +150,7 @@ def render_findings(report: ValidationReport, console: Console) -> None:
         if finding["fix"]:
             console.print(Text(f"  fix: {finding['fix']}", style="dim"))
     _render_costs(report, console)
+    _render_levels(report, console)
 
 
 def render_report(report: ValidationReport, console: Console) -> None:
@@ -136,6 +161,7 @@ def render_report(report: ValidationReport, console: Console) -> None:
     """
     releases = len(report.releases)
     _render_costs(report, console)
+    _render_levels(report, console)
     if report.ok:
         console.print(
             f"all {report.paths_checked} upgrade paths between {releases} releases work",

@@ -211,8 +211,9 @@ def test_validate_lists_rewrites_and_replacements_as_data_dependent_costs() -> N
     when asked (--fail-on data-dependent-cost)."""
     result = run("validate", "--releases", str(ROOT / "scenarios" / "releases"), "--json")
     assert result.exit_code == EXIT_OK
-    costs = [f for f in json.loads(result.output)["findings"]]
-    assert costs and {f["category"] for f in costs} == {"data-dependent-cost"}
+    findings = json.loads(result.output)["findings"]
+    assert {f["category"] for f in findings} == {"data-dependent-cost", "version-bump"}
+    costs = [f for f in findings if f["category"] == "data-dependent-cost"]
     assert {"rewrite", "replacement"} <= {f["rule"] for f in costs}
     assert any(f["collection"] == "mz_catalog.mz_roles" and f["releases"] == ["0.11.0"]
                for f in costs)  # fmt: skip
@@ -272,3 +273,42 @@ def test_version_prints_the_installed_version() -> None:
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == EXIT_OK, result.output
     assert result.output == f"catalog-upgrade, version {version('catalog-upgrade')}\n"
+
+
+def test_validate_derives_each_releases_change_level_and_flags_an_understated_number() -> None:
+    """The example history's three understated releases are version-bump findings (explained in
+    docs/releases.md), which block only when asked (--fail-on version-bump)."""
+    result = run("validate", "--releases", str(EXAMPLE), "--json")
+    assert result.exit_code == EXIT_OK, result.output
+    document = json.loads(result.output)
+    bumps = {
+        f["releases"][1]: (f["declared"], f["required"], f["collection"])
+        for f in document["findings"]
+        if f["category"] == "version-bump"
+    }
+    assert bumps == {
+        "0.11.1": ("patch", "minor", "mz_internal.mz_source_statuses"),
+        "0.14.1": ("patch", "minor", "mz_catalog.mz_clusters"),
+        "1.1.0": ("minor", "major", "mz_catalog.mz_clusters"),
+    }
+    levels = {level["version"]: level for level in document["levels"]}
+    assert levels["0.11.0"]["required"] == "major" and levels["0.11.0"]["declared"] == "major"
+    assert {"level": "major", "collection": "mz_catalog.mz_roles", "change": "rewrite"} in levels[
+        "0.11.0"
+    ]["changes"]
+    text = run("validate", "--releases", str(EXAMPLE))
+    assert "finding (version-bump): 1.1.0 is numbered as a minor release" in text.output
+    asked = run("validate", "--releases", str(EXAMPLE), "--fail-on", "version-bump")
+    assert asked.exit_code == EXIT_REFUSED
+
+
+def test_plan_shows_the_change_level_of_its_path() -> None:
+    path = ["--releases", str(EXAMPLE), "--from", "1.0.0", "--to", "1.1.0"]
+    document = json.loads(run("plan", *path, "--json").stdout)
+    assert (document["level"]["declared"], document["level"]["required"]) == ("minor", "major")
+    assert any(f["category"] == "version-bump" for f in document["findings"])
+    shown = run("plan", *path)
+    assert "change level: major (mz_catalog.mz_clusters: field" in shown.output
+    assert "the version number says minor" in shown.output
+    patch = run("plan", "--releases", str(EXAMPLE), "--from", "0.11.1", "--to", "0.12.0")
+    assert "change level: major" in patch.output and "says major" in patch.output

@@ -48,6 +48,7 @@ class CompactingEngine(Protocol):
 
     def hadoop_reaches(self, blob: BlobStore) -> bool: ...
 
+
 log = structlog.get_logger(__name__)
 
 

@@ -75,7 +75,6 @@ def scan_partition(
             yield from restore_table(table, spark_arrow).to_batches(max_chunksize=ROW_GROUP_ROWS)
 
 
-
 # Spark compaction writes a row group per this many rows (what a task holds at a time).
 ROW_GROUP_ROWS = 131_072
 
