@@ -410,10 +410,10 @@ def _required(query: Mapping[str, str], name: str) -> str:
 
 
 def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    """An integer parameter, None when absent; an empty one (``as_of=``) is refused as any
+    other non-integer, not read as absent."""
     value = query.get(name)
-    if value is None or value == "":
-        return None
-    return _as_int(value, name)
+    return None if value is None else _as_int(value, name)
 
 
 def _as_int(value: Any, name: str) -> int | None:

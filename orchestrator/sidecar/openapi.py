@@ -117,6 +117,22 @@ ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
         "body": {JSON_LINES_TYPE: _TEXT, ARROW_STREAM_TYPE: _BINARY},
         "ok": {JSON_TYPE: {"$ref": "#/components/schemas/AppendAnswer"}},
         "headers": {REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}}},
+        # What a client does next (and a stateful fuzzer follows): read what it appended, at
+        # the time it landed.
+        "links": {
+            "ReadAppended": {
+                "operationId": "read",
+                "parameters": {
+                    "collection": "$response.body#/collection",
+                    "as_of": "$response.body#/ts",
+                },
+                "description": "The collection as of the append's time holds its rows.",
+            },
+            "ReadLatest": {
+                "operationId": "read",
+                "parameters": {"collection": "$response.body#/collection"},
+            },
+        },
     },
 }  # fmt: skip
 
@@ -171,6 +187,7 @@ def _operation(endpoint: str, method: str) -> dict[str, Any]:
             "description": "OK",
             "content": {media: {"schema": schema} for media, schema in spec["ok"].items()},
             **({"headers": spec["headers"]} if "headers" in spec else {}),
+            **({"links": spec["links"]} if "links" in spec else {}),
         }
     }
     for status, content in spec.get("also", {}).items():

@@ -90,6 +90,12 @@ def test_append_and_read_round_trip(served: tuple[ScriptedApi, str]) -> None:
     status, body = call(f"{base}/read?collection=s.t&as_of=7")
     assert status == 200
     assert [json.loads(line)["as_of"] for line in body.splitlines()] == [7, 7]
+    for empty in ("read?collection=s.t&as_of=", "promote?deploy_generation="):
+        # An empty integer is refused, not read as absent (found by the fuzzer).
+        refused = send(f"{base}/{empty}", b"{}" if empty.startswith("promote") else None)
+        assert refused.status == 400 and refused.json()["error"] == "bad-parameter", empty
+        assert "must be an integer, not ''" in refused.json()["message"]
+    assert api.promoted == []
     assert call(f"{base}/append", b"{}")[0] == 400
     api.append_error = NotLeaderError("not the leader", state="ready")
     status, body = call(f"{base}/append?collection=s.t", b"{}")

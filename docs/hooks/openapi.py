@@ -1,0 +1,61 @@
+"""MkDocs hook: the API reference page, rendered from the sidecar's own OpenAPI description.
+
+The page holds a marker; this hook replaces it with one section per operation (its credential,
+parameters, body types and every answer with its ``error`` codes), made from
+``orchestrator.sidecar.openapi.openapi_document``: the same document the sidecar serves at
+``/openapi.json``, so the reference cannot drift from the routing or the error table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.sidecar.openapi import openapi_document
+
+MARKER = "<!-- openapi reference -->"
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    if MARKER not in markdown:
+        return markdown
+    return markdown.replace(MARKER, reference(openapi_document("(this release)")))
+
+
+def reference(document: dict[str, Any]) -> str:
+    sections = []
+    for path, methods in document["paths"].items():
+        for method, operation in methods.items():
+            sections.append(_operation(method.upper(), path, operation))
+    schemas = document["components"]["schemas"]
+    bodies = "\n\n".join(
+        f"### `{name}`\n\n```json\n{json.dumps(schema, indent=2)}\n```"
+        for name, schema in schemas.items()
+    )
+    return "\n\n".join(sections) + "\n\n## Bodies\n\n" + bodies + "\n"
+
+
+def _operation(method: str, path: str, operation: dict[str, Any]) -> str:
+    credential = "a bearer token" if operation.get("security") else "none"
+    lines = [
+        f"## `{method} {path}`",
+        "",
+        f"{operation['summary']}. Credential: {credential}."
+        + (f" {operation['description']}" if operation.get("description") else ""),
+    ]
+    parameters = operation.get("parameters", [])
+    if parameters:
+        lines += ["", "| parameter | in | required | meaning |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"| `{p['name']}` | {p['in']} | {'yes' if p.get('required') else 'no'} | "
+            f"{p.get('description', '')} |"
+            for p in parameters
+        ]
+    body = operation.get("requestBody")
+    if body:
+        types = ", ".join(f"`{t}`" for t in body["content"])
+        lines += ["", f"Body ({'required' if body.get('required') else 'optional'}): {types}."]
+    lines += ["", "| status | answer |", "| --- | --- |"]
+    for status, answer in operation["responses"].items():
+        lines.append(f"| {status} | {answer['description']} |")
+    return "\n".join(lines)
