@@ -63,7 +63,7 @@ def test_the_api_fuzzed_with_each_credential_answers_as_described_and_writes_not
              "--seed", "1", "--no-color", "--workers", "1", "--report", "har",
              "--report-har-path", str(har),
              *(a for path in excluded for a in ("--exclude-path", path)), *headers],
-            capture_output=True, text=True, timeout=600, env=environment,
+            capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path,
         )  # fmt: skip
         summary = done.stdout[-3000:]
         assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
