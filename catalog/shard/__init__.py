@@ -46,8 +46,9 @@ with value ids. :func:`consolidate` is re-exported here."""
 from __future__ import annotations
 
 from catalog.consolidate import DIFF, TS, consolidate
-from catalog.shard.append import advance_times
+from catalog.shard.append import Rows, append_rows, with_updates
 from catalog.shard.coverage import SchemaUse, ShardCoverage, shard_coverage
+from catalog.shard.expansion import written_as
 from catalog.shard.handle import Shard
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, KeySegment
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
@@ -60,7 +61,6 @@ from catalog.shard.ops import (
     expand_op,
     read_states,
 )
-from catalog.shard.rows import Rows, append_rows, with_updates, written_as
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
@@ -81,6 +81,7 @@ from catalog.shard.state import (
     update_schema,
 )
 from catalog.shard.stored import change_ops, delete_ops, read_stored
+from catalog.shard.updates import advance_times
 
 __all__ = [
     "DIFF",

@@ -1,67 +1,487 @@
-"""Preparing a batch for an append: checks against the schema, consolidation, time bounds."""
+"""Appending to a shard, exactly once: from the rows a writer holds to the compare-and-set.
+
+An append, followed down this module:
+
+1. :func:`append_rows` is a writer's entry (the sidecar's group commit, the migration shard).
+   It takes :class:`Rows`, or a function that derives them from the state read (a group commit
+   leaves out the members the state already holds).
+2. Each attempt reads the state, or takes the one the caller holds (``known``). It first looks
+   the write's identity up in the write ledger: a write that landed is answered as it landed and
+   nothing is written.
+3. The rows are derived for that state: fitted to the schema they are written under
+   (:func:`catalog.shard.expansion.written_as`), given the update columns at the upper,
+   checked against the schema and the frontiers (:func:`_prepared`), and written as one Parquet
+   blob (:class:`_Batches`).
+4. The new state lists the blob (rolling entries up as needed) and records the write's marks in
+   the ledger, one per member of a group (:func:`_recorded`). One compare-and-set writes it,
+   with the caller's fence and guards.
+5. One retry loop runs the attempts (:class:`_Append`). A lost race re-reads and derives again,
+   deleting what the refused attempt wrote. A lost connection leaves the outcome unknown: the
+   next attempt resolves it by the identity, and reports WriteOutcomeUnknownError when the
+   ledger no longer covers the upper the lost attempt expected.
+
+:func:`compare_and_append` and :func:`compare_and_append_batches` are the same loop for a batch
+at fixed frontiers (a copy, a carry): an upper that moved is a result (``ok=False``), like
+persist, not a retry.
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from catalog.consolidate import (
-    DIFF,
-    TS,
-    is_nested,
+from catalog.consensus import Check, Fence
+from catalog.consolidate import DIFF, TS
+from catalog.errors import (
+    ConnectionLostError,
+    VersionMismatchError,
+    WriteOutcomeUnknownError,
 )
-from catalog.schema import (
-    schema_diff,
-)
+from catalog.retry import CasRetry
 from catalog.schema.conform import Mismatch, conform
-from catalog.shard.state import BatchRef, ShardState, shard_error, update_schema
+from catalog.shard.expansion import written_as
+from catalog.shard.ledger import Carry, WriteLedger, WriteMark
+from catalog.shard.listing import BatchListing
+from catalog.shard.ops import finalized_error
+from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error, update_schema
+from catalog.shard.updates import time_bounds
+
+if TYPE_CHECKING:
+    from catalog.shard.handle import Shard
+
+__all__ = [
+    "Rows",
+    "append_rows",
+    "compare_and_append",
+    "compare_and_append_batches",
+    "listed",
+    "with_updates",
+]
 
 
-def advance_times(table: pa.Table, since: int) -> pa.Table:
-    """``table`` with every ``_ts`` below ``since`` advanced to ``since``."""
-    index = table.schema.get_field_index(TS)
-    if since <= 0 or table.num_rows == 0:
-        return table
-    advanced = pc.max_element_wise(table.column(index), pa.scalar(since, pa.uint64()))
-    return table.set_column(index, table.schema.field(index), advanced)
+@attrs.frozen
+class Rows:
+    """What one attempt appends: ``table`` (the data columns, in ``schema``'s order; None:
+    the latest live schema's), each with ``diff``, and ``guards`` checked in the same
+    transaction. ``group``: a group commit's appends, ``(write id, rows)`` each, whose rows
+    ``table`` holds in that order; each is recorded with its own mark, all in one commit (the
+    caller, who builds the group per attempt, recognises members that landed already).
+    ``schema_id``: the table is already as written under that registered schema (see
+    :func:`~catalog.shard.expansion.written_as`, which a group commit applies member by
+    member)."""
+
+    table: pa.Table
+    schema: pa.Schema | None = None
+    schema_id: int | None = None
+    diff: int = 1
+    guards: Sequence[Check] = ()
+    group: Sequence[tuple[str, int]] = ()
 
 
-def sort_rows(table: pa.Table) -> tuple[pa.Table, bool]:
-    """``table`` sorted by every column, or unchanged (False) when a column is not sortable."""
-    if any(is_nested(f.type) for f in table.schema):
-        return table, False
-    try:
-        return table.sort_by([(n, "ascending") for n in table.column_names]), True
-    except pa.ArrowNotImplementedError:
-        return table, False
+def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
+    """``table`` with the update columns: every row at time ``ts`` with ``diff``."""
+    rows = table.num_rows
+    return table.append_column(
+        pa.field(TS, pa.uint64(), nullable=False), pa.array([ts] * rows, pa.uint64())
+    ).append_column(pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64()))
 
 
-def already_consolidated(state: ShardState, batch: BatchRef, reader: pa.Schema) -> bool:
-    """Whether ``batch`` read alone as ``reader`` is consolidated as it is stored.
+# -- the entries ---------------------------------------------------------------------------
 
-    True for a consolidated batch at a single time whose migration to the reader drops nothing
-    (dropping a column, at any depth, can make distinct rows equal).
+
+def append_rows(
+    shard: Shard,
+    rows: Rows | Callable[[ShardState], Rows | None],
+    *,
+    fence: Fence | None = None,
+    write_id: str | None = None,
+    retry: Callable[[], Callable[..., AppendResult]] = CasRetry,
+    before_read: Callable[[], None] | None = None,
+    before_send: Callable[[], None] | None = None,
+    known: ShardState | None = None,
+    on_unknown: Callable[[], None] | None = None,
+) -> AppendResult:
+    """Append ``rows`` (or what ``rows(state)`` returns for the state read) at the upper.
+
+    ``rows(state)`` returning None means nothing to write: the result is ok, at the current
+    upper, with no mark. ``before_read`` runs before each attempt reads the state and
+    ``before_send`` before it sends the compare-and-set (a leader's lease check). ``retry``
+    runs the attempts (its retryable errors: a lost race, a lost connection). A result's
+    ``replayed`` says that ``write_id`` had landed before this call (a retry of a request
+    answered earlier); an attempt of this call whose answer was lost and that a later attempt
+    finds is this call's own write, not a replay. ``known``: a state the caller holds (the one
+    its own last commit left, when it is the shard's only writer); the first attempt uses it
+    instead of reading, and a stale one costs a refused compare-and-set and a re-read.
+    ``on_unknown`` runs when an attempt's answer was lost: what a later attempt finds may then
+    be that attempt's own write.
     """
-    return (
-        batch.consolidated
-        and batch.lower == batch.upper - 1
-        and not schema_diff(state.live(batch.schema_id), reader)["dropped"]
-    )
+
+    def derive(state: ShardState) -> Rows | None:
+        return rows(state) if callable(rows) else rows
+
+    return _Append(
+        shard, _Derived(shard, derive, write_id or uuid.uuid4().hex), fence=fence, carry=None,
+        lookup=write_id, own_is_replay=False, before_read=before_read, before_send=before_send,
+        on_unknown=on_unknown, known=known,
+    ).run(retry())  # fmt: skip
 
 
-def time_bounds(table: pa.Table) -> tuple[int, int]:
-    bounds = pc.min_max(table.column(TS))
-    return int(bounds["min"].as_py()), int(bounds["max"].as_py()) + 1
+def compare_and_append(
+    shard: Shard,
+    batch: pa.Table | pa.RecordBatch,
+    expected_upper: int,
+    new_upper: int,
+    *,
+    schema_id: int | None = None,
+    fence: Fence | None = None,
+    guards: Sequence[Check] = (),
+    write_id: str | None = None,
+    carry: Carry | None = None,
+    group: Sequence[tuple[str, int]] = (),
+    state: ShardState | None = None,
+) -> AppendResult:
+    """Append ``batch`` and move the upper from ``expected_upper`` to ``new_upper``.
+
+    ``batch`` has the columns of the live schema ``schema_id`` (default: latest), in that
+    order, plus ``_ts`` (uint64) and ``_diff`` (int64) anywhere; every ``_ts`` must lie in
+    ``[expected_upper, new_upper)``. Invalid input raises ShardError (``reason`` says which
+    rule) before anything is written; a sealed or finalized shard raises
+    ShardFinalizedError. An upper mismatch is a result (``ok=False`` with the current
+    upper), not an exception, like persist. The Parquet blob is written before the CAS;
+    empty batches write no blob. Races that leave the upper unchanged (a schema evolution,
+    a compaction) are retried. ``guards`` are version checks of other keys made in the same
+    transaction: when one of them moved, ShardError (reason ``guard-moved``, with the
+    ``keys``) is raised and nothing is appended.
+
+    Exactly once: the append records ``write_id`` (default: a fresh one) in the shard's
+    write ledger in the same transaction. A call whose id the ledger holds returns that
+    append (``replayed``) and writes nothing; an attempt whose answer was lost is resolved
+    by looking its id up, whatever moved the batch meanwhile. When the ledger no longer
+    covers ``expected_upper`` the outcome cannot be known: WriteOutcomeUnknownError.
+    ``carry``: a copy source's ledger, recorded along (its marks keep their meaning in a
+    copy, which keeps the source's times). ``group``: the appends a group commit joins in
+    this batch, ``(write id, rows)`` each, in its order: each gets its own mark, all land
+    together or none (``write_id`` is then the first's). ``state``: the state the caller just
+    read, if it did (the first attempt uses it).
+    """
+    _check_frontiers(shard, expected_upper, new_upper)
+    write_id = group[0][0] if group else write_id or uuid.uuid4().hex
+    fixed = _Fixed(shard, batch, expected_upper, new_upper, schema_id, guards, write_id, group)
+    return _Append(
+        shard, fixed, fence=fence, carry=carry, lookup=write_id, own_is_replay=True,
+        known=state,
+    ).run(shard.retry())  # fmt: skip
 
 
-def prepare_append(
+def compare_and_append_batches(
+    shard: Shard,
+    refs: Sequence[BatchRef],
+    expected_upper: int,
+    new_upper: int,
+    *,
+    fence: Fence | None = None,
+    write_id: str | None = None,
+    carry: Carry | None = None,
+) -> AppendResult:
+    """Append batches whose blobs are already written under this shard (by Spark
+    executors), in one compare-and-set, like :func:`compare_and_append`.
+
+    Every ref must name a live schema id and lie in ``[expected_upper, new_upper)``; the
+    blobs are this call's to delete when the append does not land (a lost race, an error),
+    so a failed job leaves no unreferenced file behind for long.
+    """
+    _check_frontiers(shard, expected_upper, new_upper)
+    written = _Written(shard, list(refs), expected_upper, new_upper, write_id or uuid.uuid4().hex)
+    try:
+        state = shard.state()
+        for ref in refs:
+            state.live(ref.schema_id)  # ShardError for an unknown schema id
+            if ref.lower < expected_upper or ref.upper > new_upper or ref.rows <= 0:
+                raise shard_error(
+                    f"batch {ref.name} at times [{ref.lower}, {ref.upper - 1}] falls outside "
+                    f"[{expected_upper}, {new_upper})",
+                    shard.shard_id,
+                    "ts-out-of-range",
+                    expected_upper=expected_upper,
+                    new_upper=new_upper,
+                )
+    except BaseException:
+        written.release()
+        raise
+    return _Append(
+        shard, written, fence=fence, carry=carry, lookup=written.write_id, own_is_replay=True,
+        known=state,
+    ).run(shard.retry())  # fmt: skip
+
+
+# -- what an attempt writes ------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Batches:
+    """What one attempt lands: the batches (their blobs written), the frontiers, the marks."""
+
+    refs: Sequence[BatchRef]
+    expected_upper: int
+    new_upper: int
+    marks: Sequence[WriteMark]
+    guards: Sequence[Check] = ()
+
+    @property
+    def mark(self) -> WriteMark:
+        """The mark the result names: the write's own, or a group's first member's."""
+        return self.marks[0]
+
+
+class _Derived:
+    """The batches of :func:`append_rows`: derived from each state read, at its upper."""
+
+    def __init__(
+        self, shard: Shard, rows: Callable[[ShardState], Rows | None], write_id: str
+    ) -> None:
+        self._shard = shard
+        self._rows = rows
+        self._write_id = write_id
+        self._refs: list[BatchRef] = []
+
+    def plan(self, state: ShardState) -> _Batches | AppendResult:
+        self.release()  # an earlier attempt's blob: that attempt surely did not land
+        wanted = self._rows(state)
+        if wanted is None:
+            return AppendResult(True, state.upper, state)
+        table, schema_id = wanted.table, wanted.schema_id
+        if schema_id is None and wanted.schema is not None:
+            table, schema_id = written_as(self._shard.shard_id, table, wanted.schema, state)
+        upper = state.upper
+        schema_id = state.schema_id if schema_id is None else schema_id
+        batch = with_updates(table, upper, wanted.diff)
+        self._refs = _stored(self._shard, state, batch, upper, upper + 1, schema_id)
+        rows = table.num_rows
+        ids = wanted.group or [(self._write_id, rows)]
+        marks = [WriteMark(i, upper, upper + 1, n) for i, n in ids]
+        return _Batches(self._refs, upper, upper + 1, marks, wanted.guards)
+
+    def release(self) -> None:
+        if self._refs:
+            self._shard.blob.delete_many([r.key(self._shard.shard_id) for r in self._refs])
+            self._refs = []
+
+
+class _Fixed:
+    """The batch of :func:`compare_and_append`: one batch at fixed frontiers, its blob written
+    once and kept across attempts while the upper is the one it expects."""
+
+    def __init__(
+        self,
+        shard: Shard,
+        batch: pa.Table | pa.RecordBatch,
+        expected_upper: int,
+        new_upper: int,
+        schema_id: int | None,
+        guards: Sequence[Check],
+        write_id: str,
+        group: Sequence[tuple[str, int]],
+    ) -> None:
+        self._shard = shard
+        self._batch = batch
+        self._expected, self._new = expected_upper, new_upper
+        self._schema_id = schema_id
+        self._guards = guards
+        self._write_id = write_id
+        self._group = group
+        self._refs: list[BatchRef] | None = None
+
+    def plan(self, state: ShardState) -> _Batches | AppendResult:
+        if state.upper != self._expected:
+            return AppendResult(False, state.upper, state)
+        if self._refs is None:
+            schema_id = state.schema_id if self._schema_id is None else self._schema_id
+            self._refs = _stored(
+                self._shard, state, self._batch, self._expected, self._new, schema_id
+            )
+        rows = sum(r.rows for r in self._refs)
+        ids = self._group or [(self._write_id, rows)]
+        marks = [WriteMark(i, self._expected, self._new, n) for i, n in ids]
+        return _Batches(self._refs, self._expected, self._new, marks, self._guards)
+
+    def release(self) -> None:
+        if self._refs:
+            self._shard.blob.delete_many([r.key(self._shard.shard_id) for r in self._refs])
+        self._refs = None
+
+
+class _Written:
+    """The batches of :func:`compare_and_append_batches`: blobs an engine wrote already."""
+
+    def __init__(
+        self,
+        shard: Shard,
+        refs: list[BatchRef],
+        expected_upper: int,
+        new_upper: int,
+        write_id: str,
+    ) -> None:
+        self._shard = shard
+        self._refs = refs
+        self._expected, self._new = expected_upper, new_upper
+        self.write_id = write_id
+
+    def plan(self, state: ShardState) -> _Batches | AppendResult:
+        if state.upper != self._expected:
+            return AppendResult(False, state.upper, state)
+        rows = sum(r.rows for r in self._refs)
+        mark = WriteMark(self.write_id, self._expected, self._new, rows)
+        return _Batches(self._refs, self._expected, self._new, [mark])
+
+    def release(self) -> None:
+        self._shard.blob.delete_many([r.key(self._shard.shard_id) for r in self._refs])
+
+
+_Plan = _Derived | _Fixed | _Written
+
+
+# -- the one loop --------------------------------------------------------------------------
+
+
+class _Append:
+    """The attempts of one append, run by one retry loop; see the module's story."""
+
+    def __init__(
+        self,
+        shard: Shard,
+        batches: _Plan,
+        *,
+        fence: Fence | None,
+        carry: Carry | None,
+        lookup: str | None,
+        own_is_replay: bool,
+        before_read: Callable[[], None] | None = None,
+        before_send: Callable[[], None] | None = None,
+        on_unknown: Callable[[], None] | None = None,
+        known: ShardState | None = None,
+    ) -> None:
+        self._shard = shard
+        self._batches = batches
+        self._fence = fence
+        self._carry = carry
+        self._lookup = lookup  # the identity looked up before anything is derived
+        self._own_is_replay = own_is_replay
+        self._before_read = before_read
+        self._before_send = before_send
+        self._on_unknown = on_unknown
+        self._held = [known] if known is not None else []
+        self._attempts = 0
+        self._lost: _Batches | None = None  # the attempt whose answer was lost
+
+    def run(self, retry: Callable[..., AppendResult]) -> AppendResult:
+        try:
+            result = retry(self._attempt)
+        except BaseException:
+            if self._lost is None:  # nothing of ours may have landed
+                self._batches.release()
+            raise
+        if not result.ok or (result.replayed and self._lost is None and result.mark is not None):
+            self._batches.release()
+        if result.ok and result.mark is not None:
+            self._shard.log.debug("appended", upper=result.upper, replayed=result.replayed)
+        return result
+
+    def _attempt(self) -> AppendResult:
+        self._attempts += 1
+        if self._before_read is not None:
+            self._before_read()
+        state = self._held.pop() if self._held else self._shard.state()
+        found = self._landed(state)
+        if found is not None:
+            return found
+        if state.sealed or state.finalized:
+            raise finalized_error(state)
+        planned = self._batches.plan(state)
+        if isinstance(planned, AppendResult):
+            return planned
+        new = listed(self._shard, state, planned.refs, planned.new_upper)
+        writes, segments = _recorded(self._shard, new.writes, planned.marks, self._carry)
+        new = attrs.evolve(new, writes=writes)
+        if self._before_send is not None:
+            self._before_send()
+        try:
+            result = self._shard.cas(state, new, self._fence, planned.guards)
+        except VersionMismatchError:
+            self._shard.blob.delete_many(segments + _new_rollups(self._shard, state, new))
+            self._shard.check_guards(planned.guards)
+            raise
+        except ConnectionLostError:
+            self._lost = planned
+            if self._on_unknown is not None:
+                self._on_unknown()
+            raise
+        return AppendResult(True, planned.new_upper, result, planned.mark)
+
+    def _landed(self, state: ShardState) -> AppendResult | None:
+        """The answer when the write is in ``state`` already: before this call (a replay) or by
+        an attempt of this call whose answer was lost. Raises WriteOutcomeUnknownError when a
+        lost attempt can no longer be told apart."""
+        lost = self._lost
+        identity = lost.mark.id if lost is not None else self._lookup
+        if identity is None:
+            return None
+        found = self._shard.find_write(state.writes, identity)
+        if found is not None:
+            replayed = lost is None or self._own_is_replay
+            return AppendResult(True, found.upper, state, found, replayed=replayed)
+        if lost is not None:
+            expected = lost.expected_upper
+            if state.upper != expected and not state.writes.covers(expected):
+                raise _unknown_outcome(self._shard.shard_id, identity, expected, state)
+            self._lost = None  # the ledger proves it did not land
+        return None
+
+
+def _check_frontiers(shard: Shard, expected_upper: int, new_upper: int) -> None:
+    if new_upper < expected_upper:
+        raise shard_error(
+            f"new upper {new_upper} is below the expected upper {expected_upper}",
+            shard.shard_id,
+            "upper-regression",
+            expected_upper=expected_upper,
+            new_upper=new_upper,
+        )
+
+
+def _stored(
+    shard: Shard,
+    state: ShardState,
+    batch: pa.Table | pa.RecordBatch,
+    expected_upper: int,
+    new_upper: int,
+    schema_id: int,
+) -> list[BatchRef]:
+    """``batch`` checked and written as one blob (none for an empty batch): its reference."""
+    stored = _prepared(batch, state.live(schema_id), expected_upper, new_upper, shard.shard_id)
+    if not stored.num_rows:
+        return []
+    lower, upper = time_bounds(stored)
+    ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+    shard.blob.put_batch(ref.key(shard.shard_id), stored)
+    return [ref]
+
+
+#: The refusal reason of each kind of schema mismatch.
+_MISMATCHES = {"columns": "columns-mismatch", "type": "type-mismatch", "null": "null-in-non-null"}
+
+
+def _prepared(
     batch: pa.Table | pa.RecordBatch,
     live: pa.Schema,
     expected_upper: int,
     new_upper: int,
     shard_id: str,
 ) -> pa.Table:
-    """Validate an appended batch against its schema and frontier; the batch as stored."""
+    """Validate an appended batch against its schema and frontiers; the batch as stored."""
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     names = table.column_names
     for column in (TS, DIFF):
@@ -118,3 +538,61 @@ def prepare_append(
                 max_ts=upper - 1,
             )
     return stored
+
+
+def listed(shard: Shard, state: ShardState, refs: Sequence[BatchRef], new_upper: int) -> ShardState:
+    """``state`` with ``refs`` listed at ``new_upper``, rolling entries up as needed (the roll-up
+    blobs are written here; one merged away is left to the garbage collection, after its grace:
+    a reader of the previous state may still be reading it)."""
+    inline: Sequence[BatchRef] = BatchListing.extended(state.batches, refs)
+    rollups = state.rollups
+    if len(inline) > shard.rollup_threshold:
+        rollup = shard.rollups.write(state.batches)
+        rollups = (*rollups, rollup)
+        inline = tuple(refs)
+        if len(rollups) > shard.max_rollups:
+            rollups = (shard.rollups.write([b for r in rollups for b in shard.rollups.entries(r)]),)
+    return attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
+
+
+def _new_rollups(shard: Shard, old: ShardState, new: ShardState) -> list[str]:
+    """The roll-up blobs ``new`` lists that ``old`` does not (written by a refused attempt)."""
+    before = {r.key(shard.shard_id) for r in old.rollups}
+    return [k for r in new.rollups if (k := r.key(shard.shard_id)) not in before]
+
+
+def _recorded(
+    shard: Shard, writes: WriteLedger, new: Sequence[WriteMark], carry: Carry | None
+) -> tuple[WriteLedger, list[str]]:
+    """``writes`` with the ``new`` marks recorded (and a copy source's ledger carried): keyed
+    marks the ledger evicts go into the key log's segments; the keys of the segments this
+    wrote."""
+    before = {s.name for s in writes.segments}
+    marks = [*new]
+    if carry is not None:
+        marks = [*carry.ledger.marks, *new]
+        segments = writes.segments
+        if carry.keys is not None and carry.ledger.segments:
+            segments += shard.keys.carried(carry.keys, carry.ledger.segments)
+        horizon = max(writes.horizon, carry.ledger.horizon)
+        writes = attrs.evolve(writes, segments=segments, horizon=horizon)
+    writes, evicted = writes.evicting(marks, shard.write_memory)
+    if evicted or writes.segments:
+        segments, expired = shard.keys.fold(writes.segments, evicted)
+        writes = attrs.evolve(writes, segments=segments, horizon=max(writes.horizon, expired))
+    return writes, [s.key(shard.shard_id) for s in writes.segments if s.name not in before]
+
+
+def _unknown_outcome(
+    shard_id: str, write_id: str, expected_upper: int, state: ShardState
+) -> WriteOutcomeUnknownError:
+    return WriteOutcomeUnknownError(
+        f"append {write_id} to shard {shard_id} lost its answer and the write ledger no longer "
+        f"covers its upper {expected_upper} (it remembers appends past {state.writes.horizon}): "
+        "whether it landed cannot be known",
+        shard_id=shard_id,
+        write_id=write_id,
+        expected_upper=expected_upper,
+        horizon=state.writes.horizon,
+        upper=state.upper,
+    )

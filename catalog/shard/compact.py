@@ -24,16 +24,16 @@ from catalog.errors import (
 )
 from catalog.schema.restore import fill_hidden_nulls
 from catalog.shard import read
-from catalog.shard.append import (
-    advance_times,
-    sort_rows,
-    time_bounds,
-)
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     BatchRef,
     CompactionResult,
     ShardState,
+)
+from catalog.shard.updates import (
+    advance_times,
+    sort_rows,
+    time_bounds,
 )
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
 """The shard handle: one shard's state in ZooKeeper and its batches in blob storage.
 
 :class:`Shard` holds what every operation on a shard needs (its stores, its id, the CAS every
-change goes through) and a :class:`~catalog.shard.rollups.Rollups` collaborator; reads, writes,
+change goes through) and a :class:`~catalog.shard.rollups.Rollups` collaborator; reads, appends,
 compaction and the end of life are functions of :mod:`catalog.shard.read`,
-:mod:`~catalog.shard.write`, :mod:`~catalog.shard.compact` and :mod:`~catalog.shard.lifecycle`
+:mod:`~catalog.shard.append`, :mod:`~catalog.shard.compact` and :mod:`~catalog.shard.lifecycle`
 that take the handle, and its methods of the same names call them.
 """
 
@@ -22,7 +22,7 @@ from catalog.consensus import Check, Consensus, Fence
 from catalog.environment import SHARDS_KEY
 from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
-from catalog.shard import compact, lifecycle, read, write
+from catalog.shard import append, compact, lifecycle, read
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, is_keyed
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op
@@ -233,7 +233,7 @@ class Shard:
         """:meth:`snapshot` of a state already read (:func:`catalog.shard.read.snapshot_of`)."""
         return read.snapshot_of(self, state, as_of, reader_schema)
 
-    # -- writes (catalog.shard.write) -----------------------------------------------------
+    # -- appends (catalog.shard.append) ---------------------------------------------------
 
     def compare_and_append(
         self,
@@ -248,14 +248,12 @@ class Shard:
         carry: Carry | None = None,
         group: Sequence[tuple[str, int]] = (),
         state: ShardState | None = None,
-        recheck: bool = False,
     ) -> AppendResult:
         """Append ``batch``, exactly once by ``write_id`` (or the ``group``'s ids)
-        (:func:`catalog.shard.write.compare_and_append`)."""
-        return write.compare_and_append(
+        (:func:`catalog.shard.append.compare_and_append`)."""
+        return append.compare_and_append(
             self, batch, expected_upper, new_upper, schema_id=schema_id, fence=fence,
             guards=guards, write_id=write_id, carry=carry, group=group, state=state,
-            recheck=recheck,
         )  # fmt: skip
 
     def compare_and_append_batches(
@@ -269,20 +267,20 @@ class Shard:
         carry: Carry | None = None,
     ) -> AppendResult:
         """Append batches already written under this shard
-        (:func:`catalog.shard.write.compare_and_append_batches`)."""
-        return write.compare_and_append_batches(
+        (:func:`catalog.shard.append.compare_and_append_batches`)."""
+        return append.compare_and_append_batches(
             self, refs, expected_upper, new_upper, fence=fence, write_id=write_id, carry=carry
         )
 
     def advance_since(self, since: int, *, fence: Fence | None = None) -> ShardState:
-        """Move ``since`` forward (:func:`catalog.shard.write.advance_since`)."""
-        return write.advance_since(self, since, fence=fence)
+        """Move ``since`` forward (:func:`catalog.shard.lifecycle.advance_since`)."""
+        return lifecycle.advance_since(self, since, fence=fence)
 
     downgrade_since = advance_since
 
     def seal(self, *, fence: Fence | None = None) -> ShardState:
-        """Refuse every further append (:func:`catalog.shard.write.seal`)."""
-        return write.seal(self, fence=fence)
+        """Refuse every further append (:func:`catalog.shard.lifecycle.seal`)."""
+        return lifecycle.seal(self, fence=fence)
 
     # -- compaction (catalog.shard.compact) -----------------------------------------------
 

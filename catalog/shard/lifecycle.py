@@ -1,4 +1,5 @@
-"""A shard's end of life: reader leases, finalization, discarding, garbage collection of blobs."""
+"""A shard's end of life: moving ``since``, sealing, reader leases, finalization, discarding,
+garbage collection of blobs."""
 
 from __future__ import annotations
 
@@ -47,6 +48,38 @@ if TYPE_CHECKING:
     from catalog.shard.handle import Shard
 
 log = structlog.get_logger(__name__)
+
+
+def advance_since(shard: Shard, since: int, *, fence: Fence | None = None) -> ShardState:
+    """Move ``since`` forward to ``since`` (never back; at most the upper)."""
+
+    def change(state: ShardState) -> ShardState | None:
+        if state.finalized:
+            raise finalized_error(state)
+        if since <= state.since:
+            return None
+        if since > state.upper:
+            raise shard_error(
+                f"since {since} would pass the upper {state.upper}",
+                shard.shard_id,
+                "since-beyond-upper",
+                since=since,
+                upper=state.upper,
+            )
+        return attrs.evolve(state, since=since)
+
+    return shard.update(change, fence)
+
+
+def seal(shard: Shard, *, fence: Fence | None = None) -> ShardState:
+    """Refuse every further append (idempotent). Readers may still read."""
+
+    def change(state: ShardState) -> ShardState | None:
+        return None if state.sealed else attrs.evolve(state, sealed=True)
+
+    state = shard.update(change, fence)
+    shard.log.info("shard_sealed", upper=state.upper)
+    return state
 
 
 def finalize(shard: Shard, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:

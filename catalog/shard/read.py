@@ -31,9 +31,6 @@ from catalog.schema import (
 )
 from catalog.schema.restore import restore_table
 from catalog.schema.walk import as_data_type
-from catalog.shard.append import (
-    already_consolidated,
-)
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     READ_ATTEMPTS,
@@ -42,6 +39,9 @@ from catalog.shard.state import (
     body_key,
     shard_error,
     update_schema,
+)
+from catalog.shard.updates import (
+    already_consolidated,
 )
 from catalog.watch import (
     NOT_YET,

@@ -334,7 +334,7 @@ class SidecarDataPlane:
                 table = member.table
                 if schema_id is None:  # pending: each member is checked alone, and only it waits
                     try:
-                        table, _ = written_as(shard, table, builtin.schema, state)
+                        table, _ = written_as(shard.shard_id, table, builtin.schema, state)
                     except MigrationRefusedError as exc:
                         waits.append((member, exc))
                         continue

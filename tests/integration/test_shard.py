@@ -38,7 +38,7 @@ from catalog.shard import (
     new_shard_id,
     read_states,
 )
-from catalog.shard.write import appended
+from catalog.shard.append import listed
 from support.shards import canonical, contents, updates
 from support.zookeeper import ZkEnv
 
@@ -601,7 +601,7 @@ def test_state_with_10000_batches_stays_small(shard: Shard) -> None:
     assert len(inline_only.encode()) > MAX_VALUE_BYTES  # why rollups exist
     for t in range(10_000):
         ref = BatchRef(new_shard_id(), 0, 100_000, 1_700_000_000_000 + t, 1_700_000_000_001 + t)
-        state, _, _ = appended(shard, state, [ref], 1_700_000_000_001 + t)
+        state = listed(shard, state, [ref], 1_700_000_000_001 + t)
     stored = shard.cas(shard.state(), state, None)
     size = len(shard.consensus.get(shard.key).value)  # type: ignore[union-attr]
     print(

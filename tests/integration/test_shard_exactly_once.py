@@ -18,7 +18,7 @@ from catalog.environment import CONTAINER_KEYS, EPOCH_KEY
 from catalog.errors import ConnectionLostError, WriteOutcomeUnknownError
 from catalog.pipeline import copy_transformed
 from catalog.shard import Shard, ShardState, WriteMark, new_shard_id
-from catalog.shard.rows import Rows, append_rows
+from catalog.shard.append import Rows, append_rows
 from support.shards import contents, updates
 from support.zookeeper import ZkEnv
 
