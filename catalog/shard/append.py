@@ -10,7 +10,8 @@ An append, followed down this module:
    nothing is written.
 3. The rows are derived for that state: fitted to the schema they are written under
    (:func:`catalog.shard.expansion.written_as`), given the update columns at the upper,
-   checked against the schema and the frontiers (:func:`_prepared`), and written as one Parquet
+   checked against the schema and the frontiers (:func:`~catalog.shard.updates.checked_batch`),
+   and written as one Parquet
    blob (:class:`_Batches`).
 4. The new state lists the blob (rolling entries up as needed) and records the write's marks in
    the ledger, one per member of a group (:func:`_recorded`). One compare-and-set writes it,
@@ -42,13 +43,12 @@ from catalog.errors import (
     WriteOutcomeUnknownError,
 )
 from catalog.retry import CasRetry
-from catalog.schema.conform import Mismatch, conform
 from catalog.shard.expansion import written_as
-from catalog.shard.ledger import Carry, WriteLedger, WriteMark
+from catalog.shard.ledger import Carry, WriteMark, record
 from catalog.shard.listing import BatchListing
 from catalog.shard.ops import finalized_error
-from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error, update_schema
-from catalog.shard.updates import time_bounds
+from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error
+from catalog.shard.updates import checked_batch, time_bounds
 
 if TYPE_CHECKING:
     from catalog.shard.handle import Shard
@@ -170,7 +170,10 @@ def compare_and_append(
     """
     _check_frontiers(shard, expected_upper, new_upper)
     write_id = group[0][0] if group else write_id or uuid.uuid4().hex
-    fixed = _Fixed(shard, batch, expected_upper, new_upper, schema_id, guards, write_id, group)
+    fixed = _Fixed(
+        shard, expected_upper, new_upper, write_id, batch=batch, schema_id=schema_id,
+        guards=guards, group=group,
+    )  # fmt: skip
     return _Append(
         shard, fixed, fence=fence, carry=carry, lookup=write_id, own_is_replay=True,
         known=state,
@@ -195,7 +198,9 @@ def compare_and_append_batches(
     so a failed job leaves no unreferenced file behind for long.
     """
     _check_frontiers(shard, expected_upper, new_upper)
-    written = _Written(shard, list(refs), expected_upper, new_upper, write_id or uuid.uuid4().hex)
+    written = _Fixed(
+        shard, expected_upper, new_upper, write_id or uuid.uuid4().hex, refs=list(refs)
+    )
     try:
         state = shard.state()
         for ref in refs:
@@ -272,39 +277,43 @@ class _Derived:
 
 
 class _Fixed:
-    """The batch of :func:`compare_and_append`: one batch at fixed frontiers, its blob written
-    once and kept across attempts while the upper is the one it expects."""
+    """The batches of :func:`compare_and_append` and :func:`compare_and_append_batches`: at
+    fixed frontiers, a ``batch`` whose blob is written once and kept across attempts while the
+    upper is the one it expects, or ``refs`` an engine wrote."""
 
     def __init__(
         self,
         shard: Shard,
-        batch: pa.Table | pa.RecordBatch,
         expected_upper: int,
         new_upper: int,
-        schema_id: int | None,
-        guards: Sequence[Check],
         write_id: str,
-        group: Sequence[tuple[str, int]],
+        *,
+        batch: pa.Table | pa.RecordBatch | None = None,
+        refs: list[BatchRef] | None = None,
+        schema_id: int | None = None,
+        guards: Sequence[Check] = (),
+        group: Sequence[tuple[str, int]] = (),
     ) -> None:
         self._shard = shard
         self._batch = batch
         self._expected, self._new = expected_upper, new_upper
         self._schema_id = schema_id
         self._guards = guards
-        self._write_id = write_id
+        self.write_id = write_id
         self._group = group
-        self._refs: list[BatchRef] | None = None
+        self._refs = refs
 
     def plan(self, state: ShardState) -> _Batches | AppendResult:
         if state.upper != self._expected:
             return AppendResult(False, state.upper, state)
         if self._refs is None:
+            assert self._batch is not None, "a batch, or the refs of one"
             schema_id = state.schema_id if self._schema_id is None else self._schema_id
             self._refs = _stored(
                 self._shard, state, self._batch, self._expected, self._new, schema_id
             )
         rows = sum(r.rows for r in self._refs)
-        ids = self._group or [(self._write_id, rows)]
+        ids = self._group or [(self.write_id, rows)]
         marks = [WriteMark(i, self._expected, self._new, n) for i, n in ids]
         return _Batches(self._refs, self._expected, self._new, marks, self._guards)
 
@@ -314,34 +323,7 @@ class _Fixed:
         self._refs = None
 
 
-class _Written:
-    """The batches of :func:`compare_and_append_batches`: blobs an engine wrote already."""
-
-    def __init__(
-        self,
-        shard: Shard,
-        refs: list[BatchRef],
-        expected_upper: int,
-        new_upper: int,
-        write_id: str,
-    ) -> None:
-        self._shard = shard
-        self._refs = refs
-        self._expected, self._new = expected_upper, new_upper
-        self.write_id = write_id
-
-    def plan(self, state: ShardState) -> _Batches | AppendResult:
-        if state.upper != self._expected:
-            return AppendResult(False, state.upper, state)
-        rows = sum(r.rows for r in self._refs)
-        mark = WriteMark(self.write_id, self._expected, self._new, rows)
-        return _Batches(self._refs, self._expected, self._new, [mark])
-
-    def release(self) -> None:
-        self._shard.blob.delete_many([r.key(self._shard.shard_id) for r in self._refs])
-
-
-_Plan = _Derived | _Fixed | _Written
+_Plan = _Derived | _Fixed
 
 
 # -- the one loop --------------------------------------------------------------------------
@@ -404,7 +386,10 @@ class _Append:
         if isinstance(planned, AppendResult):
             return planned
         new = listed(self._shard, state, planned.refs, planned.new_upper)
-        writes, segments = _recorded(self._shard, new.writes, planned.marks, self._carry)
+        writes, added = record(
+            new.writes, planned.marks, self._carry, self._shard.keys, self._shard.write_memory
+        )
+        segments = [segment.key(self._shard.shard_id) for segment in added]
         new = attrs.evolve(new, writes=writes)
         if self._before_send is not None:
             self._before_send()
@@ -461,83 +446,13 @@ def _stored(
     schema_id: int,
 ) -> list[BatchRef]:
     """``batch`` checked and written as one blob (none for an empty batch): its reference."""
-    stored = _prepared(batch, state.live(schema_id), expected_upper, new_upper, shard.shard_id)
+    stored = checked_batch(batch, state.live(schema_id), expected_upper, new_upper, shard.shard_id)
     if not stored.num_rows:
         return []
     lower, upper = time_bounds(stored)
     ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
     shard.blob.put_batch(ref.key(shard.shard_id), stored)
     return [ref]
-
-
-#: The refusal reason of each kind of schema mismatch.
-_MISMATCHES = {"columns": "columns-mismatch", "type": "type-mismatch", "null": "null-in-non-null"}
-
-
-def _prepared(
-    batch: pa.Table | pa.RecordBatch,
-    live: pa.Schema,
-    expected_upper: int,
-    new_upper: int,
-    shard_id: str,
-) -> pa.Table:
-    """Validate an appended batch against its schema and frontiers; the batch as stored."""
-    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    names = table.column_names
-    for column in (TS, DIFF):
-        if column not in names:
-            raise shard_error(
-                f"batch for shard {shard_id} has no {column} column",
-                shard_id,
-                "missing-column",
-                column=column,
-            )
-    data_names = [n for n in names if n not in (TS, DIFF)]
-    conformed = conform(data_names, [table.column(n) for n in data_names], live)
-    if isinstance(conformed, Mismatch):
-        reason = {
-            "columns": "columns-mismatch",
-            "type": "type-mismatch",
-            "null": "null-in-non-null",
-        }
-        raise shard_error(
-            f"batch for shard {shard_id} has {conformed.text}",
-            shard_id,
-            reason[conformed.kind],
-            **conformed.details,
-        )
-    columns: list[pa.ChunkedArray] = conformed
-    times, diffs = table.column(TS), table.column(DIFF)
-    for column, name in ((times, TS), (diffs, DIFF)):
-        if not pa.types.is_integer(column.type) or column.null_count:
-            raise shard_error(
-                f"{name} must be a non-null integer column (got {column.type})",
-                shard_id,
-                "bad-update-column",
-                column=name,
-            )
-    try:
-        times = times.cast(pa.uint64())
-        diffs = diffs.cast(pa.int64())
-    except pa.ArrowInvalid as exc:
-        raise shard_error(
-            f"{TS}/{DIFF} out of range: {exc}", shard_id, "bad-update-column", column=TS
-        ) from exc
-    stored = pa.Table.from_arrays([*columns, times, diffs], schema=update_schema(live))
-    if stored.num_rows:
-        lower, upper = time_bounds(stored)
-        if lower < expected_upper or upper > new_upper:
-            raise shard_error(
-                f"rows at times [{lower}, {upper - 1}] fall outside "
-                f"[{expected_upper}, {new_upper})",
-                shard_id,
-                "ts-out-of-range",
-                expected_upper=expected_upper,
-                new_upper=new_upper,
-                min_ts=lower,
-                max_ts=upper - 1,
-            )
-    return stored
 
 
 def listed(shard: Shard, state: ShardState, refs: Sequence[BatchRef], new_upper: int) -> ShardState:
@@ -559,28 +474,6 @@ def _new_rollups(shard: Shard, old: ShardState, new: ShardState) -> list[str]:
     """The roll-up blobs ``new`` lists that ``old`` does not (written by a refused attempt)."""
     before = {r.key(shard.shard_id) for r in old.rollups}
     return [k for r in new.rollups if (k := r.key(shard.shard_id)) not in before]
-
-
-def _recorded(
-    shard: Shard, writes: WriteLedger, new: Sequence[WriteMark], carry: Carry | None
-) -> tuple[WriteLedger, list[str]]:
-    """``writes`` with the ``new`` marks recorded (and a copy source's ledger carried): keyed
-    marks the ledger evicts go into the key log's segments; the keys of the segments this
-    wrote."""
-    before = {s.name for s in writes.segments}
-    marks = [*new]
-    if carry is not None:
-        marks = [*carry.ledger.marks, *new]
-        segments = writes.segments
-        if carry.keys is not None and carry.ledger.segments:
-            segments += shard.keys.carried(carry.keys, carry.ledger.segments)
-        horizon = max(writes.horizon, carry.ledger.horizon)
-        writes = attrs.evolve(writes, segments=segments, horizon=horizon)
-    writes, evicted = writes.evicting(marks, shard.write_memory)
-    if evicted or writes.segments:
-        segments, expired = shard.keys.fold(writes.segments, evicted)
-        writes = attrs.evolve(writes, segments=segments, horizon=max(writes.horizon, expired))
-    return writes, [s.key(shard.shard_id) for s in writes.segments if s.name not in before]
 
 
 def _unknown_outcome(

@@ -18,7 +18,7 @@ unknown (:meth:`WriteLedger.covers`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -26,7 +26,7 @@ import attrs
 from catalog.shard.keylog import KeyLog, KeySegment, is_keyed
 from catalog.shard.marks import WriteMark
 
-__all__ = ["WRITE_MEMORY", "Carry", "WriteLedger", "WriteMark"]
+__all__ = ["WRITE_MEMORY", "Carry", "WriteLedger", "WriteMark", "record"]
 
 # Marks kept per shard: about 60 bytes each in the state (~3.8 KB at the limit).
 WRITE_MEMORY = 64
@@ -125,3 +125,29 @@ class Carry:
 
     ledger: WriteLedger
     keys: KeyLog | None = None
+
+
+def record(
+    writes: WriteLedger,
+    new: Sequence[WriteMark],
+    carry: Carry | None,
+    keys: KeyLog,
+    memory: int,
+) -> tuple[WriteLedger, list[KeySegment]]:
+    """``writes`` with the ``new`` marks recorded (and a copy source's ledger carried), keeping
+    ``memory`` marks: keyed marks the ledger evicts go into the key log's segments (``keys``);
+    the segments this wrote."""
+    before = {s.name for s in writes.segments}
+    marks = [*new]
+    if carry is not None:
+        marks = [*carry.ledger.marks, *new]
+        segments = writes.segments
+        if carry.keys is not None and carry.ledger.segments:
+            segments += keys.carried(carry.keys, carry.ledger.segments)
+        horizon = max(writes.horizon, carry.ledger.horizon)
+        writes = attrs.evolve(writes, segments=segments, horizon=horizon)
+    writes, evicted = writes.evicting(marks, memory)
+    if evicted or writes.segments:
+        segments, expired = keys.fold(writes.segments, evicted)
+        writes = attrs.evolve(writes, segments=segments, horizon=max(writes.horizon, expired))
+    return writes, [s for s in writes.segments if s.name not in before]

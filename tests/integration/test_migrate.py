@@ -394,14 +394,14 @@ def test_no_entry_names_a_shard_collected_before_its_entry_landed(
 
         monkeypatch.setattr(MigrationShard, "_create_shards", create_then_collect)
     else:
-        append = Shard.compare_and_append
+        cas = Shard.cas
 
-        def collect_then_append(self: Shard, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("guards"):
+        def collect_then_cas(self: Shard, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("guards") or (len(args) > 3 and args[3]):  # the guarded entry append
                 collect_once()
-            return append(self, *args, **kwargs)
+            return cas(self, *args, **kwargs)
 
-        monkeypatch.setattr(Shard, "compare_and_append", collect_then_append)
+        monkeypatch.setattr(Shard, "cas", collect_then_cas)
     reader = env.ctx(releases["0.11.0"], 2)
     check = check_read_only(reader)
     assert collected, "the leader collected the fresh shards before their entries landed"
