@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import attrs
 import pyarrow as pa
@@ -43,15 +42,13 @@ from catalog.errors import (
     WriteOutcomeUnknownError,
 )
 from catalog.retry import CasRetry
+from catalog.shard.access import ShardAccess
 from catalog.shard.expansion import written_as
 from catalog.shard.ledger import Carry, WriteMark, record
 from catalog.shard.listing import BatchListing
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error
 from catalog.shard.updates import checked_batch, time_bounds
-
-if TYPE_CHECKING:
-    from catalog.shard.handle import Shard
 
 __all__ = [
     "Rows",
@@ -94,7 +91,7 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
 
 
 def append_rows(
-    shard: Shard,
+    shard: ShardAccess,
     rows: Rows | Callable[[ShardState], Rows | None],
     *,
     fence: Fence | None = None,
@@ -131,7 +128,7 @@ def append_rows(
 
 
 def compare_and_append(
-    shard: Shard,
+    shard: ShardAccess,
     batch: pa.Table | pa.RecordBatch,
     expected_upper: int,
     new_upper: int,
@@ -181,7 +178,7 @@ def compare_and_append(
 
 
 def compare_and_append_batches(
-    shard: Shard,
+    shard: ShardAccess,
     refs: Sequence[BatchRef],
     expected_upper: int,
     new_upper: int,
@@ -246,7 +243,7 @@ class _Derived:
     """The batches of :func:`append_rows`: derived from each state read, at its upper."""
 
     def __init__(
-        self, shard: Shard, rows: Callable[[ShardState], Rows | None], write_id: str
+        self, shard: ShardAccess, rows: Callable[[ShardState], Rows | None], write_id: str
     ) -> None:
         self._shard = shard
         self._rows = rows
@@ -283,7 +280,7 @@ class _Fixed:
 
     def __init__(
         self,
-        shard: Shard,
+        shard: ShardAccess,
         expected_upper: int,
         new_upper: int,
         write_id: str,
@@ -334,7 +331,7 @@ class _Append:
 
     def __init__(
         self,
-        shard: Shard,
+        shard: ShardAccess,
         batches: _Plan,
         *,
         fence: Fence | None,
@@ -426,7 +423,7 @@ class _Append:
         return None
 
 
-def _check_frontiers(shard: Shard, expected_upper: int, new_upper: int) -> None:
+def _check_frontiers(shard: ShardAccess, expected_upper: int, new_upper: int) -> None:
     if new_upper < expected_upper:
         raise shard_error(
             f"new upper {new_upper} is below the expected upper {expected_upper}",
@@ -438,7 +435,7 @@ def _check_frontiers(shard: Shard, expected_upper: int, new_upper: int) -> None:
 
 
 def _stored(
-    shard: Shard,
+    shard: ShardAccess,
     state: ShardState,
     batch: pa.Table | pa.RecordBatch,
     expected_upper: int,
@@ -455,7 +452,9 @@ def _stored(
     return [ref]
 
 
-def listed(shard: Shard, state: ShardState, refs: Sequence[BatchRef], new_upper: int) -> ShardState:
+def listed(
+    shard: ShardAccess, state: ShardState, refs: Sequence[BatchRef], new_upper: int
+) -> ShardState:
     """``state`` with ``refs`` listed at ``new_upper``, rolling entries up as needed (the roll-up
     blobs are written here; one merged away is left to the garbage collection, after its grace:
     a reader of the previous state may still be reading it)."""
@@ -470,7 +469,7 @@ def listed(shard: Shard, state: ShardState, refs: Sequence[BatchRef], new_upper:
     return attrs.evolve(state, batches=inline, rollups=rollups, upper=new_upper)
 
 
-def _new_rollups(shard: Shard, old: ShardState, new: ShardState) -> list[str]:
+def _new_rollups(shard: ShardAccess, old: ShardState, new: ShardState) -> list[str]:
     """The roll-up blobs ``new`` lists that ``old`` does not (written by a refused attempt)."""
     before = {r.key(shard.shard_id) for r in old.rollups}
     return [k for r in new.rollups if (k := r.key(shard.shard_id)) not in before]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
@@ -24,6 +23,7 @@ from catalog.errors import (
 )
 from catalog.schema.restore import fill_hidden_nulls
 from catalog.shard import read
+from catalog.shard.access import ShardAccess
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     BatchRef,
@@ -36,13 +36,10 @@ from catalog.shard.updates import (
     time_bounds,
 )
 
-if TYPE_CHECKING:
-    from catalog.shard.handle import Shard
-
 log = structlog.get_logger(__name__)
 
 
-def compaction_inputs(shard: Shard) -> tuple[ShardState, list[BatchRef]]:
+def compaction_inputs(shard: ShardAccess) -> tuple[ShardState, list[BatchRef]]:
     """The state and the batches a compaction merges (both engines); a finalized shard is
     refused."""
     state = shard.state()
@@ -51,7 +48,7 @@ def compaction_inputs(shard: Shard) -> tuple[ShardState, list[BatchRef]]:
     return state, shard.batches(state)
 
 
-def compact(shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
+def compact(shard: ShardAccess, *, fence: Fence | None = None) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
@@ -91,7 +88,7 @@ def compact(shard: Shard, *, fence: Fence | None = None) -> CompactionResult:
 
 
 def commit_compaction(
-    shard: Shard,
+    shard: ShardAccess,
     state: ShardState,
     inputs: Sequence[BatchRef],
     outputs: Sequence[BatchRef],

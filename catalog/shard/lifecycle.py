@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import attrs
 import structlog
@@ -25,6 +24,7 @@ from catalog.errors import (
     ConnectionLostError,
     ShardError,
 )
+from catalog.shard.access import ShardAccess
 from catalog.shard.listing import blob_prefix
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
@@ -44,13 +44,10 @@ from catalog.watch import (
     watched_children,
 )
 
-if TYPE_CHECKING:
-    from catalog.shard.handle import Shard
-
 log = structlog.get_logger(__name__)
 
 
-def advance_since(shard: Shard, since: int, *, fence: Fence | None = None) -> ShardState:
+def advance_since(shard: ShardAccess, since: int, *, fence: Fence | None = None) -> ShardState:
     """Move ``since`` forward to ``since`` (never back; at most the upper)."""
 
     def change(state: ShardState) -> ShardState | None:
@@ -71,7 +68,7 @@ def advance_since(shard: Shard, since: int, *, fence: Fence | None = None) -> Sh
     return shard.update(change, fence)
 
 
-def seal(shard: Shard, *, fence: Fence | None = None) -> ShardState:
+def seal(shard: ShardAccess, *, fence: Fence | None = None) -> ShardState:
     """Refuse every further append (idempotent). Readers may still read."""
 
     def change(state: ShardState) -> ShardState | None:
@@ -82,7 +79,9 @@ def seal(shard: Shard, *, fence: Fence | None = None) -> ShardState:
     return state
 
 
-def finalize(shard: Shard, *, fence: Fence | None = None, wait: float | None = 60.0) -> ShardState:
+def finalize(
+    shard: ShardAccess, *, fence: Fence | None = None, wait: float | None = 60.0
+) -> ShardState:
     """Seal, refuse new leases, wait for existing leases to end, delete blobs, tombstone.
 
     Waiting uses a ZooKeeper child watch; ``wait`` bounds it (None: forever) and ShardError
@@ -113,7 +112,7 @@ def finalize(shard: Shard, *, fence: Fence | None = None, wait: float | None = 6
     return state
 
 
-def discard(shard: Shard, *, fence: Fence | None = None) -> None:
+def discard(shard: ShardAccess, *, fence: Fence | None = None) -> None:
     """Delete a shard that never received a batch (an orphan of a lost race) entirely."""
     try:
         state = shard.state()
@@ -130,7 +129,7 @@ def discard(shard: Shard, *, fence: Fence | None = None) -> None:
     shard.log.info("shard_discarded")
 
 
-def _wait_for_no_leases(shard: Shard, wait: float | None) -> None:
+def _wait_for_no_leases(shard: ShardAccess, wait: float | None) -> None:
     path = shard.consensus.path(shard.key)
     leases: list[str] = []
 
@@ -161,7 +160,7 @@ def _wait_for_no_leases(shard: Shard, wait: float | None) -> None:
 
 @contextlib.contextmanager
 def lease(
-    shard: Shard, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
+    shard: ShardAccess, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
 ) -> Iterator[Lease]:
     """Hold a reader lease while the block runs: finalization waits until it is released.
 
@@ -198,7 +197,7 @@ def lease(
             shard.consensus.client.delete(shard.consensus.path(key))
 
 
-def held_since(shard: Shard) -> int | None:
+def held_since(shard: ShardAccess) -> int | None:
     """The lowest time a reader lease holds (None: no lease holds any): how far ``since``
     may advance without refusing a read under way."""
     found = shard.consensus.get_many(leases(shard))
@@ -213,7 +212,7 @@ def held_since(shard: Shard) -> int | None:
     return min(holds, default=None)
 
 
-def leases(shard: Shard) -> list[str]:
+def leases(shard: ShardAccess) -> list[str]:
     """Keys of the current reader leases."""
     return [
         f"{shard.key}/{child}"
@@ -222,7 +221,7 @@ def leases(shard: Shard) -> list[str]:
     ]
 
 
-def referenced_keys(shard: Shard, state: ShardState | None = None) -> set[str]:
+def referenced_keys(shard: ShardAccess, state: ShardState | None = None) -> set[str]:
     """Every blob key ``state`` references: batches, rollups, key log segments."""
     state = shard.state() if state is None else state
     keys = {b.key(shard.shard_id) for b in shard.batches(state)}
@@ -231,7 +230,7 @@ def referenced_keys(shard: Shard, state: ShardState | None = None) -> set[str]:
     return keys
 
 
-def unreferenced_blobs(shard: Shard) -> tuple[ShardState | None, list[BlobInfo]]:
+def unreferenced_blobs(shard: ShardAccess) -> tuple[ShardState | None, list[BlobInfo]]:
     """The state (None: the shard is gone) and the blobs below the shard's prefix it does
     not reference, temporary files of crashed writes included (all of them once finalized).
 
@@ -248,7 +247,7 @@ def unreferenced_blobs(shard: Shard) -> tuple[ShardState | None, list[BlobInfo]]
     return state, [i for i in found if i.key not in referenced]
 
 
-def gc_orphans(shard: Shard, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
+def gc_orphans(shard: ShardAccess, *, grace_seconds: float = GC_GRACE_SECONDS) -> list[str]:
     """Delete blobs below the shard's prefix that its state does not reference.
 
     Only blobs older than ``grace_seconds`` (a writer may be between blob write and CAS),

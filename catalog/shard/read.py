@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +30,7 @@ from catalog.schema import (
 )
 from catalog.schema.restore import restore_table
 from catalog.schema.walk import as_data_type
+from catalog.shard.access import ShardAccess
 from catalog.shard.ops import finalized_error
 from catalog.shard.state import (
     READ_ATTEMPTS,
@@ -51,9 +51,6 @@ from catalog.watch import (
     wait_until,
     watched_data,
 )
-
-if TYPE_CHECKING:
-    from catalog.shard.handle import Shard
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +117,7 @@ def read_batches(
     return table
 
 
-def wait_for_upper(shard: Shard, as_of: int, timeout: float) -> ShardState:
+def wait_for_upper(shard: ShardAccess, as_of: int, timeout: float) -> ShardState:
     """The state once its upper passed ``as_of`` (or it was finalized), else at timeout."""
     latest = shard.state()
 
@@ -144,7 +141,7 @@ def wait_for_upper(shard: Shard, as_of: int, timeout: float) -> ShardState:
 
 
 def snapshot(
-    shard: Shard,
+    shard: ShardAccess,
     as_of: int | None = None,
     reader_schema: pa.Schema | None = None,
     *,
@@ -195,7 +192,7 @@ def snapshot(
 
 
 def snapshot_of(
-    shard: Shard,
+    shard: ShardAccess,
     state: ShardState,
     as_of: int | None = None,
     reader_schema: pa.Schema | None = None,
@@ -209,7 +206,7 @@ def snapshot_of(
 
 
 def _snapshot(
-    shard: Shard, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
+    shard: ShardAccess, state: ShardState, as_of: int | None, reader_schema: pa.Schema | None
 ) -> pa.Table:
     reader = snapshot_reader(state, reader_schema)
     result_schema = update_schema(reader)
@@ -232,7 +229,7 @@ def _snapshot(
 
 
 def load(
-    shard: Shard,
+    shard: ShardAccess,
     state: ShardState,
     refs: Sequence[BatchRef],
     target: pa.Schema,
