@@ -66,7 +66,7 @@ def _definition(builtin: Builtin, fingerprint: str) -> tuple[object, ...]:
 def _extends(before: InstructionIndex, after: InstructionIndex) -> frozenset[str] | None:
     """The collections whose instructions ``after`` adds to ``before``'s (all newer than
     ``before``), or None when ``after`` is not such an extension."""
-    if before.newest is not None and before.newest > before.version._order:
+    if before.newest is not None and before.newest > before.version.precedence:
         return None
     added = after.keys - before.keys
     if len(after.keys) - len(added) != len(before.keys):
@@ -87,7 +87,7 @@ def path_problems(
     """``(i, j, problem)`` for every problem the planner finds on every path ``i -> j``
     (``fingerprints[j]``: release ``j``'s builtin fingerprints by GlobalId); ``on_progress``
     hears the number of paths checked so far after each target release."""
-    orders = [release.version._order for release in ordered]
+    orders = [release.version.precedence for release in ordered]
     timelines = _timelines(snapshots)
     # Per GlobalId: (definition, target index, passed on every path to it) of the last target.
     last: dict[str, tuple[tuple[object, ...], int, bool]] = {}

@@ -172,20 +172,20 @@ class InstructionIndex:
             if extended is not None:
                 return extended
         grouped: dict[str, list[Migration]] = {}
-        ordered = sorted(release.migrations, key=lambda m: m.version._order)
+        ordered = sorted(release.migrations, key=lambda m: m.version.precedence)
         for migration in ordered:
             grouped.setdefault(migration.name, []).append(migration)
         return cls(
             release.version,
             MappingProxyType(
                 {
-                    name: (tuple(m.version._order for m in ms), tuple(ms))
+                    name: (tuple(m.version.precedence for m in ms), tuple(ms))
                     for name, ms in grouped.items()
                 }
             ),
-            tuple(m for m in release.migrations if m.version._order == release.version._order),
+            tuple(m for m in release.migrations if m.version == release.version),
             frozenset(m.key for m in release.migrations),
-            ordered[-1].version._order if ordered else None,
+            ordered[-1].version.precedence if ordered else None,
             release.migrations,
         )
 
@@ -196,26 +196,26 @@ class InstructionIndex:
         # (the usual case) cost a pointer comparison each.
         if len(migrations) < len(before) or migrations[: len(before)] != before:
             return None
-        added = sorted(migrations[len(before) :], key=lambda m: m.version._order)
-        own_order = release.version._order
+        added = sorted(migrations[len(before) :], key=lambda m: m.version.precedence)
+        own_order = release.version.precedence
         floor = previous.newest
         if floor is not None and (
-            floor >= own_order or (added and added[0].version._order < floor)
+            floor >= own_order or (added and added[0].version.precedence < floor)
         ):
             return None
         by_name = dict(previous.by_name)
         for migration in added:
             orders, group = by_name.get(migration.name, ((), ()))
             by_name[migration.name] = (
-                (*orders, migration.version._order),
+                (*orders, migration.version.precedence),
                 (*group, migration),
             )
         return cls(
             release.version,
             MappingProxyType(by_name),
-            tuple(m for m in added if m.version._order == own_order),
+            tuple(m for m in added if m.version.precedence == own_order),
             previous.keys | {m.key for m in added},
-            added[-1].version._order if added else floor,
+            added[-1].version.precedence if added else floor,
             migrations,
         )
 
@@ -226,8 +226,8 @@ class InstructionIndex:
             return ()
         # Bisect on the precedence keys: plain tuple comparisons, no Python-level __lt__.
         orders, migrations = entry
-        start = bisect.bisect_right(orders, low._order)
-        return migrations[start : bisect.bisect_right(orders, high._order)]
+        start = bisect.bisect_right(orders, low.precedence)
+        return migrations[start : bisect.bisect_right(orders, high.precedence)]
 
 
 def winning_mechanism(instructions: Sequence[Migration]) -> Mechanism:

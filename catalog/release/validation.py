@@ -270,8 +270,8 @@ def validate(
     failures.extend(_dropped_renames(ordered, cache))
     failures.sort(
         key=lambda f: (
-            f.from_version._order,
-            f.to_version._order,
+            f.from_version.precedence,
+            f.to_version.precedence,
             f.reason,
             f.collection or "",
             f.error.message,
@@ -285,7 +285,7 @@ def validate(
             for m in r.migrations
             if m.mechanism in (Mechanism.REWRITE, Mechanism.REPLACEMENT)
         },
-        key=lambda c: (c.version._order, c.collection),
+        key=lambda c: (c.version.precedence, c.collection),
     )
     report = ValidationReport(
         tuple(r.version for r in ordered),

@@ -27,11 +27,12 @@ class Version:
     minor: int
     patch: int
     prerelease: tuple[str, ...] = ()
-    # The semver precedence key, computed once: plans and validation compare versions a lot.
-    _order: tuple[Any, ...] = attrs.field(init=False, eq=False, repr=False)
+    # The semver precedence key, computed once: plans and validation compare versions a lot, and
+    # sort and bisect by it (a plain tuple, no Python-level __lt__).
+    precedence: tuple[Any, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_order", self._key())
+        object.__setattr__(self, "precedence", self._key())
 
     @classmethod
     def parse(cls, value: str | Version) -> Version:
@@ -82,7 +83,7 @@ class Version:
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Version):
             return NotImplemented
-        return bool(self._order < other._order)
+        return bool(self.precedence < other.precedence)
 
 
 def to_version(value: str | Version) -> Version:
