@@ -23,7 +23,13 @@ import attrs
 import h11
 import structlog
 
-from orchestrator.sidecar.http import MAX_APPEND_ROWS, MAX_BODY_BYTES, HttpError, json_response
+from orchestrator.sidecar.http import (
+    BODY_LIMIT_KEY,
+    MAX_APPEND_ROWS,
+    MAX_BODY_BYTES,
+    HttpError,
+    json_response,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -126,6 +132,8 @@ class Exchange:
         deadline = self._loop.time() + self.limits.body_timeout
         body, length, complete = await self._body(request, deadline)
         environ = self._environ(request, body, length)
+        if not complete:  # past the limit: the application refuses it, whatever it reads
+            environ[BODY_LIMIT_KEY] = self.limits.max_body
         try:
             status, headers, payload = await self.call(environ)
         finally:

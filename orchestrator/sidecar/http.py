@@ -200,34 +200,24 @@ def json_response(status: HTTPStatus, value: Any) -> Response:
     return Response(json.dumps(value, indent=2) + "\n", status=status, content_type=JSON_TYPE)
 
 
-def _body(request: Request, limit: int) -> bytes:
-    """The request's body, read up to ``limit`` bytes whatever its framing (a declared length,
-    chunks, or a stream): 413 as soon as it passes the limit, the rest never read."""
-    length = request.content_length
-    if length is not None and length > limit:
+#: The WSGI environ key under which the server says a body passed ``--http-max-body``: the
+#: server alone enforces the limit (it stops reading there), the application answers the 413.
+BODY_LIMIT_KEY = "catalog_upgrade.body_limit_passed"
+
+
+def _body(request: Request) -> bytes:
+    """The request's body, which the server read whole, or 413 when it passed the limit (the
+    server stopped reading there; the limit is in the environ)."""
+    limit = request.environ.get(BODY_LIMIT_KEY)
+    if limit is not None:
         raise HttpError(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
             "body-too-large",
-            f"request body of {length} bytes is above the {limit}-byte limit (--http-max-body)",
+            f"request body is above the {limit}-byte limit (--http-max-body); reading stopped "
+            "there",
             limit=limit,
         )
-    stream = request.stream
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = stream.read(min(1 << 16, limit + 1 - total))
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            raise HttpError(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                "body-too-large",
-                f"request body is above the {limit}-byte limit (--http-max-body); reading "
-                "stopped there",
-                limit=limit,
-            )
-        chunks.append(chunk)
+    return request.get_data()
 
 
 def _media_type(request: Request) -> str:
@@ -241,7 +231,6 @@ class SidecarApp:
 
     api: SidecarApi
     policy: AccessPolicy = attrs.field(factory=AccessPolicy)
-    max_body: int = MAX_BODY_BYTES
     max_rows: int = MAX_APPEND_ROWS
     #: The OpenAPI description served at ``/openapi.json`` (orchestrator.sidecar.openapi).
     description: Mapping[str, Any] = attrs.field(factory=dict)
@@ -347,7 +336,7 @@ class SidecarApp:
         return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)
 
     def promote(self, request: Request) -> Response:
-        body = _body(request, self.max_body)
+        body = _body(request)
         generation = _int_param(request.args, "deploy_generation")
         if generation is None and body.strip():
             try:
@@ -370,7 +359,7 @@ class SidecarApp:
         return json_response(HTTPStatus.OK, self.api.promote(generation, caller))
 
     def finalize(self, request: Request) -> Response:
-        _body(request, self.max_body)  # read (and bounded) like any body; nothing in it is used
+        _body(request)  # read (and bounded) like any body; nothing in it is used
         who = self.policy.authorize("finalize", request.headers.get("Authorization"))
         caller = f"http:{who or 'anonymous'}@{request.remote_addr or '?'}"
         log.info("finalization_requested_over_http", requested_by=caller)
@@ -381,7 +370,7 @@ class SidecarApp:
     def append(self, request: Request) -> Response:
         collection = _required(request.args, "collection")
         key = request.headers.get(IDEMPOTENCY_HEADER)
-        body = _body(request, self.max_body)
+        body = _body(request)
         arrow = _media_type(request) == ARROW_STREAM_TYPE
         answer = self.api.append(collection, body, key, arrow=arrow, max_rows=self.max_rows)
         response = json_response(HTTPStatus.OK, answer)

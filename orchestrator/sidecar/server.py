@@ -93,7 +93,6 @@ class SidecarHttpServer:
         self._app = SidecarApp(
             self.api,
             self.policy,
-            self.limits.max_body,
             self.limits.max_append_rows,
             openapi_document(_version()),
         )
