@@ -392,6 +392,7 @@ def test_spark_compaction_preserves_snapshots(
     result = spark_engine.compact(source)
     assert result.applied and result.inputs == 4
     state = source.state()
+    assert result.outputs, "the compaction wrote its output"
     assert [b.schema_id for b in source.batches(state)] == [1] * len(result.outputs)
     assert all(b.lower >= 2 for b in result.outputs)
     assert {t: canonical(source.snapshot(t)) for t in (2, 3)} == before
@@ -413,6 +414,7 @@ def test_spark_compaction_of_sortable_columns_marks_output_ordered(
     append(shard, updates(flat, [{"k": 3, "v": "c"}, {"k": 1, "v": "a"}], ts=0))
     append(shard, updates(flat, [{"k": 2, "v": None}], ts=1))
     result = spark_engine.compact(shard)
+    assert result.outputs, "the compaction wrote its output"
     for ref in result.outputs:
         assert ref.ordered and ref.spark_types  # Spark's own writer
         stored = restore_table(blob.get_batch(ref.key(shard.shard_id)), update_schema(flat))
@@ -446,7 +448,7 @@ def test_batches_spark_wrote_read_back_exactly_on_every_path(
     append(shard, pa.concat_tables([updates(schema, [{"id": 3, **samples}], ts=1), retracted]))
     expected = shard.snapshot()
     result = spark_engine.compact(shard)
-    assert result.applied and all(ref.spark_types for ref in result.outputs)
+    assert result.applied and result.outputs and all(ref.spark_types for ref in result.outputs)
     for got_snapshot in (shard.snapshot(), spark_engine.snapshot(shard)):
         assert got_snapshot.schema == expected.schema
         assert canonical(got_snapshot) == canonical(expected)
@@ -851,6 +853,7 @@ def test_arrow_and_spark_engines_agree_on_random_histories(
     assert canonical(got) == canonical(expected)
     # Streamed (read --json): chunks of exact types, together the same rows.
     chunks = list(spark_engine.snapshot_chunks(shard, as_of, chunk_rows=2))
+    assert bool(chunks) == bool(expected.num_rows), "rows come in chunks"
     assert all(c.schema == expected.schema for c in chunks)
     streamed = pa.concat_tables(chunks) if chunks else expected.schema.empty_table()
     assert canonical(streamed) == canonical(expected)

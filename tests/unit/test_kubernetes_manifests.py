@@ -83,7 +83,9 @@ def test_every_command_line_parses_with_the_real_cli(docs: list[dict[str, Any]])
 def test_every_environment_variable_is_one_the_tool_reads(docs: list[dict[str, Any]]) -> None:
     known = envvars() | READ_DIRECTLY
     config = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
-    for _, container in tool_containers(docs):
+    containers = [c for _, c in tool_containers(docs)]
+    assert containers and any(c.get("env") for c in containers), "the manifests set variables"
+    for container in containers:
         referenced = {a[2:-1] for a in container["args"] if a.startswith("$(")}
         for var in container.get("env", []):
             name = var["name"]
@@ -128,13 +130,16 @@ def mounted_secret(
 
 
 def test_the_token_file_is_in_the_mounted_secret(docs: list[dict[str, Any]]) -> None:
+    checked = 0
     for spec, container in tool_containers(docs):
         context = parse(container["args"])
         token = context.params.get("http_token_file")
         if token is None:
             continue
+        checked += 1
         assert mounted_secret(docs, spec, container, Path(token))
         assert context.params["http"].startswith("0.0.0.0"), "beyond loopback: the token is needed"
+    assert checked, "a sidecar of the manifests takes a token file"
 
 
 def test_the_promote_job_promotes_the_sidecars_generation(docs: list[dict[str, Any]]) -> None:
