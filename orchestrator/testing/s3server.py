@@ -17,7 +17,6 @@ import contextlib
 import json
 import secrets
 import shutil
-import subprocess
 import sys
 import time
 import urllib.error
@@ -29,7 +28,8 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.testing.zkserver import free_port, stop_process
+from orchestrator.testing.child import ChildProcess
+from orchestrator.testing.zkserver import free_port
 
 log = structlog.get_logger(__name__)
 
@@ -98,13 +98,14 @@ class EmbeddedS3:
     host: str = "127.0.0.1"
     credentials: S3Credentials = attrs.field(factory=S3Credentials.generate)
     ports: dict[str, tuple[int, int]] = attrs.field(factory=dict)
-    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+    _child: ChildProcess = attrs.field(init=False)
     # Ports picked here (not given), which a first start may pick again if one was taken.
     _picked: set[str] = attrs.field(factory=set, init=False)
     _started_once: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
+        self._child = ChildProcess(self.data_dir / "weed.log")
         self._pick_ports()
 
     def _pick_ports(self) -> None:
@@ -129,11 +130,11 @@ class EmbeddedS3:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child.running
 
     @property
     def log_file(self) -> Path:
-        return self.data_dir / "weed.log"
+        return self._child.log_file
 
     def _write_identities(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -192,20 +193,17 @@ class EmbeddedS3:
         for component, (http, grpc) in self.ports.items():
             command += [f"-{component}.port={http}", f"-{component}.port.grpc={grpc}"]
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as out:
-            self._process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+        self._child.launch(command)
         self.wait_serving(timeout)
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Return once the S3 gateway answers HTTP (any status: it asks for a signature)."""
-        assert self._process is not None, "start() first"
+        assert self._child.launched, "start() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+            if not self._child.running:
                 raise ConfigurationError(
-                    f"SeaweedFS exited with code {self._process.returncode} while starting on "
+                    f"SeaweedFS exited with code {self._child.returncode} while starting on "
                     f"{self.endpoint}: {self.tail_log()}",
                     endpoint=self.endpoint,
                 )
@@ -242,30 +240,23 @@ class EmbeddedS3:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        process, self._process = self._process, None
-        if stop_process(process, timeout):
+        if self._child.stop(timeout):
             log.info("s3_stopped", endpoint=self.endpoint)
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (its data stay for a restart)."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        self._child.kill()
 
     def terminate(self) -> None:
         """Ask the server to stop without waiting (safe inside a signal handler)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+        self._child.terminate()
 
     def wait(self) -> int:
         """Block until the server exits; its exit code."""
-        return 0 if self._process is None else self._process.wait()
+        return self._child.wait()
 
     def tail_log(self, lines: int = 30) -> str:
-        if not self.log_file.exists():
-            return ""
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        return self._child.tail(lines)
 
     def __enter__(self) -> EmbeddedS3:
         return self.start()

@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -32,7 +30,8 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.testing.zkserver import find_java, free_port, pyspark_jars_dir, stop_process
+from orchestrator.testing.child import ChildProcess
+from orchestrator.testing.zkserver import find_java, free_port, pyspark_jars_dir
 
 log = structlog.get_logger(__name__)
 
@@ -57,30 +56,15 @@ def _scala_version() -> str:
 
 @attrs.define
 class _Daemon:
+    """A master or a worker: its command and the child process that runs it."""
+
     name: str
     command: list[str]
-    log_file: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def launch(self, env: dict[str, str]) -> None:
-        out = self.log_file.open("ab")
-        self.process = subprocess.Popen(
-            self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-        )
-        out.close()
+    child: ChildProcess
 
     @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self, timeout: float = 15.0) -> None:
-        process, self.process = self.process, None
-        stop_process(process, timeout)
-
-    def tail(self, lines: int = 20) -> str:
-        if not self.log_file.exists():
-            return ""
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+    def log_file(self) -> Path:
+        return self.child.log_file
 
 
 @attrs.define
@@ -127,8 +111,8 @@ class SparkStandaloneCluster:
         env = self._env()
         ports = ["--port", str(self.port), "--webui-port", str(self.ui_port)]
         master_command = self._java(_MASTER, "--host", self.host, *ports)
-        master = _Daemon("master", master_command, self.data_dir / "master.log")
-        master.launch(env)
+        master = _Daemon("master", master_command, ChildProcess(self.data_dir / "master.log"))
+        master.child.launch(master.command, env)
         self._daemons.append(master)
         for number in range(1, self.workers + 1):
             work = self.data_dir / f"worker{number}"
@@ -136,8 +120,9 @@ class SparkStandaloneCluster:
             resources = ["--cores", str(self.cores), "--memory", self.memory]
             where = ["--webui-port", str(free_port()), "--work-dir", str(work)]
             command = self._java(_WORKER, "--host", self.host, *resources, *where, self.master_url)
-            worker = _Daemon(f"worker{number}", command, self.data_dir / f"worker{number}.log")
-            worker.launch(env)
+            log_file = self.data_dir / f"worker{number}.log"
+            worker = _Daemon(f"worker{number}", command, ChildProcess(log_file))
+            worker.child.launch(worker.command, env)
             self._daemons.append(worker)
         try:
             self.wait_ready(timeout)
@@ -172,14 +157,14 @@ class SparkStandaloneCluster:
             _SUBMIT, "--master", self.master_url, "--class", _CONNECT, *args, "spark-internal",
             heap="1g",
         )  # fmt: skip
-        daemon = _Daemon("connect server", command, self.data_dir / "connect.log")
-        daemon.launch(env)
+        daemon = _Daemon("connect server", command, ChildProcess(self.data_dir / "connect.log"))
+        daemon.child.launch(daemon.command, env)
         self._daemons.append(daemon)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not daemon.running:
+            if not daemon.child.running:
                 raise ConfigurationError(
-                    f"the Spark Connect server exited while starting: {daemon.tail()}",
+                    f"the Spark Connect server exited while starting: {daemon.child.tail(20)}",
                     log=str(daemon.log_file),
                 )
             # An OSError of the connect (nothing listens yet) is suppressed: the body is skipped.
@@ -189,7 +174,7 @@ class SparkStandaloneCluster:
             time.sleep(0.3)
         raise ConfigurationError(
             f"the Spark Connect server did not listen on {self.remote_url} within "
-            f"{timeout:.0f} s: {daemon.tail()}",
+            f"{timeout:.0f} s: {daemon.child.tail(20)}",
             log=str(daemon.log_file),
         )
 
@@ -211,9 +196,9 @@ class SparkStandaloneCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for daemon in self._daemons:
-                if not daemon.running:
+                if not daemon.child.running:
                     raise ConfigurationError(
-                        f"Spark {daemon.name} exited while starting: {daemon.tail()}",
+                        f"Spark {daemon.name} exited while starting: {daemon.child.tail(20)}",
                         log=str(daemon.log_file),
                     )
             if self.alive_workers() >= self.workers:
@@ -221,25 +206,24 @@ class SparkStandaloneCluster:
             time.sleep(0.3)
         raise ConfigurationError(
             f"Spark cluster at {self.master_url} had {self.alive_workers()} of {self.workers} "
-            f"workers alive after {timeout:.0f} s: {self._daemons[0].tail()}",
+            f"workers alive after {timeout:.0f} s: {self._daemons[0].child.tail(20)}",
             master=self.master_url,
         )
 
     def stop(self) -> None:
         """Workers first (so they do not try to reconnect), then the master."""
         for daemon in reversed(self._daemons):
-            daemon.stop()
+            daemon.child.stop(15.0)
         self._daemons.clear()
 
     def terminate(self) -> None:
         """SIGTERM every daemon without waiting (safe inside a signal handler)."""
         for daemon in self._daemons:
-            if daemon.running and daemon.process is not None:
-                daemon.process.send_signal(signal.SIGTERM)
+            daemon.child.terminate()
 
     def wait(self) -> list[int]:
         """Block until every daemon exits; their exit codes."""
-        return [d.process.wait() if d.process else 0 for d in list(self._daemons)]
+        return [d.child.wait() for d in list(self._daemons)]
 
     def __enter__(self) -> SparkStandaloneCluster:
         return self.start()

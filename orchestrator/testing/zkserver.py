@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +24,7 @@ import structlog
 
 from catalog.errors import ConfigurationError
 from orchestrator.quorum import four_letter_word
+from orchestrator.testing.child import ChildProcess
 from orchestrator.zktls import ServerTls
 
 if TYPE_CHECKING:
@@ -87,20 +86,6 @@ def find_java() -> str:
     return found
 
 
-def stop_process(process: subprocess.Popen[bytes] | None, timeout: float) -> bool:
-    """SIGTERM ``process``, then SIGKILL if it does not exit within ``timeout`` seconds;
-    whether it was running."""
-    if process is None or process.poll() is not None:
-        return False
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    return True
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -133,12 +118,13 @@ class EmbeddedZooKeeper:
     tls: ServerTls | None = None
     # Extra JVM system properties, e.g. ``-Djute.maxbuffer=100000`` (tests of small limits).
     jvm_options: tuple[str, ...] = ()
-    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+    _child: ChildProcess = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
         if self.port == 0:
             self.port = free_port(self.host)
+        self._child = ChildProcess(self.data_dir / "zookeeper.out")
 
     @property
     def hosts(self) -> str:
@@ -152,7 +138,7 @@ class EmbeddedZooKeeper:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child.running
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -231,20 +217,16 @@ class EmbeddedZooKeeper:
         ]
         if self.netns is not None:
             command = self.netns.command(command)
-        stdout = (self.data_dir / "zookeeper.out").open("ab")
-        self._process = subprocess.Popen(
-            command, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        stdout.close()
+        self._child.launch(command)
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Return once the server reports a mode (standalone, leader or follower)."""
-        assert self._process is not None, "launch() first"
+        assert self._child.launched, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+            if not self._child.running:
                 raise ConfigurationError(
-                    f"ZooKeeper exited with code {self._process.returncode} while starting on "
+                    f"ZooKeeper exited with code {self._child.returncode} while starting on "
                     f"{self.hosts}: {self.tail_log()}",
                     hosts=self.hosts,
                 )
@@ -263,21 +245,16 @@ class EmbeddedZooKeeper:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        process, self._process = self._process, None
-        if stop_process(process, timeout):
+        if self._child.stop(timeout):
             log.info("zookeeper_stopped", hosts=self.hosts)
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (its data stay for a restart)."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        self._child.kill()
 
     def terminate(self) -> None:
         """Ask the server to stop without waiting (safe inside a signal handler, unlike stop())."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
+        self._child.terminate()
 
     def restart(self) -> None:
         self.stop()
@@ -285,9 +262,7 @@ class EmbeddedZooKeeper:
 
     def wait(self) -> int:
         """Block until the server process exits; its exit code."""
-        if self._process is None:
-            return 0
-        return self._process.wait()
+        return self._child.wait()
 
     def tail_log(self, lines: int = 40) -> str:
         """The last lines of the server's log and console output, for error reports."""
