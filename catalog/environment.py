@@ -59,6 +59,8 @@ SCHEMAS_KEY = "schemas"
 GC_KEY = "gc"
 HISTORY_KEY = "history"
 PENDING_KEY = "pending"
+#: The operator's pace of each generation's long steps (orchestrator.pace).
+PACE_KEY = "pace"
 MIGRATION_SHARD_ID = "migration"
 
 CONTAINER_KEYS = (

@@ -10,7 +10,10 @@ JSON (every key present; absent values are null)::
     {"id", "version", "deploy_generation", "mode": "read-only"|"leader",
      "state": "starting"|"checking"|"ready"|"migrating"|"serving"|"fenced"|"failed",
      "phase", "phase_since", "plan", "error", "host", "pid", "session", "epoch", "http",
-     "heartbeat", "started_at", "blob_store": null or {"reachable": false, "since", "error"}}
+     "heartbeat", "started_at", "blob_store": null or {"reachable": false, "since", "error"},
+     "progress": null or {"step", "collection", "rows_done", "rows_total", "bytes_done",
+                          "bytes_total", "started_at", "updated_at", "rate", "eta_seconds",
+                          "paused", "limit"}}
 
 A value that is not such an object is a :class:`~catalog.errors.CorruptStateError` naming the
 key and what is wrong, never a silently empty process.
@@ -105,6 +108,8 @@ class ProcessNode:
     started_at: float | None = None
     # While its blob store does not answer: {"reachable": false, "since", "error"}.
     blob_store: Any = None
+    # While it runs a long step: catalog.pipeline.pacing.StepProgress as JSON.
+    progress: Any = None
 
     @property
     def process_state(self) -> ProcessState:

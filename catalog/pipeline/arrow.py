@@ -16,6 +16,7 @@ from catalog.pipeline.output import (
     open_output,
     write_part,
 )
+from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.rewrite import CopyPlan, copy_shard, diff_delta, transform_table
 from catalog.pipeline.transforms import Transform
 from catalog.pipeline.updates import read_updates
@@ -81,11 +82,12 @@ class ArrowEngine:
         new_schema: pa.Schema,
         *,
         fence: Fence | None,
+        pacer: Pacer | None = None,
     ) -> int:
         def produce(plan: CopyPlan) -> pa.Table:
             if plan.by_diff:
-                return diff_delta(source, target, plan, transforms, new_schema)
-            updates = read_updates(source, plan.source, plan.lower, plan.upper)
+                return diff_delta(source, target, plan, transforms, new_schema, pacer=pacer)
+            updates = read_updates(source, plan.source, plan.lower, plan.upper, pacer=pacer)
             return transform_table(updates, transforms, new_schema)
 
         return copy_shard(source, target, fence, produce, self.name)

@@ -18,6 +18,7 @@ from catalog.errors import (
 )
 from catalog.pipeline.arrow import ArrowEngine
 from catalog.pipeline.output import SnapshotWritten
+from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.spark.config import SparkConfig, is_local_master
 from catalog.pipeline.spark.engine import SparkEngine
 from catalog.pipeline.spark.session import SparkSessionProvider, spark_provider
@@ -98,6 +99,7 @@ class Engine(Protocol):
         new_schema: pa.Schema,
         *,
         fence: Fence | None,
+        pacer: Pacer | None = None,
     ) -> int:
         """See :func:`copy_transformed`."""
         ...
@@ -170,6 +172,7 @@ def copy_transformed(
     fence: Fence | None,
     engine: str = "auto",
     spark: SparkConfig | None = None,
+    pacer: Pacer | None = None,
 ) -> int:
     """Copy the source updates the target has not seen yet, transformed; return the row count.
 
@@ -180,9 +183,11 @@ def copy_transformed(
     ``target`` moving its upper to the source's, fenced by ``fence``. Idempotent: when the target's
     upper already equals the source's it returns 0. Transforms must be deterministic and map each
     row to one row. ``engine`` is ``arrow``, ``spark`` or ``auto`` (by the source's size).
+    ``pacer``: the copy is a long step (:mod:`catalog.pipeline.pacing`): its progress reported,
+    its rate held, held while paused.
     """
     chosen = engine_for(engine, source, config=spark)
-    return chosen.copy_transformed(source, target, transforms, new_schema, fence=fence)
+    return chosen.copy_transformed(source, target, transforms, new_schema, fence=fence, pacer=pacer)
 
 
 def collection_shard(consensus: Consensus, collection: str, blob_uri: str | None = None) -> Shard:

@@ -16,6 +16,7 @@ from catalog.errors import (
     CorruptBlobError,
     ShardError,
 )
+from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.pipeline.updates import copy_schema, read_updates
 from catalog.retry import Retry
@@ -108,10 +109,13 @@ def diff_delta(
     plan: CopyPlan,
     transforms: Sequence[Transform],
     new_schema: pa.Schema,
+    *,
+    pacer: Pacer | None = None,
 ) -> pa.Table:
     """The delta as ``transform(source) - target``, all at time ``upper - 1`` (see by_diff)."""
     at = pa.scalar(plan.upper - 1, pa.uint64())
-    full = transform_table(read_updates(source, plan.source, 0, plan.upper), transforms, new_schema)
+    source_updates = read_updates(source, plan.source, 0, plan.upper, pacer=pacer)
+    full = transform_table(source_updates, transforms, new_schema)
     held = read_updates(target, plan.target, 0, plan.lower, new_schema)
     held = held.set_column(held.schema.get_field_index(DIFF), DIFF, pc.negate(held.column(DIFF)))
     both = pa.concat_tables([full, held.cast(full.schema)])

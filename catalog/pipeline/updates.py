@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from catalog.pipeline.pacing import Pacer
 from catalog.schema import migrate_batch
 from catalog.shard import (
     DIFF,
@@ -21,32 +22,65 @@ def overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
     return ref.lower < upper and ref.upper > lower
 
 
+#: Batches read together (in parallel) between two reports of a paced read.
+PACED_BATCHES = 4
+
+
 def read_updates(
-    shard: Shard, state: ShardState, lower: int, upper: int, schema: pa.Schema | None = None
+    shard: Shard,
+    state: ShardState,
+    lower: int,
+    upper: int,
+    schema: pa.Schema | None = None,
+    *,
+    pacer: Pacer | None = None,
 ) -> pa.Table:
     """The shard's updates with ``lower <= _ts < upper``, unconsolidated, in ``schema``.
 
     ``schema`` defaults to the state's latest live schema; batches are read one schema id at a
     time (in parallel) and migrated from it. Batches entirely outside the range are not read.
+    With ``pacer``, the read is a step's: it expects the batches' rows and advances by
+    :data:`PACED_BATCHES` batches at a time (throttled, held while paused).
     """
     target = state.live_schema if schema is None else schema
-    groups = by_writer([r for r in shard.batches(state) if overlaps(r, lower, upper)])
+    wanted = [r for r in shard.batches(state) if overlaps(r, lower, upper)]
+    groups = by_writer(wanted)
+    if pacer is not None:
+        pacer.expect(sum(r.rows for r in wanted))
     tables = []
-    for (schema_id, _), refs in sorted(groups.items()):
-        source = state.live(schema_id)
-        table = read_batches(shard.blob, shard.shard_id, refs, source, update_schema(source).names)
-        if any(r.lower < lower or r.upper > upper for r in refs):
-            ts = table.column(TS)
-            keep = pc.and_(
-                pc.greater_equal(ts, pa.scalar(lower, pa.uint64())),
-                pc.less(ts, pa.scalar(upper, pa.uint64())),
-            )
-            table = table.filter(keep)
-        tables.append(migrate_batch(table, state.live(schema_id), target))
+    for (schema_id, _), every in sorted(groups.items()):
+        step = len(every) if pacer is None else PACED_BATCHES
+        for start in range(0, len(every), step):
+            refs = every[start : start + step]
+            tables.append(_read(shard, state, refs, schema_id, lower, upper, target))
+            if pacer is not None:
+                pacer.advance(sum(r.rows for r in refs), tables[-1].nbytes)
     out_schema = copy_schema(target)
     if not tables:
         return out_schema.empty_table()
     return pa.concat_tables([t.select(out_schema.names) for t in tables]).cast(out_schema)
+
+
+def _read(
+    shard: Shard,
+    state: ShardState,
+    refs: list[BatchRef],
+    schema_id: int,
+    lower: int,
+    upper: int,
+    target: pa.Schema,
+) -> pa.Table:
+    """``refs`` (written under ``schema_id``) read, cut to ``[lower, upper)``, in ``target``."""
+    source = state.live(schema_id)
+    table = read_batches(shard.blob, shard.shard_id, refs, source, update_schema(source).names)
+    if any(r.lower < lower or r.upper > upper for r in refs):
+        ts = table.column(TS)
+        keep = pc.and_(
+            pc.greater_equal(ts, pa.scalar(lower, pa.uint64())),
+            pc.less(ts, pa.scalar(upper, pa.uint64())),
+        )
+        table = table.filter(keep)
+    return migrate_batch(table, source, target)
 
 
 def copy_schema(schema: pa.Schema) -> pa.Schema:

@@ -5,14 +5,14 @@ Every command parses its arguments, calls one function of a module and renders t
 anything else is a bug and exits 1 with the traceback.
 
 Commands live in modules by subject (:mod:`.servers`, :mod:`.releases`, :mod:`.upgrade`,
-:mod:`.data`, :mod:`.scenarios`); importing them registers them on :func:`main`.
+:mod:`.pacing`, :mod:`.data`, :mod:`.scenarios`); importing them registers them on :func:`main`.
 """
 
 from __future__ import annotations
 
-from orchestrator.cli import data, releases, scenarios, servers, upgrade
+from orchestrator.cli import data, pacing, releases, scenarios, servers, upgrade
 from orchestrator.cli.root import main
 
 __all__ = ["main"]
 
-_COMMAND_MODULES = (data, releases, scenarios, servers, upgrade)
+_COMMAND_MODULES = (data, pacing, releases, scenarios, servers, upgrade)

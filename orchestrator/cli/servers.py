@@ -239,6 +239,14 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     show_default=True,
     help="Engine of REWRITE copies; auto: by the shard's estimated size.",
 )
+@click.option(
+    "--copy-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="ROWS/S",
+    help="Hold long steps (REWRITE copies) under ROWS rows per second; `throttle` changes it "
+    "while the process runs (default: no limit).",
+)
 @upgrade_window_options
 @spark_options
 @http_limit_options
@@ -265,6 +273,7 @@ def sidecar_command(
     gc_grace: float,
     compact_min_batches: int,
     engine: str,
+    copy_rate: float | None,
     spark_master: str | None,
     spark_remote: str | None,
     spark_conf: tuple[str, ...],
@@ -315,6 +324,7 @@ def sidecar_command(
         process_id=process_id or default_process_id(),
         engine=engine,
         spark=spark_config(spark_master, spark_conf, blob_shared, spark_remote),
+        copy_rate=copy_rate,
     )
     sys.exit(run_sidecar(config, release, rollback_from))
 

@@ -10,6 +10,7 @@ import attrs
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.migration import MigrationShard
+from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.spark.config import SparkConfig
 from catalog.release import (
     Plan,
@@ -61,6 +62,8 @@ class MigrationContext:
     # The engine of REWRITE copies (arrow, spark or auto) and how Spark runs, if it does.
     engine: str = "auto"
     spark: SparkConfig = attrs.field(factory=SparkConfig)
+    #: The pace of long steps (REWRITE copies): progress, a rate limit, pauses.
+    pacer: Pacer = attrs.field(factory=Pacer)
     #: How long an upgrade this leader switches stays reversible before it finalizes it by
     #: itself (seconds; None: only ``finalize`` does). 0 finalizes at once: what in-process
     #: callers (tests, tools) get; the sidecar's default is ``FINALIZE_AFTER_SECONDS``.

@@ -77,8 +77,12 @@ def copy_rewrites(
             i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite for i in m.instructions
         ):
             transforms.append(CarryEvolutions(m.new_schema))
-        copied = copy_transformed(
-            source, target, transforms, m.new_schema, fence=fence, engine=ctx.engine,
-            spark=ctx.spark,
-        )  # fmt: skip
+        ctx.pacer.begin(PHASE_REWRITE if fence is None else "delta copy", m.name)
+        try:
+            copied = copy_transformed(
+                source, target, transforms, m.new_schema, fence=fence, engine=ctx.engine,
+                spark=ctx.spark, pacer=ctx.pacer,
+            )  # fmt: skip
+        finally:
+            ctx.pacer.end()
         log.info("rewrite_copied", collection=m.name, rows=copied)

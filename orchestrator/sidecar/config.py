@@ -75,6 +75,9 @@ class SidecarConfig:
     # --blob-shared).
     engine: str = "auto"
     spark: SparkConfig = attrs.field(factory=SparkConfig)
+    # The most rows per second of its long steps (--copy-rate; None: no limit) until the
+    # operator's `throttle` sets another (orchestrator.pace).
+    copy_rate: float | None = None
     # How long an upgrade this process's leadership switches stays reversible (seconds; None:
     # until ``finalize``), and, for a rollback, the pending upgrade's release (its inverses)
     # and the collections whose rows written under it may be dropped.

@@ -111,6 +111,8 @@ class SidecarDataPlane:
                 leading=machine.leadership is not None,
                 unreadable=machine.health.unreadable,
                 store=machine.store,
+                step=self._progress.step,
+                paused=machine.paused(),
             )
         )
 

@@ -25,6 +25,7 @@ from catalog.errors import (
     CorruptStateError,
     FencedError,
 )
+from catalog.pipeline.pacing import Pacer
 from catalog.release import Release
 from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
@@ -36,6 +37,7 @@ from orchestrator.migrate import (
     check_read_only,
     migrate_as_leader,
 )
+from orchestrator.pace import PaceWatch
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.health import Health
@@ -79,6 +81,7 @@ class SidecarMachine:
         self._maintenance = LeaderMaintenance(config, metrics, self.journal.event, self.store)
         self._retry = CasRetry(on_retry=metrics.count_cas_retry)
         self.ctx: MigrationContext | None = None
+        self._pace: PaceWatch | None = None
         self._election: election_mod.LeaderElection | None = None
         self.leadership: election_mod.Leadership | None = None
         self._leader_session: str | None = None  # the session that took over (if leading)
@@ -95,6 +98,8 @@ class SidecarMachine:
 
     def start(self, consensus: Consensus, blob: BlobStore) -> None:
         """Connected and registered: the migration context and the election exist from now."""
+        self._pace = PaceWatch(consensus, self._config.deploy_generation, self._config.copy_rate)
+        pacer = Pacer(self._pace.current, self._progress.on_step, self._step_may_go_on)
         self.ctx = MigrationContext(
             consensus=consensus,
             blob=blob,
@@ -105,6 +110,7 @@ class SidecarMachine:
             retry=self._retry,
             engine=self._config.engine,
             spark=self._config.spark,
+            pacer=pacer,
             finalize_after=self._config.finalize_after,
             rollback_from=self._rollback_from,
             discard_writes_to=frozenset(self._config.discard_writes_to),
@@ -116,6 +122,19 @@ class SidecarMachine:
             on_change=self._inbox,
         )
         self.pending = True
+
+    def paused(self) -> bool:
+        """Whether the operator paused this generation's long steps (catalog-upgrade pause)."""
+        return self._pace is not None and self._pace.current().paused
+
+    def _step_may_go_on(self) -> None:
+        """Between the batches of a long step, and while it is throttled or paused: a stop
+        request ends it (Stopping), and so does a leadership that ended (FencedError), so a
+        pause never holds up a shutdown or fencing."""
+        if self._stopping.is_set():
+            raise Stopping()
+        if self.leadership is not None:
+            self.leadership.check()
 
     def guard(self, failpoint: Callable[[str], None] | None) -> Callable[[str], None]:
         """The fenced-write hook of this process's consensus store

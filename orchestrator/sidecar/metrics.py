@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from catalog.pending import PendingUpgrade
+from catalog.pipeline.pacing import StepProgress
 from orchestrator.process_node import ProcessState
 from orchestrator.status.coverage import CoverageReport
 
@@ -53,6 +54,13 @@ class SidecarMetrics:
     upgrade_pending: Gauge = attrs.field(init=False)
     pending_since: Gauge = attrs.field(init=False)
     finalize_at: Gauge = attrs.field(init=False)
+    step_rows_done: Gauge = attrs.field(init=False)
+    step_rows_total: Gauge = attrs.field(init=False)
+    step_eta: Gauge = attrs.field(init=False)
+    step_paused: Gauge = attrs.field(init=False)
+    step_progressed: Gauge = attrs.field(init=False)
+    # The rows of the last step report (-1: none): a change moves the progress timestamp.
+    _step_rows: int = attrs.field(default=-1, init=False)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -179,7 +187,61 @@ class SidecarMetrics:
             ["collection"],
             registry=r,
         )
+        self.step_rows_done = Gauge(
+            "catalog_upgrade_step_rows_done",
+            "Rows the long step under way (a REWRITE copy) got through",
+            ["step", "collection"],
+            registry=r,
+        )
+        self.step_rows_total = Gauge(
+            "catalog_upgrade_step_rows_total",
+            "Rows the long step under way will go through (estimated from its batches)",
+            ["step", "collection"],
+            registry=r,
+        )
+        self.step_eta = Gauge(
+            "catalog_upgrade_step_eta_seconds",
+            "Seconds the long step under way has left at its rate (-1: not known yet)",
+            ["step", "collection"],
+            registry=r,
+        )
+        self.step_paused = Gauge(
+            "catalog_upgrade_step_paused",
+            "1 while the operator holds the long step under way (catalog-upgrade pause)",
+            ["step", "collection"],
+            registry=r,
+        )
+        self.step_progressed = Gauge(
+            "catalog_upgrade_step_progress_timestamp_seconds",
+            "When the long step under way last got through a batch, or began (Unix time; the "
+            "stalled-step alert compares its age)",
+            ["step", "collection"],
+            registry=r,
+        )
         self.set_state("starting")
+
+    def observe_step(self, step: StepProgress | None) -> None:
+        """The long step under way (None: none): one series per gauge, that step's."""
+        gauges = (
+            self.step_rows_done, self.step_rows_total, self.step_eta, self.step_paused,
+            self.step_progressed,
+        )  # fmt: skip
+        if step is None:
+            for gauge in gauges:
+                gauge.clear()
+            self._step_rows = -1
+            return
+        labels = {"step": step.step, "collection": step.collection}
+        if step.rows_done != self._step_rows:  # a new step, or the same one further
+            self._step_rows = step.rows_done
+            self.step_progressed.clear()
+            self.step_progressed.labels(**labels).set(step.updated_at)
+        for gauge in gauges[:4]:
+            gauge.clear()
+        self.step_rows_done.labels(**labels).set(step.rows_done)
+        self.step_rows_total.labels(**labels).set(step.rows_total or 0)
+        self.step_eta.labels(**labels).set(-1 if step.eta_seconds is None else step.eta_seconds)
+        self.step_paused.labels(**labels).set(1 if step.paused else 0)
 
     def set_state(self, state: str) -> None:
         for name in STATES:

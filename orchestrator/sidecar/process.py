@@ -142,6 +142,7 @@ class Sidecar:
             heartbeat=time.time(),
             started_at=self._started_at,
             blob_store=self.machine.store.report(),
+            progress=None if progress.step is None else progress.step.to_json(),
         )
 
     def _encoded_status(self) -> bytes:

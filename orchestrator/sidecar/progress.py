@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from catalog.pipeline.pacing import StepProgress
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.states import RESTING_PHASES, State
 
@@ -33,6 +34,8 @@ class Progress:
         self.error: Mapping[str, Any] | None = None
         # While leading a migration: each phase entered and when (the upgrade history's).
         self._migration: list[tuple[str, float]] | None = None
+        #: The long step under way (a REWRITE copy), as its pacer reports it.
+        self.step: StepProgress | None = None
 
     def set_state(self, state: State, *, phase: str | None = None) -> None:
         """Enter ``state`` (and ``phase``, by default the state's own name); published."""
@@ -56,6 +59,13 @@ class Progress:
             self._metrics.enter_phase(phase, self.phase_since)
         self.phase = phase
         self._phase_started = now
+        self._publish()
+
+    def on_step(self, step: StepProgress | None) -> None:
+        """The Pacer's report (at most once a second, and at each start, pause and end):
+        published, and in the metrics."""
+        self.step = step
+        self._metrics.observe_step(step)
         self._publish()
 
     def publish(self) -> None:

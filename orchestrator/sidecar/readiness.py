@@ -5,10 +5,19 @@ from __future__ import annotations
 import attrs
 
 from catalog.errors import CorruptStateError
+from catalog.pipeline.pacing import StepProgress
 from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.states import State
 from orchestrator.zk import why_unreachable
+
+
+def _ready_in(step: StepProgress | None) -> str:
+    """``; ready in about N min`` while a long step has an ETA."""
+    if step is None or step.eta_seconds is None or step.paused:
+        return ""
+    minutes = max(1, round(step.eta_seconds / 60))
+    return f"; {step.step} of {step.collection}: ready in about {minutes} min"
 
 
 @attrs.frozen
@@ -53,6 +62,9 @@ class SidecarConditions:
     leading: bool
     unreadable: CorruptStateError | None
     store: BlobStoreHealth
+    #: The long step under way, if any, and whether the operator paused this generation.
+    step: StepProgress | None = None
+    paused: bool = False
 
 
 def sidecar_readiness(now: SidecarConditions) -> Readiness:
@@ -70,7 +82,16 @@ def sidecar_readiness(now: SidecarConditions) -> Readiness:
         ReadinessCheck(
             "state",
             now.state in READY_STATES,
-            f"state is {now.state.value}" + (f" ({now.phase})" if now.phase else ""),
+            f"state is {now.state.value}"
+            + (f" ({now.phase})" if now.phase else "")
+            + _ready_in(now.step),
+        ),
+        # A read-only process is ready only once its checks ran in full: a paused one is not.
+        # A serving leader stays ready (a pause holds its long steps, not its appends).
+        ReadinessCheck(
+            "pace",
+            not (now.paused and not now.leading),
+            "paused by the operator (catalog-upgrade resume)",
         ),
     ]
     unreadable = now.unreadable

@@ -19,6 +19,7 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pipeline.output import STREAM_ROWS, SnapshotWritten, finish, open_output
+from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.rewrite import CopyPlan, SourceMoved, copy_shard
 from catalog.pipeline.spark.compaction import compact, compaction_parallelism
 from catalog.pipeline.spark.config import size_bytes
@@ -296,14 +297,25 @@ class SparkEngine:
         new_schema: pa.Schema,
         *,
         fence: Fence | None,
+        pacer: Pacer | None = None,
     ) -> int:
         """The REWRITE copy on the executors: they read the source's updates in
         ``[lower, upper)``, run the transforms and write the target's batch files; the driver
         commits their references in one compare-and-append. The ``by_diff`` delta (transformed
-        source minus target, consolidated) runs on Spark too. No row passes the driver."""
+        source minus target, consolidated) runs on Spark too. No row passes the driver.
+
+        ``pacer``: the rows to copy are expected before the job and counted when it ends (a
+        pause holds the step before the job, never inside it; no throttle on Spark)."""
         payload = pickle_transforms(transforms)
 
         def produce(plan: CopyPlan) -> list[BatchRef]:
+            rows = sum(
+                b.rows
+                for b in source.batches(plan.source)
+                if overlaps(b, 0 if plan.by_diff else plan.lower, plan.upper)
+            )
+            if pacer is not None:
+                pacer.expect(rows)
             target_schema = plan.target.live_schema
             if not target_schema.equals(new_schema):
                 raise ShardError(
@@ -326,6 +338,8 @@ class SparkEngine:
             refs = [
                 BatchRef(r["name"], schema_id, r["rows"], r["lower"], r["upper"]) for r in written
             ]
+            if pacer is not None:
+                pacer.advance(rows)
             return sorted(refs, key=lambda b: (b.lower, b.name))
 
         return copy_shard(source, target, fence, produce, self.name)

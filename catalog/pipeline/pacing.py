@@ -1,0 +1,197 @@
+"""Pacing a long step (a REWRITE copy): its progress counted by batch, its rate held under an
+operator's limit, and a wait while the operator has paused it.
+
+A :class:`Pacer` is told where a step starts (:meth:`Pacer.begin`), how much it will read
+(:meth:`Pacer.expect`) and each batch it got through (:meth:`Pacer.advance`). After each batch it
+sleeps as long as the limit asks, waits while the step is paused (so a paused step writes
+nothing: a copy's append comes after its last batch), and reports a :class:`StepProgress` at
+most once per ``every`` seconds. The pace (paused, rows per second) comes from a callable the
+caller keeps current (the sidecar watches a ZooKeeper node); ``check`` runs while it sleeps or
+waits and may raise to end the step (a process asked to stop, a leader fenced), so a pause never
+holds up fencing or a shutdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["Pace", "Pacer", "StepProgress"]
+
+#: The longest single sleep of a throttled or paused step: how soon it sees a change of pace.
+_SLICE = 0.25
+
+
+@attrs.frozen
+class Pace:
+    """What the operator set for a generation's long steps."""
+
+    paused: bool = False
+    #: The most rows per second (None: as fast as it goes).
+    rows_per_second: float | None = None
+
+
+@attrs.frozen
+class StepProgress:
+    """Where a long step is: rows and bytes done of the (estimated) total, its rate and ETA.
+
+    ``rate`` counts the time the step ran, not the time it was paused; ``eta_seconds`` is None
+    until a rate is known. ``bytes_total`` is estimated from the bytes per row read so far."""
+
+    step: str
+    collection: str
+    rows_done: int
+    rows_total: int | None
+    bytes_done: int
+    bytes_total: int | None
+    started_at: float
+    updated_at: float
+    rate: float
+    eta_seconds: float | None
+    paused: bool = False
+    limit: float | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        if not self.rows_total:
+            return None
+        return min(1.0, self.rows_done / self.rows_total)
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> StepProgress | None:
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{f.name: data[f.name] for f in attrs.fields(cls) if f.name in data})
+        except TypeError:
+            return None
+
+
+class Pacer:
+    """The pace of one process's long steps, one at a time (see the module's story)."""
+
+    def __init__(
+        self,
+        pace: Callable[[], Pace] = Pace,
+        report: Callable[[StepProgress | None], None] = lambda progress: None,
+        check: Callable[[], None] = lambda: None,
+        *,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._pace = pace
+        self._report = report
+        self._check = check
+        self._every = every
+        self._clock, self._wall, self._sleep = clock, wall, sleep
+        self._step: str | None = None
+        self._collection = ""
+        self._total: int | None = None
+        self._rows = 0
+        self._bytes = 0
+        self._started_at = 0.0
+        self._active = 0.0  # seconds the step ran, pauses left out
+        self._since = 0.0  # when the running stretch began (clock)
+        self._base: tuple[float, int, float | None] = (0.0, 0, None)  # the throttle's start
+        self._reported = float("-inf")
+        self._paused = False
+
+    @property
+    def progress(self) -> StepProgress | None:
+        """The step's progress now (None between steps)."""
+        if self._step is None:
+            return None
+        active = self._active + (0.0 if self._paused else self._clock() - self._since)
+        rate = self._rows / active if active > 0 and self._rows else 0.0
+        left = None if self._total is None else max(0, self._total - self._rows)
+        eta = None if left is None or rate <= 0 else left / rate
+        per_row = self._bytes / self._rows if self._rows else None
+        total_bytes = None if self._total is None or per_row is None else int(per_row * self._total)
+        return StepProgress(
+            self._step, self._collection, self._rows, self._total, self._bytes, total_bytes,
+            self._started_at, self._wall(), round(rate, 1),
+            None if eta is None else round(eta, 1), self._paused, self._pace().rows_per_second,
+        )  # fmt: skip
+
+    def begin(self, step: str, collection: str) -> None:
+        """A step starts; it waits here first if it is paused already."""
+        self._step, self._collection = step, collection
+        self._total, self._rows, self._bytes = None, 0, 0
+        self._started_at, self._active, self._since = self._wall(), 0.0, self._clock()
+        self._base = (self._since, 0, None)
+        self._reported = float("-inf")
+        self._publish(force=True)
+        self._hold()
+
+    def expect(self, rows: int) -> None:
+        """The rows the step will go through (known once it planned)."""
+        self._total = rows
+        self._publish(force=True)
+
+    def advance(self, rows: int, nbytes: int = 0) -> None:
+        """A batch of ``rows`` (``nbytes`` in memory) is through: throttle, hold while paused,
+        report."""
+        if self._step is None:
+            return
+        self._rows += rows
+        self._bytes += nbytes
+        self._throttle()
+        self._hold()
+        self._publish()
+
+    def end(self) -> None:
+        """The step is done: its last progress is reported, then none."""
+        if self._step is None:
+            return
+        if self._total is not None:
+            self._total = max(self._total, self._rows)
+        self._publish(force=True)
+        self._step = None
+        self._report(None)
+
+    def _throttle(self) -> None:
+        limit = self._pace().rows_per_second
+        base_at, base_rows, base_limit = self._base
+        if limit != base_limit:  # a new limit counts from now
+            self._base = (self._clock(), self._rows, limit)
+            return
+        if not limit:
+            return
+        due = base_at + (self._rows - base_rows) / limit
+        while (wait := due - self._clock()) > 0:
+            self._check()
+            self._sleep(min(wait, _SLICE))
+            if self._pace().rows_per_second != limit:
+                return
+
+    def _hold(self) -> None:
+        """Wait while the step is paused; the time paused counts in neither rate nor ETA."""
+        if not self._pace().paused:
+            return
+        self._active += self._clock() - self._since
+        self._paused = True
+        self._publish(force=True)
+        try:
+            while self._pace().paused:
+                self._check()
+                self._publish()
+                self._sleep(_SLICE)
+        finally:
+            self._paused = False
+            self._since = self._clock()
+            self._base = (self._since, self._rows, self._pace().rows_per_second)
+        self._publish(force=True)
+
+    def _publish(self, *, force: bool = False) -> None:
+        now = self._clock()
+        if force or now - self._reported >= self._every:
+            self._reported = now
+            self._report(self.progress)

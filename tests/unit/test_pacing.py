@@ -1,0 +1,105 @@
+"""The Pacer (pure logic, on a fake clock): progress by batch, a rate held, a pause held and
+ended by its check, the time paused left out of rate and ETA."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.pipeline.pacing import Pace, Pacer, StepProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def pacer(
+    pace: list[Pace], reports: list[StepProgress | None], clock: Clock, every: float = 1.0
+) -> Pacer:
+    return Pacer(
+        lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep, every=every
+    )
+
+
+def test_progress_counts_batches_reports_a_rate_and_an_eta_and_ends_at_the_total() -> None:
+    clock, pace, reports = Clock(), [Pace()], []
+    steps = pacer(pace, reports, clock, every=0.0)
+    steps.begin("rewrite", "s.t")
+    steps.expect(1000)
+    for _ in range(4):
+        clock.now += 1.0  # 100 rows a second
+        steps.advance(100, 800)
+    now = steps.progress
+    assert now is not None and (now.rows_done, now.rows_total, now.rate) == (400, 1000, 100.0)
+    assert now.eta_seconds == 6.0 and now.bytes_total == 8000 and now.fraction == 0.4
+    done = [r.rows_done for r in reports if r is not None]
+    assert done == sorted(done), "progress never goes back"
+    steps.end()
+    assert reports[-1] is None and reports[-2] is not None and reports[-2].rows_done == 400
+
+
+def test_a_limit_holds_the_rate_and_a_new_limit_counts_from_when_it_is_set() -> None:
+    clock, pace, reports = Clock(), [Pace(rows_per_second=50.0)], []
+    steps = pacer(pace, reports, clock)
+    steps.begin("rewrite", "s.t")
+    started = clock.now
+    for _ in range(11):
+        steps.advance(100)  # instantly read: only the limit takes time
+    assert clock.now - started == pytest.approx(20.0)  # the first batch sets the base
+    pace[0] = Pace(rows_per_second=None)
+    lifted = clock.now
+    for _ in range(5):
+        steps.advance(100)
+    assert clock.now == lifted, "no limit, no wait"
+
+
+def test_a_pause_holds_until_resumed_leaves_its_time_out_of_the_rate_and_may_be_ended() -> None:
+    clock, pace, reports = Clock(), [Pace()], []
+    waited: list[float] = []
+
+    def resume_after_ten_seconds() -> None:
+        waited.append(clock.now)
+        if clock.now - waited[0] >= 10.0:
+            pace[0] = Pace()
+
+    steps = Pacer(
+        lambda: pace[0], reports.append, resume_after_ten_seconds, clock=clock, wall=clock,
+        sleep=clock.sleep,
+    )  # fmt: skip
+    steps.begin("rewrite", "s.t")
+    steps.expect(300)
+    clock.now += 1.0
+    steps.advance(100)
+    pace[0] = Pace(paused=True)
+    clock.now += 1.0
+    steps.advance(100)  # held here
+    assert any(r is not None and r.paused for r in reports)
+    assert waited and clock.now - waited[0] >= 10.0
+    now = steps.progress
+    assert now is not None and not now.paused and now.rate == 100.0, "paused time left out"
+
+    class Fenced(Exception):
+        pass
+
+    def fenced() -> None:
+        raise Fenced()
+
+    held = Pacer(lambda: Pace(paused=True), reports.append, fenced, clock=clock, sleep=clock.sleep)
+    with pytest.raises(Fenced):
+        held.begin("delta copy", "s.t")  # a paused step still ends when fenced
+
+
+def test_progress_survives_its_json() -> None:
+    clock, reports = Clock(), []
+    steps = pacer([Pace(rows_per_second=10.0)], reports, clock)
+    steps.begin("rewrite", "s.t")
+    steps.expect(10)
+    now = steps.progress
+    assert now is not None and StepProgress.from_json(now.to_json()) == now
+    assert StepProgress.from_json({"step": "x"}) is None and StepProgress.from_json(3) is None
