@@ -17,10 +17,15 @@ from catalog.pipeline.output import (
     write_part,
 )
 from catalog.pipeline.pacing import Pacer
-from catalog.pipeline.rewrite import CopyPlan, copy_shard, diff_delta, transform_table
+from catalog.pipeline.rewrite import (
+    CopyPlan,
+    copy_shard,
+    diff_delta,
+    write_transformed,
+)
 from catalog.pipeline.transforms import Transform
-from catalog.pipeline.updates import read_updates
 from catalog.shard import (
+    BatchRef,
     CompactionResult,
     Shard,
 )
@@ -84,10 +89,9 @@ class ArrowEngine:
         fence: Fence | None,
         pacer: Pacer | None = None,
     ) -> int:
-        def produce(plan: CopyPlan) -> pa.Table:
-            if plan.by_diff:
+        def produce(plan: CopyPlan) -> pa.Table | list[BatchRef]:
+            if plan.by_diff:  # the whole source against the target: in memory, as one batch
                 return diff_delta(source, target, plan, transforms, new_schema, pacer=pacer)
-            updates = read_updates(source, plan.source, plan.lower, plan.upper, pacer=pacer)
-            return transform_table(updates, transforms, new_schema)
+            return write_transformed(source, target, plan, transforms, new_schema, pacer)
 
         return copy_shard(source, target, fence, produce, self.name)

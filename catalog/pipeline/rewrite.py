@@ -3,6 +3,7 @@ compare-and-appended, so a second copy moves only the delta."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -18,7 +19,13 @@ from catalog.errors import (
 )
 from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.transforms import Transform, apply_transforms
-from catalog.pipeline.updates import copy_schema, read_updates
+from catalog.pipeline.updates import (
+    PACED_BATCHES,
+    copy_schema,
+    expected_rows,
+    read_updates,
+    update_chunks,
+)
 from catalog.retry import Retry
 from catalog.shard import (
     DIFF,
@@ -29,6 +36,7 @@ from catalog.shard import (
     ShardState,
     consolidate,
 )
+from catalog.shard.updates import checked_batch, time_bounds
 
 log = structlog.get_logger(__name__)
 
@@ -121,6 +129,41 @@ def diff_delta(
     both = pa.concat_tables([full, held.cast(full.schema)])
     both = both.set_column(both.schema.get_field_index(TS), TS, pa.repeat(at, both.num_rows))
     return consolidate(both)
+
+
+def write_transformed(
+    source: Shard,
+    target: Shard,
+    plan: CopyPlan,
+    transforms: Sequence[Transform],
+    new_schema: pa.Schema,
+    pacer: Pacer | None = None,
+) -> list[BatchRef]:
+    """The delta ``[lower, upper)`` transformed a chunk at a time, each chunk written as a batch
+    of the target (its blob only: the caller commits the references in one compare-and-append,
+    which deletes them if it does not land). Memory holds one chunk, not the copy; a paced copy
+    advances (and is held while paused) between chunks, so a paused copy writes nothing."""
+    if pacer is not None:
+        pacer.expect(expected_rows(source, plan.source, plan.lower, plan.upper))
+    schema_id = plan.target.schema_id
+    live = plan.target.live(schema_id)
+    refs: list[BatchRef] = []
+    chunks = update_chunks(source, plan.source, plan.lower, plan.upper, batches=PACED_BATCHES)
+    try:
+        for table, rows in chunks:
+            out = transform_table(table, transforms, new_schema)
+            if out.num_rows:
+                stored = checked_batch(out, live, plan.lower, plan.upper, target.shard_id)
+                lower, upper = time_bounds(stored)
+                ref = BatchRef(uuid.uuid4().hex, schema_id, stored.num_rows, lower, upper)
+                target.blob.put_batch(ref.key(target.shard_id), stored)
+                refs.append(ref)
+            if pacer is not None:
+                pacer.advance(rows, table.nbytes)
+    except BaseException:
+        target.blob.delete_many([r.key(target.shard_id) for r in refs])
+        raise
+    return refs
 
 
 def copy_shard(

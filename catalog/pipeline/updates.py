@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -22,7 +24,7 @@ def overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
     return ref.lower < upper and ref.upper > lower
 
 
-#: Batches read together (in parallel) between two reports of a paced read.
+#: Batches read together (in parallel) as one chunk of a paced read.
 PACED_BATCHES = 4
 
 
@@ -39,26 +41,51 @@ def read_updates(
 
     ``schema`` defaults to the state's latest live schema; batches are read one schema id at a
     time (in parallel) and migrated from it. Batches entirely outside the range are not read.
-    With ``pacer``, the read is a step's: it expects the batches' rows and advances by
-    :data:`PACED_BATCHES` batches at a time (throttled, held while paused).
+    With ``pacer``, the read is a step's: it expects the batches' rows and advances by chunks
+    of :data:`PACED_BATCHES` batches (throttled, held while paused).
     """
-    target = state.live_schema if schema is None else schema
-    wanted = [r for r in shard.batches(state) if overlaps(r, lower, upper)]
-    groups = by_writer(wanted)
     if pacer is not None:
-        pacer.expect(sum(r.rows for r in wanted))
+        pacer.expect(expected_rows(shard, state, lower, upper))
     tables = []
-    for (schema_id, _), every in sorted(groups.items()):
-        step = len(every) if pacer is None else PACED_BATCHES
-        for start in range(0, len(every), step):
-            refs = every[start : start + step]
-            tables.append(_read(shard, state, refs, schema_id, lower, upper, target))
-            if pacer is not None:
-                pacer.advance(sum(r.rows for r in refs), tables[-1].nbytes)
-    out_schema = copy_schema(target)
+    chunks = update_chunks(
+        shard, state, lower, upper, schema, batches=None if pacer is None else PACED_BATCHES
+    )
+    for table, rows in chunks:
+        tables.append(table)
+        if pacer is not None:
+            pacer.advance(rows, table.nbytes)
+    out_schema = copy_schema(state.live_schema if schema is None else schema)
     if not tables:
         return out_schema.empty_table()
-    return pa.concat_tables([t.select(out_schema.names) for t in tables]).cast(out_schema)
+    return pa.concat_tables(tables)
+
+
+def expected_rows(shard: Shard, state: ShardState, lower: int, upper: int) -> int:
+    """The rows of the batches a read of ``[lower, upper)`` reads (before the cut to it)."""
+    return sum(r.rows for r in shard.batches(state) if overlaps(r, lower, upper))
+
+
+def update_chunks(
+    shard: Shard,
+    state: ShardState,
+    lower: int,
+    upper: int,
+    schema: pa.Schema | None = None,
+    *,
+    batches: int | None = None,
+) -> Iterator[tuple[pa.Table, int]]:
+    """The updates of :func:`read_updates`, a chunk of ``batches`` batches at a time (None: the
+    batches of one schema id together), each in ``copy_schema(schema)``, with the rows of the
+    batches it read (what a paced step counts)."""
+    target = state.live_schema if schema is None else schema
+    out_schema = copy_schema(target)
+    groups = by_writer([r for r in shard.batches(state) if overlaps(r, lower, upper)])
+    for (schema_id, _), every in sorted(groups.items()):
+        step = batches or len(every)
+        for start in range(0, len(every), step):
+            refs = every[start : start + step]
+            table = _read(shard, state, refs, schema_id, lower, upper, target)
+            yield table.select(out_schema.names).cast(out_schema), sum(r.rows for r in refs)
 
 
 def _read(

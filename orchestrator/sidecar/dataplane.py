@@ -56,6 +56,7 @@ from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar_readiness
 from orchestrator.sidecar.rows import rows_to_table
@@ -266,35 +267,8 @@ class SidecarDataPlane:
             return shard
         return self._shard(self._connection.require(), self._machine.blob, shard_id)
 
-    @contextlib.contextmanager
-    def _outcome(self, sent: Callable[[], bool]) -> Iterator[None]:
-        """Errors of a write attempt as the client must see them: a blob store outage is a
-        state (503), a lost session before anything was sent pauses writes (503), after a
-        send the outcome is unknown (the error as it is)."""
-        store = self._machine.store
-        try:
-            yield
-        except BlobUnreachableError as exc:  # the batch never reached the store: not landed
-            store.failed(exc)
-            raise
-        except ConnectionLostError as exc:
-            if sent():
-                raise  # an attempt may have landed: the outcome is unknown, not refused
-            raise WritesPausedError(
-                "leader writes are paused: the ZooKeeper session is suspended "
-                f"(waited {self._wait():g} s)",
-                state=self._progress.state.value,
-            ) from exc
-        except LeadershipExpiredError as exc:
-            # A session that expired ended the leadership, not a successor: the process
-            # takes it back (docs/design.md, section 8), so the client waits, as above.
-            if sent():
-                raise
-            raise WritesPausedError(
-                "leader writes are paused: the ZooKeeper session expired and the process is "
-                "taking its leadership back",
-                state=self._progress.state.value,
-            ) from exc
+    def _outcome(self, sent: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
+        return write_outcome(self._machine.store, self._progress, self._wait(), sent)
 
     def _commit(self, builtin: Builtin, members: Sequence[Pending]) -> None:
         """One commit of a group of appends to ``builtin``; settles each member.
@@ -467,6 +441,37 @@ class SidecarDataPlane:
 
     def _shard(self, consensus: Any, blob: Any, shard_id: str) -> Shard:
         return Shard(consensus, blob, shard_id, key_retention=self._config.idempotency_retention)
+
+
+@contextlib.contextmanager
+def write_outcome(
+    store: BlobStoreHealth, progress: Progress, wait: float, sent: Callable[[], bool]
+) -> Iterator[None]:
+    """Errors of a write attempt as the client must see them: a blob store outage is a
+    state (503), a lost session before anything was sent pauses writes (503), after a
+    send the outcome is unknown (the error as it is)."""
+    try:
+        yield
+    except BlobUnreachableError as exc:  # the batch never reached the store: not landed
+        store.failed(exc)
+        raise
+    except ConnectionLostError as exc:
+        if sent():
+            raise  # an attempt may have landed: the outcome is unknown, not refused
+        raise WritesPausedError(
+            f"leader writes are paused: the ZooKeeper session is suspended (waited {wait:g} s)",
+            state=progress.state.value,
+        ) from exc
+    except LeadershipExpiredError as exc:
+        # A session that expired ended the leadership, not a successor: the process
+        # takes it back (docs/design.md, section 8), so the client waits, as above.
+        if sent():
+            raise
+        raise WritesPausedError(
+            "leader writes are paused: the ZooKeeper session expired and the process is "
+            "taking its leadership back",
+            state=progress.state.value,
+        ) from exc
 
 
 def _answer(collection: str, shard: Shard, mark: WriteMark, *, replayed: bool) -> dict[str, Any]:

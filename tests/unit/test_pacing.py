@@ -28,7 +28,8 @@ def pacer(
 
 
 def test_progress_counts_batches_reports_a_rate_and_an_eta_and_ends_at_the_total() -> None:
-    clock, pace, reports = Clock(), [Pace()], []
+    clock, pace = Clock(), [Pace()]
+    reports: list[StepProgress | None] = []
     steps = pacer(pace, reports, clock, every=0.0)
     steps.begin("rewrite", "s.t")
     steps.expect(1000)
@@ -45,7 +46,8 @@ def test_progress_counts_batches_reports_a_rate_and_an_eta_and_ends_at_the_total
 
 
 def test_a_limit_holds_the_rate_and_a_new_limit_counts_from_when_it_is_set() -> None:
-    clock, pace, reports = Clock(), [Pace(rows_per_second=50.0)], []
+    clock, pace = Clock(), [Pace(rows_per_second=50.0)]
+    reports: list[StepProgress | None] = []
     steps = pacer(pace, reports, clock)
     steps.begin("rewrite", "s.t")
     started = clock.now
@@ -60,7 +62,8 @@ def test_a_limit_holds_the_rate_and_a_new_limit_counts_from_when_it_is_set() -> 
 
 
 def test_a_pause_holds_until_resumed_leaves_its_time_out_of_the_rate_and_may_be_ended() -> None:
-    clock, pace, reports = Clock(), [Pace()], []
+    clock, pace = Clock(), [Pace()]
+    reports: list[StepProgress | None] = []
     waited: list[float] = []
 
     def resume_after_ten_seconds() -> None:
@@ -96,7 +99,8 @@ def test_a_pause_holds_until_resumed_leaves_its_time_out_of_the_rate_and_may_be_
 
 
 def test_progress_survives_its_json() -> None:
-    clock, reports = Clock(), []
+    clock = Clock()
+    reports: list[StepProgress | None] = []
     steps = pacer([Pace(rows_per_second=10.0)], reports, clock)
     steps.begin("rewrite", "s.t")
     steps.expect(10)
