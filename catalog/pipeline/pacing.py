@@ -103,6 +103,7 @@ class Pacer:
         self._base: tuple[float, int, float | None] = (0.0, 0, None)  # the throttle's start
         self._reported = float("-inf")
         self._paused = False
+        self._first: tuple[float, int] | None = None  # (active seconds, rows) at the first batch
 
     @property
     def progress(self) -> StepProgress | None:
@@ -110,7 +111,7 @@ class Pacer:
         if self._step is None:
             return None
         active = self._active + (0.0 if self._paused else self._clock() - self._since)
-        rate = self._rows / active if active > 0 and self._rows else 0.0
+        rate = self._rate(active)
         left = None if self._total is None else max(0, self._total - self._rows)
         eta = None if left is None or rate <= 0 else left / rate
         per_row = self._bytes / self._rows if self._rows else None
@@ -118,8 +119,17 @@ class Pacer:
         return StepProgress(
             self._step, self._collection, self._rows, self._total, self._bytes, total_bytes,
             self._started_at, self._wall(), round(rate, 1),
-            None if eta is None else round(eta, 1), self._paused, self._pace().rows_per_second,
+            None if eta is None else round(eta, 3), self._paused, self._pace().rows_per_second,
         )  # fmt: skip
+
+    def _rate(self, active: float) -> float:
+        """Rows per second of running, counted from the first batch through: the time before
+        it (planning, a cold start) says little about the rest."""
+        if self._first is not None:
+            first_active, first_rows = self._first
+            if active > first_active and self._rows > first_rows:
+                return (self._rows - first_rows) / (active - first_active)
+        return self._rows / active if active > 0 and self._rows else 0.0
 
     def begin(self, step: str, collection: str) -> None:
         """A step starts; it waits here first if it is paused already."""
@@ -128,6 +138,7 @@ class Pacer:
         self._started_at, self._active, self._since = self._wall(), 0.0, self._clock()
         self._base = (self._since, 0, None)
         self._reported = float("-inf")
+        self._first = None
         self._publish(force=True)
         self._hold()
 
@@ -143,6 +154,8 @@ class Pacer:
             return
         self._rows += rows
         self._bytes += nbytes
+        if self._first is None:
+            self._first = (self._active + self._clock() - self._since, self._rows)
         self._throttle()
         self._hold()
         self._publish()
