@@ -21,6 +21,7 @@ from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.pipeline.updates import (
     PACED_BATCHES,
+    PACED_ROWS,
     copy_schema,
     expected_rows,
     read_updates,
@@ -148,7 +149,9 @@ def write_transformed(
     schema_id = plan.target.schema_id
     live = plan.target.live(schema_id)
     refs: list[BatchRef] = []
-    chunks = update_chunks(source, plan.source, plan.lower, plan.upper, batches=PACED_BATCHES)
+    chunks = update_chunks(
+        source, plan.source, plan.lower, plan.upper, batches=PACED_BATCHES, rows=PACED_ROWS
+    )
     try:
         for table, rows in chunks:
             out = transform_table(table, transforms, new_schema)

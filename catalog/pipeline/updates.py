@@ -24,8 +24,11 @@ def overlaps(ref: BatchRef, lower: int, upper: int) -> bool:
     return ref.lower < upper and ref.upper > lower
 
 
-#: Batches read together (in parallel) as one chunk of a paced read.
+#: Batches read together (in parallel) as one chunk of a paced read, and the most rows a
+#: chunk goes on with (a larger one is cut): how often a paced step reports, is throttled and
+#: may be held.
 PACED_BATCHES = 4
+PACED_ROWS = 65_536
 
 
 def read_updates(
@@ -48,8 +51,10 @@ def read_updates(
         pacer.expect(expected_rows(shard, state, lower, upper))
     tables = []
     chunks = update_chunks(
-        shard, state, lower, upper, schema, batches=None if pacer is None else PACED_BATCHES
-    )
+        shard, state, lower, upper, schema,
+        batches=None if pacer is None else PACED_BATCHES,
+        rows=None if pacer is None else PACED_ROWS,
+    )  # fmt: skip
     for table, rows in chunks:
         tables.append(table)
         if pacer is not None:
@@ -73,10 +78,12 @@ def update_chunks(
     schema: pa.Schema | None = None,
     *,
     batches: int | None = None,
+    rows: int | None = None,
 ) -> Iterator[tuple[pa.Table, int]]:
     """The updates of :func:`read_updates`, a chunk of ``batches`` batches at a time (None: the
-    batches of one schema id together), each in ``copy_schema(schema)``, with the rows of the
-    batches it read (what a paced step counts)."""
+    batches of one schema id together), cut into pieces of at most ``rows`` rows, each in
+    ``copy_schema(schema)``, with the stored rows it stands for (what a paced step counts: the
+    last piece of a chunk also counts the rows the cut to ``[lower, upper)`` left out)."""
     target = state.live_schema if schema is None else schema
     out_schema = copy_schema(target)
     groups = by_writer([r for r in shard.batches(state) if overlaps(r, lower, upper)])
@@ -85,7 +92,14 @@ def update_chunks(
         for start in range(0, len(every), step):
             refs = every[start : start + step]
             table = _read(shard, state, refs, schema_id, lower, upper, target)
-            yield table.select(out_schema.names).cast(out_schema), sum(r.rows for r in refs)
+            table = table.select(out_schema.names).cast(out_schema)
+            stored = sum(r.rows for r in refs)
+            size = rows or max(1, table.num_rows)
+            pieces = [table.slice(at, size) for at in range(0, table.num_rows, size)] or [table]
+            for piece in pieces[:-1]:
+                stored -= piece.num_rows
+                yield piece, piece.num_rows
+            yield pieces[-1], stored
 
 
 def _read(

@@ -77,7 +77,7 @@ def copy_rewrites(
             i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite for i in m.instructions
         ):
             transforms.append(CarryEvolutions(m.new_schema))
-        ctx.pacer.begin(PHASE_REWRITE if fence is None else "delta copy", m.name)
+        ctx.pacer.begin("rewrite" if fence is None else "delta copy", m.name)
         try:
             copied = copy_transformed(
                 source, target, transforms, m.new_schema, fence=fence, engine=ctx.engine,

@@ -1,0 +1,115 @@
+"""Pause, throttle and resume with real sidecars on a real ZooKeeper: a read-only process copying
+a REWRITE (0.10.0 -> 0.11.0 rewrites mz_roles) shows its progress in `status`, is paused by the
+CLI and then not ready, stays paused when SIGKILLed and restarted, and completes once resumed.
+Bad input to the commands gets exit 2 naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
+from catalog.release import load_release
+from support.sidecars import Launch, cli, release_file
+from support.zookeeper import ZkEnv
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROLES = "mz_catalog.mz_roles"
+ROWS = 400_000
+RATE = "40000"  # rows per second: a copy of about ten seconds
+
+
+def roles(start: int, count: int) -> pa.Table:
+    schema = load_release(release_file("0.10.0")).builtin(ROLES).schema  # type: ignore[union-attr]
+    ids = pa.array(range(start, start + count), pa.int64())
+    return pa.table(
+        {
+            "id": ids,
+            "oid": pa.array(range(start, start + count), pa.uint32()),
+            "name": pa.compute.cast(ids, pa.string()),
+            "inherit": pa.array([True] * count),
+            "vars": pa.nulls(count, schema.field("vars").type),
+        },
+        schema=schema,
+    )
+
+
+def status(zk_env: ZkEnv) -> dict[str, Any]:
+    done = cli("status", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert done.returncode == EXIT_OK, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def pace(zk_env: ZkEnv, *args: str) -> Any:
+    return cli(*args, "--zk", zk_env.hosts, "--env", zk_env.name, "--requested-by", "ops@test")
+
+
+def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    blue = launch("0.10.0", 1, "blue", auto_promote=True)
+    blue.wait_state("serving")
+    client = blue.sidecar.client(timeout=120)
+    for start in range(0, ROWS, 100_000):
+        client.append(ROLES, roles(start, 100_000))
+
+    # Bad input first: nothing is written, exit 2 naming what is wrong.
+    for bad, named in (("-5", "-5"), ("fast", "fast")):
+        done = pace(zk_env, "throttle", "--deploy-generation", "2", "--rows-per-second", bad)
+        assert done.returncode == EXIT_BAD_INPUT and named in done.stderr, done.stderr
+    done = pace(zk_env, "pause", "--deploy-generation", "9")
+    assert done.returncode == EXIT_BAD_INPUT and "no process of generation 9" in done.stderr
+    done = pace(zk_env, "pause", "--deploy-generation", "1")
+    assert done.returncode == EXIT_BAD_INPUT and "no long step to pause" in done.stderr
+
+    green = launch("0.11.0", 2, "green", extra=["--copy-rate", RATE])
+    node = green.wait_node(lambda n: bool(n.get("progress")) and n["progress"]["rows_done"] > 0)
+    progress = node["progress"]
+    assert progress["step"] == "rewrite" and progress["collection"] == ROLES
+    assert progress["rows_total"] == ROWS and progress["limit"] == float(RATE)
+    shown = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert f"green: rewrite of {ROLES}" in shown.stdout and "rows/s" in shown.stdout, shown.stdout
+
+    assert pace(zk_env, "pause", "--deploy-generation", "2").returncode == EXIT_OK
+    held = green.wait_node(lambda n: bool((n.get("progress") or {}).get("paused")))
+    assert held["state"] == "checking"
+    ready = green.http("GET", "/readyz?verbose")
+    assert ready[0] == 503 and b"[-]pace failed: paused" in ready[1]
+    document = status(zk_env)
+    assert any(p["progress"] and p["progress"]["paused"] for p in document["processes"])
+
+    # A SIGKILL while paused: the restarted process holds at the start of its copy.
+    green.kill()
+    deadline = time.monotonic() + 30  # its session expires, and its node with it
+    while green.client.exists(green.node_path):
+        assert time.monotonic() < deadline, "the killed process's node stayed"
+        time.sleep(0.2)
+    green = launch("0.11.0", 2, "green", extra=["--copy-rate", RATE])
+    pid = green.sidecar.pid
+    again = green.wait_node(
+        lambda n: n.get("pid") == pid and bool((n.get("progress") or {}).get("paused")), timeout=60
+    )
+    assert again["progress"]["rows_done"] == 0
+    time.sleep(2)
+    assert green.http("GET", "/readyz")[0] == 503
+
+    assert (
+        pace(zk_env, "throttle", "--deploy-generation", "2", "--rows-per-second", "off").returncode
+        == EXIT_OK
+    )
+    resumed = pace(zk_env, "resume", "--deploy-generation", "2", "--json")
+    assert resumed.returncode == EXIT_OK, resumed.stderr
+    assert json.loads(resumed.stdout) == {
+        "deploy_generation": 2, "paused": False, "rows_per_second": None,
+        "requested_by": "ops@test",
+    }  # fmt: skip
+    green.wait_state("ready", timeout=120)
+    assert green.wait_node(lambda n: n.get("progress") is None)["state"] == "ready"
+    events = [e["kind"] for e in status(zk_env)["events"]]
+    assert {"paused", "resumed", "throttled"} <= set(events), events
