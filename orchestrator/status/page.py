@@ -39,6 +39,9 @@ STATUS_PAGE: Final = """<!doctype html>
   #banner.down { display: block; background: #ffd6d6; }
   .refusal { background: #fff4f4; border: 1px solid #f3c2c2; padding: .5em .8em; margin: .4em 0; }
   .refusal b { display: inline-block; min-width: 6.5em; }
+  .step { margin-top: .3em; font-size: 12px; }
+  .bar { height: .6em; background: #eef1f5; border-radius: 3px; overflow: hidden; width: 14em; }
+  .bar > div { height: 100%; background: #4c8bf5; } .bar.paused > div { background: #c9a227; }
 </style>
 </head>
 <body>
@@ -96,6 +99,25 @@ function timeline(p) {
       text + (at ? " (" + new Date(at * 1000).toLocaleTimeString() + ")" : ""), "chip")));
   return box;
 }
+function rowCount(n) { return n >= 1e6 ? (n / 1e6).toFixed(1) + "M" : n >= 1e3
+    ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n)); }
+function step(p) {
+  // A long step (a REWRITE copy): a bar, rows done of the total, the rate and an ETA.
+  const box = el("div", p.phase || "-");
+  const g = p.progress;
+  if (!g) return box;
+  const part = g.rows_total ? Math.min(1, g.rows_done / g.rows_total) : 0;
+  const bar = el("div", null, "bar" + (g.paused ? " paused" : ""));
+  const fill = el("div"); fill.style.width = (part * 100).toFixed(1) + "%"; bar.appendChild(fill);
+  const line = el("div", g.step + " of " + g.collection + ": " + (part * 100).toFixed(0) + "% (" +
+      rowCount(g.rows_done) + " of " + rowCount(g.rows_total || 0) + " rows), " + (g.paused
+      ? "PAUSED" : rowCount(g.rate) + " rows/s" + (g.eta_seconds != null ? ", ETA " +
+        (g.eta_seconds < 90 ? g.eta_seconds.toFixed(0) + " s" : (g.eta_seconds / 60).toFixed(0) +
+         " min") : "")) + (g.limit ? ", limit " + rowCount(g.limit) + " rows/s" : ""), "step");
+  line.insertBefore(bar, line.firstChild);
+  box.appendChild(line);
+  return box;
+}
 function refusal(who, error) {
   const box = el("div", null, "refusal");
   const line = (name, value) => { if (value === undefined || value === null || value === "") return;
@@ -138,7 +160,7 @@ function render(s) {
   put("finalization", finalization(s.finalization));
   const procs = s.processes || [];
   put("processes", table(["id", "version", "gen", "mode", "state", "phase", "since", "timeline"],
-    procs.map(p => [p.id, p.version, p.deploy_generation, p.mode, stateCell(p.state), p.phase,
+    procs.map(p => [p.id, p.version, p.deploy_generation, p.mode, stateCell(p.state), step(p),
                     ago(p.phase_since), timeline(p)])));
   const box = el("div");
   procs.filter(p => p.error).forEach(p => box.appendChild(refusal(p.id, p.error)));

@@ -6,7 +6,9 @@ Bad input to the commands gets exit 2 naming what is wrong."""
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
 from catalog.release import load_release
+from support.browser import HeadlessChromium, find_chromium
 from support.sidecars import Launch, cli, release_file
 from support.zookeeper import ZkEnv
 
@@ -22,6 +25,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROLES = "mz_catalog.mz_roles"
 ROWS = 400_000
 RATE = "40000"  # rows per second: a copy of about ten seconds
+# Set to a path to keep the page's screenshot during the paused copy.
+SCREENSHOT = os.environ.get("CATALOG_UPGRADE_STEP_SCREENSHOT")
 
 
 def roles(start: int, count: int) -> pa.Table:
@@ -50,8 +55,16 @@ def pace(zk_env: ZkEnv, *args: str) -> Any:
     return cli(*args, "--zk", zk_env.hosts, "--env", zk_env.name, "--requested-by", "ops@test")
 
 
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = find_chromium()
+    if found is None:
+        pytest.skip("no Chromium here: apt-get install chromium (.ci/run installs it)")
+    return found
+
+
 def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
-    launch: Launch, zk_env: ZkEnv
+    launch: Launch, zk_env: ZkEnv, chromium: str
 ) -> None:
     blue = launch("0.10.0", 1, "blue", auto_promote=True)
     blue.wait_state("serving")
@@ -83,6 +96,11 @@ def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
     assert ready[0] == 503 and b"[-]pace failed: paused" in ready[1]
     document = status(zk_env)
     assert any(p["progress"] and p["progress"]["paused"] for p in document["processes"])
+    with HeadlessChromium(chromium) as browser:  # the live page: a bar, rows, PAUSED
+        browser.open(f"http://{green.sidecar.http}/")
+        browser.wait_for_text(f"rewrite of {ROLES}", "rows), PAUSED", "limit 40.0k rows/s")
+        if SCREENSHOT:
+            browser.screenshot(Path(SCREENSHOT))
 
     # A SIGKILL while paused: the restarted process holds at the start of its copy.
     green.kill()
