@@ -52,6 +52,21 @@ class Window(Duration):
         return super().convert(value, param, ctx)
 
 
+def gathered(target: str, build: Callable[..., Any], *names: str) -> Callable[[F], F]:
+    """A decorator (below a command's options): the parameters ``names`` reach the command as
+    one parameter ``target``, ``build(**those)``: a command of many options takes a few values."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            kwargs[target] = build(**{name: kwargs.pop(name) for name in names})
+            return func(**kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
 def upgrade_window_options(func: F) -> F:
     """--finalize-after, --rollback-from and --discard-writes-to: how long an upgrade stays
     reversible, and what a rollback carries back or drops (orchestrator.migrate.rollback)."""

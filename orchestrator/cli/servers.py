@@ -7,7 +7,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,7 @@ from catalog.errors import CatalogError
 from catalog.shard.keylog import KEY_RETENTION_SECONDS
 from orchestrator.cli.options import (
     Duration,
+    gathered,
     http_limit_options,
     spark_config,
     spark_options,
@@ -23,7 +24,7 @@ from orchestrator.cli.options import (
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 if TYPE_CHECKING:
-    from orchestrator.sidecar.exchange import ServerLimits
+    pass
 
 
 @main.command()
@@ -142,6 +143,39 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     click.echo("S3 stopped")
 
 
+def _serving(http: str, **access: Any) -> dict[str, Any]:
+    """The sidecar's HTTP options as its configuration's fields (the address parsed)."""
+    from orchestrator.sidecar.server import parse_address
+
+    host, port = parse_address(http)
+    return {"http_host": host, "http_port": port, **access}
+
+
+def _duties(orphan_grace: float, gc_grace: float, **rest: Any) -> dict[str, Any]:
+    """A leader's housekeeping options as configuration fields (each sweep's interval derived
+    from its grace)."""
+    return {
+        "orphan_grace": orphan_grace,
+        "orphan_interval": min(60.0, max(1.0, orphan_grace / 10)),
+        "gc_grace": gc_grace,
+        "gc_interval": min(300.0, max(1.0, gc_grace / 2)),
+        **rest,
+    }
+
+
+def _copies(
+    engine: str,
+    copy_rate: float | None,
+    spark_master: str | None,
+    spark_remote: str | None,
+    spark_conf: tuple[str, ...],
+    blob_shared: bool,
+) -> dict[str, Any]:
+    """How the REWRITE copies run: the engine, Spark, the rate they start at."""
+    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
+    return {"engine": engine, "copy_rate": copy_rate, "spark": spark}
+
+
 @main.command("sidecar")
 @click.option("--release", "release_ref", required=True, help="FILE.py[:ATTR] or module:ATTR.")
 @click.option("--deploy-generation", type=click.IntRange(min=1), required=True)
@@ -252,35 +286,30 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
 @http_limit_options
 @zk_options
 @handle_errors
+@gathered(
+    "serving", _serving, "http", "http_token_file", "http_read_token_file",
+    "http_allowed_hosts", "metrics_public", "http_limits", "http_insecure", "http_tls_cert",
+    "http_tls_key",
+)  # fmt: skip
+@gathered(
+    "duties", _duties, "idempotency_retention", "orphan_grace", "gc_grace",
+    "compact_min_batches", "finalize_after", "discard_writes_to",
+)  # fmt: skip
+@gathered(
+    "copies", _copies, "engine", "copy_rate", "spark_master", "spark_remote", "spark_conf",
+    "blob_shared",
+)  # fmt: skip
 def sidecar_command(
     release_ref: str,
     deploy_generation: int,
     blob: str | None,
-    http: str,
-    http_token_file: str | None,
-    http_read_token_file: str | None,
-    http_allowed_hosts: tuple[str, ...],
-    metrics_public: bool,
-    http_limits: ServerLimits,
-    http_insecure: bool,
-    http_tls_cert: str | None,
-    http_tls_key: str | None,
+    serving: dict[str, Any],
+    duties: dict[str, Any],
+    copies: dict[str, Any],
     auto_promote: bool,
-    idempotency_retention: float,
     process_id: str | None,
     session_timeout: float,
-    orphan_grace: float,
-    gc_grace: float,
-    compact_min_batches: int,
-    engine: str,
-    copy_rate: float | None,
-    spark_master: str | None,
-    spark_remote: str | None,
-    spark_conf: tuple[str, ...],
-    blob_shared: bool,
-    finalize_after: float | None,
     rollback_from_ref: str | None,
-    discard_writes_to: tuple[str, ...],
     zk: str,
     env: str,
 ) -> None:
@@ -288,43 +317,23 @@ def sidecar_command(
     from catalog.consensus import env_root
     from catalog.release import load_release
     from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
-    from orchestrator.sidecar.server import parse_address
 
     env_root(env)
-    host, port = parse_address(http)
     release = load_release(release_ref)
     rollback_from = None if rollback_from_ref is None else load_release(rollback_from_ref)
     config = SidecarConfig(
-        finalize_after=finalize_after,
-        rollback_from_ref=rollback_from_ref,
-        discard_writes_to=discard_writes_to,
         zk=zk,
         env=env,
         release_ref=release_ref,
+        rollback_from_ref=rollback_from_ref,
         deploy_generation=deploy_generation,
         blob=blob,
-        http_host=host,
-        http_port=port,
-        http_token_file=http_token_file,
-        http_read_token_file=http_read_token_file,
-        http_allowed_hosts=http_allowed_hosts,
-        metrics_public=metrics_public,
-        http_limits=http_limits,
-        http_insecure=http_insecure,
-        http_tls_cert=http_tls_cert,
-        http_tls_key=http_tls_key,
         auto_promote=auto_promote,
-        idempotency_retention=idempotency_retention,
         session_timeout=session_timeout,
-        orphan_grace=orphan_grace,
-        orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
-        gc_grace=gc_grace,
-        gc_interval=min(300.0, max(1.0, gc_grace / 2)),
-        compact_min_batches=compact_min_batches,
         process_id=process_id or default_process_id(),
-        engine=engine,
-        spark=spark_config(spark_master, spark_conf, blob_shared, spark_remote),
-        copy_rate=copy_rate,
+        **serving,
+        **duties,
+        **copies,
     )
     sys.exit(run_sidecar(config, release, rollback_from))
 
