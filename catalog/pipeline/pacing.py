@@ -13,6 +13,7 @@ holds up fencing or a shutdown.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,6 +84,7 @@ class Pacer:
         check: Callable[[], None] = lambda: None,
         *,
         every: float = 1.0,
+        window: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -91,6 +93,7 @@ class Pacer:
         self._report = report
         self._check = check
         self._every = every
+        self._window = window
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._step: str | None = None
         self._collection = ""
@@ -103,7 +106,8 @@ class Pacer:
         self._base: tuple[float, int, float | None] = (0.0, 0, None)  # the throttle's start
         self._reported = float("-inf")
         self._paused = False
-        self._first: tuple[float, int] | None = None  # (active seconds, rows) at the first batch
+        # (active seconds, rows) after each batch within the rate's window (the first kept).
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
 
     @property
     def progress(self) -> StepProgress | None:
@@ -123,12 +127,15 @@ class Pacer:
         )  # fmt: skip
 
     def _rate(self, active: float) -> float:
-        """Rows per second of running, counted from the first batch through: the time before
-        it (planning, a cold start) says little about the rest."""
-        if self._first is not None:
-            first_active, first_rows = self._first
-            if active > first_active and self._rows > first_rows:
-                return (self._rows - first_rows) / (active - first_active)
+        """Rows per second of running over the last ``window`` seconds of it, counted from the
+        first batch through at most: the time before it (planning, a cold start) says little
+        about the rest, and a step that slowed down or sped up is judged by what it does now."""
+        while len(self._samples) > 2 and active - self._samples[1][0] >= self._window:
+            self._samples.popleft()
+        if self._samples:
+            since, rows = self._samples[0]
+            if active > since and self._rows > rows:
+                return (self._rows - rows) / (active - since)
         return self._rows / active if active > 0 and self._rows else 0.0
 
     def begin(self, step: str, collection: str) -> None:
@@ -138,7 +145,7 @@ class Pacer:
         self._started_at, self._active, self._since = self._wall(), 0.0, self._clock()
         self._base = (self._since, 0, None)
         self._reported = float("-inf")
-        self._first = None
+        self._samples.clear()
         self._publish(force=True)
         self._hold()
 
@@ -154,8 +161,7 @@ class Pacer:
             return
         self._rows += rows
         self._bytes += nbytes
-        if self._first is None:
-            self._first = (self._active + self._clock() - self._since, self._rows)
+        self._samples.append((self._active + self._clock() - self._since, self._rows))
         self._throttle()
         self._hold()
         self._publish()
