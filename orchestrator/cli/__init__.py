@@ -10,9 +10,9 @@ Commands live in modules by subject (:mod:`.servers`, :mod:`.releases`, :mod:`.u
 
 from __future__ import annotations
 
-from orchestrator.cli import data, pacing, releases, scenarios, servers, upgrade
+from orchestrator.cli import data, fleet, pacing, releases, scenarios, servers, upgrade
 from orchestrator.cli.root import main
 
 __all__ = ["main"]
 
-_COMMAND_MODULES = (data, pacing, releases, scenarios, servers, upgrade)
+_COMMAND_MODULES = (data, fleet, pacing, releases, scenarios, servers, upgrade)

@@ -5,37 +5,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import attrs
 import click
 
+from catalog.errors import BadInputError
 from orchestrator.cli.root import F, zk_options
+from orchestrator.durations import parse_duration
 
 
 class Duration(click.ParamType):
     """A span of time: ``90s``, ``30m``, ``24h``, ``7d`` or plain seconds; as seconds."""
 
     name = "duration"
-    _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, (int, float)):
-            return float(value)
-        text = str(value).strip().lower()
-        number, unit = (text[:-1], text[-1]) if text[-1:] in self._UNITS else (text, "s")
         try:
-            seconds = float(number) * self._UNITS[unit]
-        except ValueError:
-            seconds = -1.0
-        if not seconds > 0:
-            self.fail(
-                f"{value!r} is not a duration: write a positive number of seconds, or one "
-                "with s, m, h or d (90s, 30m, 24h, 7d)",
-                param,
-                ctx,
-            )
-        return seconds
+            return parse_duration(value, "the option")
+        except BadInputError as exc:
+            self.fail(exc.message.removeprefix("the option: "), param, ctx)
 
 
 class Window(Duration):
@@ -263,3 +252,66 @@ def engine_options(func: F) -> F:
         help="arrow: in process; spark: PySpark; auto: by the shard's estimated size.",
     )(func)
     return func
+
+
+#: The ``--http-*`` access options of every command that serves HTTP (the sidecar, ``status
+#: --serve``, ``fleet --serve``), as ``orchestrator.sidecar.server.configured_server`` takes them.
+HTTP_ACCESS: tuple[str, ...] = (
+    "http_token_file", "http_read_token_file", "http_allowed_hosts", "metrics_public",
+    "http_insecure", "http_tls_cert", "http_tls_key",
+)  # fmt: skip
+
+
+def http_access_options(func: F) -> F:
+    """Tokens, allowed hosts, public metrics, TLS: who may ask a server what."""
+    for option in reversed(_HTTP_ACCESS_OPTIONS):
+        func = option(func)
+    return func
+
+
+_HTTP_ACCESS_OPTIONS: Final = (
+    click.option(
+        "--http-token-file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="CATALOG_UPGRADE_HTTP_TOKEN_FILE",
+        help="File holding the bearer token POST /promote and POST /append require (and reads "
+        "accept); re-read when it changes.",
+    ),
+    click.option(
+        "--http-read-token-file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="CATALOG_UPGRADE_HTTP_READ_TOKEN_FILE",
+        help="File holding a bearer token for /status, /history, /read and /metrics only.",
+    ),
+    click.option(
+        "--http-allowed-host",
+        "http_allowed_hosts",
+        multiple=True,
+        metavar="NAME",
+        help="A Host name to answer besides loopback and the listen address (repeatable; * any).",
+    ),
+    click.option(
+        "--metrics-public", is_flag=True, help="Serve /metrics without a token (for a scraper)."
+    ),
+    click.option(
+        "--http-insecure",
+        is_flag=True,
+        help="Allow listening beyond loopback without a token (anyone reaching it may write).",
+    ),
+    click.option(
+        "--http-tls-cert",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="CATALOG_UPGRADE_HTTP_TLS_CERT",
+        help="PEM certificate: serve HTTPS (with --http-tls-key).",
+    ),
+    click.option(
+        "--http-tls-key",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="CATALOG_UPGRADE_HTTP_TLS_KEY",
+        help="PEM private key of --http-tls-cert.",
+    ),
+)

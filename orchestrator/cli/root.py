@@ -88,6 +88,21 @@ def _blob_endpoint(ctx: click.Context, param: click.Parameter, value: str | None
 def zk_options(func: F) -> F:
     """The --zk and --env options every ZooKeeper-facing command takes, credentials and TLS,
     and where the environment's object store answers."""
+    return zk_connection_options(
+        click.option(
+            "--env",
+            "env",
+            envvar="CATALOG_UPGRADE_ENV",
+            default="default",
+            show_default=True,
+            help="Environment name (ZooKeeper root /catalog-upgrade/NAME).",
+        )(func)
+    )
+
+
+def zk_connection_options(func: F) -> F:
+    """--zk with its credentials and TLS (and the object store's endpoint): how to reach an
+    ensemble, for every environment on it."""
     func = click.option(
         "--blob-endpoint",
         metavar="HOST:PORT|URL",
@@ -126,14 +141,6 @@ def zk_options(func: F) -> F:
         callback=_credential_option,
         help="Digest credential USER:PASSWORD read from a file or an environment variable; "
         "a secured environment's nodes are created readable and writable by it only.",
-    )(func)
-    func = click.option(
-        "--env",
-        "env",
-        envvar="CATALOG_UPGRADE_ENV",
-        default="default",
-        show_default=True,
-        help="Environment name (ZooKeeper root /catalog-upgrade/NAME).",
     )(func)
     func = click.option(
         "--zk",

@@ -7,24 +7,23 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from catalog.errors import CatalogError
 from catalog.shard.keylog import KEY_RETENTION_SECONDS
 from orchestrator.cli.options import (
+    HTTP_ACCESS,
     Duration,
     gathered,
+    http_access_options,
     http_limit_options,
     spark_config,
     spark_options,
     upgrade_window_options,
 )
 from orchestrator.cli.root import handle_errors, main, zk_options
-
-if TYPE_CHECKING:
-    pass
 
 
 @main.command()
@@ -185,50 +184,7 @@ def _copies(
 @click.option(
     "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
 )
-@click.option(
-    "--http-token-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="CATALOG_UPGRADE_HTTP_TOKEN_FILE",
-    help="File holding the bearer token POST /promote and POST /append require (and reads "
-    "accept); re-read when it changes.",
-)
-@click.option(
-    "--http-read-token-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="CATALOG_UPGRADE_HTTP_READ_TOKEN_FILE",
-    help="File holding a bearer token for /status, /history, /read and /metrics only.",
-)
-@click.option(
-    "--http-allowed-host",
-    "http_allowed_hosts",
-    multiple=True,
-    metavar="NAME",
-    help="A Host name to answer besides loopback and the listen address (repeatable; * any).",
-)
-@click.option(
-    "--metrics-public", is_flag=True, help="Serve /metrics without a token (for a scraper)."
-)
-@click.option(
-    "--http-insecure",
-    is_flag=True,
-    help="Allow listening beyond loopback without a token (anyone reaching it may write).",
-)
-@click.option(
-    "--http-tls-cert",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="CATALOG_UPGRADE_HTTP_TLS_CERT",
-    help="PEM certificate: serve HTTPS (with --http-tls-key).",
-)
-@click.option(
-    "--http-tls-key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="CATALOG_UPGRADE_HTTP_TLS_KEY",
-    help="PEM private key of --http-tls-cert.",
-)
+@http_access_options
 @click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
 @click.option(
     "--idempotency-retention",
@@ -286,11 +242,7 @@ def _copies(
 @http_limit_options
 @zk_options
 @handle_errors
-@gathered(
-    "serving", _serving, "http", "http_token_file", "http_read_token_file",
-    "http_allowed_hosts", "metrics_public", "http_limits", "http_insecure", "http_tls_cert",
-    "http_tls_key",
-)  # fmt: skip
+@gathered("serving", _serving, "http", "http_limits", *HTTP_ACCESS)
 @gathered(
     "duties", _duties, "idempotency_retention", "orphan_grace", "gc_grace",
     "compact_min_batches", "finalize_after", "discard_writes_to",
@@ -393,3 +345,16 @@ def _stop_on_signals(terminate: Callable[[], object]) -> threading.Event:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     return stopping
+
+
+def serve_until_stopped(server: Any, message: str) -> None:
+    """Start ``server`` (an HTTP server of the product), say ``message`` (``{address}`` is the
+    bound address), and serve until SIGTERM or SIGINT."""
+    stopping = threading.Event()
+    _stop_on_signals(stopping.set)
+    server.start()
+    try:
+        click.echo(message.format(address=server.address) + " (Ctrl-C stops)")
+        stopping.wait()
+    finally:
+        server.stop()

@@ -11,6 +11,7 @@ import click
 import structlog
 
 from catalog.errors import EXIT_UNEXPECTED
+from orchestrator.cli.options import HTTP_ACCESS, gathered, http_access_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 
@@ -132,8 +133,10 @@ def finalize_command(
     metavar="HOST:PORT",
     help="Serve the live status page (and /status, /history) on HOST:PORT until interrupted.",
 )
+@http_access_options
 @zk_options
 @handle_errors
+@gathered("access", dict, *HTTP_ACCESS)
 def status_command(
     as_json: bool,
     watch: bool,
@@ -141,12 +144,13 @@ def status_command(
     events: int,
     coverage: bool,
     serve: str | None,
+    access: dict[str, Any],
     zk: str,
     env: str,
 ) -> None:
     """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
     if serve is not None:
-        _serve_status(serve, zk, env)
+        _serve_status(serve, zk, env, access)
         return
     import threading
 
@@ -305,24 +309,14 @@ def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
         sys.exit(EXIT_REFUSED)
 
 
-def _serve_status(address: str, zk: str, env: str) -> None:
-    import signal
-    import threading
-
-    from orchestrator.sidecar.server import SidecarHttpServer, parse_address
+def _serve_status(address: str, zk: str, env: str, access: dict[str, Any]) -> None:
+    from orchestrator.cli.servers import serve_until_stopped
+    from orchestrator.sidecar.server import configured_server, parse_address
     from orchestrator.sidecar.statusonly import StatusOnlyApi
     from orchestrator.zk import open_consensus
 
     host, port = parse_address(address)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    scheme = "https" if access.get("http_tls_cert") else "http"
     with open_consensus(zk, env) as consensus:
-        server = SidecarHttpServer(StatusOnlyApi(consensus), host=host, port=port).start()
-        click.echo(f"status page of environment {env} on http://{server.address}/ (Ctrl-C stops)")
-        try:
-            while not stop.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        server = configured_server(StatusOnlyApi(consensus), host, port, **access)
+        serve_until_stopped(server, f"status page of environment {env} on {scheme}://{{address}}/")

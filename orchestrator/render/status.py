@@ -7,11 +7,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from catalog.pipeline.pacing import StepProgress
+from orchestrator.render.fitted import FittedTable
 from orchestrator.status.model import UpgradeStatus
 
 DEFAULT_ROWS: Final = 20
@@ -133,8 +134,8 @@ def _catalog_table(status: UpgradeStatus) -> Table:
     return table
 
 
-#: The process table's columns, each never narrower than its widest value; the optional ones
-#: give way first, in this order, when the terminal is too narrow for them all.
+#: The process table's columns; the optional ones give way first, in this order, when the
+#: terminal is too narrow for them all (orchestrator.render.fitted).
 _PROCESS_COLUMNS: Final = (
     "id", "version", "gen", "mode", "state", "phase", "since", "host/pid", "session", "error",
 )  # fmt: skip
@@ -143,79 +144,39 @@ _GIVES_WAY: Final = ("session", "host/pid", "since")
 _FOLDED_MIN: Final = {"phase": 8, "error": 12}
 
 
-class _Processes:
-    """The processes, as a table that fits the terminal: the optional columns give way first;
-    when even the rest does not fit, one block per process."""
+def _processes(status: UpgradeStatus, now: float) -> FittedTable:
+    """The processes, as a table that fits the terminal."""
+    rows = [
+        {
+            "id": p.id,
+            "version": _dash(p.version),
+            "gen": _dash(p.deploy_generation),
+            "mode": _dash(p.mode),
+            "state": _dash(p.state),
+            "phase": _dash(p.phase),
+            "since": _age(p.phase_since, now),
+            "host/pid": f"{_dash(p.host)}/{_dash(p.pid)}",
+            "session": _dash(p.session),
+            "error": _error_text(p.error),
+        }
+        for p in status.processes
+    ]
+    return FittedTable(
+        f"processes ({len(status.processes)})",
+        _PROCESS_COLUMNS,
+        rows,
+        gives_way=_GIVES_WAY,
+        folded=_FOLDED_MIN,
+        wide="error",
+        cell=state_cell,
+    )
 
-    def __init__(self, status: UpgradeStatus, now: float) -> None:
-        self._title = f"processes ({len(status.processes)})"
-        self._rows = [
-            {
-                "id": p.id,
-                "version": _dash(p.version),
-                "gen": _dash(p.deploy_generation),
-                "mode": _dash(p.mode),
-                "state": _dash(p.state),
-                "phase": _dash(p.phase),
-                "since": _age(p.phase_since, now),
-                "host/pid": f"{_dash(p.host)}/{_dash(p.pid)}",
-                "session": _dash(p.session),
-                "error": _error_text(p.error),
-            }
-            for p in status.processes
-        ]
 
-    def _width(self, columns: list[str]) -> int:
-        """The width a table of ``columns`` needs: each column its widest cell (the folded
-        ones their minimum), plus padding and borders."""
-        total = 1
-        for column in columns:
-            widest = max([len(column), *(len(row[column]) for row in self._rows)])
-            total += min(widest, _FOLDED_MIN.get(column, widest)) + 3
-        return total
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        columns = list(_PROCESS_COLUMNS)
-        for optional in _GIVES_WAY:
-            if self._width(columns) <= options.max_width:
-                break
-            columns.remove(optional)
-        if self._width(columns) <= options.max_width:
-            yield self._table(columns)
-        else:
-            yield from self._blocks()
-
-    def _table(self, columns: list[str]) -> Table:
-        table = Table(title=self._title, title_justify="left")
-        for column in columns:
-            folded = column in _FOLDED_MIN
-            table.add_column(
-                column,
-                no_wrap=not folded,
-                overflow="fold",
-                min_width=None if folded else self._width([column]) - 4,
-                ratio=2 if column == "error" else None,
-            )
-        for row in self._rows:
-            table.add_row(*[self._cell(column, row[column]) for column in columns])
-        return table
-
-    def _blocks(self) -> Iterable[RenderableType]:
-        yield Text(self._title, style="italic")
-        for row in self._rows:
-            lines = Text()
-            lines.append(row["id"], style="bold")
-            for column in _PROCESS_COLUMNS[1:]:
-                if row[column] and row[column] not in ("-", "-/-"):
-                    lines.append(f"\n  {column}: ")
-                    lines.append_text(self._cell(column, row[column]))
-            yield lines
-
-    @staticmethod
-    def _cell(column: str, value: str) -> Text:
-        if column == "state":
-            return _state_text(None if value == "-" else value)
-        return Text(value, style="red" if column == "error" else "")
+def state_cell(column: str, value: str) -> Text:
+    """A table cell: a state in its colour, an error in red."""
+    if column == "state":
+        return _state_text(None if value == "-" else value)
+    return Text(value, style="red" if column == "error" else "")
 
 
 def step_text(process_id: str, progress: Mapping[str, Any]) -> Text:
@@ -338,7 +299,7 @@ def render_table(
         parts.append(Text(f"environment {status.environment}", style="bold"))
         parts.append(_catalog_table(status))
     if status.processes:
-        parts.append(_Processes(status, now))
+        parts.append(_processes(status, now))
         parts.extend(step_text(p.id, p.progress) for p in status.processes if p.progress)
     elif status.bootstrapped:
         parts.append(Text("no process registered"))

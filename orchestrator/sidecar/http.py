@@ -104,6 +104,10 @@ class HttpError(CatalogError):
         return {"error": self.error, "message": self.message, **self.details}
 
 
+#: Makes the answer of ``GET /``: a self-contained HTML page.
+Page = Callable[[], Response]
+
+
 class SidecarApi(Protocol):
     """What the HTTP server needs from the sidecar; every method is safe from any thread."""
 
@@ -234,6 +238,8 @@ class SidecarApp:
     max_rows: int = MAX_APPEND_ROWS
     #: The OpenAPI description served at ``/openapi.json`` (orchestrator.sidecar.openapi).
     description: Mapping[str, Any] = attrs.field(factory=dict)
+    #: What ``GET /`` answers (the live status page unless told).
+    page_of: Page = page_response
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -322,7 +328,7 @@ class SidecarApp:
         return Response(body, status=status, content_type=_TEXT)
 
     def page(self, _request: Request) -> Response:
-        return page_response()
+        return self.page_of()
 
     def history(self, _request: Request) -> Response:
         return json_response(HTTPStatus.OK, self.api.history_json())

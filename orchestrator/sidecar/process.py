@@ -23,7 +23,6 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -40,17 +39,14 @@ from catalog.errors import (
 from catalog.release import Release
 from orchestrator import election as election_mod
 from orchestrator.process_node import ProcessMode, ProcessNode
-from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.dataplane import SidecarDataPlane
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.server import SidecarHttpServer
+from orchestrator.sidecar.server import configured_server
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
-from orchestrator.sidecar.tls import server_context
-from orchestrator.sidecar.tokens import TokenFile, check_exposure
 from orchestrator.zk import consensus_for
 
 log = structlog.get_logger(__name__)
@@ -100,23 +96,18 @@ class Sidecar:
             self.progress,
             self._inbox.put,
         )
-        write = TokenFile(Path(config.http_token_file)) if config.http_token_file else None
-        read = TokenFile(Path(config.http_read_token_file)) if config.http_read_token_file else None
-        check_exposure(config.http_host, write, config.http_insecure)
-        policy = AccessPolicy.of(
-            write=write,
-            read=read,
+        self.http = configured_server(
+            self.dataplane,
+            config.http_host,
+            config.http_port,
+            http_token_file=config.http_token_file,
+            http_read_token_file=config.http_read_token_file,
+            http_allowed_hosts=tuple(config.http_allowed_hosts),
             metrics_public=config.metrics_public,
-            listen_host=config.http_host,
-            allowed_hosts=config.http_allowed_hosts,
-        )
-        tls = (
-            server_context(config.http_tls_cert, config.http_tls_key)
-            if config.http_tls_cert and config.http_tls_key
-            else None
-        )
-        self.http = SidecarHttpServer(
-            self.dataplane, config.http_host, config.http_port, policy, tls, config.http_limits
+            http_insecure=config.http_insecure,
+            http_tls_cert=config.http_tls_cert,
+            http_tls_key=config.http_tls_key,
+            http_limits=config.http_limits,
         )
         self.metrics.http_connections.set_function(lambda: self.http.connections)
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http import HTTPStatus
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -26,8 +27,11 @@ import structlog
 from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.exchange import Exchange, ServerLimits, call_app, refusal
-from orchestrator.sidecar.http import SidecarApi, SidecarApp
+from orchestrator.sidecar.http import Page, SidecarApi, SidecarApp
 from orchestrator.sidecar.openapi import openapi_document
+from orchestrator.sidecar.tls import server_context
+from orchestrator.sidecar.tokens import TokenFile, check_exposure
+from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +64,8 @@ class SidecarHttpServer:
     # HTTPS when given (orchestrator.sidecar.tls).
     ssl_context: ssl.SSLContext | None = None
     limits: ServerLimits = attrs.field(factory=ServerLimits)
+    #: What ``GET /`` answers: the live status page, or the fleet's.
+    page: Page = page_response
     _bound: tuple[str, int] | None = attrs.field(default=None, init=False)
     _loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
     _stopping: asyncio.Event | None = attrs.field(default=None, init=False)
@@ -95,6 +101,7 @@ class SidecarHttpServer:
             self.policy,
             self.limits.max_append_rows,
             openapi_document(_version()),
+            self.page,
         )
         _raise_file_limit(self.limits.max_connections + _SPARE_FILES)
         self._workers = ThreadPoolExecutor(
@@ -203,6 +210,40 @@ class SidecarHttpServer:
             close = getattr(chunks, "close", None)
             if close is not None:
                 await loop.run_in_executor(self._workers, close)
+
+
+def configured_server(
+    api: SidecarApi,
+    http_host: str,
+    http_port: int,
+    *,
+    http_token_file: str | None = None,
+    http_read_token_file: str | None = None,
+    http_allowed_hosts: tuple[str, ...] = (),
+    metrics_public: bool = False,
+    http_insecure: bool = False,
+    http_tls_cert: str | None = None,
+    http_tls_key: str | None = None,
+    http_limits: ServerLimits | None = None,
+    page: Page = page_response,
+) -> SidecarHttpServer:
+    """A server of ``api`` as the ``--http-*`` options describe it (the sidecar's, ``status
+    --serve``'s and ``fleet --serve``'s alike): tokens, allowed hosts, TLS and limits. A
+    listener beyond loopback without a token is refused (exit 2) unless ``http_insecure``."""
+    write = TokenFile(Path(http_token_file)) if http_token_file else None
+    read = TokenFile(Path(http_read_token_file)) if http_read_token_file else None
+    check_exposure(http_host, write, http_insecure)
+    policy = AccessPolicy.of(
+        write=write,
+        read=read,
+        metrics_public=metrics_public,
+        listen_host=http_host,
+        allowed_hosts=http_allowed_hosts,
+    )
+    tls = server_context(http_tls_cert, http_tls_key) if http_tls_cert and http_tls_key else None
+    return SidecarHttpServer(
+        api, http_host, http_port, policy, tls, http_limits or ServerLimits(), page
+    )
 
 
 def _raise_file_limit(wanted: int) -> None:

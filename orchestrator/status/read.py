@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -106,7 +106,7 @@ T = TypeVar("T")
 
 
 @attrs.define
-class _Readable:
+class Readable:
     """Runs a decode; a CorruptStateError becomes an error entry of the status (None), so the
     rest of the environment is still shown."""
 
@@ -122,6 +122,39 @@ class _Readable:
     def report(self, exc: CorruptStateError) -> None:
         log.warning("node_unreadable", key=exc.key, error=exc.message)
         self.errors.append({"key": exc.key, "error": exc.message})
+
+
+#: The headline nodes of an environment, read in one round trip.
+HEAD_KEYS: Final = (CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY, PENDING_KEY)
+
+
+@attrs.frozen
+class Heads:
+    """An environment's headline nodes, decoded: the catalog, the epoch, the promotion target,
+    the pending upgrade (each None when absent, or unreadable: then it is reported)."""
+
+    catalog: CatalogState | None
+    epoch: EpochInfo | None
+    promotion: int | None
+    pending: PendingUpgrade | None
+
+    @classmethod
+    def decode(cls, found: Mapping[str, Versioned | None], readable: Readable) -> Heads:
+        """From the values of :data:`HEAD_KEYS`; an unreadable node goes to ``readable``."""
+        catalog_found = found[CATALOG_KEY]
+        catalog = None
+        if catalog_found is not None and catalog_found.value:
+            catalog = readable(lambda: CatalogState.decode(catalog_found.value, CATALOG_KEY))
+        epoch_found = found[EPOCH_KEY]
+        epoch = None
+        if epoch_found is not None:
+            epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
+        promotion = readable(lambda: promotion_of(found[PROMOTION_KEY]))
+        pending_found = found[PENDING_KEY]
+        pending = None
+        if pending_found is not None and pending_found.value:
+            pending = readable(lambda: PendingUpgrade.decode(pending_found.value))
+        return cls(catalog, epoch, promotion, pending)
 
 
 def _json_of(found: Versioned | None) -> Any:
@@ -180,27 +213,42 @@ def read_migration_entries(
     return tuple(sorted(entries, key=attrs.astuple)), None
 
 
+def process_warnings(processes: Sequence[ProcessStatus]) -> list[str]:
+    """What the processes report about the environment: a blob store they cannot reach, drift
+    found by a green process's check (shown as warnings, never fatal)."""
+    out: list[str] = []
+    for process in processes:  # a process that meets an outage of the store says so
+        report = process.blob_store
+        if isinstance(report, dict) and not report.get("reachable", True):
+            since = report.get("since")
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
+            out.append(
+                f"{process.id} reports the blob store unreachable since {when}: "
+                f"{report.get('error')}"
+            )
+    for process in processes:  # a green process that found drift in its check says so
+        drifts = process.plan.get("drift") if isinstance(process.plan, Mapping) else None
+        if drifts:
+            named = ", ".join(f"{d.get('kind')}: {d.get('collection')}" for d in drifts[:5])
+            more = f" and {len(drifts) - 5} more" if len(drifts) > 5 else ""
+            out.append(
+                f"{process.id} found the environment drifted in its check ({named}{more}); "
+                "`catalog-upgrade drift --release FILE` names every difference"
+            )
+    return out
+
+
 def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> UpgradeStatus:
     """The environment's upgrade status, from ZooKeeper alone, in two pipelined round trips."""
     read_at = time.time()
     # Round trip 1: the headline nodes and the directories.
-    heads = consensus.get_many([CATALOG_KEY, EPOCH_KEY, PROMOTION_KEY, PENDING_KEY])
+    found_heads = consensus.get_many(HEAD_KEYS)
     children = _children_many(consensus, [PROCESSES_KEY, FINALIZE_KEY])
     errors: list[dict[str, str]] = []
-    readable = _Readable(errors)
-    catalog_found = heads[CATALOG_KEY]
-    catalog = None
-    if catalog_found is not None and catalog_found.value:
-        catalog = readable(lambda: CatalogState.decode(catalog_found.value, CATALOG_KEY))
-    epoch_found = heads[EPOCH_KEY]
-    epoch = None
-    if epoch_found is not None:
-        epoch = readable(lambda: EpochInfo.from_versioned(epoch_found))
-    promotion = readable(lambda: promotion_of(heads[PROMOTION_KEY]))
-    pending_found = heads[PENDING_KEY]
-    pending = None
-    if pending_found is not None and pending_found.value:
-        pending = readable(lambda: PendingUpgrade.decode(pending_found.value))
+    readable = Readable(errors)
+    heads = Heads.decode(found_heads, readable)
+    catalog, epoch, promotion, pending = heads.catalog, heads.epoch, heads.promotion, heads.pending
+    catalog_found = found_heads[CATALOG_KEY]
     # Round trip 2: every process node and every referenced shard's state.
     process_keys = [process_key(name) for name in children[PROCESSES_KEY]]
     shard_ids = sorted(catalog.shard_ids()) if catalog is not None else []
@@ -252,24 +300,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         shard_exists=found.get(migration_key) is not None,
     )
     warnings = [warning] if warning else []
-    for process in processes:  # a process that meets an outage of the store says so
-        report = process.blob_store
-        if isinstance(report, dict) and not report.get("reachable", True):
-            since = report.get("since")
-            when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
-            warnings.append(
-                f"{process.id} reports the blob store unreachable since {when}: "
-                f"{report.get('error')}"
-            )
-    for process in processes:  # a green process that found drift in its check says so
-        drifts = process.plan.get("drift") if isinstance(process.plan, Mapping) else None
-        if drifts:
-            named = ", ".join(f"{d.get('kind')}: {d.get('collection')}" for d in drifts[:5])
-            more = f" and {len(drifts) - 5} more" if len(drifts) > 5 else ""
-            warnings.append(
-                f"{process.id} found the environment drifted in its check ({named}{more}); "
-                "`catalog-upgrade drift --release FILE` names every difference"
-            )
+    warnings.extend(process_warnings(processes))
     finalization = None
     if pending is not None:
         state = "pending" if pending.finalizing is None else "finalizing"
