@@ -140,6 +140,11 @@ class EmbeddedZooKeeper:
     def running(self) -> bool:
         return self._child.running
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (for its memory, in benchmarks)."""
+        return self._child.pid
+
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
