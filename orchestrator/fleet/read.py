@@ -1,12 +1,13 @@
 """Reading every environment of an ensemble in four pipelined round trips.
 
 1. the environments: the children of ``/catalog-upgrade``;
-2. for all of them at once: the headline nodes (catalog, epoch, promotion, pending), the upgrade
-   history, the list of processes and the list of event logs;
+2. for all of them at once: the catalog, the epoch, the pending upgrade, the list of processes
+   and the list of event logs;
 3. for all of them at once: every process node, and the listing of the read-only event logs of
    generations newer than the catalog's (usually none);
-4. the newest event of each of those logs: how a green generation whose processes are gone
-   ended (failed, refused, fenced).
+4. where it matters only: the newest event of each of those logs (how a green generation whose
+   processes are gone ended: failed, refused, fenced), the promotion target where a newer
+   generation runs, the upgrade history where a leader migrates (to judge its phase).
 
 Each round trip sends all its requests before it waits for the first answer (kazoo's async
 calls), so a thousand environments cost four round trips, not ten thousand. What one
@@ -30,7 +31,13 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from catalog.consensus import CONNECTION_ERRORS, ROOT, Versioned
-from catalog.environment import CATALOG_KEY, EVENTS_KEY, HISTORY_KEY, PROCESSES_KEY
+from catalog.environment import (
+    CATALOG_KEY,
+    EVENTS_KEY,
+    HISTORY_KEY,
+    PROCESSES_KEY,
+    PROMOTION_KEY,
+)
 from catalog.errors import EXIT_REFUSED, CorruptStateError
 from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble
@@ -44,7 +51,9 @@ __all__ = ["EnsembleSurvey", "survey"]
 
 log = structlog.get_logger(__name__)
 
-_HEAD_KEYS: Final = (*HEAD_KEYS, HISTORY_KEY)
+#: Read in every environment; the others only where they matter (:func:`_later`).
+_SOMETIMES: Final = (PROMOTION_KEY, HISTORY_KEY)
+_ALWAYS: Final = tuple(key for key in HEAD_KEYS if key not in _SOMETIMES)
 
 
 @attrs.frozen
@@ -123,22 +132,16 @@ class _Reader:
             raise _Unreachable(f"not allowed to list {ROOT}") from exc
         except CONNECTION_ERRORS as exc:
             raise _Unreachable(f"ZooKeeper stopped answering listing {ROOT}: {exc!r}") from exc
-        heads = {
-            name: [(key, self.client.get_async(f"{ROOT}/{name}/{key}")) for key in _HEAD_KEYS]
-            for name in names
-        }
-        listings = {
-            name: self.client.get_children_async(f"{ROOT}/{name}/{PROCESSES_KEY}") for name in names
-        }
-        event_listings = {
-            name: self.client.get_children_async(f"{ROOT}/{name}/{EVENTS_KEY}") for name in names
-        }
         problems: dict[str, list[str]] = defaultdict(list)
-        values = {name: self._values(name, pending, problems) for name, pending in heads.items()}
+        # Round trip 2: what every environment has; the rest only where it matters.
+        heads = {name: self._gets(name, _ALWAYS) for name in names}
+        listings = {name: self._list(f"{name}/{PROCESSES_KEY}") for name in names}
+        event_listings = {name: self._list(f"{name}/{EVENTS_KEY}") for name in names}
+        values = {name: self._values(name, calls, problems) for name, calls in heads.items()}
         process_names = {name: self._children(name, listings[name], problems) for name in names}
-        # Round trip 3: every process node, and the logs of generations newer than the catalog.
+        # Round trip 3: every process node; the logs of generations newer than the catalog.
         process_calls = {
-            name: [(p, self.client.get_async(f"{ROOT}/{name}/{PROCESSES_KEY}/{p}")) for p in found]
+            name: self._gets(name, [f"{PROCESSES_KEY}/{p}" for p in found])
             for name, found in process_names.items()
         }
         newer = {
@@ -146,14 +149,18 @@ class _Reader:
             for name in names
         }
         log_calls = {
-            name: [
-                (key, self.client.get_children_async(f"{ROOT}/{name}/{EVENTS_KEY}/{key}"))
-                for key in keys
-            ]
+            name: [(key, self._list(f"{name}/{EVENTS_KEY}/{key}")) for key in keys]
             for name, keys in newer.items()
         }
-        processes = {name: self._values(name, process_calls[name], problems) for name in names}
-        # Round trip 4: the newest event of each of those logs (how the generation ended).
+        processes = {
+            name: {
+                key.rsplit("/", 1)[-1]: value
+                for key, value in self._values(name, process_calls[name], problems).items()
+            }
+            for name in names
+        }
+        # Round trip 4: how those generations ended (their newest event); the promotion where a
+        # newer generation runs; the history where a leader migrates (to judge its phase).
         last_calls = {
             name: [
                 (
@@ -165,18 +172,29 @@ class _Reader:
             ]
             for name in names
         }
+        later = {name: self._gets(name, _later(values[name], processes[name])) for name in names}
         return [
             _row(
                 self.ensemble,
                 name,
                 self.read_at,
-                values[name],
+                {
+                    **dict.fromkeys(_SOMETIMES),
+                    **values[name],
+                    **self._values(name, later[name], problems),
+                },
                 processes[name],
                 self._values(name, last_calls[name], problems),
                 problems.get(name, []),
             )
             for name in names
         ]
+
+    def _gets(self, env: str, keys: Iterable[str]) -> list[tuple[str, Any]]:
+        return [(key, self.client.get_async(f"{ROOT}/{env}/{key}")) for key in keys]
+
+    def _list(self, key: str) -> Any:
+        return self.client.get_children_async(f"{ROOT}/{key}")
 
     def _values(
         self, env: str, pending: Iterable[tuple[str, Any]], problems: dict[str, list[str]]
@@ -211,6 +229,25 @@ class _Reader:
             return []
         except CONNECTION_ERRORS as exc:
             raise _Unreachable(f"ZooKeeper stopped answering during the survey: {exc!r}") from exc
+
+
+def _later(
+    heads: Mapping[str, Versioned | None], processes: Mapping[str, Versioned | None]
+) -> list[str]:
+    """What else to read of an environment: the promotion target when a process runs a
+    generation newer than the catalog's (is it promoted?), the history when a process
+    migrates (is its phase taking too long?)."""
+    try:
+        generation = generation_of_catalog(heads.get(CATALOG_KEY)) or 0
+    except CorruptStateError:
+        generation = 0
+    nodes = decode_processes(processes).nodes.values()
+    keys = []
+    if any(node.deploy_generation > generation for node in nodes) or heads.get(CATALOG_KEY) is None:
+        keys.append(PROMOTION_KEY)
+    if any(node.state == "migrating" for node in nodes):
+        keys.append(HISTORY_KEY)
+    return keys
 
 
 def _newer_logs(names: list[str], heads: Mapping[str, Versioned | None]) -> list[str]:
