@@ -100,12 +100,12 @@ def _register(consensus: Consensus, ctx: MigrationContext, mode: str, state: str
     consensus.commit([Create(process_key(ctx.process_id), node.encode(), ephemeral=True)])
 
 
-def bootstrap_small(client: Any, name: str, blob: Path) -> None:
+def bootstrap_small(client: Any, name: str, blob: Path, release: Release = SMALL) -> None:
     consensus = Consensus(client, env_root(name))
     ctx = MigrationContext(
         consensus=consensus,
         blob=BlobStore.from_uri(str(blob / name)),
-        release=SMALL,
+        release=release,
         deploy_generation=1,
         process_id=f"{name}-leader",
     )

@@ -143,7 +143,9 @@ class Pacer:
         self._step, self._collection = step, collection
         self._total, self._rows, self._bytes = None, 0, 0
         self._started_at, self._active, self._since = self._wall(), 0.0, self._clock()
-        self._base = (self._since, 0, None)
+        # The limit in force when the step starts counts from its start: a copy of one batch
+        # is held to it too.
+        self._base = (self._since, 0, self._pace().rows_per_second)
         self._reported = float("-inf")
         self._samples.clear()
         self._publish(force=True)
@@ -188,8 +190,9 @@ class Pacer:
         while (wait := due - self._clock()) > 0:
             self._check()
             self._sleep(min(wait, _SLICE))
-            if self._pace().rows_per_second != limit:
-                return
+            pace = self._pace()
+            if pace.paused or pace.rows_per_second != limit:
+                return  # paused: held at once (_hold); a new limit counts from now
 
     def _hold(self) -> None:
         """Wait while the step is paused; the time paused counts in neither rate nor ETA."""

@@ -25,11 +25,14 @@ from orchestrator.scenario.format.steps import (
     ExpectExitStep,
     ExpectStatusStep,
     FinalizeStep,
+    PauseStepsStep,
     PromoteStep,
     ReadStep,
+    ResumeStepsStep,
     SleepStep,
     StartStep,
     StopStep,
+    ThrottleStep,
     WaitStep,
 )
 from orchestrator.scenario.results import (
@@ -78,6 +81,8 @@ class ProcessActions:
             args += ["--rollback-from", str(self.run.release_files[step.rollback_from])]
         for name in step.discard_writes_to:
             args += ["--discard-writes-to", name]
+        if step.copy_rate is not None:
+            args += ["--copy-rate", f"{step.copy_rate:g}"]
         return tuple(args)
 
     def do_wait(self, step: WaitStep) -> str:
@@ -125,6 +130,20 @@ class ProcessActions:
         if step.version:
             args += ["--version", step.version]
         return self._cli(args, step.wait if step.wait is not None else 30.0, step.code, step)
+
+    def do_throttle(self, step: ThrottleStep) -> str:
+        rate = step.rows_per_second
+        args = ["throttle", "--deploy-generation", str(step.generation)]
+        args += ["--rows-per-second", rate if isinstance(rate, str) else f"{rate:g}"]
+        return self._cli([*args, "--requested-by", "scenario"], None, step.code, step)
+
+    def do_pause_steps(self, step: PauseStepsStep) -> str:
+        args = ["pause", "--deploy-generation", str(step.generation), "--requested-by", "scenario"]
+        return self._cli(args, None, step.code, step)
+
+    def do_resume_steps(self, step: ResumeStepsStep) -> str:
+        args = ["resume", "--deploy-generation", str(step.generation), "--requested-by", "scenario"]
+        return self._cli(args, None, step.code, step)
 
     def _cli(self, args: list[str], wait: float | None, code: int | None, step: Any) -> str:
         """Run ``catalog-upgrade ARGS`` against the scenario's environment; its exit code must

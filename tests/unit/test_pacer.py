@@ -53,12 +53,34 @@ def test_a_limit_holds_the_rate_and_a_new_limit_counts_from_when_it_is_set() -> 
     started = clock.now
     for _ in range(11):
         steps.advance(100)  # instantly read: only the limit takes time
-    assert clock.now - started == pytest.approx(20.0)  # the first batch sets the base
+    assert clock.now - started == pytest.approx(22.0)  # 1,100 rows at 50/s from the start
     pace[0] = Pace(rows_per_second=None)
     lifted = clock.now
     for _ in range(5):
         steps.advance(100)
     assert clock.now == lifted, "no limit, no wait"
+
+
+def test_one_batch_is_held_to_the_limit_and_a_pause_interrupts_the_wait() -> None:
+    clock, pace = Clock(), [Pace(rows_per_second=1.0)]
+    reports: list[StepProgress | None] = []
+    seen: list[float] = []
+
+    def pause_after_three_seconds() -> None:
+        seen.append(clock.now)
+        if clock.now - seen[0] >= 3.0 and not pace[0].paused:
+            pace[0] = Pace(paused=True, rows_per_second=1.0)
+        elif clock.now - seen[0] >= 13.0:
+            pace[0] = Pace(rows_per_second=None)
+
+    steps = Pacer(
+        lambda: pace[0], reports.append, pause_after_three_seconds, clock=clock, wall=clock,
+        sleep=clock.sleep,
+    )  # fmt: skip
+    steps.begin("rewrite", "s.t")
+    steps.advance(100)  # one batch of 100 rows at 1 row/s: due in 100 s, paused after 3
+    assert any(r is not None and r.paused for r in reports), "the pause shows at once"
+    assert clock.now - seen[0] == pytest.approx(13.0, abs=0.5), "held, then released"
 
 
 def test_a_pause_holds_until_resumed_leaves_its_time_out_of_the_rate_and_may_be_ended() -> None:

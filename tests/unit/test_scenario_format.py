@@ -390,3 +390,21 @@ def test_a_zookeeper_server_is_cut_from_its_peers_only_in_an_ensemble(scenario_d
                               scenario_dir / "s.toml")  # fmt: skip
     assert scenario.partitions_zookeeper and scenario.needs_namespaces
     assert not scenario.partitioned
+
+
+def test_pace_steps_take_a_generation_and_a_rate_or_off() -> None:
+    throttle = build_step(1, 0, {"action": "throttle", "generation": 2, "rows_per_second": "off"})
+    assert not isinstance(throttle, list) and throttle.describe() == (
+        "throttle generation 2 to off rows/s"
+    )
+    for bad in (-1, 0, "fast", True):
+        problems = build_step(1, 0, {"action": "throttle", "generation": 2,
+                                     "rows_per_second": bad})  # fmt: skip
+        assert isinstance(problems, list) and problems[0].field == "rows_per_second", bad
+    paused = build_step(1, 0, {"action": "pause_steps", "generation": 3})
+    assert not isinstance(paused, list) and paused.describe() == (
+        "pause the long steps of generation 3"
+    )
+    started = build_step(1, 0, {"action": "start", "process": "g", "release": "0.11.0",
+                                "generation": 2, "copy_rate": 0.5})  # fmt: skip
+    assert isinstance(started, StartStep) and started.copy_rate == 0.5

@@ -47,6 +47,12 @@ def boolean_field(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"must be true or false, not {value!r}"
 
 
+def _rate(value: Any) -> str | None:
+    if value == "off" or (_is_number(value) and value > 0):
+        return None
+    return f'must be a positive number of rows per second or "off", not {value!r}'
+
+
 def _rows(value: Any) -> str | None:
     if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
         return 'must be an array of tables (rows), e.g. [{ id = 1, name = "a" }]'
@@ -165,4 +171,6 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "rollback_from": _string,
     "discard_writes_to": _collections,
     "version": _string,
+    "rows_per_second": _rate,
+    "copy_rate": number_field(0.001),
 }

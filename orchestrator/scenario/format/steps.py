@@ -30,15 +30,18 @@ __all__ = [
     "PartitionStep",
     "PartitionZooKeeperStep",
     "PauseStep",
+    "PauseStepsStep",
     "PromoteStep",
     "ReadStep",
     "RestartZooKeeperStep",
     "ResumeStep",
+    "ResumeStepsStep",
     "SleepStep",
     "StartStep",
     "StartZooKeeperStep",
     "Step",
     "StopStep",
+    "ThrottleStep",
     "WaitStep",
 ]
 
@@ -107,9 +110,13 @@ class StartStep(_ProcessStep):
     finalize_after: str | None = _field("finalize_after", default=None)
     rollback_from: str | None = _field("rollback_from", default=None)
     discard_writes_to: tuple[str, ...] = _field("discard_writes_to", default=())
+    # --copy-rate: the rows per second its long steps start at (None: no limit).
+    copy_rate: float | None = _field("copy_rate", default=None)
 
     def describe(self) -> str:
         extra = " auto-promote" if self.auto_promote else ""
+        if self.copy_rate is not None:
+            extra += f", copying at most {self.copy_rate:g} rows/s"
         if self.finalize_after is not None:
             extra += f", finalizing after {self.finalize_after}"
         if self.rollback_from is not None:
@@ -361,6 +368,40 @@ class ExpectExitStep(_ProcessStep):
 
 
 @attrs.frozen(kw_only=True)
+class ThrottleStep(Step):
+    action: ClassVar[str] = "throttle"
+    help: ClassVar[str] = "limit a generation's long steps (`catalog-upgrade throttle`)"
+    generation: int = _field("generation")
+    rows_per_second: float | str = _field("rows_per_second")
+    code: int | None = _field("code", default=None)
+
+    def describe(self) -> str:
+        return f"throttle generation {self.generation} to {self.rows_per_second} rows/s"
+
+
+@attrs.frozen(kw_only=True)
+class PauseStepsStep(Step):
+    action: ClassVar[str] = "pause_steps"
+    help: ClassVar[str] = "pause a generation's long steps (`catalog-upgrade pause`)"
+    generation: int = _field("generation")
+    code: int | None = _field("code", default=None)
+
+    def describe(self) -> str:
+        return f"pause the long steps of generation {self.generation}"
+
+
+@attrs.frozen(kw_only=True)
+class ResumeStepsStep(Step):
+    action: ClassVar[str] = "resume_steps"
+    help: ClassVar[str] = "resume a generation's long steps (`catalog-upgrade resume`)"
+    generation: int = _field("generation")
+    code: int | None = _field("code", default=None)
+
+    def describe(self) -> str:
+        return f"resume the long steps of generation {self.generation}"
+
+
+@attrs.frozen(kw_only=True)
 class SleepStep(Step):
     action: ClassVar[str] = "sleep"
     help: ClassVar[str] = "let time pass on purpose (e.g. for a zombie)"
@@ -395,5 +436,8 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         ExpectStatusStep,
         ExpectExitStep,
         SleepStep,
+        ThrottleStep,
+        PauseStepsStep,
+        ResumeStepsStep,
     )
 }
