@@ -35,10 +35,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench_orchestrator import lead
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Create, env_root
 from catalog.release import Builtin, Release, load_release_dir
-from orchestrator.election import LeaderElection, promote
 from orchestrator.events import record_event
 from orchestrator.fleet.ensembles import FleetFile
 from orchestrator.fleet.surveyor import Surveyor
@@ -69,18 +69,6 @@ SMALL = Release(
 )
 
 
-def _lead(consensus: Consensus, ctx: MigrationContext, *, bootstrap: bool) -> Any:
-    election = LeaderElection(
-        consensus, ctx.process_id, ctx.deploy_generation, on_change=lambda _e: None
-    )
-    election.start()
-    if not bootstrap:
-        promote(consensus, ctx.deploy_generation, requested_by="bench")
-    leadership = election.try_take_over(bootstrap=bootstrap)
-    assert leadership is not None
-    return election, leadership
-
-
 def _register(consensus: Consensus, ctx: MigrationContext, mode: str, state: str) -> None:
     """The process node a sidecar of ``ctx`` registers (ephemeral, its codec)."""
     now = time.time()
@@ -109,7 +97,7 @@ def bootstrap_small(client: Any, name: str, blob: Path, release: Release = SMALL
         deploy_generation=1,
         process_id=f"{name}-leader",
     )
-    election, leadership = _lead(consensus, ctx, bootstrap=True)
+    election, leadership = lead(consensus, ctx, bootstrap=True)
     migrate_as_leader(ctx, leadership)
     _register(consensus, ctx, "leader", "serving")
     election.stop()  # its ephemeral candidate goes; the process node stays with the session
@@ -138,13 +126,13 @@ def varied(client: Any, blob: Path) -> list[str]:
             )  # fmt: skip
 
         first = ctx("0.10.0", 1)
-        election, leadership = _lead(consensus, first, bootstrap=True)
+        election, leadership = lead(consensus, first, bootstrap=True)
         migrate_as_leader(first, leadership)
         if state == "pending":
             second = ctx("0.11.0", 2, finalize_after=None)
             check_read_only(second)
             election.stop()
-            election, leadership = _lead(consensus, second, bootstrap=False)
+            election, leadership = lead(consensus, second, bootstrap=False)
             migrate_as_leader(second, leadership)
             _register(consensus, second, "leader", "serving")
         elif state == "green-waiting":

@@ -6,4 +6,5 @@ pytest_plugins = [
     "support.objectstore",
     "support.sidecars",
     "support.required",
+    "support.browser",
 ]

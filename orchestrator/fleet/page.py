@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Final
 
+from orchestrator.status.page import BEARER_SCRIPT
+
 __all__ = ["FLEET_PAGE"]
 
-FLEET_PAGE: Final = """<!doctype html>
+_PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -189,27 +191,7 @@ for (const state of STATES) select.append(new Option(state, state));
 for (const id of ["search", "state", "stuckonly"]) {
   document.getElementById(id).addEventListener("input", draw);
 }
-// The bearer token, when the server asks for one: in this tab's memory, never stored.
-let token = null;
-const auth = document.getElementById("auth");
-auth.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const field = document.getElementById("token");
-  token = field.value.trim() || null;
-  field.value = "";
-  auth.hidden = true;
-});
-async function get(path) {
-  const headers = token ? {"Authorization": "Bearer " + token} : {};
-  const answer = await fetch(path, {cache: "no-store", headers: headers});
-  if (answer.status === 401 || answer.status === 403) {
-    token = null;
-    auth.hidden = false;
-  }
-  if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
-  return answer.json();
-}
-async function poll() {
+@@BEARER@@async function poll() {
   const banner = document.getElementById("banner");
   try {
     render(await get("status"));
@@ -225,3 +207,5 @@ poll();
 </body>
 </html>
 """
+
+FLEET_PAGE: Final = _PAGE.replace("@@BEARER@@", BEARER_SCRIPT)

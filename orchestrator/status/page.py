@@ -12,9 +12,34 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["STATUS_PAGE"]
+__all__ = ["BEARER_SCRIPT", "STATUS_PAGE"]
 
-STATUS_PAGE: Final = """<!doctype html>
+#: The pages' one way to call their server: ``get(path)`` sends the bearer token the operator
+#: typed into the ``#auth`` form (kept in the tab's memory only) and shows the form again on a
+#: 401 or 403.
+BEARER_SCRIPT: Final = """// The bearer token, if the server asks for one: in memory only.
+let token = null;
+const auth = document.getElementById("auth");
+auth.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const field = document.getElementById("token");
+  token = field.value.trim() || null;
+  field.value = "";
+  auth.hidden = true;
+});
+async function get(path) {
+  const headers = token ? {"Authorization": "Bearer " + token} : {};
+  const answer = await fetch(path, {cache: "no-store", headers: headers});
+  if (answer.status === 401 || answer.status === 403) {
+    token = null;
+    auth.hidden = false;
+  }
+  if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
+  return answer.json();
+}
+"""
+
+_PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -200,27 +225,7 @@ function renderHistory(rows) {
          ["completed", "bootstrapped", "pending", "rollback"].includes(r.outcome) ? "ok"
          : "bad")])));
 }
-// The bearer token, when the sidecar asks for one: in this tab's memory, never stored.
-let token = null;
-const auth = document.getElementById("auth");
-auth.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const field = document.getElementById("token");
-  token = field.value.trim() || null;
-  field.value = "";
-  auth.hidden = true;
-});
-async function get(path) {
-  const headers = token ? {"Authorization": "Bearer " + token} : {};
-  const answer = await fetch(path, {cache: "no-store", headers: headers});
-  if (answer.status === 401 || answer.status === 403) {
-    token = null;
-    auth.hidden = false;
-  }
-  if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
-  return answer.json();
-}
-let tick = 0;
+@@BEARER@@let tick = 0;
 async function poll() {
   const banner = document.getElementById("banner");
   try {
@@ -241,3 +246,5 @@ poll();
 </body>
 </html>
 """
+
+STATUS_PAGE: Final = _PAGE.replace("@@BEARER@@", BEARER_SCRIPT)

@@ -38,7 +38,7 @@ from orchestrator.election import promote
 from orchestrator.testing import harness
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zkauth import Credential, ZkAuth, secure_tree
-from support.browser import HeadlessChromium, find_chromium
+from support.browser import HeadlessChromium
 from support.migrations import Env, bootstrap, upgrade
 from support.sidecars import RELEASES, cli, release_file
 
@@ -290,14 +290,6 @@ def test_served_document_and_metrics_need_the_token(served: tuple[str, str]) -> 
     ):
         assert line in metrics, line
     assert "catalog_upgrade_fleet_oldest_pending_finalization_seconds" in metrics
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = find_chromium()
-    if found is None:
-        pytest.skip("no Chromium here: apt-get install chromium (.ci/run installs it)")
-    return found
 
 
 def test_page_in_chromium(served: tuple[str, str], chromium: str) -> None:

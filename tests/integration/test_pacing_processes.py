@@ -16,7 +16,7 @@ import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
 from catalog.release import load_release
-from support.browser import HeadlessChromium, find_chromium
+from support.browser import HeadlessChromium
 from support.sidecars import Launch, cli, release_file
 from support.zookeeper import ZkEnv
 
@@ -53,14 +53,6 @@ def status(zk_env: ZkEnv) -> dict[str, Any]:
 
 def pace(zk_env: ZkEnv, *args: str) -> Any:
     return cli(*args, "--zk", zk_env.hosts, "--env", zk_env.name, "--requested-by", "ops@test")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = find_chromium()
-    if found is None:
-        pytest.skip("no Chromium here: apt-get install chromium (.ci/run installs it)")
-    return found
 
 
 def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(

@@ -15,7 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_REFUSED
-from support.browser import HeadlessChromium, find_chromium
+from support.browser import HeadlessChromium
 from support.sidecars import SidecarProcess, sidecars
 from support.zookeeper import ZkEnv
 
@@ -25,14 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "tests" / "fixtures" / "broken_releases" / "incompatible_evolution"
 # Set to a path to keep the page's screenshot (the README's is made this way).
 SCREENSHOT = os.environ.get("CATALOG_UPGRADE_PAGE_SCREENSHOT")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = find_chromium()
-    if found is None:
-        pytest.skip("no Chromium here: apt-get install chromium (.ci/run installs it)")
-    return found
 
 
 @pytest.fixture

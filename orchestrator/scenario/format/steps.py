@@ -368,34 +368,36 @@ class ExpectExitStep(_ProcessStep):
 
 
 @attrs.frozen(kw_only=True)
-class ThrottleStep(Step):
+class _PaceStep(Step):
+    """A change of a generation's pace, through the CLI (its exit code ``code``, default 0)."""
+
+    generation: int = _field("generation")
+    code: int | None = _field("code", default=None)
+
+
+@attrs.frozen(kw_only=True)
+class ThrottleStep(_PaceStep):
     action: ClassVar[str] = "throttle"
     help: ClassVar[str] = "limit a generation's long steps (`catalog-upgrade throttle`)"
-    generation: int = _field("generation")
     rows_per_second: float | str = _field("rows_per_second")
-    code: int | None = _field("code", default=None)
 
     def describe(self) -> str:
         return f"throttle generation {self.generation} to {self.rows_per_second} rows/s"
 
 
 @attrs.frozen(kw_only=True)
-class PauseStepsStep(Step):
+class PauseStepsStep(_PaceStep):
     action: ClassVar[str] = "pause_steps"
     help: ClassVar[str] = "pause a generation's long steps (`catalog-upgrade pause`)"
-    generation: int = _field("generation")
-    code: int | None = _field("code", default=None)
 
     def describe(self) -> str:
         return f"pause the long steps of generation {self.generation}"
 
 
 @attrs.frozen(kw_only=True)
-class ResumeStepsStep(Step):
+class ResumeStepsStep(_PaceStep):
     action: ClassVar[str] = "resume_steps"
     help: ClassVar[str] = "resume a generation's long steps (`catalog-upgrade resume`)"
-    generation: int = _field("generation")
-    code: int | None = _field("code", default=None)
 
     def describe(self) -> str:
         return f"resume the long steps of generation {self.generation}"
