@@ -66,7 +66,7 @@ _PAGE = """<!doctype html>
 "use strict";
 const COLUMNS = [
   ["environment", r => r.name], ["version", r => r.version || ""],
-  ["gen", r => r.deploy_generation ?? -1], ["state", r => r.state],
+  ["gen", r => r.deploy_generation ?? -1], ["state", r => STATES.indexOf(r.state)],
   ["leader", r => r.leaderText], ["green", r => r.greenText],
   ["finalization", r => r.finalText], ["age", r => r.finalAge ?? -1],
   ["notes", r => r.notes.join("; ")],
@@ -98,8 +98,11 @@ function rowsOf(doc) {
     return {
       raw: e, state: e.state, version: e.version, deploy_generation: e.deploy_generation,
       name: e.ensemble + "/" + (e.environment ?? "*"), stuck: e.stuck.length > 0,
+      shown: doc.ensembles.length > 1 || !e.environment ? e.ensemble + "/" +
+        (e.environment ?? "*") : e.environment,
       leaderText: leader ? (leader.id || "-") + " " + (leader.registered
-        ? (leader.state || "") + (leader.phase ? " / " + leader.phase : "") : "(gone)") : "none",
+        ? (leader.state || "") + (leader.phase && leader.phase !== leader.state
+          ? " / " + leader.phase : "") : "(gone)") : "none",
       greenText: e.green.map(g => "g" + g.deploy_generation + " " + g.version +
         (g.promoted ? " promoted" : " waiting " + ago(doc.read_at - (g.since || doc.read_at))))
         .join(", "),
@@ -113,12 +116,13 @@ function rowsOf(doc) {
     };
   });
 }
-function counts(target, title, entries, onClick) {
+function counts(target, title, entries, onClick, nameFirst) {
   const box = document.getElementById(target);
   box.replaceChildren(el("span", title + ": ", "muted"));
   for (const [key, value] of entries) {
     const chip = el("span", null, "count " + key);
-    chip.append(el("b", value), " " + key);
+    if (nameFirst) chip.append(el("b", key), " " + value);
+    else chip.append(el("b", value), " " + key);
     if (onClick) chip.addEventListener("click", () => onClick(key));
     box.append(chip);
   }
@@ -135,7 +139,8 @@ function render(doc) {
   const bad = doc.ensembles.filter(e => e.error);
   counts("ensembles", "stuck " + s.stuck + ", pending " + s.pending + ", overdue " +
     s.finalization_overdue + "; ensembles", doc.ensembles.map(e => [e.name,
-      e.error ? "unreachable" : e.environments + " in " + e.seconds + " s"]));
+      e.error ? "unreachable" : e.environments + " environments in " + e.seconds + " s"]),
+    null, true);
   if (bad.length) document.getElementById("ensembles").classList.add("failed");
   draw();
 }
@@ -170,9 +175,9 @@ function draw() {
     tr.dataset.state = r.state;
     const name = el("td");
     if (r.link) {
-      const a = el("a", r.name); a.href = r.link; name.append(a);
+      const a = el("a", r.shown); a.href = r.link; name.append(a);
     } else {
-      name.append(el("span", r.name));
+      name.append(el("span", r.shown));
     }
     if (r.command) name.title = r.command;
     const notes = el("td");

@@ -99,10 +99,11 @@ class HeadlessChromium:
         missing = [n for n in needles if n not in text]
         raise AssertionError(f"the page never showed {missing}; it shows:\n{text}")
 
-    def screenshot(self, path: Path) -> None:
-        """A PNG of the whole page."""
+    def screenshot(self, path: Path, height: int | None = None) -> None:
+        """A PNG of the whole page (its first ``height`` pixels when given)."""
         metrics = self.call("Page.getLayoutMetrics")
-        height = int(metrics["cssContentSize"]["height"])
+        whole = int(metrics["cssContentSize"]["height"])
+        height = whole if height is None else min(whole, height)
         data = self.call(
             "Page.captureScreenshot", format="png", captureBeyondViewport=True,
             clip={"x": 0, "y": 0, "width": 1400, "height": max(height, 600), "scale": 1},
