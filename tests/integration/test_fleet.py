@@ -324,7 +324,39 @@ def test_page_in_chromium(served: tuple[str, str], chromium: str) -> None:
             browser.screenshot(Path(SCREENSHOT))
 
 
+def test_watch_prints_a_document_per_change(fleet: Fleet) -> None:
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", "fleet",
+         "--fleet-file", str(fleet.file), "--timeout", "3", "--watch", "--json",
+         "--interval", "1", "--env", "empty"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    client = _client(fleet.a)
+    node = f"{env_root('empty')}/catalog"
+    try:
+        assert watch.stdout is not None
+        first = json.loads(watch.stdout.readline())
+        assert set(by_name(first)) == {"a/corrupt", "a/empty", "c/*"}
+        assert by_name(first)["a/empty"]["state"] == "empty"
+        client.create(node, b"written by hand")  # a change: a new document says so
+        deadline = time.monotonic() + 60
+        while True:
+            line = watch.stdout.readline()
+            assert line, watch.stderr.read() if watch.stderr else "watch ended"
+            if by_name(json.loads(line))["a/empty"]["state"] == "unreadable":
+                break
+            assert time.monotonic() < deadline, "no document saw the change"
+    finally:
+        watch.terminate()
+        watch.wait(30)
+        if client.exists(node):
+            client.delete(node)
+        client.stop()
+
+
 def test_finalize_dry_run_then_yes_with_one_refusal(fleet: Fleet) -> None:
+    """Last of the module's tests that read the shared fleet (pytest keeps the file's order):
+    it finalizes some of its environments."""
     dry = run(fleet, "finalize", "--version", "0.11.0", "--json")
     assert dry.returncode == EXIT_OK, dry.stderr
     planned = json.loads(dry.stdout)
