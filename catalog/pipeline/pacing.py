@@ -14,6 +14,7 @@ holds up fencing or a shutdown.
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,9 @@ class StepProgress:
     eta_seconds: float | None
     paused: bool = False
     limit: float | None = None
+    #: On Spark: the job's tasks done of its total (None on the arrow engine).
+    tasks_done: int | None = None
+    tasks_total: int | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -106,6 +110,8 @@ class Pacer:
         self._base: tuple[float, int, float | None] = (0.0, 0, None)  # the throttle's start
         self._reported = float("-inf")
         self._paused = False
+        self._tasks: tuple[int, int] | None = None
+        self._lock = threading.Lock()
         # (active seconds, rows) after each batch within the rate's window (the first kept).
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
 
@@ -124,6 +130,7 @@ class Pacer:
             self._step, self._collection, self._rows, self._total, self._bytes, total_bytes,
             self._started_at, self._wall(), round(rate, 1),
             None if eta is None else round(eta, 3), self._paused, self._pace().rows_per_second,
+            *(self._tasks or (None, None)),
         )  # fmt: skip
 
     def _rate(self, active: float) -> float:
@@ -148,6 +155,7 @@ class Pacer:
         self._base = (self._since, 0, self._pace().rows_per_second)
         self._reported = float("-inf")
         self._samples.clear()
+        self._tasks = None
         self._publish(force=True)
         self._hold()
 
@@ -167,6 +175,25 @@ class Pacer:
         self._throttle()
         self._hold()
         self._publish()
+
+    def observe(self, rows_done: int, *, tasks: tuple[int, int] | None = None) -> None:
+        """Progress an engine saw while a job of the step runs (Spark's tasks), from any
+        thread: counted and reported, never throttled or held (the job cannot stop midway).
+        Rows only move forward; :meth:`advance` then counts the rest when the job ends."""
+        with self._lock:
+            if self._step is None:
+                return
+            if rows_done > self._rows:
+                self._rows = rows_done
+                self._samples.append((self._active + self._clock() - self._since, self._rows))
+            if tasks is not None:
+                self._tasks = tasks
+            self._publish()
+
+    @property
+    def rows_done(self) -> int:
+        """Rows counted so far in this step."""
+        return self._rows
 
     def end(self) -> None:
         """The step is done: its last progress is reported, then none."""

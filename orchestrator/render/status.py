@@ -190,6 +190,8 @@ def step_text(process_id: str, progress: Mapping[str, Any]) -> Text:
         done = f"{(step.fraction or 0) * 100:.0f}% ({done} of {_rows(step.rows_total)} rows)"
     else:
         done += " rows"
+    if step.tasks_total:
+        done += f", {step.tasks_done} of {step.tasks_total} tasks"
     parts = [f"{process_id}: {step.step} of {step.collection} {done}"]
     if step.paused:
         parts.append("PAUSED (catalog-upgrade resume)")

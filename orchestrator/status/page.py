@@ -135,7 +135,9 @@ function step(p) {
   const bar = el("div", null, "bar" + (g.paused ? " paused" : ""));
   const fill = el("div"); fill.style.width = (part * 100).toFixed(1) + "%"; bar.appendChild(fill);
   const line = el("div", g.step + " of " + g.collection + ": " + (part * 100).toFixed(0) + "% (" +
-      rowCount(g.rows_done) + " of " + rowCount(g.rows_total || 0) + " rows), " + (g.paused
+      rowCount(g.rows_done) + " of " + rowCount(g.rows_total || 0) + " rows" +
+      (g.tasks_total ? ", " + g.tasks_done + " of " + g.tasks_total + " tasks" : "") + "), " +
+      (g.paused
       ? "PAUSED" : rowCount(g.rate) + " rows/s" + (g.eta_seconds != null ? ", ETA " +
         (g.eta_seconds < 90 ? g.eta_seconds.toFixed(0) + " s" : (g.eta_seconds / 60).toFixed(0) +
          " min") : "")) + (g.limit ? ", limit " + rowCount(g.limit) + " rows/s" : ""), "step");

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
-from catalog.pipeline import copy_transformed
+from catalog.pipeline import SparkEngine, SparkSessionProvider, copy_transformed
 from catalog.pipeline.pacing import Pacer, StepProgress
 from catalog.shard import Shard, consolidate, new_shard_id, with_updates
 from orchestrator.pace import PaceWatch, change_pace, read_pace
@@ -114,6 +114,41 @@ def test_progress_moves_forward_its_eta_holds_and_it_ends_at_the_total(
     assert max(errors) <= 0.5
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_on_spark_progress_comes_from_the_jobs_tasks(
+    world: tuple[Consensus, dict[int, Shard]], spark: SparkSessionProvider
+) -> None:
+    consensus, sources = world
+    source = sources[LARGE]
+    target = Shard(consensus, source.blob, new_shard_id())
+    target.create(TARGET)
+    reports, report = recorder()
+    pacer = Pacer(report=report, every=0.0, window=3.0)
+    pacer.begin("rewrite", "s.t")
+    copied = SparkEngine(spark).copy_transformed(
+        source, target, [to_target], TARGET, fence=None, pacer=pacer
+    )
+    pacer.end()
+    assert copied == LARGE * PER_BATCH
+    done = [p.rows_done for _, p in reports]
+    assert done == sorted(done), "progress never goes back"
+    last = reports[-1][1]
+    assert last.rows_total == LARGE * PER_BATCH and last.rows_done == last.rows_total
+    midway = [p for _, p in reports if p.tasks_total and 0 < (p.tasks_done or 0) < p.tasks_total]
+    assert midway, "no report while the job's tasks ran"
+    assert all(0 < p.rows_done < LARGE * PER_BATCH for p in midway)
+    ended = next(at for at, p in reports if p.rows_done == p.rows_total)
+    errors = [
+        abs(p.eta_seconds - (ended - at)) / (ended - at)
+        for at, p in reports
+        if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 0.1
+    ]
+    shown = f"max {max(errors):.0%}" if errors else "no ETA after a fifth"
+    print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error {shown}")
+    assert consolidate(target.snapshot()).num_rows == LARGE * PER_BATCH
+
+
 def test_a_throttle_and_a_pause_set_through_zookeeper_hold_the_copy(
     world: tuple[Consensus, dict[int, Shard]],
 ) -> None:
@@ -162,7 +197,7 @@ def test_a_throttle_and_a_pause_set_through_zookeeper_hold_the_copy(
         time.sleep(0.05)
     blobs = sorted(source.blob.list("shards"))
     state = target.state()
-    time.sleep(10)
+    time.sleep(30)
     assert target.state() == state, "a paused copy changed the shard state"
     assert sorted(source.blob.list("shards")) == blobs, "a paused copy wrote a blob"
     assert worker.is_alive()

@@ -129,3 +129,24 @@ def test_progress_survives_its_json() -> None:
     now = steps.progress
     assert now is not None and StepProgress.from_json(now.to_json()) == now
     assert StepProgress.from_json({"step": "x"}) is None and StepProgress.from_json(3) is None
+
+
+def test_an_engine_s_observed_progress_only_moves_forward_and_is_never_held() -> None:
+    clock, pace = Clock(), [Pace(rows_per_second=1.0, paused=False)]
+    reports: list[StepProgress | None] = []
+    steps = pacer(pace, reports, clock, every=0.0)
+    steps.begin("rewrite", "s.t")
+    steps.expect(1000)
+    started = clock.now
+    steps.observe(400, tasks=(2, 5))
+    steps.observe(300, tasks=(2, 5))  # an older reading: rows never go back
+    assert clock.now == started, "observed progress is never throttled"
+    now = steps.progress
+    assert now is not None and (now.rows_done, now.tasks_done, now.tasks_total) == (400, 2, 5)
+    assert steps.rows_done == 400
+    steps.advance(1000 - steps.rows_done)  # the job ended: the rest counted (and throttled)
+    steps.end()
+    last = [r for r in reports if r is not None][-1]
+    assert last.rows_done == 1000 and last.fraction == 1.0
+    steps.observe(5000)  # between steps: nothing to count
+    assert steps.progress is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -31,6 +32,7 @@ from catalog.pipeline.spark.expressions import (
     spark_path,
 )
 from catalog.pipeline.spark.failures import SparkJobError, raise_resource_error, spark_errors
+from catalog.pipeline.spark.progress import JobProgress
 from catalog.pipeline.spark.session import PANDAS_WARNING, SparkSessionProvider, spark_provider
 from catalog.pipeline.spark.types import read_schema, spark_schema
 from catalog.pipeline.spark.workers import (
@@ -304,8 +306,9 @@ class SparkEngine:
         commits their references in one compare-and-append. The ``by_diff`` delta (transformed
         source minus target, consolidated) runs on Spark too. No row passes the driver.
 
-        ``pacer``: the rows to copy are expected before the job and counted when it ends (a
-        pause holds the step before the job, never inside it; no throttle on Spark)."""
+        ``pacer``: the rows to copy are expected before the job; while it runs its tasks are
+        reported (catalog.pipeline.spark.progress), and the rest counted when it ends (a pause
+        or a throttle holds the step between jobs, never inside one)."""
         payload = pickle_transforms(transforms)
 
         def produce(plan: CopyPlan) -> list[BatchRef]:
@@ -323,11 +326,19 @@ class SparkEngine:
                     reason="target-schema",
                     shard_id=target.shard_id,
                 )
+            watched = (
+                JobProgress(self.spark, pacer, rows).running()
+                if pacer is not None
+                else contextlib.nullcontext()
+            )
             try:
-                if plan.by_diff:
-                    written = self._diff_delta_written(source, target, plan, payload, new_schema)
-                else:
-                    written = self._delta_written(source, target, plan, payload, new_schema)
+                with watched:
+                    if plan.by_diff:
+                        written = self._diff_delta_written(
+                            source, target, plan, payload, new_schema
+                        )
+                    else:
+                        written = self._delta_written(source, target, plan, payload, new_schema)
             except spark_errors() as exc:
                 if source.state().revision != plan.source.revision:
                     raise SourceMoved() from exc
@@ -339,7 +350,7 @@ class SparkEngine:
                 BatchRef(r["name"], schema_id, r["rows"], r["lower"], r["upper"]) for r in written
             ]
             if pacer is not None:
-                pacer.advance(rows)
+                pacer.advance(max(0, rows - pacer.rows_done))
             return sorted(refs, key=lambda b: (b.lower, b.name))
 
         return copy_shard(source, target, fence, produce, self.name)
