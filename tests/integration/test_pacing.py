@@ -145,6 +145,8 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
         if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 0.1
     ]
     shown = f"max {max(errors):.0%}" if errors else "no ETA after a fifth"
+    # Not asserted: a job of a few tasks moves in steps of a task (8 here, two at a time),
+    # so the ETA between them is as coarse; the arrow engine's is held to 50% above.
     print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error {shown}")
     assert consolidate(target.snapshot()).num_rows == LARGE * PER_BATCH
 

@@ -7,7 +7,7 @@ import functools
 import math
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -326,19 +326,22 @@ class SparkEngine:
                     reason="target-schema",
                     shard_id=target.shard_id,
                 )
+            # Only the action is watched: building the frames runs jobs of its own (listing the
+            # files) that say nothing of the copy's rows.
             watched = (
-                JobProgress(self.spark, pacer, rows).running()
+                JobProgress(self.spark, pacer, rows).running
                 if pacer is not None
-                else contextlib.nullcontext()
+                else contextlib.nullcontext
             )
             try:
-                with watched:
-                    if plan.by_diff:
-                        written = self._diff_delta_written(
-                            source, target, plan, payload, new_schema
-                        )
-                    else:
-                        written = self._delta_written(source, target, plan, payload, new_schema)
+                if plan.by_diff:
+                    written = self._diff_delta_written(
+                        source, target, plan, payload, new_schema, watched
+                    )
+                else:
+                    written = self._delta_written(
+                        source, target, plan, payload, new_schema, watched
+                    )
             except spark_errors() as exc:
                 if source.state().revision != plan.source.revision:
                     raise SourceMoved() from exc
@@ -362,7 +365,13 @@ class SparkEngine:
         return frame.where((spark_col(TS) >= lower) & (spark_col(TS) < plan.upper))
 
     def _delta_written(
-        self, source: Shard, target: Shard, plan: CopyPlan, payload: bytes, new_schema: pa.Schema
+        self,
+        source: Shard,
+        target: Shard,
+        plan: CopyPlan,
+        payload: bytes,
+        new_schema: pa.Schema,
+        watched: Callable[[], contextlib.AbstractContextManager[Any]],
     ) -> list[Any]:
         frame = self._updates_between(source, plan, plan.lower)
         body = functools.partial(
@@ -371,10 +380,18 @@ class SparkEngine:
         )  # fmt: skip
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
-            return list(frame.mapInArrow(body, WRITTEN_SCHEMA).collect())
+            written = frame.mapInArrow(body, WRITTEN_SCHEMA)
+            with watched():
+                return list(written.collect())
 
     def _diff_delta_written(
-        self, source: Shard, target: Shard, plan: CopyPlan, payload: bytes, new_schema: pa.Schema
+        self,
+        source: Shard,
+        target: Shard,
+        plan: CopyPlan,
+        payload: bytes,
+        new_schema: pa.Schema,
+        watched: Callable[[], contextlib.AbstractContextManager[Any]],
     ) -> list[Any]:
         """``transform(source) - target`` at time ``upper - 1``, consolidated (see
         ``CopyPlan.by_diff``), written by the executors."""
@@ -396,7 +413,9 @@ class SparkEngine:
             writer = functools.partial(
                 write_partition, target.blob.located_uri, target.shard_id, update_schema(new_schema)
             )
-            return list(delta.mapInArrow(writer, WRITTEN_SCHEMA).collect())
+            written = delta.mapInArrow(writer, WRITTEN_SCHEMA)
+            with watched():
+                return list(written.collect())
 
 
 def _spark_arrow_schema(struct: Any) -> pa.Schema:

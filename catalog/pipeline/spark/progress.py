@@ -59,16 +59,20 @@ class JobProgress:
             self._stop.set()
             thread.join(timeout=5)
             context.setJobGroup("", "")
+        self._report(tracker)  # the job is over: its tasks as they ended
 
     def _poll(self, tracker: Any) -> None:
         while not self._stop.wait(POLL_SECONDS):
-            try:
-                done, total = self._tasks(tracker)
-            except Exception as exc:  # the tracker is best effort: the job's end still counts
-                log.debug("spark_progress_unreadable", error=repr(exc))
-                continue
-            if total and not self._stop.is_set():
-                self._pacer.observe(self._rows * done // total, tasks=(done, total))
+            self._report(tracker)
+
+    def _report(self, tracker: Any) -> None:
+        try:
+            done, total = self._tasks(tracker)
+        except Exception as exc:  # the tracker is best effort: the job's end still counts
+            log.debug("spark_progress_unreadable", error=repr(exc))
+            return
+        if total:
+            self._pacer.observe(self._rows * done // total, tasks=(done, total))
 
     def _tasks(self, tracker: Any) -> tuple[int, int]:
         done = total = 0
