@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Protocol
 
 import pyarrow as pa
 import structlog
@@ -48,19 +49,37 @@ def compaction_inputs(shard: ShardAccess) -> tuple[ShardState, list[BatchRef]]:
     return state, shard.batches(state)
 
 
-def compact(shard: ShardAccess, *, fence: Fence | None = None) -> CompactionResult:
+class Paced(Protocol):
+    """What a compaction tells a long step's pacer (catalog.pipeline.pacing.Pacer is one):
+    the rows it will read, then each part read. The shard names it, not the pipeline above."""
+
+    def expect(self, rows: int) -> None: ...
+
+    def advance(self, rows: int, nbytes: int = 0) -> None: ...
+
+
+def compact(
+    shard: ShardAccess, *, fence: Fence | None = None, pacer: Paced | None = None
+) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
     sortable. The blob is written, then the state CAS replaces exactly the input batches;
     appends that landed meanwhile are kept. When the inputs were replaced by another
     compaction first, the output is deleted and ``applied`` is False.
+
+    ``pacer``: a long step (catalog.pipeline.pacing) whose rows are the inputs', counted as
+    each schema's batches are read; a throttle or a pause holds it before anything is written.
     """
     state, inputs = compaction_inputs(shard)
     if not inputs:
         return CompactionResult(True, 0, None, state)
     target = state.live_schema
-    tables = read.load(shard, state, inputs, target)
+    if pacer is not None:
+        pacer.expect(sum(b.rows for b in inputs))
+    tables = read.load(
+        shard, state, inputs, target, on_group=None if pacer is None else pacer.advance
+    )
     merged = advance_times(pa.concat_tables(tables), state.since)
     if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
         merged, ordered = consolidate_sorted(merged), True

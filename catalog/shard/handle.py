@@ -284,9 +284,11 @@ class Shard:
 
     # -- compaction (catalog.shard.compact) -----------------------------------------------
 
-    def compact(self, *, fence: Fence | None = None) -> CompactionResult:
+    def compact(
+        self, *, fence: Fence | None = None, pacer: compact.Paced | None = None
+    ) -> CompactionResult:
         """Merge every batch into one (:func:`catalog.shard.compact.compact`)."""
-        return compact.compact(self, fence=fence)
+        return compact.compact(self, fence=fence, pacer=pacer)
 
     def commit_compaction(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -236,11 +236,14 @@ def load(
     *,
     as_of: int | None = None,
     times: bool = True,
+    on_group: Callable[[int, int], None] | None = None,
 ) -> list[pa.Table]:
     """The batches ``refs``, read one schema id at a time and migrated to ``target``.
 
     Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
     fields never leave the file); without ``times`` the tables have no ``_ts`` column.
+    ``on_group(rows, bytes)`` is told of each schema id's batches once read (a long step's
+    progress: catalog.pipeline.pacing).
     """
     out: list[pa.Table] = []
     for (schema_id, _), group in sorted(by_writer(refs).items()):
@@ -258,4 +261,6 @@ def load(
         migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
         assert isinstance(migrated, pa.Table)
         out.append(migrated)
+        if on_group is not None:
+            on_group(migrated.num_rows, migrated.nbytes)
     return out

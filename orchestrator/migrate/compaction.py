@@ -57,6 +57,7 @@ def compact_due(
         (s for s in states.values() if s is not None and compaction_due(s, min_batches)),
         key=lambda s: (-s.batch_count, s.shard_id),
     )
+    names = {ref.shard_id: ref.name for ref in catalog.collections.values()}
     done: list[str] = []
     for state in due:
         if len(done) >= limit:
@@ -64,11 +65,14 @@ def compact_due(
         if state.row_count > max_rows:
             log.info("compaction_left_to_spark", shard=state.shard_id, rows=state.row_count)
             continue
+        ctx.pacer.begin("compaction", names.get(state.shard_id, state.shard_id))
         try:
-            result = ctx.shard(state.shard_id).compact(fence=fence)
+            result = ctx.shard(state.shard_id).compact(fence=fence, pacer=ctx.pacer)
         except (ShardError, VersionMismatchError) as exc:
             log.info("scheduled_compaction_skipped", shard=state.shard_id, reason=repr(exc))
             continue
+        finally:
+            ctx.pacer.end()
         if result.applied:
             done.append(state.shard_id)
             log.info(

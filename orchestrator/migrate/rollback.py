@@ -164,7 +164,12 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
             continue
         from catalog.pipeline.updates import read_updates
 
-        updates = read_updates(target, state, lower, state.upper)
+        # The carry's read is a long step: its progress shown, held by a throttle or a pause.
+        ctx.pacer.begin("carry", replaced.name)
+        try:
+            updates = read_updates(target, state, lower, state.upper, pacer=ctx.pacer)
+        finally:
+            ctx.pacer.end()
         updates = updates.set_column(
             updates.schema.get_field_index(TS), TS, pa.array([0] * updates.num_rows, pa.uint64())
         )

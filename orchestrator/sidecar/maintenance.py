@@ -29,6 +29,7 @@ from orchestrator.migrate import (
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.objectstore import BlobStoreHealth
+from orchestrator.sidecar.states import Stopping
 from orchestrator.status.coverage import read_coverage
 
 #: ``event(kind, fence=..., **fields)``: record an upgrade event.
@@ -142,7 +143,7 @@ class LeaderMaintenance:
                 reason="blob store unreachable",
                 retry_in=self._next_gc - time.monotonic(),
             )
-        except (ConnectionLostError, FencedError) as exc:
+        except (ConnectionLostError, FencedError, Stopping) as exc:  # Stopping: a paced step
             log.info("sweep_stopped", reason=type(exc).__name__)
         except CatalogError as exc:
             log.warning("sweep_failed", **exc.to_json())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +19,7 @@ from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.pipeline import SparkEngine, SparkSessionProvider, copy_transformed
-from catalog.pipeline.pacing import Pacer, StepProgress
+from catalog.pipeline.pacing import Pace, Pacer, StepProgress
 from catalog.shard import Shard, consolidate, new_shard_id, with_updates
 from orchestrator.pace import PaceWatch, change_pace, read_pace
 from support.zookeeper import ZooKeeperEndpoint
@@ -210,3 +211,61 @@ def test_a_throttle_and_a_pause_set_through_zookeeper_hold_the_copy(
     assert not worker.is_alive() and not failure, failure
     unpaused, _ = copy(consensus, source, Pacer())
     assert consolidate(target.snapshot()).equals(consolidate(unpaused.snapshot()))
+
+
+def test_a_compaction_reports_its_progress_and_a_pause_holds_it_before_any_write(
+    world: tuple[Consensus, dict[int, Shard]],
+) -> None:
+    consensus, sources = world
+    blob = sources[SMALL].blob
+    shard = Shard(consensus, blob, new_shard_id())
+    shard.create(SOURCE)
+    wider = SOURCE.append(pa.field("note", pa.string()))
+    schema = SOURCE
+    for n in range(12):  # two schemas: the compaction reads them in two parts
+        if n == 6:
+            assert shard.compare_and_evolve_schema(shard.state().schema_id, wider).ok
+            schema = wider
+        ids = pa.array(range(n * PER_BATCH, (n + 1) * PER_BATCH), pa.int64())
+        columns = {"id": ids, "name": pc.cast(ids, pa.string())}
+        if schema is wider:
+            columns["note"] = pa.nulls(PER_BATCH, pa.string())
+        table = pa.table(columns, schema=schema)
+        assert shard.compare_and_append(with_updates(table, n, 1), n, n + 1).ok
+    pace = [Pace()]
+    reports: list[StepProgress] = []
+
+    def report(progress: StepProgress | None) -> None:
+        if progress is not None:
+            reports.append(progress)
+            if progress.rows_done and not progress.paused and len(reports) < 20:
+                pace[0] = Pace(paused=True)  # after the first part: the next one holds
+
+    pacer = Pacer(lambda: pace[0], report, every=0.0)
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            pacer.begin("compaction", "s.t")
+            outcome.append(shard.compact(pacer=pacer))
+            pacer.end()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not any(r.paused for r in reports):
+        assert time.monotonic() < deadline and worker.is_alive(), outcome
+        time.sleep(0.05)
+    state, blobs = shard.state(), sorted(blob.list(f"shards/{shard.shard_id}"))
+    time.sleep(3)
+    assert shard.state() == state and sorted(blob.list(f"shards/{shard.shard_id}")) == blobs
+    assert worker.is_alive(), "the paused compaction ended"
+    pace[0] = Pace(rows_per_second=None)
+    worker.join(60)
+    assert len(outcome) == 1 and not isinstance(outcome[0], BaseException), outcome
+    assert outcome[0].applied and shard.state().batch_count == 1
+    steps = [r for r in reports if r.step == "compaction"]
+    assert steps[-1].rows_total == 12 * PER_BATCH and steps[-1].rows_done == 12 * PER_BATCH
+    assert any(0 < r.rows_done < 12 * PER_BATCH for r in steps), "no progress midway"
