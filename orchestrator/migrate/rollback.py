@@ -9,7 +9,10 @@ deploy generation and promoted the usual blue-green way. Its leader serves what 
   switch are carried back through the *inverse* its release declares (``--rollback-from``
   gives Vp that release). When V wrote rows and there is no inverse, the rollback is refused
   before any write (rule ``rollback-loses-writes``) unless the operator names the collection
-  with ``--discard-writes-to``.
+  with ``--discard-writes-to``;
+* collections V added: Vp has no place for their rows. When V wrote any, the rollback is
+  refused the same way unless ``--discard-writes-to`` names them (their shards go with V's
+  replacements; a later upgrade to V starts them empty).
 
 A carry is one compare-and-append to the old shard with the write id
 ``rollback:<replacement>:<from>:<to>`` (the replacement's times it moved): a restart finds it in
@@ -35,6 +38,7 @@ from catalog.environment import (
     CatalogState,
     catalog_write_op,
     kept_schema_ops,
+    read_catalog,
 )
 from catalog.errors import BadInputError, CatalogError, MigrationRefusedError, VersionMismatchError
 from catalog.pending import PendingUpgrade, ReplacedCollection, read_pending
@@ -145,37 +149,42 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
             pending=pending.version,
         )
     replaced_names = {r.name for r in pending.replaced.values()}
-    unknown = sorted(set(ctx.discard_writes_to) - replaced_names)
+    found = read_catalog(ctx.consensus)
+    # Builtins the upgrade added: the release it came from has no place for their rows.
+    added = {
+        gid: ref
+        for gid, ref in ({} if found is None else found[0].collections).items()
+        if gid not in pending.previous.collections
+    }
+    added_names = {ref.name for ref in added.values()}
+    unknown = sorted(set(ctx.discard_writes_to) - replaced_names - added_names)
     if unknown:
         raise BadInputError(
             f"--discard-writes-to names {', '.join(unknown)}, which the upgrade to "
-            f"{pending.version} did not replace (it replaced: "
-            f"{', '.join(sorted(replaced_names)) or 'nothing'})",
+            f"{pending.version} did not replace or add (it replaced: "
+            f"{', '.join(sorted(replaced_names)) or 'nothing'}; added: "
+            f"{', '.join(sorted(added_names)) or 'nothing'})",
             collections=unknown,
         )
     carry: dict[str, CarryBack] = {}
     discarded: dict[str, int] = {}
     lost: list[str] = []
+    for ref in sorted(added.values(), key=lambda r: r.name):
+        written = _written(ctx, ctx.shard(ref.shard_id), ref.name, 0)
+        if written is None:
+            continue
+        updates, _upper = written
+        if ref.name in ctx.discard_writes_to:
+            discarded[ref.name] = int(pc.sum(pc.abs(updates.column(DIFF))).as_py() or 0)
+        else:
+            lost.append(ref.name)
     for gid, replaced in sorted(pending.replaced.items()):
         target = ctx.shard(replaced.to_shard)
-        state = target.state()
         lower = carried_to(ctx.shard(replaced.from_shard).state(), replaced)
-        if state.upper <= lower:
+        written = _written(ctx, target, replaced.name, lower)
+        if written is None:
             continue
-        from catalog.pipeline.updates import read_updates
-
-        # The carry's read is a long step: its progress shown, held by a throttle or a pause.
-        ctx.pacer.begin("carry", replaced.name)
-        try:
-            updates = read_updates(target, state, lower, state.upper, pacer=ctx.pacer)
-        finally:
-            ctx.pacer.end()
-        updates = updates.set_column(
-            updates.schema.get_field_index(TS), TS, pa.array([0] * updates.num_rows, pa.uint64())
-        )
-        updates = consolidate(updates)
-        if updates.num_rows == 0:
-            continue
+        updates, upper = written
         if replaced.name in ctx.discard_writes_to:
             discarded[replaced.name] = int(pc.sum(pc.abs(updates.column(DIFF))).as_py() or 0)
             continue
@@ -196,15 +205,41 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
                 rule="rollback-inverse-failed",
                 collection=replaced.name,
             ) from exc
-        carry[gid] = CarryBack(replaced, lower, state.upper, rows)
+        carry[gid] = CarryBack(replaced, lower, upper, rows)
     if lost:
-        raise _loses_writes(ctx, pending, lost)
+        raise _loses_writes(ctx, pending, lost, added_names)
     return RollbackPlan(pending, carry, discarded)
 
 
-def _loses_writes(ctx: MigrationContext, pending: PendingUpgrade, lost: list[str]) -> CatalogError:
+def _written(
+    ctx: MigrationContext, shard: Shard, name: str, lower: int
+) -> tuple[pa.Table, int] | None:
+    """What the pending upgrade wrote to ``shard`` from ``lower`` on, consolidated, and the
+    upper it was read to (None: nothing). Reading it is a long step (``carry``): its progress
+    shown, held by a throttle or a pause."""
+    state = shard.state()
+    if state.upper <= lower:
+        return None
+    from catalog.pipeline.updates import read_updates
+
+    ctx.pacer.begin("carry", name)
+    try:
+        updates = read_updates(shard, state, lower, state.upper, pacer=ctx.pacer)
+    finally:
+        ctx.pacer.end()
+    updates = updates.set_column(
+        updates.schema.get_field_index(TS), TS, pa.array([0] * updates.num_rows, pa.uint64())
+    )
+    updates = consolidate(updates)
+    return (updates, state.upper) if updates.num_rows else None
+
+
+def _loses_writes(
+    ctx: MigrationContext, pending: PendingUpgrade, lost: list[str], added: set[str]
+) -> CatalogError:
     declared = sorted(r.name for r in pending.replaced.values() if r.name in lost and r.inverse)
     names = ", ".join(lost)
+    new = sorted(set(lost) & added)
     if declared and ctx.rollback_from is None:
         fix = (
             f"start {ctx.version} with --rollback-from naming release {pending.version}, whose "
@@ -213,10 +248,18 @@ def _loses_writes(ctx: MigrationContext, pending: PendingUpgrade, lost: list[str
     else:
         fix = ""
     fix += "discard them with " + " ".join(f"--discard-writes-to {n}" for n in lost)
+    why = []
+    if set(lost) - added:
+        why.append(
+            "its release declares no inverse for "
+            + ("them" if not new else ", ".join(sorted(set(lost) - added)))
+            + (" that this process was given" if declared else "")
+        )
+    if new:
+        why.append(f"{pending.from_version} has no {', '.join(new)} (added by the upgrade)")
     return MigrationRefusedError(
         f"rollback to {pending.from_version} would lose the rows {pending.version} wrote to "
-        f"{names}: its release declares no inverse for them"
-        + (" that this process was given" if declared else ""),
+        f"{names}: {'; '.join(why)}",
         rule="rollback-loses-writes",
         collections=lost,
         suggestion=fix,

@@ -36,7 +36,13 @@ from orchestrator.migrate import (
     request_finalization,
 )
 from orchestrator.status.coverage import read_coverage
-from support.migrations import Env, SimulatedCrash, bootstrap
+from support.migrations import (
+    Env,
+    SimulatedCrash,
+    append_as_release,
+    bootstrap,
+    read_as_release,
+)
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -249,6 +255,36 @@ def count_writes(
         return int(ctx.consensus.commits)  # type: ignore[attr-defined]
     finally:
         reference.close()
+
+
+def test_rows_written_to_a_builtin_the_upgrade_added_are_never_dropped_silently(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """0.12.0 adds mz_cluster_replica_history; 0.11.0 has no place for its rows. A rollback
+    refuses while they would be lost, names them, writes nothing; with --discard-writes-to it
+    goes through, and a later upgrade to 0.12.0 starts the collection empty. (Found by the
+    commit-seeded soak: the rows were dropped without a word.)"""
+    history = "mz_internal.mz_cluster_replica_history"
+    bootstrap(env, releases["0.11.0"])
+    new = upgrade(env, releases["0.12.0"], 2, finalize_after=None)
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    append_as_release(new, history, [{"replica_id": "r1", "cluster_id": "c1", "created_at": at}])
+    before = env.client.get(f"{env.root}/catalog")[1].version
+    with pytest.raises(MigrationRefusedError) as refused:
+        check_read_only(env.ctx(releases["0.11.0"], 3, rollback_from=releases["0.12.0"]))
+    assert refused.value.details["rule"] == "rollback-loses-writes"
+    assert refused.value.details["collections"] == [history]
+    assert "0.11.0 has no mz_internal.mz_cluster_replica_history" in refused.value.message
+    assert f"--discard-writes-to {history}" in refused.value.details["suggestion"]
+    assert env.client.get(f"{env.root}/catalog")[1].version == before
+
+    back = upgrade(env, releases["0.11.0"], 3, rollback_from=releases["0.12.0"],
+                   discard_writes_to=frozenset({history}))  # fmt: skip
+    catalog = read_catalog(back.consensus)
+    assert catalog is not None and catalog[0].version == "0.11.0"
+    assert history not in catalog[0].by_name()
+    again = upgrade(env, releases["0.12.0"], 4, finalize_after=None)
+    assert read_as_release(again, history) == []
 
 
 @pytest.mark.parametrize("release", ["0.10.0", "0.11.0"], ids=["rollback", "finalization"])

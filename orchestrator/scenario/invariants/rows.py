@@ -134,7 +134,8 @@ class RowRules:
     def _roll_back(self, version: str, previous: str) -> None:
         """``version`` was rolled back to ``previous``: each collection it replaced or rewrote
         reads its old shard again, with the rows written under ``version`` carried back where
-        its release declares an inverse (the walk passes it) and discarded elsewhere."""
+        its release declares an inverse (the walk passes it) and discarded elsewhere; the rows of
+        collections ``version`` added are discarded (the walk names them)."""
         from orchestrator.migrate.rollback import inverse_chain
 
         before = self._before.pop(version, {})
@@ -143,6 +144,8 @@ class RowRules:
         except CatalogError:
             return
         release = next(r for r in self.releases if str(r.version) == version)
+        for added in merged.new_builtins:  # ``previous`` has no place for them: discarded
+            self.tracked.pop(added.name, None)
         for migration in merged.migrations:
             name = migration.name
             if name not in before or name not in self.tracked:

@@ -92,17 +92,17 @@ def discarded_by_rollback(
     history: Sequence[Release], previous: str, version: str
 ) -> tuple[str, ...]:
     """The collections a rollback from ``version`` to ``previous`` must discard the writes of:
-    those replaced or rewritten in between whose releases declare no inverse."""
+    those replaced or rewritten in between whose releases declare no inverse, and those added
+    in between (``previous`` has no place for their rows)."""
     from catalog.release import Mechanism, Version, plan_path
     from orchestrator.migrate.rollback import inverse_chain
 
     release = next(r for r in history if str(r.version) == version)
     merged = plan_path(history, previous, version)
-    return tuple(
-        sorted(
-            m.name
-            for m in merged.migrations
-            if m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE)
-            and inverse_chain(release, m.name, Version.parse(previous)) is None
-        )
-    )
+    lost = {
+        m.name
+        for m in merged.migrations
+        if m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE)
+        and inverse_chain(release, m.name, Version.parse(previous)) is None
+    }
+    return tuple(sorted(lost | {b.name for b in merged.new_builtins}))
