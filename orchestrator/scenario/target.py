@@ -175,6 +175,8 @@ class ZooKeeperTarget:
             return None
         healed = self.rejoin(None, timeout)
         started = self.start(None, timeout)
+        if (healed or started) and self.ensemble is not None:
+            self.ensemble.wait_settled(timeout)
         done = [f"healed server(s) {healed}"] if healed else []
         done += [f"started server(s) {started}"] if started else []
         return "; ".join(done) or None

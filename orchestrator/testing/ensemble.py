@@ -15,13 +15,14 @@ from its quorum, and :meth:`ZooKeeperEnsemble.rejoin` heals it. Needs root, ``ip
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from types import TracebackType
 
 import attrs
 import structlog
 
-from catalog.errors import BadInputError
+from catalog.errors import BadInputError, ConfigurationError
 from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zktls import ServerTls
@@ -151,6 +152,29 @@ class ZooKeeperEnsemble:
             if line.startswith("Mode:"):
                 return line.split(":", 1)[1].strip()
         return None
+
+    def wait_settled(self, timeout: float = 60.0) -> None:
+        """Return once every member serves at the same moment, one as leader and the rest as
+        followers: after a heal and a restart the members that came back first may still be
+        electing or syncing when the last one answers."""
+        deadline = time.monotonic() + timeout
+        modes: dict[int, str | None] = {}
+        while time.monotonic() < deadline:
+            modes = {n: self._mode_or_none(n) for n in range(1, self.size + 1)}
+            roles = sorted(str(mode) for mode in modes.values())
+            if roles == ["follower"] * (self.size - 1) + ["leader"] or roles == ["standalone"]:
+                return
+            time.sleep(0.2)
+        raise ConfigurationError(
+            f"the ensemble {self.hosts} did not settle within {timeout:.0f}s (modes: {modes})",
+            hosts=self.hosts,
+        )
+
+    def _mode_or_none(self, number: int) -> str | None:
+        try:
+            return self.mode(number)
+        except OSError:
+            return None
 
     def holding(self, session: str) -> int | None:
         """The number of the member that holds client session ``session`` (``0x...``, as the
