@@ -20,7 +20,11 @@ consolidating it keys on every column but ``_diff``. Three algorithms give the s
   children's ids, lists become the binary string of their elements' ids; the representative
   row of each group is then taken back from the input by index.
 
-:func:`consolidate` tries them in that order. Nulls equal nulls; floats compare as values,
+:func:`consolidate` tries them in that order. A large table with nested keys takes the first
+two as well: its nested columns stand in as their value ids for the sort, and each kept row's
+value is taken back (:class:`~catalog.consolidate.value_ids.StandIns`); 10M rows with a list
+column: 0.3 s (all lists null) to 0.6 s (a list each), against 3.8 to 4.4 s by hash
+grouping. Nulls equal nulls; floats compare as values,
 the way Spark groups them (:mod:`catalog.consolidate.floats`): ``0.0`` equals ``-0.0`` and
 every NaN equals every NaN, and the output holds the normalized value (``0.0``, the canonical
 NaN), so both engines consolidate to the same bits."""

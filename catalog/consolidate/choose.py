@@ -11,6 +11,8 @@ from catalog.consolidate.by_hashing import consolidate_hashed
 from catalog.consolidate.by_runs import consolidate_by_runs
 from catalog.consolidate.by_sorting import consolidate_sorted
 from catalog.consolidate.columns import DIFF, is_fixed_width, is_sortable, key_columns
+from catalog.consolidate.floats import normalize_floats
+from catalog.consolidate.value_ids import StandIns
 
 
 def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
@@ -19,11 +21,24 @@ def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     Works for any column types, nested included; the output keeps the input's schema, with one
     row per distinct key, in no particular order. Flat keys go by :func:`consolidate_by_runs`
     when a fixed-width key column separates the rows well, else by :func:`consolidate_sorted`;
-    nested keys by :func:`consolidate_hashed`.
+    nested keys the same way once they stand in as their value ids
+    (:class:`~catalog.consolidate.value_ids.StandIns`), or by :func:`consolidate_hashed` for
+    a small table.
     """
     names = key_columns(table, keys)
-    if not all(is_sortable(table.schema.field(k).type) for k in names):
+    nested = [k for k in names if not is_sortable(table.schema.field(k).type)]
+    if nested and table.num_rows >= columns.RUNS_MIN_ROWS:
+        # Nested keys stand in as their value ids: the flat algorithms then apply (a sort of
+        # one numeric key, mostly), several times faster than grouping on every column.
+        stand_ins = StandIns.of(normalize_floats(table), nested)
+        return stand_ins.restored(_flat(stand_ins.table, names))
+    if nested:
         return consolidate_hashed(table, names)
+    return _flat(table, names)
+
+
+def _flat(table: pa.Table, names: list[str]) -> pa.Table:
+    """:func:`consolidate` of keys that are all sortable."""
     # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
     fixed = [k for k in names if is_fixed_width(table.schema.field(k).type)]
     names = fixed + [k for k in names if k not in fixed]

@@ -25,18 +25,7 @@ from catalog.consolidate import (
     gather,
 )
 from catalog.consolidate import columns as tuning
-
-
-def as_bits(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows with floats as their bit patterns, in a canonical order (the multiset of rows)."""
-    columns = []
-    for column in table.columns:
-        if pa.types.is_floating(column.type):
-            width = pa.int64() if column.type.bit_width == 64 else pa.int32()
-            column = pa.chunked_array([c.view(width) for c in column.chunks], width)
-        columns.append(column.to_pylist())
-    return sorted(zip(*columns, strict=True), key=repr)
-
+from support.shards import as_bits
 
 SCHEMA = pa.schema(
     [

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from catalog.consolidate import consolidate, consolidate_hashed, consolidate_sorted, is_sortable
 from catalog.shard import DIFF, TS
+from support.shards import as_bits
 
 SCHEMA = pa.schema(
     [
@@ -99,17 +100,6 @@ FLAT: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
 }
 
 
-def _bits(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows with floats as their bit patterns, sorted: consolidation compares floats bitwise."""
-    columns = []
-    for column in table.columns:
-        if pa.types.is_floating(column.type):
-            width = pa.int64() if column.type.bit_width == 64 else pa.int32()
-            column = pa.chunked_array([c.view(width) for c in column.chunks], width)
-        columns.append(column.to_pylist())
-    return sorted(zip(*columns, strict=True), key=repr)
-
-
 @st.composite
 def flat_tables(draw: st.DrawFn) -> pa.Table:
     names = draw(st.lists(st.sampled_from(sorted(FLAT)), min_size=0, max_size=4, unique=True))
@@ -137,7 +127,7 @@ def test_sorted_and_hashed_consolidation_agree_on_flat_types(table: pa.Table) ->
     hashed = consolidate_hashed(table)
     for result in (consolidate_sorted(table), consolidate(table)):
         assert result.schema == table.schema
-        assert _bits(result) == _bits(hashed)
+        assert as_bits(result) == as_bits(hashed)
     ordered = consolidate_sorted(table)
     if not any(pa.types.is_floating(table.schema.field(k).type) for k in keys):
         assert ordered.equals(ordered.sort_by([(k, "ascending") for k in keys]))
