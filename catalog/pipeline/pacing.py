@@ -111,6 +111,9 @@ class Pacer:
         self._reported = float("-inf")
         self._paused = False
         self._tasks: tuple[int, int] | None = None
+        # A job's step-wise progress (observe): when the job was first seen, and each jump.
+        self._job: tuple[float, int] | None = None  # (active seconds, rows) then
+        self._jump: tuple[float, int] | None = None
         self._lock = threading.Lock()
         # (active seconds, rows) after each batch within the rate's window (the first kept).
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
@@ -121,9 +124,16 @@ class Pacer:
         if self._step is None:
             return None
         active = self._active + (0.0 if self._paused else self._clock() - self._since)
-        rate = self._rate(active)
         left = None if self._total is None else max(0, self._total - self._rows)
-        eta = None if left is None or rate <= 0 else left / rate
+        if self._job is not None:  # a job's tasks: no ETA until its pace is known
+            stepped = self._stepped()
+            rate, jumped = stepped if stepped is not None else (0.0, active)
+            # Counted down from the last jump: between a job's tasks nothing moves, and a
+            # rate that sagged until the next one would say the job slowed down.
+            eta = None if left is None or not rate else max(0.0, left / rate - (active - jumped))
+        else:
+            rate = self._rate(active)
+            eta = None if left is None or rate <= 0 else left / rate
         per_row = self._bytes / self._rows if self._rows else None
         total_bytes = None if self._total is None or per_row is None else int(per_row * self._total)
         return StepProgress(
@@ -132,6 +142,18 @@ class Pacer:
             None if eta is None else round(eta, 3), self._paused, self._pace().rows_per_second,
             *(self._tasks or (None, None)),
         )  # fmt: skip
+
+    def _stepped(self) -> tuple[float, float] | None:
+        """For progress that moves by a job's tasks (observe): the rate from its first jump to
+        its last, and when that was (None before the second jump). Counted from the first
+        jump: the first tasks also started the job's workers, and the time the step planned
+        before the job says nothing of the job's pace."""
+        if self._job is None or self._jump is None:
+            return None
+        (began, first), (jumped, rows) = self._job, self._jump
+        if jumped <= began or rows <= first:
+            return None
+        return (rows - first) / (jumped - began), jumped
 
     def _rate(self, active: float) -> float:
         """Rows per second of running over the last ``window`` seconds of it, counted from the
@@ -156,6 +178,7 @@ class Pacer:
         self._reported = float("-inf")
         self._samples.clear()
         self._tasks = None
+        self._job = self._jump = None
         self._publish(force=True)
         self._hold()
 
@@ -183,9 +206,16 @@ class Pacer:
         with self._lock:
             if self._step is None:
                 return
+            active = self._active + (0.0 if self._paused else self._clock() - self._since)
+            if tasks is not None and self._job is None:
+                self._job = (active, self._rows)
             if rows_done > self._rows:
                 self._rows = rows_done
-                self._samples.append((self._active + self._clock() - self._since, self._rows))
+                self._samples.append((active, self._rows))
+                if self._job is not None:
+                    if self._jump is None:
+                        self._job = (active, self._rows)  # the first tasks warmed up too
+                    self._jump = (active, self._rows)
             if tasks is not None:
                 self._tasks = tasks
             self._publish()

@@ -6,6 +6,7 @@ the resumed copy holds exactly the rows of an unpaused one."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -146,8 +147,17 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
         if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 0.1
     ]
     shown = f"max {max(errors):.0%}" if errors else "no ETA after a fifth"
-    # Not asserted: a job of a few tasks moves in steps of a task (8 here, two at a time),
-    # so the ETA between them is as coarse; the arrow engine's is held to 50% above.
+    # Not asserted: the job's pace keeps rising as the JVM warms up (about twice as fast at
+    # the end as after its first tasks here), so an ETA from the pace so far runs long, 20 to
+    # 90% after a fifth of a cold copy; the arrow engine's is held to 50% above. What is
+    # held: the files are split finer than Spark packs them (a task is a step of progress)...
+    assert last.tasks_total is not None and last.tasks_total >= 16
+    # ...and between tasks the ETA counts down, never up.
+    for (_, before), (_, after) in itertools.pairwise(reports):
+        if None not in (before.eta_seconds, after.eta_seconds) and (
+            after.rows_done == before.rows_done
+        ):
+            assert after.eta_seconds <= before.eta_seconds  # type: ignore[operator]
     print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error {shown}")
     assert consolidate(target.snapshot()).num_rows == LARGE * PER_BATCH
 

@@ -150,3 +150,33 @@ def test_an_engine_s_observed_progress_only_moves_forward_and_is_never_held() ->
     assert last.rows_done == 1000 and last.fraction == 1.0
     steps.observe(5000)  # between steps: nothing to count
     assert steps.progress is None
+
+
+def test_a_job_s_tasks_give_an_eta_counted_down_between_them() -> None:
+    """Progress that moves by tasks (a wave every 2 s after 5 s of planning and a first wave
+    that also warmed up): no ETA until the job's pace is known, then one from that pace that
+    counts down between waves, where a windowed rate would sag and the ETA grow."""
+    clock, pace = Clock(), [Pace()]
+    steps = pacer(pace, [], clock, every=0.0)
+    steps.begin("rewrite", "s.t")
+    steps.expect(1000)
+    clock.now += 5.0  # planning: listing files, a job of its own
+    steps.observe(0, tasks=(0, 10))  # the copy's job is seen
+    clock.now += 6.0  # the first wave starts the workers too
+    steps.observe(200, tasks=(2, 10))
+    first = steps.progress
+    assert first is not None and first.eta_seconds is None and first.rate == 0.0
+    ends = clock.now + 8.0
+    etas = []
+    for wave in range(2, 5):
+        for _ in range(4):
+            clock.now += 0.5
+            now = steps.progress
+            if now is not None and now.eta_seconds is not None:
+                etas.append((now.eta_seconds, ends - clock.now))
+        steps.observe(200 * wave, tasks=(2 * wave, 10))
+    assert len(etas) == 8, "an ETA from the second wave on"
+    assert all(abs(eta - truth) < 1e-6 for eta, truth in etas), etas
+    assert steps.progress is not None and steps.progress.rate == 100.0
+    clock.now += 30.0  # a wave far slower than the others: the ETA stops at zero, no lower
+    assert steps.progress is not None and steps.progress.eta_seconds == 0.0

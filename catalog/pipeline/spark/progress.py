@@ -27,6 +27,11 @@ log = structlog.get_logger(__name__)
 
 #: How often the tracker is polled.
 POLL_SECONDS: Final = 0.5
+#: The fewest tasks a watched job splits its files into: a task is a step of its progress, so
+#: each stands for at most a few percent of the rows, and the first (which starts Python
+#: workers and warms the JVM) is a small part of the whole.
+MIN_TASKS: Final = 32
+_MIN_PARTITIONS = "spark.sql.files.minPartitionNum"
 
 
 class JobProgress:
@@ -49,6 +54,9 @@ class JobProgress:
             yield
             return
         context.setJobGroup(self._group, "catalog-upgrade long step")
+        conf = self._spark.conf
+        split = conf.get(_MIN_PARTITIONS, None)
+        conf.set(_MIN_PARTITIONS, str(max(MIN_TASKS, int(split or 0))))
         thread = threading.Thread(
             target=self._poll, args=(tracker,), name="spark-progress", daemon=True
         )
@@ -59,6 +67,10 @@ class JobProgress:
             self._stop.set()
             thread.join(timeout=5)
             context.setJobGroup("", "")
+            if split is None:
+                conf.unset(_MIN_PARTITIONS)
+            else:
+                conf.set(_MIN_PARTITIONS, split)
         self._report(tracker)  # the job is over: its tasks as they ended
 
     def _poll(self, tracker: Any) -> None:
