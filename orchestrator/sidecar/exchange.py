@@ -12,6 +12,7 @@ too slow, too many connections) answer the API's JSON error body and close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -42,6 +43,11 @@ Answer = tuple[int, list[tuple[str, str]], bytes | Iterator[bytes]]
 READ_SIZE = 1 << 16
 #: A body is kept in memory up to this size, then spooled to a temporary file.
 SPOOL_BYTES = 1 << 20
+#: After a refusal, how long the rest of what the client sends is read and dropped before the
+#: connection closes (and how much of it at most): closed with unread input, the socket would
+#: answer with a reset that can discard the refusal before the client reads it.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1 << 20
 #: Headers this module sets itself (framing) or never passes on.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
 
@@ -142,6 +148,8 @@ class Exchange:
             await self._answer(status, headers, payload, complete)
         else:
             await self._stream(status, headers, payload, complete)
+        if not complete:  # the body past the limit is still coming: the answer must arrive
+            await self._linger()
         return self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
 
     async def _request(self) -> h11.Request | None:
@@ -298,8 +306,21 @@ class Exchange:
             self.writer.write(refusal(status, error, message))
             async with asyncio.timeout(self.limits.write_timeout):
                 await self.writer.drain()
+            await self._linger()
         except (ConnectionError, TimeoutError):
             pass
+
+    async def _linger(self) -> None:
+        """A lingering close: end our side (the client reads the refusal, then the end), and
+        drop what it still sends for a moment, so the close resets nothing unread."""
+        if not self.writer.can_write_eof():  # TLS: close_notify ends it; nothing to linger
+            return
+        self.writer.write_eof()
+        dropped = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_SECONDS):
+                while dropped < LINGER_BYTES and (data := await self.reader.read(READ_SIZE)):
+                    dropped += len(data)
 
 
 #: The HTTP versions the server speaks (h11 parses any ``HTTP/d.d``).

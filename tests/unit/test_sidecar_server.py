@@ -259,3 +259,23 @@ def test_a_head_past_the_limit_sent_whole_gets_431_and_an_unknown_version_505(
         sock.sendall(b"GET /healthz HTTP/1.0\r\nHost: x\r\nX-Ok: " + b"a" * 1000 + b"\r\n\r\n")
         status, _, body = answer_of(read_all(sock))
     assert status == 200 and body == b"ok\n"
+
+
+def test_a_refusal_is_a_staged_close_so_a_client_still_sending_reads_it(
+    served: tuple[ScriptedApi, SidecarHttpServer],
+) -> None:
+    """A body declared past the limit is refused by its header while the client keeps sending
+    it. The server sends the 413, ends its side and still takes (and drops) what comes for a
+    moment before it closes: a socket closed with input unread answers with a reset, which
+    can discard the refusal before the client reads it."""
+    api, server = served
+    limit = FAST.max_body
+    with connect(server) as sock:
+        sock.sendall(APPEND + f"Content-Length: {limit * 4}\r\n\r\n".encode())
+        status, headers, body = answer_of(read_all(sock))  # up to the server's end
+        for _ in range(3):  # the body keeps coming after it: taken, not reset
+            sock.sendall(b"{" * 1000)
+            time.sleep(0.05)
+    assert status == 413 and json.loads(body)["error"] == "body-too-large", body
+    assert headers["connection"] == "close"
+    assert api.appended == []
