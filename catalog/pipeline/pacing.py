@@ -199,15 +199,21 @@ class Pacer:
         self._hold()
         self._publish()
 
-    def observe(self, rows_done: int, *, tasks: tuple[int, int] | None = None) -> None:
+    def observe(
+        self, rows_done: int, *, tasks: tuple[int, int] | None = None, running: bool = False
+    ) -> None:
         """Progress an engine saw while a job of the step runs (Spark's tasks), from any
         thread: counted and reported, never throttled or held (the job cannot stop midway).
-        Rows only move forward; :meth:`advance` then counts the rest when the job ends."""
+        Rows only move forward; :meth:`advance` then counts the rest when the job ends.
+        ``running``: the rows include those of running tasks, so they move smoothly and the
+        ETA comes from the recent rate, as for batches; otherwise they move by ``tasks``."""
         with self._lock:
             if self._step is None:
                 return
             active = self._active + (0.0 if self._paused else self._clock() - self._since)
-            if tasks is not None and self._job is None:
+            if running:
+                self._job = self._jump = None
+            elif tasks is not None and self._job is None:
                 self._job = (active, self._rows)
             if rows_done > self._rows:
                 self._rows = rows_done

@@ -6,7 +6,6 @@ the resumed copy holds exactly the rows of an unpaused one."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,12 @@ TARGET = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label"
 PER_BATCH = 50_000
 LARGE, SMALL = 200, 50  # batches: 10M and 2.5M rows
 GENERATION = 7
+#: The bound on the ETA's error once a fifth of a copy is done (the arrow engine's).
+ETA_TOLERANCE = 0.5
+#: On Spark, whose pace still rises through a warm job (its ETA runs long): within half in 9
+#: runs of 10 here (max 22-59%, mean 7-33%); held to this, so a loaded machine does not fail
+#: on it while a regression to stepped progress (errors of 100% and more) still does.
+SPARK_ETA_TOLERANCE = 0.75
 
 
 def to_target(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -113,7 +118,7 @@ def test_progress_moves_forward_its_eta_holds_and_it_ends_at_the_total(
         errors.append(abs(progress.eta_seconds - truth) / truth)
     assert errors, "reports after a fifth was done"
     print(f"\nETA error once 20% done: max {max(errors):.0%}, mean {sum(errors) / len(errors):.0%}")
-    assert max(errors) <= 0.5
+    assert max(errors) <= ETA_TOLERANCE
 
 
 @pytest.mark.spark
@@ -122,15 +127,20 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
     world: tuple[Consensus, dict[int, Shard]], spark: SparkSessionProvider
 ) -> None:
     consensus, sources = world
+    engine = SparkEngine(spark)
+    # A warm session, as a copy of minutes is after its first seconds: the first job of a
+    # process also starts its Python workers and leaves the JVM's code cold, and its pace
+    # rises about twice over (the ETA of a cold 10 s copy runs 55-77% long in its first third).
+    warm = Shard(consensus, sources[SMALL].blob, new_shard_id())
+    warm.create(TARGET)
+    engine.copy_transformed(sources[SMALL], warm, [to_target], TARGET, fence=None)
     source = sources[LARGE]
     target = Shard(consensus, source.blob, new_shard_id())
     target.create(TARGET)
     reports, report = recorder()
-    pacer = Pacer(report=report, every=0.0, window=3.0)
+    pacer = Pacer(report=report, every=0.0, window=2.0)
     pacer.begin("rewrite", "s.t")
-    copied = SparkEngine(spark).copy_transformed(
-        source, target, [to_target], TARGET, fence=None, pacer=pacer
-    )
+    copied = engine.copy_transformed(source, target, [to_target], TARGET, fence=None, pacer=pacer)
     pacer.end()
     assert copied == LARGE * PER_BATCH
     done = [p.rows_done for _, p in reports]
@@ -141,24 +151,25 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
     assert midway, "no report while the job's tasks ran"
     assert all(0 < p.rows_done < LARGE * PER_BATCH for p in midway)
     ended = next(at for at, p in reports if p.rows_done == p.rows_total)
+    # The files are split finer than Spark packs them (catalog.pipeline.spark.progress)...
+    assert last.tasks_total is not None and last.tasks_total >= 16
+    # ...and the rows of running tasks count (their scan's rows, as executors report them): the
+    # progress moves between the tasks' ends, not only at them.
+    assert any(
+        p.rows_done * (p.tasks_total or 0) > LARGE * PER_BATCH * (p.tasks_done or 0) for p in midway
+    )
+    # The ETA once a fifth is done, while at least a second is left: the progress is seen
+    # every half second (the poll, the executors' heartbeats), so the last second's ETA is
+    # within the observation's own resolution, not within a fraction of it.
     errors = [
         abs(p.eta_seconds - (ended - at)) / (ended - at)
         for at, p in reports
-        if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 0.1
+        if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 1.0
     ]
-    shown = f"max {max(errors):.0%}" if errors else "no ETA after a fifth"
-    # Not asserted: the job's pace keeps rising as the JVM warms up (about twice as fast at
-    # the end as after its first tasks here), so an ETA from the pace so far runs long, 20 to
-    # 90% after a fifth of a cold copy; the arrow engine's is held to 50% above. What is
-    # held: the files are split finer than Spark packs them (a task is a step of progress)...
-    assert last.tasks_total is not None and last.tasks_total >= 16
-    # ...and between tasks the ETA counts down, never up.
-    for (_, before), (_, after) in itertools.pairwise(reports):
-        if None not in (before.eta_seconds, after.eta_seconds) and (
-            after.rows_done == before.rows_done
-        ):
-            assert after.eta_seconds <= before.eta_seconds  # type: ignore[operator]
-    print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error {shown}")
+    assert errors, "no ETA after a fifth"
+    print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error once "
+          f"20% done: max {max(errors):.0%}, mean {sum(errors) / len(errors):.0%}")  # fmt: skip
+    assert max(errors) <= SPARK_ETA_TOLERANCE
     assert consolidate(target.snapshot()).num_rows == LARGE * PER_BATCH
 
 

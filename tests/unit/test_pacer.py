@@ -180,3 +180,30 @@ def test_a_job_s_tasks_give_an_eta_counted_down_between_them() -> None:
     assert steps.progress is not None and steps.progress.rate == 100.0
     clock.now += 30.0  # a wave far slower than the others: the ETA stops at zero, no lower
     assert steps.progress is not None and steps.progress.eta_seconds == 0.0
+
+
+def test_rows_of_running_tasks_give_the_recent_rate_s_eta() -> None:
+    """Progress that counts the rows of running tasks moves smoothly: its ETA comes from the
+    rate over the window, as for batches (a job that sped up is judged by its pace now), and
+    not from its first jump."""
+    clock, pace = Clock(), [Pace()]
+    steps = Pacer(
+        lambda: pace[0], lambda _: None, clock=clock, wall=clock, sleep=clock.sleep, every=0.0,
+        window=2.0,
+    )  # fmt: skip
+    steps.begin("rewrite", "s.t")
+    steps.expect(10_000)
+    clock.now += 5.0  # planning, and the first tasks starting
+    steps.observe(0, tasks=(0, 10), running=True)
+    for _ in range(8):  # 4 s at 250 rows/s, then it speeds up to 1,000 rows/s
+        clock.now += 0.5
+        steps.observe(steps.rows_done + 125, tasks=(0, 10), running=True)
+    for _ in range(8):
+        clock.now += 0.5
+        steps.observe(steps.rows_done + 500, tasks=(4, 10), running=True)
+    now = steps.progress
+    assert now is not None and now.rows_done == 5000
+    assert now.rate == 1000.0 and now.eta_seconds == 5.0
+    # Stepped progress that follows switches to the job's pace again, from its next jump.
+    steps.observe(6000, tasks=(6, 10))
+    assert steps.progress is not None and steps.progress.eta_seconds is None

@@ -1,12 +1,18 @@
-"""A Spark job's progress as a long step's: tasks done of total, and the rows they stand for.
+"""A Spark job's progress as a long step's: tasks done of total, and the rows read so far.
 
-Spark knows how many of a job's tasks are done, not how many rows went through them. While a
-job of a paced step runs (:class:`JobProgress` around the action), a thread polls the job
-group's stages through the status tracker and reports ``rows * tasks_done / tasks_total`` to
-the step's :class:`~catalog.pipeline.pacing.Pacer` (:meth:`~catalog.pipeline.pacing.Pacer.observe`:
-progress only; a throttle or a pause holds a Spark step between jobs, never inside one). On
-Spark Connect there is no status tracker on this side: the step then counts its rows when the
-job ends, as before.
+While a job of a paced step runs (:class:`JobProgress` around the action), a thread polls the
+job group's stages through the status tracker, and reports to the step's
+:class:`~catalog.pipeline.pacing.Pacer` (:meth:`~catalog.pipeline.pacing.Pacer.observe`:
+progress only; a throttle or a pause holds a Spark step between jobs, never inside one):
+
+* the rows its scan has read, running tasks included, when the job has one scan: the scan's
+  ``number of output rows`` in the SQL status store, which executors report with their
+  heartbeats (every :data:`HEARTBEAT_INTERVAL`, set on the sessions this project starts). The
+  progress then moves smoothly, and its ETA follows the job's recent pace;
+* otherwise ``rows * tasks_done / tasks_total``: progress by steps, a task at a time.
+
+On Spark Connect there is no status tracker on this side: the step then counts its rows when
+the job ends, as before.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ POLL_SECONDS: Final = 0.5
 #: workers and warms the JVM) is a small part of the whole.
 MIN_TASKS: Final = 32
 _MIN_PARTITIONS = "spark.sql.files.minPartitionNum"
+#: How often executors send the metrics of running tasks (Spark's default: 10 s).
+HEARTBEAT_INTERVAL: Final = "500ms"
+#: The SQL metric of a scan that counts the rows it read.
+_SCAN_ROWS = "number of output rows"
 
 
 class JobProgress:
@@ -43,6 +53,8 @@ class JobProgress:
         self._rows = rows
         self._group = f"catalog-upgrade-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
+        # (execution id, its scan's row metric, None without one scan) once found.
+        self._scan: tuple[int, int | None] | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -79,16 +91,28 @@ class JobProgress:
 
     def _report(self, tracker: Any) -> None:
         try:
-            done, total = self._tasks(tracker)
+            jobs = tracker.getJobIdsForGroup(self._group)
+            done, total = self._tasks(tracker, jobs)
         except Exception as exc:  # the tracker is best effort: the job's end still counts
             log.debug("spark_progress_unreadable", error=repr(exc))
             return
-        if total:
-            self._pacer.observe(self._rows * done // total, tasks=(done, total))
+        if not total:
+            return
+        stepped = self._rows * done // total
+        try:
+            read = self._scanned(jobs)
+        except Exception as exc:  # the SQL status store is Spark's internals: best effort
+            log.debug("spark_scan_rows_unreadable", error=repr(exc))
+            read = None
+        if read is None:
+            self._pacer.observe(stepped, tasks=(done, total))
+        else:  # a task's rows count once it is done, whatever its scan read
+            rows = stepped if done == total else max(stepped, min(read, self._rows))
+            self._pacer.observe(rows, tasks=(done, total), running=True)
 
-    def _tasks(self, tracker: Any) -> tuple[int, int]:
+    def _tasks(self, tracker: Any, jobs: list[int]) -> tuple[int, int]:
         done = total = 0
-        for job_id in tracker.getJobIdsForGroup(self._group):
+        for job_id in jobs:
             job = tracker.getJobInfo(job_id)
             if job is None:
                 continue
@@ -98,3 +122,42 @@ class JobProgress:
                     done += stage.numCompletedTasks
                     total += stage.numTasks
         return done, total
+
+    def _scanned(self, jobs: list[int]) -> int | None:
+        """The rows the job's scan read so far, running tasks included; None when the job's
+        SQL execution is not found or reads through more than one scan (its rows would not be
+        the step's)."""
+        if not jobs:
+            return None
+        store = self._spark._jsparkSession.sharedState().statusStore()
+        if self._scan is None:
+            self._scan = self._find_scan(store, jobs[0])
+        if self._scan is None or self._scan[1] is None:
+            return None
+        identity, accumulator = self._scan
+        value = store.executionMetrics(identity).get(accumulator)
+        return int(value.get().replace(",", "")) if value.isDefined() else 0
+
+    @staticmethod
+    def _find_scan(store: Any, job_id: int) -> tuple[int, int | None] | None:
+        """The SQL execution running ``job_id`` and its one scan's row metric (None when it has
+        several scans, or none); None while the execution is not listed."""
+        executions = store.executionsList()
+        for index in reversed(range(executions.size())):
+            execution = executions.apply(index)
+            if not execution.jobs().contains(job_id):
+                continue
+            identity = execution.executionId()
+            scans = []
+            nodes = store.planGraph(identity).allNodes()
+            for n in range(nodes.size()):
+                node = nodes.apply(n)
+                if node.name().startswith("Scan"):
+                    metrics = node.metrics()
+                    scans += [
+                        metrics.apply(m).accumulatorId()
+                        for m in range(metrics.size())
+                        if metrics.apply(m).name() == _SCAN_ROWS
+                    ]
+            return identity, scans[0] if len(scans) == 1 else None
+        return None

@@ -29,6 +29,7 @@ from catalog.pipeline.spark.config import (
     resolve_master,
     spark_defaults,
 )
+from catalog.pipeline.spark.progress import HEARTBEAT_INTERVAL
 
 log = structlog.get_logger(__name__)
 
@@ -171,6 +172,10 @@ class SparkSessionProvider:
             # TIMESTAMP_MICROS, not the legacy INT96 (readers restore either exactly).
             "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
             "spark.local.dir": str(self._log_dir),
+            # Executors report the metrics of running tasks this often (default 10 s): a long
+            # step's progress counts the rows its running tasks read
+            # (catalog.pipeline.spark.progress).
+            "spark.executor.heartbeatInterval": HEARTBEAT_INTERVAL,
         }
         if is_local_master(self.master):
             # One machine: a bounded driver, and one shuffle partition per core (AQE then
