@@ -159,7 +159,7 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
         p.rows_done * (p.tasks_total or 0) > LARGE * PER_BATCH * (p.tasks_done or 0) for p in midway
     )
     # The ETA once a fifth is done, while at least a second is left: the progress is seen
-    # every half second (the poll, the executors' heartbeats), so the last second's ETA is
+    # every half second (the poll), so the last second's ETA is
     # within the observation's own resolution, not within a fraction of it.
     errors = [
         abs(p.eta_seconds - (ended - at)) / (ended - at)
