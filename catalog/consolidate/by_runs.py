@@ -14,6 +14,7 @@ from catalog.consolidate.by_sorting import diff_values, sorted_plan, with_diffs
 from catalog.consolidate.columns import DIFF, key_columns, numeric_view, view_type
 from catalog.consolidate.floats import normalize_floats
 from catalog.consolidate.gather import (
+    compared_as,
     equal_pairs,
     filter_range,
     gather_column,
@@ -86,7 +87,11 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     pair_at = np.flatnonzero(pair)
     left, right = order[pair_at], order[pair_at + 1]
     # Nulls became zeros in the view: compare the key column too when it has nulls.
-    compared = [table.column(n) for n in names if n != key or table.column(key).null_count]
+    compared = [
+        compared_as(table.column(n), len(left))
+        for n in names
+        if n != key or table.column(key).null_count
+    ]
     # Rows in runs of one are decided already: they are copied out while the pairs are
     # compared, both split in parts that two threads share.
     half = len(left) // 2

@@ -6,14 +6,14 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.consolidate import columns
-from catalog.consolidate.columns import bit_pattern, differs_from
+from catalog.consolidate.columns import bit_pattern, differs_from, numeric_view, view_type
 
 _T = TypeVar("_T")
 
@@ -79,11 +79,31 @@ def gather_rows(table: pa.Table, indices: np.ndarray) -> pa.Table:
     return pa.Table.from_arrays([gather(c) for c in table.columns], schema=table.schema)
 
 
+#: A key column as :func:`equal_pairs` compares it: Arrow's (its rows gathered), or its numeric
+#: view and validity (NumPy's gather, far cheaper when many pairs are compared), or None when
+#: every value is null (every pair is equal in it).
+Compared: TypeAlias = pa.ChunkedArray | tuple[np.ndarray, np.ndarray | None] | None
+
+
+def compared_as(column: pa.ChunkedArray, pairs: int) -> Compared:
+    """``column`` as :func:`equal_pairs` compares it best for ``pairs`` pairs: by its numeric
+    view once the pairs are a sizeable share of its rows (the view costs a pass over the
+    column, a gather of a few rows does not)."""
+    if len(column) and column.null_count == len(column):
+        return None
+    if view_type(column.type) is None or pairs * 16 < len(column):
+        return column
+    valid = None
+    if column.null_count:
+        valid = np.asarray(column.is_valid().combine_chunks().to_numpy(zero_copy_only=False))
+    return numeric_view(column), valid
+
+
 def equal_pairs(
-    columns: Sequence[pa.ChunkedArray], left: np.ndarray, right: np.ndarray
+    columns: Sequence[pa.ChunkedArray | Compared], left: np.ndarray, right: np.ndarray
 ) -> np.ndarray:
     """Whether rows ``left[k]`` and ``right[k]`` are equal in every one of ``columns`` (nulls
-    equal to nulls, floats bitwise).
+    equal to nulls, floats bitwise); a column may come as :func:`compared_as` made it.
 
     Column by column, each comparing only the pairs still equal, so unequal rows cost one
     comparison and equal ones a gather per column.
@@ -94,12 +114,24 @@ def equal_pairs(
     for column in columns:
         if not len(still):
             break
+        if isinstance(column, pa.ChunkedArray):
+            column = compared_as(column, len(still))
+        if column is None:
+            continue
         if len(still) < len(gathers[0].indices):
             gathers = _Gather(left[still]), _Gather(right[still])
-        if pa.types.is_floating(column.type):
-            column = bit_pattern(column)
-        after, before = gathers[0](column), gathers[1](column)
-        same = np.asarray(pc.invert(differs_from(after, before)).to_numpy(zero_copy_only=False))
+        if isinstance(column, tuple):
+            values, valid = column
+            rows_left, rows_right = gathers[0].indices, gathers[1].indices
+            same = values[rows_left] == values[rows_right]
+            if valid is not None:
+                same &= valid[rows_left] == valid[rows_right]
+        else:
+            if pa.types.is_floating(column.type):
+                column = bit_pattern(column)
+            after, before = gathers[0](column), gathers[1](column)
+            differs = differs_from(after, before)
+            same = np.asarray(pc.invert(differs).to_numpy(zero_copy_only=False))
         equal[still[~same]] = False
         still = still[same]
     return equal

@@ -210,6 +210,34 @@ def test_gather_equals_take(values: list[str | None], cuts: list[int], data: st.
     assert gather.gather_column(column, indices).to_pylist() == [values[i] for i in indices]
 
 
+@settings(max_examples=300, deadline=None)
+@given(table=histories(), data=st.data())
+def test_pairs_compare_alike_by_numpy_and_by_arrow(table: pa.Table, data: st.DataObject) -> None:
+    """equal_pairs on key columns as compared_as makes them (a numeric view and validity, or
+    nothing when all null) says what Arrow's gather says, and what the rows' values say:
+    nulls equal to nulls only, floats bitwise."""
+    count = table.num_rows
+    row = st.integers(0, max(count - 1, 0))
+    pairs = data.draw(st.lists(st.tuples(row, row), max_size=30)) if count else []
+    left = np.array([a for a, _ in pairs], dtype=np.int64)
+    right = np.array([b for _, b in pairs], dtype=np.int64)
+    columns = [table.column(n) for n in ("id", "score", "at")]
+    columns.append(pa.chunked_array([pa.nulls(count, pa.int64())]))  # every value null
+    by_numpy = gather.equal_pairs([gather.compared_as(c, 1 << 40) for c in columns], left, right)
+    by_arrow = gather.equal_pairs([gather.compared_as(c, 0) for c in columns], left, right)
+    rows = list(zip(*[_bits(c) for c in columns], strict=True))
+    expected = [rows[a] == rows[b] for a, b in zip(left, right, strict=True)]
+    assert by_numpy.tolist() == by_arrow.tolist() == expected
+
+
+def _bits(column: pa.ChunkedArray) -> list[Any]:
+    """A column's values, floats as their bits (None for null)."""
+    values = column.to_pylist()
+    if pa.types.is_floating(column.type):
+        return [None if v is None else struct.pack("<d", v) for v in values]
+    return values
+
+
 @settings(max_examples=200, deadline=None)
 @given(keep=st.lists(st.booleans(), max_size=40), sliced=st.booleans())
 def test_select_equals_filter(keep: list[bool], sliced: bool) -> None:
