@@ -95,9 +95,11 @@ class BatchListing(Sequence[BatchRef]):
 
     __slots__ = ("_raw", "_refs")
 
-    def __init__(self, raw: Sequence[Sequence[Any]]) -> None:
+    def __init__(
+        self, raw: Sequence[Sequence[Any]], refs: tuple[BatchRef, ...] | None = None
+    ) -> None:
         self._raw = raw
-        self._refs: tuple[BatchRef, ...] | None = None
+        self._refs = refs  # decoded on first use, unless the entries were known already
 
     def _decoded(self) -> tuple[BatchRef, ...]:
         if self._refs is None:
@@ -130,16 +132,21 @@ class BatchListing(Sequence[BatchRef]):
         return f"BatchListing({len(self)} batches)"
 
     @staticmethod
-    def extended(batches: Sequence[BatchRef], refs: Sequence[BatchRef]) -> Sequence[BatchRef]:
-        """``batches`` followed by ``refs``; an undecoded listing stays undecoded (an append
-        re-encodes only its own entries)."""
-        if isinstance(batches, BatchListing) and batches._refs is None:
-            return BatchListing([*batches._raw, *(r.to_json() for r in refs)])
-        return (*batches, *refs)
+    def extended(batches: Sequence[BatchRef], refs: Sequence[BatchRef]) -> BatchListing:
+        """``batches`` followed by ``refs``, as a listing that keeps its JSON entries: an
+        append encodes only its own entries, however many the listing holds (and a listing
+        not decoded yet stays so)."""
+        if isinstance(batches, BatchListing):
+            raw, known = batches._raw, batches._refs
+        else:
+            raw, known = [b.to_json() for b in batches], tuple(batches)
+        return BatchListing(
+            [*raw, *(r.to_json() for r in refs)], None if known is None else (*known, *refs)
+        )
 
     @staticmethod
     def json_of(batches: Sequence[BatchRef]) -> list[Any]:
-        """The JSON entries of ``batches`` (an untouched listing's own, not re-encoded)."""
-        if isinstance(batches, BatchListing) and batches._refs is None:
+        """The JSON entries of ``batches`` (a listing's own, not encoded again)."""
+        if isinstance(batches, BatchListing):
             return list(batches._raw)
         return [b.to_json() for b in batches]
