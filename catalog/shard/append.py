@@ -82,9 +82,11 @@ class Rows:
 def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     """``table`` with the update columns: every row at time ``ts`` with ``diff``."""
     rows = table.num_rows
-    return table.append_column(
-        pa.field(TS, pa.uint64(), nullable=False), pa.array([ts] * rows, pa.uint64())
-    ).append_column(pa.field(DIFF, pa.int64(), nullable=False), pa.array([diff] * rows, pa.int64()))
+    times = pa.repeat(pa.scalar(ts, pa.uint64()), rows)
+    diffs = pa.repeat(pa.scalar(diff, pa.int64()), rows)
+    return table.append_column(pa.field(TS, pa.uint64(), nullable=False), times).append_column(
+        pa.field(DIFF, pa.int64(), nullable=False), diffs
+    )
 
 
 # -- the entries ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ them on first use; re-encoding an untouched listing reuses them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -93,13 +94,17 @@ class RollupRef:
 class BatchListing(Sequence[BatchRef]):
     """An immutable sequence of :class:`BatchRef` decoded from JSON entries on first use."""
 
-    __slots__ = ("_raw", "_refs")
+    __slots__ = ("_raw", "_refs", "_text")
 
     def __init__(
-        self, raw: Sequence[Sequence[Any]], refs: tuple[BatchRef, ...] | None = None
+        self,
+        raw: Sequence[Sequence[Any]],
+        refs: tuple[BatchRef, ...] | None = None,
+        text: str | None = None,
     ) -> None:
         self._raw = raw
         self._refs = refs  # decoded on first use, unless the entries were known already
+        self._text = text  # the entries as JSON text, encoded on first use
 
     def _decoded(self) -> tuple[BatchRef, ...]:
         if self._refs is None:
@@ -133,16 +138,18 @@ class BatchListing(Sequence[BatchRef]):
 
     @staticmethod
     def extended(batches: Sequence[BatchRef], refs: Sequence[BatchRef]) -> BatchListing:
-        """``batches`` followed by ``refs``, as a listing that keeps its JSON entries: an
-        append encodes only its own entries, however many the listing holds (and a listing
-        not decoded yet stays so)."""
+        """``batches`` followed by ``refs``, as a listing that keeps its JSON entries and
+        text: an append encodes only its own entries, however many the listing holds (and a
+        listing not decoded yet stays so)."""
         if isinstance(batches, BatchListing):
-            raw, known = batches._raw, batches._refs
+            raw, known, text = batches._raw, batches._refs, batches._text
         else:
-            raw, known = [b.to_json() for b in batches], tuple(batches)
-        return BatchListing(
-            [*raw, *(r.to_json() for r in refs)], None if known is None else (*known, *refs)
-        )
+            raw, known, text = [b.to_json() for b in batches], tuple(batches), None
+        added = [r.to_json() for r in refs]
+        if text is not None and added:
+            more = _compact(added)
+            text = more if text == "[]" else f"{text[:-1]},{more[1:]}"
+        return BatchListing([*raw, *added], None if known is None else (*known, *refs), text)
 
     @staticmethod
     def json_of(batches: Sequence[BatchRef]) -> list[Any]:
@@ -150,3 +157,18 @@ class BatchListing(Sequence[BatchRef]):
         if isinstance(batches, BatchListing):
             return list(batches._raw)
         return [b.to_json() for b in batches]
+
+    @staticmethod
+    def text_of(batches: Sequence[BatchRef]) -> str:
+        """:meth:`json_of` as compact JSON text (a listing's own, encoded once)."""
+        if not isinstance(batches, BatchListing):
+            return _compact([b.to_json() for b in batches])
+        if batches._text is None:
+            batches._text = _compact(list(batches._raw))
+        return batches._text
+
+
+def _compact(entries: list[Any]) -> str:
+    """Entries as :func:`catalog.consensus.encode_json` writes them (lists of numbers and
+    strings: no keys to sort)."""
+    return json.dumps(entries, separators=(",", ":"))
