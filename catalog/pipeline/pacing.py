@@ -111,9 +111,11 @@ class Pacer:
         self._reported = float("-inf")
         self._paused = False
         self._tasks: tuple[int, int] | None = None
-        # A job's step-wise progress (observe): when the job was first seen, and each jump.
-        self._job: tuple[float, int] | None = None  # (active seconds, rows) then
-        self._jump: tuple[float, int] | None = None
+        # A job's step-wise progress (observe): its first jump and its last, (active seconds,
+        # rows) each.
+        self._stepwise = False
+        self._first: tuple[float, int] | None = None
+        self._last: tuple[float, int] | None = None
         self._lock = threading.Lock()
         # (active seconds, rows) after each batch within the rate's window (the first kept).
         self._samples: collections.deque[tuple[float, int]] = collections.deque()
@@ -125,7 +127,7 @@ class Pacer:
             return None
         active = self._active + (0.0 if self._paused else self._clock() - self._since)
         left = None if self._total is None else max(0, self._total - self._rows)
-        if self._job is not None:  # a job's tasks: no ETA until its pace is known
+        if self._stepwise:  # a job's tasks: no ETA until its pace is known
             stepped = self._stepped()
             rate, jumped = stepped if stepped is not None else (0.0, active)
             # Counted down from the last jump: between a job's tasks nothing moves, and a
@@ -148,9 +150,9 @@ class Pacer:
         its last, and when that was (None before the second jump). Counted from the first
         jump: the first tasks also started the job's workers, and the time the step planned
         before the job says nothing of the job's pace."""
-        if self._job is None or self._jump is None:
+        if self._first is None or self._last is None:
             return None
-        (began, first), (jumped, rows) = self._job, self._jump
+        (began, first), (jumped, rows) = self._first, self._last
         if jumped <= began or rows <= first:
             return None
         return (rows - first) / (jumped - began), jumped
@@ -178,7 +180,7 @@ class Pacer:
         self._reported = float("-inf")
         self._samples.clear()
         self._tasks = None
-        self._job = self._jump = None
+        self._stepwise, self._first, self._last = False, None, None
         self._publish(force=True)
         self._hold()
 
@@ -212,16 +214,15 @@ class Pacer:
                 return
             active = self._active + (0.0 if self._paused else self._clock() - self._since)
             if running:
-                self._job = self._jump = None
-            elif tasks is not None and self._job is None:
-                self._job = (active, self._rows)
+                self._stepwise, self._first, self._last = False, None, None
+            elif tasks is not None:
+                self._stepwise = True
             if rows_done > self._rows:
                 self._rows = rows_done
                 self._samples.append((active, self._rows))
-                if self._job is not None:
-                    if self._jump is None:
-                        self._job = (active, self._rows)  # the first tasks warmed up too
-                    self._jump = (active, self._rows)
+                if self._stepwise:
+                    self._last = (active, self._rows)
+                    self._first = self._first or self._last
             if tasks is not None:
                 self._tasks = tasks
             self._publish()

@@ -9,11 +9,12 @@ them on first use; re-encoding an untouched listing reuses them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import attrs
+
+from catalog.consensus import encode_json
 
 __all__ = ["BatchListing", "BatchRef", "RollupRef", "blob_prefix"]
 
@@ -100,11 +101,11 @@ class BatchListing(Sequence[BatchRef]):
         self,
         raw: Sequence[Sequence[Any]],
         refs: tuple[BatchRef, ...] | None = None,
-        text: str | None = None,
+        text: bytes | None = None,
     ) -> None:
         self._raw = raw
         self._refs = refs  # decoded on first use, unless the entries were known already
-        self._text = text  # the entries as JSON text, encoded on first use
+        self._text = text  # the entries as JSON, encoded on first use
 
     def _decoded(self) -> tuple[BatchRef, ...]:
         if self._refs is None:
@@ -147,8 +148,8 @@ class BatchListing(Sequence[BatchRef]):
             raw, known, text = [b.to_json() for b in batches], tuple(batches), None
         added = [r.to_json() for r in refs]
         if text is not None and added:
-            more = _compact(added)
-            text = more if text == "[]" else f"{text[:-1]},{more[1:]}"
+            more = encode_json(added)
+            text = more if text == b"[]" else text[:-1] + b"," + more[1:]
         return BatchListing([*raw, *added], None if known is None else (*known, *refs), text)
 
     @staticmethod
@@ -159,16 +160,11 @@ class BatchListing(Sequence[BatchRef]):
         return [b.to_json() for b in batches]
 
     @staticmethod
-    def text_of(batches: Sequence[BatchRef]) -> str:
-        """:meth:`json_of` as compact JSON text (a listing's own, encoded once)."""
+    def encoded(batches: Sequence[BatchRef]) -> bytes:
+        """:meth:`json_of` as :func:`~catalog.consensus.encode_json` writes it (a listing's
+        own, encoded once)."""
         if not isinstance(batches, BatchListing):
-            return _compact([b.to_json() for b in batches])
+            return encode_json([b.to_json() for b in batches])
         if batches._text is None:
-            batches._text = _compact(list(batches._raw))
+            batches._text = encode_json(list(batches._raw))
         return batches._text
-
-
-def _compact(entries: list[Any]) -> str:
-    """Entries as :func:`catalog.consensus.encode_json` writes them (lists of numbers and
-    strings: no keys to sort)."""
-    return json.dumps(entries, separators=(",", ":"))

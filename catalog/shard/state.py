@@ -300,10 +300,9 @@ class ShardState:
                 "schemas": len(self.schemas),
             }
         )
-        # "batches" sorts first: spliced in as its listing's text, which an append extends
+        # "batches" sorts first: spliced in as its listing's JSON, which an append extends
         # rather than encoding every entry again (the bytes encode_json would write).
-        batches = BatchListing.text_of(self.batches).encode()
-        return b'{"batches":' + batches + b"," + rest[1:]
+        return b'{"batches":' + BatchListing.encoded(self.batches) + b"," + rest[1:]
 
     @classmethod
     def decode(cls, data: bytes, version: int = -1, key: str = "a shard state") -> ShardState:

@@ -50,7 +50,7 @@ def test_an_extended_listing_encodes_as_its_entries_do(
     state = ShardState(shard_id="s", schemas=(evolve(SCHEMA, SCHEMA),), batches=batches)
     for refs, encode, decode in appends:
         if encode:  # the text is made on the way, or only at the end
-            BatchListing.text_of(state.batches)
+            BatchListing.encoded(state.batches)
         if decode:  # something read the entries on the way
             list(state.batches)
         state = attrs.evolve(
