@@ -7,11 +7,14 @@ blobs on local disk), each client on its own keep-alive connection, each append 
 * Arrow IPC, 10,000 rows an append: 4 clients; and one row an append: 16 clients.
 
 Reports per level ``format``, ``clients``, ``rows_per_append``, ``appends_per_s``,
-``rows_per_s``, ``p50_ms``/``p99_ms``, and the sidecar's commits (``commits_per_s``, appends
-per commit from ``catalog_upgrade_append_group_size``). In the same run it measures what the
-same ZooKeeper server takes from one kazoo client: synchronous check-and-set multis per second
-(``zookeeper_multis_per_s``, each a check and a set of one znode, as a commit's multi is at
-least), and each level's commits as a fraction of it. Targets (issue 37): Arrow 4 x 10,000
+``rows_per_s``, ``p50_ms``/``p99_ms``, the sidecar's commits (``commits_per_s``, appends
+per commit from ``catalog_upgrade_append_group_size``), where an append's time goes in the
+sidecar (``step_ms``: the mean of each step of ``catalog_upgrade_append_seconds``: parse and
+queue per append, write and commit per commit) and the CPU the sidecar used
+(``sidecar_cores``: its CPU seconds per second, from ``/proc``). In the same run it measures
+what the same ZooKeeper server takes from one kazoo client: synchronous check-and-set multis per
+second (``zookeeper_multis_per_s``, each a check and a set of one znode, as a commit's multi is
+at least), and each level's commits as a fraction of it. Targets (issue 37): Arrow 4 x 10,000
 rows >= 1M rows/s; NDJSON 4 x 1,000 rows >= 400k rows/s; 1-row appends at 16 clients >= 2,000/s
 with p99 < 50 ms. JSON on stdout and in ``benchmarks/results/appends.json`` under ``--label``
 (the file holds only what this script writes). ``BENCH_EXTRA`` in the environment adds sidecar
@@ -51,15 +54,27 @@ def row(client: int, n: int, i: int = 0) -> dict[str, Any]:
     return {"id": ident, "oid": n, "schema_id": "u3", "name": ident, "owner_id": "u1"}
 
 
-def group_sizes(url: str, token: str) -> tuple[float, float]:
-    """The sidecar's ``catalog_upgrade_append_group_size`` sum and count so far."""
+STEPS = ("parse", "queue", "write", "commit")
+
+
+def append_metrics(url: str, token: str) -> dict[str, float]:
+    """The sidecar's ``catalog_upgrade_append_*`` sums and counts so far, by series."""
     text = SidecarClient(url, token=token, timeout=10).metrics()
-    found = {"sum": 0.0, "count": 0.0}
-    for line in text.splitlines():
-        for part in found:
-            if line.startswith(f"catalog_upgrade_append_group_size_{part} "):
-                found[part] = float(line.split()[-1])
-    return found["sum"], found["count"]
+    return {
+        series: float(value)
+        for line in text.splitlines()
+        if line.startswith("catalog_upgrade_append_") and ("_sum" in line or "_count" in line)
+        for series, value in [line.rsplit(" ", 1)]
+    }
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds process ``pid`` used so far (user and system; None without ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def body_of(fmt: str, client: int, n: int, rows: int) -> bytes:
@@ -77,7 +92,13 @@ CONTENT_TYPES = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apa
 
 
 def run_level(
-    url: str, fmt: str, clients: int, seconds: float, rows_per_append: int, token: str
+    url: str,
+    fmt: str,
+    clients: int,
+    seconds: float,
+    rows_per_append: int,
+    token: str,
+    pid: int | None = None,
 ) -> dict[str, Any]:
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -104,7 +125,8 @@ def run_level(
                 continue
             latencies[c].append(time.perf_counter() - began)
 
-    appends_before, commits_before = group_sizes(url, token)
+    before = append_metrics(url, token)
+    cpu_before = cpu_seconds(pid) if pid is not None else None
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
     for thread in threads:
         thread.start()
@@ -117,8 +139,21 @@ def run_level(
     elapsed = time.perf_counter() - began
     every = sorted(ms * 1000 for per in latencies for ms in per)
     done = len(every)
-    appends_after, commits_after = group_sizes(url, token)
-    commits = commits_after - commits_before
+    cpu_after = cpu_seconds(pid) if pid is not None else None
+    after = append_metrics(url, token)
+
+    def delta(series: str) -> float:
+        return after.get(series, 0.0) - before.get(series, 0.0)
+
+    commits = delta("catalog_upgrade_append_group_size_count")
+    steps = {}
+    for step in STEPS:
+        count = delta(f'catalog_upgrade_append_seconds_count{{step="{step}"}}')
+        total = delta(f'catalog_upgrade_append_seconds_sum{{step="{step}"}}')
+        steps[step] = round(total / count * 1000, 2) if count else None
+    cores = None
+    if cpu_before is not None and cpu_after is not None:
+        cores = round((cpu_after - cpu_before) / elapsed, 2)
     return {
         "format": fmt,
         "clients": clients,
@@ -130,9 +165,11 @@ def run_level(
         "p99_ms": round(every[max(0, round(done * 0.99) - 1)], 2) if every else None,
         "commits": int(commits),
         "commits_per_s": round(commits / elapsed, 1),
-        "appends_per_commit": round((appends_after - appends_before) / commits, 2)
+        "appends_per_commit": round(delta("catalog_upgrade_append_group_size_sum") / commits, 2)
         if commits
         else None,
+        "step_ms": steps,
+        "sidecar_cores": cores,
         "errors": len(errors),
     }
 
@@ -198,7 +235,7 @@ def main() -> None:
             multis = zookeeper_multis_per_s(zookeeper.hosts, args.seconds)
             results = []
             for fmt, clients, rows in LEVELS:
-                level = run_level(url, fmt, clients, args.seconds, rows, token)
+                level = run_level(url, fmt, clients, args.seconds, rows, token, sidecar.pid)
                 level["commits_of_zookeeper_multis"] = round(level["commits_per_s"] / multis, 3)
                 results.append(level)
                 print(json.dumps(level), flush=True)

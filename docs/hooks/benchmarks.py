@@ -51,13 +51,35 @@ def _render(data: Any, depth: int = 0) -> str:
     return "\n\n".join(parts)
 
 
+#: A list of levels is shown as tables of the first columns (what names a level) and at most
+#: this many more, so each stays readable.
+KEY_COLUMNS, MORE_COLUMNS = 3, 6
+
+
 def _rows(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(none)"
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    flat = [_flat(row) for row in rows]
+    columns = list(dict.fromkeys(k for row in flat for k in row))
+    keys, rest = columns[:KEY_COLUMNS], columns[KEY_COLUMNS:]
+    tables = []
+    for start in range(0, max(len(rest), 1), MORE_COLUMNS):
+        shown = keys + rest[start : start + MORE_COLUMNS]
+        lines = ["| " + " | ".join(shown) + " |", "|" + " --- |" * len(shown)]
+        lines += ["| " + " | ".join(_cell(row.get(c)) for c in shown) + " |" for row in flat]
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with a dict of figures as columns of their own (``step_ms.parse``)."""
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
 
 
 def _cell(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -205,10 +206,12 @@ class SidecarDataPlane:
                 if first is not None:
                     store.answered()
                     return _answer(collection, shard, first, replayed=True)
+            parsing = time.monotonic()
             if arrow:
                 table = stream_to_table(body, builtin.schema, max_rows)
             else:
                 table = rows_to_table(body, builtin.schema, max_rows)
+            self._metrics.observe_append("parse", time.monotonic() - parsing)
             return self._group(builtin).submit(Pending(identity, table))
 
     def _not_leader(self, state: State) -> Exception:
@@ -285,7 +288,11 @@ class SidecarDataPlane:
                 state=self._progress.state.value,
             )
         wait = self._wait()
+        started = time.monotonic()
+        for member in members:
+            self._metrics.observe_append("queue", started - member.queued)
         sent = False
+        attempt, sending = started, 0.0  # when the attempt began; when it sent (0: not yet)
         unknown = False  # an attempt's outcome was not seen: it may have landed
         remaining = list(members)
         name = builtin.name
@@ -333,10 +340,17 @@ class SidecarDataPlane:
                 group=[(m.identity.write_id, m.table.num_rows) for m in still],
             )
 
+        def before_read() -> None:
+            nonlocal attempt, sending
+            attempt, sending = time.monotonic(), 0.0
+            leadership.check(wait)
+
         def before_send() -> None:
-            nonlocal sent
+            nonlocal sent, sending
             leadership.check(wait)
             sent = True
+            sending = time.monotonic()
+            self._metrics.observe_append("write", sending - attempt)
 
         def on_unknown() -> None:
             nonlocal unknown
@@ -351,7 +365,7 @@ class SidecarDataPlane:
                     rows,
                     fence=leadership.fence,
                     retry=lambda: self._append_retry,
-                    before_read=lambda: leadership.check(wait),
+                    before_read=before_read,
                     before_send=before_send,
                     known=known,
                     on_unknown=on_unknown,
@@ -359,6 +373,9 @@ class SidecarDataPlane:
         except BaseException:
             self._states.clear()  # re-read before the next pre-check and commit
             raise
+        finally:
+            if sending:  # the last attempt's compare-and-set, answered or not
+                self._metrics.observe_append("commit", time.monotonic() - sending)
         self._states[shard.shard_id] = result.state
         self._machine.store.answered()
         if result.mark is None:  # every member was settled by what the state held

@@ -13,6 +13,7 @@ is resolved by any member's identity for all.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,10 +33,12 @@ MAX_ROWS = 100_000
 
 @attrs.define(eq=False)
 class Pending:
-    """One append waiting for its commit: its identity and rows; then its answer or error."""
+    """One append waiting for its commit: its identity and rows (and when it was queued,
+    :func:`time.monotonic`); then its answer or error."""
 
     identity: WriteIdentity
     table: pa.Table
+    queued: float = attrs.field(factory=time.monotonic)
     answer: Mapping[str, Any] | None = None
     error: BaseException | None = None
     done: threading.Event = attrs.field(factory=threading.Event)

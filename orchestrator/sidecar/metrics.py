@@ -20,6 +20,8 @@ from orchestrator.status.coverage import CoverageReport
 
 STATES = tuple(state.value for state in ProcessState)
 
+#: The steps of an append that ``catalog_upgrade_append_seconds`` times (docs/operating.md).
+APPEND_STEPS = ("parse", "queue", "write", "commit")
 # ZooKeeper on loopback answers a get in ~1 ms and a 100-op multi in ~20 ms.
 ZK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -47,6 +49,7 @@ class SidecarMetrics:
     phase_started: Gauge = attrs.field(init=False)
     refusals: Counter = attrs.field(init=False)
     append_group: Histogram = attrs.field(init=False)
+    append_seconds: Histogram = attrs.field(init=False)
     blob_store_failures: Counter = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
@@ -144,6 +147,18 @@ class SidecarMetrics:
             buckets=(1, 2, 4, 8, 16, 32, 64),
             registry=r,
         )
+        self.append_seconds = Histogram(
+            "catalog_upgrade_append_seconds",
+            "Time appends spend in each step: parse (the body to rows, per append), queue "
+            "(waiting for the group commit to take it, per append), write (the group's rows "
+            "checked and written to the blob store, per commit) and commit (the ZooKeeper "
+            "compare-and-set, per commit)",
+            ["step"],
+            buckets=ZK_BUCKETS,
+            registry=r,
+        )
+        for step in APPEND_STEPS:
+            self.append_seconds.labels(step=step)  # every step is exported from the start
         self.phase_started = Gauge(
             "catalog_upgrade_phase_started_timestamp_seconds",
             "When the phase the process is in now began (Unix time; one series, the current "
@@ -258,6 +273,10 @@ class SidecarMetrics:
         """The current phase and its start (Unix time): the only series of the gauge."""
         self.phase_started.clear()
         self.phase_started.labels(phase=phase).set(started)
+
+    def observe_append(self, step: str, seconds: float) -> None:
+        """One step of an append (one of :data:`APPEND_STEPS`) took ``seconds``."""
+        self.append_seconds.labels(step=step).observe(seconds)
 
     def observe_zookeeper(self, kind: str, seconds: float) -> None:
         """The :attr:`Consensus.observer` hook."""

@@ -201,10 +201,21 @@ def test_sixteen_clients_retrying_concurrently_write_each_append_once(launch: La
         assert len({(a["ts"], a["rows"]) for a in got}) == 1, got
     assert len(names(leader)) == 16 * 40
     metrics = leader.sidecar.request("GET", "/metrics").text()
-    count = sum_ = 0.0
-    for line in metrics.splitlines():
-        if line.startswith("catalog_upgrade_append_group_size_count "):
-            count = float(line.split()[-1])
-        if line.startswith("catalog_upgrade_append_group_size_sum "):
-            sum_ = float(line.split()[-1])
+    values = {
+        name: float(value)
+        for line in metrics.splitlines()
+        if line.startswith("catalog_upgrade_append_")
+        for name, value in [line.rsplit(" ", 1)]
+    }
+    count = values["catalog_upgrade_append_group_size_count"]
+    sum_ = values["catalog_upgrade_append_group_size_sum"]
     assert sum_ == 16 * 40 and count < sum_, (sum_, count)  # commits carried several appends
+    steps = {
+        step: values[f'catalog_upgrade_append_seconds_count{{step="{step}"}}']
+        for step in ("parse", "queue", "write", "commit")
+    }
+    # Every append parsed is queued once; every commit sent is timed once (each attempt's
+    # write too), and none failed here: one per group landed.
+    assert steps["parse"] == steps["queue"] >= 16 * 40, steps
+    assert steps["write"] >= steps["commit"] == count, (steps, count)
+    assert all(values[f'catalog_upgrade_append_seconds_sum{{step="{s}"}}'] > 0 for s in steps)

@@ -101,6 +101,8 @@ def test_bootstrap_and_http_endpoints(launch: Launch, zk_env: ZkEnv) -> None:
     assert 'catalog_upgrade_migration_phase_seconds_count{phase="switching collections"}' in text
     assert "catalog_upgrade_zookeeper_request_seconds_count" in text
     assert f'catalog_upgrade_rows_appended_total{{collection="{TABLES}"}} 2.0' in text
+    for step in ("parse", "queue", "write", "commit"):  # one append landed; bad bodies: no step
+        assert f'catalog_upgrade_append_seconds_count{{step="{step}"}} 1.0' in text
 
     leader.signal(signal.SIGTERM)
     assert leader.wait_exit() == EXIT_OK
