@@ -59,7 +59,7 @@ class ProcessActions:
         self.run.rng.shuffle(names)  # concurrent starts in a seed-chosen order
         started = []
         for name in names:
-            process = self.run.fleet.start(
+            process = self.run.sidecars.start(
                 name,
                 release_file,
                 step.release,

@@ -106,7 +106,7 @@ def run_scenario(
         if error is not None:
             with contextlib.suppress(Exception):  # diagnostics only: never hide the failure
                 status = run.status()
-            logs = {name: p.tail_log() for name, p in run.fleet.processes.items()}
+            logs = {name: p.tail_log() for name, p in run.sidecars.processes.items()}
             logs.update(zookeeper.tail_logs(20))
     finally:
         if run.workload is not None:

@@ -1,4 +1,4 @@
-"""The scenario runner: one environment, its fleet of sidecars, what it observes in ZooKeeper,
+"""The scenario runner: one environment, its sidecars, what it observes in ZooKeeper,
 and step execution through its process and fault actions."""
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.client import Answer
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
-from orchestrator.scenario.fleet import Fleet
 from orchestrator.scenario.format import (
     Step,
 )
@@ -43,6 +42,7 @@ from orchestrator.scenario.results import (
     AppendRecord,
     StepFailed,
 )
+from orchestrator.scenario.sidecars import Sidecars
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, leaders_of
 from orchestrator.testing.harness import SidecarProcess
@@ -65,7 +65,7 @@ class ScenarioRun:
     partitioned: frozenset[str] = frozenset()
     isolate_all: bool = False  # every process in a namespace (simulate --partitions)
     checker: InvariantChecker | None = attrs.field(default=None, init=False)
-    fleet: Fleet = attrs.field(init=False)
+    sidecars: Sidecars = attrs.field(init=False)
     client: KazooClient = attrs.field(init=False)
     consensus: Consensus = attrs.field(init=False)
     acked: list[AppendRecord] = attrs.field(factory=list, init=False)
@@ -75,7 +75,7 @@ class ScenarioRun:
     workload: Workload | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.fleet = Fleet(
+        self.sidecars = Sidecars(
             zk=self.zookeeper.hosts,
             env=self.env,
             blob_dir=self.work_dir / "blob",
@@ -84,7 +84,7 @@ class ScenarioRun:
 
     @property
     def blob_dir(self) -> Path:
-        return self.fleet.blob_dir
+        return self.sidecars.blob_dir
 
     def status(self) -> dict[str, Any]:
         """``status --json`` of the environment (the same function the CLI calls)."""
@@ -131,7 +131,7 @@ class ScenarioRun:
         """Running processes, the one whose node says it leads and serves first (where a
         client sends its writes)."""
         leader = None
-        for name, process in self.fleet.processes.items():
+        for name, process in self.sidecars.processes.items():
             if not process.running:
                 continue
             with contextlib.suppress(*CONNECTION_ERRORS):
@@ -139,13 +139,13 @@ class ScenarioRun:
                 if node is not None and node.mode == "leader" and node.state == "serving":
                     leader = name
                     break
-        return leaders_of(dict(self.fleet.processes), leader)
+        return leaders_of(dict(self.sidecars.processes), leader)
 
     def unexpected_exits(self) -> list[str]:
         """Processes that exited while no step expected it."""
         return [
             f"process {p.name} exited with code {p.returncode} and no step expected it"
-            for p in self.fleet.processes.values()
+            for p in self.sidecars.processes.values()
             if not p.running and not p.exit_expected
         ]
 
@@ -172,7 +172,7 @@ class ScenarioRun:
         return default if default is not None else self.default_timeout
 
     def process_of(self, step: Step) -> SidecarProcess:
-        return self.fleet.get(step.process)
+        return self.sidecars.get(step.process)
 
     def wait_state(self, process: SidecarProcess, state: str, timeout: float) -> str:
         """Wait until ``process`` reaches ``state`` (see the module docstring); the detail."""
@@ -273,7 +273,7 @@ class ScenarioRun:
 
     def close(self, *, delete_environment: bool = False) -> None:
         """Kill every process; drop the environment's znodes if asked; close the client."""
-        self.fleet.close()
+        self.sidecars.close()
         client = getattr(self, "client", None)
         if client is None:
             return

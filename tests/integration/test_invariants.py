@@ -49,7 +49,7 @@ def bootstrapped(
     )
     run.open()
     try:
-        process = run.fleet.start("leader", index.versions()["0.10.0"], "0.10.0", 1)
+        process = run.sidecars.start("leader", index.versions()["0.10.0"], "0.10.0", 1)
         run.wait_state(process, "serving", 30)
         yield run
     finally:
@@ -138,7 +138,7 @@ def test_acknowledged_rows_lost(bootstrapped: ScenarioRun) -> None:
 
 def test_rows_nobody_wrote(bootstrapped: ScenarioRun) -> None:
     """A row in a tracked collection that nobody acknowledged is caught too."""
-    process = bootstrapped.fleet.get("leader")
+    process = bootstrapped.sidecars.get("leader")
     answer = process.request(
         "POST",
         "/append?collection=mz_catalog.mz_tables",

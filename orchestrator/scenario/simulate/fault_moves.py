@@ -75,7 +75,7 @@ class FaultMoves:
         generation = self.model.next_generation
         self.model.next_generation += 1
         (name,) = self.model.start(version, generation, 1)
-        process = self.model.run.fleet.get(name)
+        process = self.model.run.sidecars.get(name)
         started = time.monotonic()
         delay = rng.uniform(0.0, 0.25)
         seen = None
@@ -121,7 +121,7 @@ class FaultMoves:
         if rng.random() < 0.5:
             # The other crash point: once the new leader reports it is migrating.
             with contextlib.suppress(StepFailed):
-                self.model.run.wait_state(self.model.run.fleet.get(victim), "migrating", 5.0)
+                self.model.run.wait_state(self.model.run.sidecars.get(victim), "migrating", 5.0)
         node = self.model.run.process_node(victim)
         state, phase = (node.state, node.phase) if node else (None, None)
         self.model.do("kill", processes=(victim,), note=f"killed in state {state}")

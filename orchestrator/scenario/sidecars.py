@@ -1,7 +1,7 @@
 """The sidecars of one scenario environment, started through the package harness.
 
 Every process is a real ``catalog-upgrade sidecar`` child (:mod:`orchestrator.testing.harness`) with
-its own ZooKeeper session, HTTP port and log file. :meth:`Fleet.close` kills every child
+its own ZooKeeper session, HTTP port and log file. :meth:`Sidecars.close` kills every child
 whatever happened, paused ones included (SIGKILL works on a stopped process).
 """
 
@@ -17,13 +17,13 @@ from catalog.errors import BadInputError
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.netns import Namespace
 
-__all__ = ["Fleet"]
+__all__ = ["Sidecars"]
 
 log = structlog.get_logger(__name__)
 
 
 @attrs.define
-class Fleet:
+class Sidecars:
     """The sidecars of one scenario environment; ``close()`` kills every one of them."""
 
     zk: str
