@@ -178,3 +178,22 @@ def test_the_prometheus_rule_manifest_is_made_from_the_alert_rules() -> None:
     rule = yaml.safe_load(expected)
     alerts = yaml.safe_load((prometheus / "alerts.yaml").read_text())
     assert rule["kind"] == "PrometheusRule" and rule["spec"] == alerts
+
+
+def test_every_alert_names_a_runbook_section_and_every_section_an_alert() -> None:
+    """Each rule's ``runbook`` is a section of docs/runbooks.md, and the runbooks have one
+    section per alert (what the page promises)."""
+    import re
+
+    prometheus = DEPLOY.parent / "prometheus"
+    alerts = yaml.safe_load((prometheus / "alerts.yaml").read_text())
+    named = [
+        rule["annotations"]["runbook"]
+        for group in alerts["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+    runbooks = (DEPLOY.parents[1] / "docs" / "runbooks.md").read_text()
+    sections = re.findall(r"^## (\S+)$", runbooks, flags=re.MULTILINE)
+    assert all(n.startswith("docs/runbooks.md#") for n in named), named
+    assert sorted(n.split("#", 1)[1] for n in named) == sorted(sections)
