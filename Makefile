@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/python -m orchestrator.testing.demo
 
 test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check catalog orchestrator tests benchmarks docs/hooks
