@@ -40,7 +40,8 @@ from kazoo.client import KazooClient
 from catalog.release import load_release
 from orchestrator.client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
-from orchestrator.testing.harness import SidecarProcess
+from orchestrator.testing.harness import SidecarProcess, metric_samples
+from orchestrator.testing.procstat import cpu_seconds
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,23 +59,8 @@ STEPS = ("parse", "queue", "write", "commit")
 
 
 def append_metrics(url: str, token: str) -> dict[str, float]:
-    """The sidecar's ``catalog_upgrade_append_*`` sums and counts so far, by series."""
-    text = SidecarClient(url, token=token, timeout=10).metrics()
-    return {
-        series: float(value)
-        for line in text.splitlines()
-        if line.startswith("catalog_upgrade_append_") and ("_sum" in line or "_count" in line)
-        for series, value in [line.rsplit(" ", 1)]
-    }
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """CPU seconds process ``pid`` used so far (user and system; None without ``/proc``)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The sidecar's ``/metrics`` samples so far, by series."""
+    return metric_samples(SidecarClient(url, token=token, timeout=10).metrics())
 
 
 def body_of(fmt: str, client: int, n: int, rows: int) -> bytes:
@@ -126,7 +112,7 @@ def run_level(
             latencies[c].append(time.perf_counter() - began)
 
     before = append_metrics(url, token)
-    cpu_before = cpu_seconds(pid) if pid is not None else None
+    cpu_before = cpu_seconds(pid) if pid is not None else 0.0
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
     for thread in threads:
         thread.start()
@@ -139,7 +125,7 @@ def run_level(
     elapsed = time.perf_counter() - began
     every = sorted(ms * 1000 for per in latencies for ms in per)
     done = len(every)
-    cpu_after = cpu_seconds(pid) if pid is not None else None
+    cpu_after = cpu_seconds(pid) if pid is not None else 0.0
     after = append_metrics(url, token)
 
     def delta(series: str) -> float:
@@ -151,9 +137,7 @@ def run_level(
         count = delta(f'catalog_upgrade_append_seconds_count{{step="{step}"}}')
         total = delta(f'catalog_upgrade_append_seconds_sum{{step="{step}"}}')
         steps[step] = round(total / count * 1000, 2) if count else None
-    cores = None
-    if cpu_before is not None and cpu_after is not None:
-        cores = round((cpu_after - cpu_before) / elapsed, 2)
+    cores = round((cpu_after - cpu_before) / elapsed, 2) if pid is not None else None
     return {
         "format": fmt,
         "clients": clients,

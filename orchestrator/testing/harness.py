@@ -35,6 +35,7 @@ __all__ = [
     "SidecarExited",
     "SidecarProcess",
     "child_environment",
+    "metric_samples",
     "sidecar_command",
 ]
 
@@ -60,6 +61,19 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         environment.pop(name, None)
     environment.update(extra or {})
     return environment
+
+
+def metric_samples(text: str) -> dict[str, float]:
+    """A ``/metrics`` page's samples, parsed by prometheus_client, by series as exposed:
+    ``name`` or ``name{label="value",...}`` (labels in name order)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 def sidecar_command(

@@ -1,7 +1,9 @@
-"""What a process holds, from ``/proc`` (Linux): threads and resident memory, now and at peak."""
+"""What a process holds and uses, from ``/proc`` (Linux): threads and resident memory, now and
+at peak; CPU time so far."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -24,6 +26,12 @@ def rss_kib(pid: int) -> int:
 def thread_count(pid: int) -> int:
     """Threads of ``pid``."""
     return int(_status(pid)["Threads"])
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds ``pid`` has used so far, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @attrs.define

@@ -20,6 +20,7 @@ from catalog.errors import EXIT_OK
 from catalog.release import load_release
 from catalog.shard import Shard, WriteMark
 from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.testing.harness import metric_samples
 from support.sidecars import Launch, SidecarProcess, cli, json_lines, release_file
 from support.zookeeper import ZkEnv
 
@@ -200,13 +201,7 @@ def test_sixteen_clients_retrying_concurrently_write_each_append_once(launch: La
         assert sum(not a["replayed"] for a in got) == 1, got
         assert len({(a["ts"], a["rows"]) for a in got}) == 1, got
     assert len(names(leader)) == 16 * 40
-    metrics = leader.sidecar.request("GET", "/metrics").text()
-    values = {
-        name: float(value)
-        for line in metrics.splitlines()
-        if line.startswith("catalog_upgrade_append_")
-        for name, value in [line.rsplit(" ", 1)]
-    }
+    values = metric_samples(leader.sidecar.request("GET", "/metrics").text())
     count = values["catalog_upgrade_append_group_size_count"]
     sum_ = values["catalog_upgrade_append_group_size_sum"]
     assert sum_ == 16 * 40 and count < sum_, (sum_, count)  # commits carried several appends
