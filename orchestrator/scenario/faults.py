@@ -165,9 +165,13 @@ class FaultActions:
                     f"{self.run.timeout_of(step):g} s after its peers were cut"
                 )
             time.sleep(0.1)
+        stopped = time.monotonic() - started
+        # A cut leader answers a sync on its own until it notices it lost its quorum: the
+        # runner's session may have stayed on it, and moves to the majority only now.
+        self._wait_answering(max(1.0, deadline - time.monotonic()))
         return detail + (
             f" cut from its peers; the quorum answers after {answering:.2f} s, the cut server "
-            f"stopped serving after {time.monotonic() - started:.2f} s"
+            f"stopped serving after {stopped:.2f} s"
         )
 
     def do_heal_zookeeper(self, step: HealZooKeeperStep) -> str:

@@ -46,6 +46,7 @@ from orchestrator.scenario.sidecars import Sidecars
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, leaders_of
 from orchestrator.testing.harness import SidecarProcess
+from orchestrator.zk import reconnect_retry
 
 
 @attrs.define
@@ -125,7 +126,16 @@ class ScenarioRun:
         if self.checker is None or not self.zookeeper.has_quorum:
             return []  # without a quorum nothing can be read (nor written)
         writes = step.action in WRITING_ACTIONS or self.workload is not None
-        return self.checker.check(writes_expected=writes, rows=rows)
+        # The runner's own session may be moving between servers (a server just cut, killed or
+        # restarted): a read it lost is the runner's, not the product's, and is read again.
+        deadline = time.monotonic() + RUNNER_SESSION_TIMEOUT
+        while True:
+            try:
+                return self.checker.check(writes_expected=writes, rows=rows)
+            except ConnectionLostError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def leaders(self) -> list[SidecarProcess]:
         """Running processes, the one whose node says it leads and serves first (where a
@@ -251,8 +261,13 @@ class ScenarioRun:
         # The runner's own connection warnings (a restart_zookeeper step) are expected noise.
         quiet = logging.getLogger("orchestrator.scenario.kazoo")
         quiet.setLevel(logging.ERROR)
+        # The sidecars' reconnection policy: kazoo's own backs off to an hour, so after a
+        # restart_zookeeper step the runner could sleep past its step's timeout.
         client = KazooClient(
-            hosts=self.zookeeper.hosts, timeout=RUNNER_SESSION_TIMEOUT, logger=quiet
+            hosts=self.zookeeper.hosts,
+            timeout=RUNNER_SESSION_TIMEOUT,
+            logger=quiet,
+            connection_retry=reconnect_retry(RUNNER_SESSION_TIMEOUT),
         )
         try:
             client.start(timeout=30)

@@ -31,6 +31,16 @@ __all__ = ["ZooKeeperEnsemble"]
 
 log = structlog.get_logger(__name__)
 
+# A cut member rejoins within seconds of the heal, not minutes. Two things would delay it:
+# - its connections to its peers, established before the cut, are not closed by the cut; the
+#   kernel retransmits into them at doubling intervals for about 15 minutes, and after the heal
+#   the next retransmission may be a minute away. In an isolated member's namespace a connection
+#   dies after PEER_TCP_RETRIES unanswered retransmissions (about 3 s), and a new one is made;
+# - a server without its quorum repeats its election notifications at doubling intervals, up
+#   to ZooKeeper's 60 s by default; ELECTION_RETRY_MAX_MS bounds them.
+PEER_TCP_RETRIES = 3
+ELECTION_RETRY_MAX_MS = 2000
+
 
 @attrs.define
 class ZooKeeperEnsemble:
@@ -60,7 +70,9 @@ class ZooKeeperEnsemble:
             self._bridge = Bridge.allocate()
             try:
                 for number in range(1, self.size + 1):
-                    namespaces[number - 1] = Namespace.allocate(self._bridge, slot=number)
+                    namespace = Namespace.allocate(self._bridge, slot=number)
+                    namespaces[number - 1] = namespace
+                    namespace.set_tcp_retries(PEER_TCP_RETRIES)
             except BaseException:
                 self._delete_network(namespaces)
                 raise
@@ -75,6 +87,9 @@ class ZooKeeperEnsemble:
                 peer_hosts=hosts,
                 tls=self.tls,
                 netns=namespaces[number - 1],
+                jvm_options=(
+                    f"-Dzookeeper.fastleader.maxNotificationInterval={ELECTION_RETRY_MAX_MS}",
+                ),
             )
             for number, (client, _quorum, _election) in enumerate(ports, start=1)
         ]

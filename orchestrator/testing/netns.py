@@ -160,6 +160,13 @@ class Namespace:
         log.info("netns_created", namespace=self.name, ip=self.ip)
         return self
 
+    def set_tcp_retries(self, retries: int) -> None:
+        """Let a TCP connection of this namespace die after ``retries`` unanswered
+        retransmissions (``net.ipv4.tcp_retries2``, per namespace; the kernel's 15 take about
+        15 minutes, 3 about 3 seconds)."""
+        setting = "/proc/sys/net/ipv4/tcp_retries2"
+        _run("ip", "netns", "exec", self.name, "sh", "-c", f"echo {int(retries)} > {setting}")
+
     def command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside the namespace."""
         return ["ip", "netns", "exec", self.name, *argv]
