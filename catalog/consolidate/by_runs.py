@@ -40,7 +40,9 @@ def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
     return best if best_distinct * 2 >= len(sample) else None
 
 
-def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table | None:
+def consolidate_by_runs(
+    table: pa.Table, keys: Sequence[str] | None = None, *, normalized: bool = False
+) -> pa.Table | None:
     """:func:`consolidate` for sortable keys, by runs of one numeric key column; None when no
     key column separates the rows well (use :func:`consolidate_sorted`).
 
@@ -55,9 +57,11 @@ def consolidate_by_runs(table: pa.Table, keys: Sequence[str] | None = None) -> p
     Rows in runs of one are copied out in input order while the pairs are compared, the work
     shared by two threads; the surviving rows of longer runs follow. Retraction pairs, the common
     case of a shard's history, cost one gather per column and leave nothing to copy.
+    ``normalized``: the caller normalized the floats already (consolidate.floats).
     """
     names = key_columns(table, keys)
-    table = normalize_floats(table)  # floats compare as values (consolidate.floats)
+    if not normalized:
+        table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     count = table.num_rows
     if count < 2 or not names or table.column(DIFF).null_count:
         return None

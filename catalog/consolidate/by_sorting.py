@@ -68,15 +68,21 @@ def with_diffs(table: pa.Table, diffs: np.ndarray) -> pa.Table:
 
 
 def consolidate_sorted(
-    table: pa.Table, keys: Sequence[str] | None = None, *, ordered: bool = True
+    table: pa.Table,
+    keys: Sequence[str] | None = None,
+    *,
+    ordered: bool = True,
+    normalized: bool = False,
 ) -> pa.Table:
     """:func:`consolidate` for keys that are all :func:`is_sortable`, by sorting.
 
     With ``ordered`` (default) the output is sorted by ``keys`` (in that order); otherwise it
     keeps the input's row order, which copies the kept rows once instead of twice.
+    ``normalized``: the caller normalized the floats already (consolidate.floats).
     """
     names = key_columns(table, keys)
-    table = normalize_floats(table)  # floats compare as values (consolidate.floats)
+    if not normalized:
+        table = normalize_floats(table)  # floats compare as values (consolidate.floats)
     count = table.num_rows
     if count == 0 or not names:
         return consolidate_hashed(table, names)

@@ -27,23 +27,24 @@ def consolidate(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:
     """
     names = key_columns(table, keys)
     nested = [k for k in names if not is_sortable(table.schema.field(k).type)]
-    if nested and table.num_rows >= columns.RUNS_MIN_ROWS:
+    if nested and table.num_rows < columns.RUNS_MIN_ROWS:
+        return consolidate_hashed(table, names)
+    table = normalize_floats(table)  # once: the algorithms below are told it is done
+    if nested:
         # Nested keys stand in as their value ids: the flat algorithms then apply (a sort of
         # one numeric key, mostly), several times faster than grouping on every column.
-        stand_ins = StandIns.of(normalize_floats(table), nested)
+        stand_ins = StandIns.of(table, nested)
         return stand_ins.restored(_flat(stand_ins.table, names))
-    if nested:
-        return consolidate_hashed(table, names)
     return _flat(table, names)
 
 
 def _flat(table: pa.Table, names: list[str]) -> pa.Table:
-    """:func:`consolidate` of keys that are all sortable."""
+    """:func:`consolidate` of keys that are all sortable, floats normalized."""
     # Any key order groups equal rows; fixed-width keys first sort and compare fastest.
     fixed = [k for k in names if is_fixed_width(table.schema.field(k).type)]
     names = fixed + [k for k in names if k not in fixed]
     if table.num_rows >= columns.RUNS_MIN_ROWS and table.column(DIFF).null_count == 0:
-        out = consolidate_by_runs(table, names)
+        out = consolidate_by_runs(table, names, normalized=True)
         if out is not None:
             return out
-    return consolidate_sorted(table, names, ordered=False)
+    return consolidate_sorted(table, names, ordered=False, normalized=True)

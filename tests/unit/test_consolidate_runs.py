@@ -147,6 +147,34 @@ def test_float_normalization_reaches_nested_values() -> None:
     assert math.copysign(1, kept["x"]) == 1 and math.copysign(1, kept["l"][0]) == 1
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_large_table_normalizes_its_floats_once_for_every_path(nested: bool) -> None:
+    """Past RUNS_MIN_ROWS, consolidate normalizes the floats once and tells the flat
+    algorithms so (the nested stand-ins and the fallback to sorting included): -0.0 still
+    cancels 0.0 and NaN cancels NaN, as hash grouping has it, and the kept floats are
+    normalized."""
+    count = tuning.RUNS_MIN_ROWS * 2
+    ids = np.arange(count) // 2  # every id twice: a row and its retraction, at -0.0 / NaN
+    floats = np.where(ids % 3 == 0, np.nan, 0.0)
+    signed = np.where(np.arange(count) % 2 == 0, floats, -floats)
+    signed[-4:] = -0.0  # two rows kept at -0.0: they come out as 0.0
+    diffs = np.where(np.arange(count) % 2 == 0, 1, -1)
+    diffs[-4:] = 1
+    columns: dict[str, Any] = {"id": pa.array(ids, pa.int64()), "f": pa.array(signed)}
+    if nested:
+        columns["s"] = pa.StructArray.from_arrays([pa.array(signed)], names=["x"])
+    columns[DIFF] = pa.array(diffs, pa.int64())
+    table = pa.table(columns)
+    out = consolidate(table)
+    assert as_bits(out.select(["id", "f", DIFF])) == as_bits(
+        consolidate_hashed(table).select(["id", "f", DIFF])
+    )
+    assert out.num_rows == 2
+    assert all(math.copysign(1, v) == 1 for v in out.column("f").to_pylist())
+    if nested:
+        assert all(math.copysign(1, v["x"]) == 1 for v in out.column("s").to_pylist())
+
+
 def test_a_repetitive_key_falls_back_to_sorting() -> None:
     """No key column separates the rows (every numeric column is nearly constant): None,
     and consolidate still gives the hash result."""
