@@ -28,6 +28,7 @@ from catalog.environment import (
 )
 from catalog.errors import EXIT_FENCED, EXIT_OK, ConnectionLostError
 from catalog.release import Release
+from catalog.retry import Retry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.client import Answer
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
@@ -126,16 +127,17 @@ class ScenarioRun:
         if self.checker is None or not self.zookeeper.has_quorum:
             return []  # without a quorum nothing can be read (nor written)
         writes = step.action in WRITING_ACTIONS or self.workload is not None
+        checker = self.checker
         # The runner's own session may be moving between servers (a server just cut, killed or
         # restarted): a read it lost is the runner's, not the product's, and is read again.
-        deadline = time.monotonic() + RUNNER_SESSION_TIMEOUT
-        while True:
-            try:
-                return self.checker.check(writes_expected=writes, rows=rows)
-            except ConnectionLostError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        again = Retry(
+            retryable=(ConnectionLostError,),
+            max_attempts=1000,
+            deadline=RUNNER_SESSION_TIMEOUT,
+            base_delay=0.1,
+            max_delay=1.0,
+        )
+        return again(lambda: checker.check(writes_expected=writes, rows=rows))
 
     def leaders(self) -> list[SidecarProcess]:
         """Running processes, the one whose node says it leads and serves first (where a
