@@ -11,7 +11,9 @@ harder case). Then it times:
 
 * ``Shard.snapshot()``: read every batch, migrate it lazily to the latest schema, consolidate;
 * a plain ``pyarrow.parquet.read_table`` of the same files (one call per schema, as the
-  snapshot reads them), in the same run.
+  snapshot reads them), in the same run;
+* the same read verifying page checksums, as the shard's blob store reads (what a snapshot
+  costs before it consolidates anything).
 
 It also builds the same history with the last evolution widening two types (``oid`` uint32 to
 int64, ``name`` string to large_string) and renaming one field (``size`` to ``bytes``): two
@@ -204,16 +206,27 @@ def run(batches: int, rows: int, repeat: int, work: Path, scattered: bool) -> di
             for ref in shard.batches(state):
                 groups.setdefault(ref.schema_id, []).append(blob.path(ref.key(shard.shard_id)))
 
-            def plain_read() -> int:
+            def read_files(**options: Any) -> int:
                 total = 0
                 for paths in groups.values():
-                    total += pq.read_table(paths, filesystem=blob.filesystem).num_rows
+                    total += pq.read_table(paths, filesystem=blob.filesystem, **options).num_rows
                 return total
 
+            def plain_read() -> int:
+                return read_files()
+
+            def verified_read() -> int:
+                """The read verifying page checksums, as the shard's blob store reads: what a
+                snapshot costs before it consolidates anything."""
+                return read_files(page_checksum_verification=True, pre_buffer=True)
+
             plain_read()  # warm the page cache for both contenders
-            (plain_seconds, plain_rows), (snapshot_seconds, snap), (widened_seconds, wide) = (
-                best_of(repeat, plain_read, shard.snapshot, widened.snapshot)
-            )
+            (
+                (plain_seconds, plain_rows),
+                (verified_seconds, _),
+                (snapshot_seconds, snap),
+                (widened_seconds, wide),
+            ) = best_of(repeat, plain_read, verified_read, shard.snapshot, widened.snapshot)
             assert wide.num_rows == snap.num_rows and wide.schema.field("oid").type == pa.int64()
             del wide
             expected_rows = batches * rows - (batches - 1) * 2 * int(rows * RETRACTED)
@@ -257,6 +270,8 @@ def run(batches: int, rows: int, repeat: int, work: Path, scattered: bool) -> di
         "append_ms_per_batch": round(1000 * append_seconds / batches, 2),
         "plain_read_seconds": round(plain_seconds, 3),
         "plain_read_rows": plain_rows,
+        "verified_read_seconds": round(verified_seconds, 3),
+        "verified_read_to_plain_read_ratio": round(verified_seconds / plain_seconds, 2),
         "snapshot_seconds": round(snapshot_seconds, 3),
         "snapshot_rows": snapshot_rows,
         "snapshot_to_plain_read_ratio": round(snapshot_seconds / plain_seconds, 2),

@@ -35,7 +35,7 @@ from catalog.consolidate.by_hashing import consolidate_hashed
 from catalog.consolidate.by_runs import consolidate_by_runs
 from catalog.consolidate.by_sorting import consolidate_sorted
 from catalog.consolidate.choose import consolidate
-from catalog.consolidate.columns import DIFF, TS, is_nested, is_sortable
+from catalog.consolidate.columns import DIFF, TS, is_nested, is_sortable, repeated
 
 __all__ = [
     "DIFF",
@@ -46,4 +46,5 @@ __all__ = [
     "consolidate_sorted",
     "is_nested",
     "is_sortable",
+    "repeated",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -13,7 +14,7 @@ from catalog.consolidate.value_ids import value_ids
 
 
 def _row_numbers(count: int) -> pa.Array:
-    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), 1)
+    return pa.array(np.arange(count, dtype=np.int64))
 
 
 def consolidate_hashed(table: pa.Table, keys: Sequence[str] | None = None) -> pa.Table:

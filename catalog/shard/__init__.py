@@ -40,8 +40,8 @@ Invariants:
 Consolidation (snapshot and compaction) sums ``_diff`` over identical ``(row, _ts)`` and drops
 zeros (``catalog.consolidate``). A snapshot goes by runs of one numeric key column when one
 separates the rows (only rows sharing that key's value are compared), else by sorting; compaction
-sorts (its output comes sorted and is marked ``ordered``); nested columns go by hash grouping
-with value ids. :func:`consolidate` is re-exported here."""
+sorts (its output comes sorted and is marked ``ordered``); nested columns stand in as their
+value ids (hash grouping only for small tables). :func:`consolidate` is re-exported here."""
 
 from __future__ import annotations
 

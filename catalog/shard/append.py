@@ -35,7 +35,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.consensus import Check, Fence
-from catalog.consolidate import DIFF, TS
+from catalog.consolidate import DIFF, TS, repeated
 from catalog.errors import (
     ConnectionLostError,
     VersionMismatchError,
@@ -82,8 +82,8 @@ class Rows:
 def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     """``table`` with the update columns: every row at time ``ts`` with ``diff``."""
     rows = table.num_rows
-    times = pa.repeat(pa.scalar(ts, pa.uint64()), rows)
-    diffs = pa.repeat(pa.scalar(diff, pa.int64()), rows)
+    times = repeated(ts, pa.uint64(), rows)
+    diffs = repeated(diff, pa.int64(), rows)
     return table.append_column(pa.field(TS, pa.uint64(), nullable=False), times).append_column(
         pa.field(DIFF, pa.int64(), nullable=False), diffs
     )

@@ -16,6 +16,7 @@ from catalog.consolidate import (
     DIFF,
     TS,
     consolidate,
+    repeated,
 )
 from catalog.errors import (
     BlobMissingError,
@@ -223,7 +224,7 @@ def _snapshot(
         consolidated = merged
     else:
         consolidated = consolidate(merged)
-    times = pa.repeat(pa.scalar(as_of, pa.uint64()), consolidated.num_rows)
+    times = repeated(as_of, pa.uint64(), consolidated.num_rows)
     columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
     return pa.Table.from_arrays(columns, schema=result_schema)
 
