@@ -28,7 +28,7 @@ from catalog.errors import (
     VersionMismatchError,
 )
 from catalog.retry import CasRetry
-from support.zookeeper import ZkEnv
+from support.zookeeper import ZkEnv, kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,7 @@ def test_threads_racing_cas_lose_no_increment(zk_env: ZkEnv, store: Consensus) -
     per_thread = 25
 
     def worker() -> None:
-        client = KazooClient(hosts=zk_env.hosts)
+        client = kazoo_client(zk_env.hosts)
         client.start(timeout=15)
         mine = Consensus(client, zk_env.root)
         retry = CasRetry(max_attempts=500)

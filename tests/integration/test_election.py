@@ -48,7 +48,7 @@ from orchestrator.election import (
 )
 from orchestrator.events import read_events
 from orchestrator.process_node import ProcessNode
-from support.zookeeper import ZkEnv, expire_session
+from support.zookeeper import ZkEnv, expire_session, kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def new_client(zk_env: ZkEnv) -> Iterator[ClientFactory]:
     made: list[KazooClient] = []
 
     def make() -> KazooClient:
-        client = KazooClient(hosts=zk_env.hosts, timeout=6)
+        client = kazoo_client(zk_env.hosts, timeout=6)
         client.start(timeout=15)
         made.append(client)
         return client

@@ -41,6 +41,7 @@ from orchestrator.zkauth import Credential, ZkAuth, secure_tree
 from support.browser import HeadlessChromium
 from support.migrations import Env, bootstrap, upgrade
 from support.sidecars import RELEASES, cli, release_file
+from support.zookeeper import kazoo_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,7 +60,7 @@ class Fleet:
 
 def _client(hosts: str, auth: ZkAuth | None = None) -> KazooClient:
     extra: dict[str, Any] = {} if auth is None else {"auth_data": auth.auth_data()}
-    client = KazooClient(hosts=hosts, timeout=10, **extra)
+    client = kazoo_client(hosts, **extra)
     client.start(timeout=15)
     return client
 

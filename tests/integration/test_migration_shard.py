@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Fence
@@ -16,7 +15,7 @@ from catalog.errors import ConnectionLostError, FencedError
 from catalog.migration import MIGRATION_SCHEMA, MigrationEntry, MigrationShard
 from catalog.retry import CasRetry
 from catalog.shard import Shard, new_shard_id
-from support.zookeeper import ZkEnv
+from support.zookeeper import ZkEnv, kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +133,7 @@ def test_racing_processes_of_one_generation_agree(
     wanted = {f"s{i}": SCHEMA for i in range(6)}
 
     def racer() -> dict[str, str]:
-        client = KazooClient(hosts=zk_env.hosts, timeout=10)
+        client = kazoo_client(zk_env.hosts)
         client.start(timeout=15)
         try:
             shard = MigrationShard(Consensus(client, zk_env.root), blob)

@@ -14,7 +14,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
@@ -22,7 +21,7 @@ from catalog.pipeline import SparkEngine, SparkSessionProvider, copy_transformed
 from catalog.pipeline.pacing import Pace, Pacer, StepProgress
 from catalog.shard import Shard, consolidate, new_shard_id, with_updates
 from orchestrator.pace import PaceWatch, change_pace, read_pace
-from support.zookeeper import ZooKeeperEndpoint
+from support.zookeeper import ZooKeeperEndpoint, kazoo_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,7 +50,7 @@ def world(
     tmp_path_factory: pytest.TempPathFactory, zk_server: ZooKeeperEndpoint
 ) -> Iterator[tuple[Consensus, dict[int, Shard]]]:
     """The source shards (10M and 2.5M rows, by their batches), written once for the module."""
-    client = KazooClient(hosts=zk_server.hosts)
+    client = kazoo_client(zk_server.hosts)
     client.start(timeout=15)
     consensus = Consensus(client, f"/catalog-upgrade/pacing-{new_shard_id()[:8]}")
     consensus.ensure()

@@ -40,7 +40,7 @@ from catalog.shard import (
 )
 from catalog.shard.append import listed
 from support.shards import canonical, contents, updates
-from support.zookeeper import ZkEnv
+from support.zookeeper import ZkEnv, kazoo_client
 
 pytestmark = pytest.mark.integration
 
@@ -737,7 +737,7 @@ def test_appends_and_evolutions_race_together(
 
 
 def _process_appender(hosts: str, root: str, blob_uri: str, shard_id: str, worker: int) -> int:
-    client = KazooClient(hosts=hosts, timeout=10)
+    client = kazoo_client(hosts)
     client.start(timeout=15)
     try:
         shard = Shard(Consensus(client, root), BlobStore.from_uri(blob_uri), shard_id)
@@ -780,7 +780,7 @@ class connected:
     """A started KazooClient of the test's server, closed on exit."""
 
     def __init__(self, env: ZkEnv) -> None:
-        self.client = KazooClient(hosts=env.hosts, timeout=10)
+        self.client = kazoo_client(env.hosts)
 
     def __enter__(self) -> KazooClient:
         self.client.start(timeout=15)

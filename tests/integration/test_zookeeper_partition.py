@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from catalog.consensus import Consensus, env_root
 from orchestrator.election import read_epoch
@@ -26,6 +25,7 @@ from orchestrator.testing.ensemble import ZooKeeperEnsemble
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.netns import unavailable
 from support.sidecars import ndjson, release_file
+from support.zookeeper import kazoo_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,7 +80,7 @@ def test_a_leader_whose_session_server_is_cut_serves_again_and_never_answers_rea
     ensemble = target.ensemble
     assert ensemble is not None
     env = f"t-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=target.hosts, timeout=10)
+    client = kazoo_client(target.hosts)
     client.start(timeout=15)
     process = SidecarProcess.start(
         zk=target.hosts, env=env, name="blue", version="0.10.0",

@@ -22,6 +22,7 @@ from support.zookeeper import (
     containerized_zookeeper,
     docker_engine_answers,
     expire_session,
+    kazoo_client,
 )
 
 pytestmark = pytest.mark.integration
@@ -58,7 +59,7 @@ def test_testcontainers_path() -> None:
 def test_embedded_restart_keeps_data_and_port(tmp_path: Path) -> None:
     """A restarted embedded server answers on the same port with the same data."""
     with EmbeddedZooKeeper(data_dir=tmp_path / "zk") as server:
-        client = KazooClient(hosts=server.hosts, timeout=10)
+        client = kazoo_client(server.hosts)
         client.start(timeout=15)
         client.create("/kept", b"v1")
         port = server.port
@@ -80,11 +81,11 @@ def test_embedded_restart_keeps_data_and_port(tmp_path: Path) -> None:
 
 def test_expire_session_ends_ephemerals(zk_env: ZkEnv) -> None:
     """The fault-injection helper really expires the session: its ephemeral node disappears."""
-    owner = KazooClient(hosts=zk_env.hosts, timeout=4)
+    owner = kazoo_client(zk_env.hosts, timeout=4)
     owner.start(timeout=15)
     path = f"{zk_env.root}/ephemeral"
     owner.create(path, b"", ephemeral=True, makepath=True)
-    watcher = KazooClient(hosts=zk_env.hosts)
+    watcher = kazoo_client(zk_env.hosts)
     watcher.start(timeout=15)
     expire_session(owner, zk_env.hosts)
     deadline = time.monotonic() + 15

@@ -16,6 +16,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -24,6 +25,7 @@ from kazoo.client import KazooClient
 from catalog.consensus import Consensus
 from catalog.environment import CONTAINER_KEYS
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
+from orchestrator.zk import reconnect_retry
 
 ENV_VAR = "CATALOG_UPGRADE_TEST_ZK"
 DOCKER_IMAGE = "zookeeper:3.9"
@@ -50,6 +52,15 @@ class ZkEnv:
     @property
     def root(self) -> str:
         return f"/catalog-upgrade/{self.name}"
+
+
+def kazoo_client(hosts: str, *, timeout: float = 10.0, **options: Any) -> KazooClient:
+    """An unstarted test client of ``hosts`` with a ``timeout`` s session, reconnecting as the
+    sidecars do (orchestrator.zk.reconnect_retry): kazoo's default backs off to an hour, so
+    after an outage of a few seconds its next attempt could be half a minute away."""
+    return KazooClient(
+        hosts=hosts, timeout=timeout, connection_retry=reconnect_retry(timeout), **options
+    )
 
 
 def docker_engine_answers() -> str | None:
@@ -115,7 +126,7 @@ def zk_env(zk_server: ZooKeeperEndpoint) -> Iterator[ZkEnv]:
     """A fresh environment for one test, removed afterwards."""
     env = ZkEnv(hosts=zk_server.hosts, name=f"t-{uuid.uuid4().hex[:12]}", endpoint=zk_server)
     yield env
-    client = KazooClient(hosts=zk_server.hosts)
+    client = kazoo_client(zk_server.hosts)
     try:
         client.start(timeout=15)
         client.delete(env.root, recursive=True)
@@ -129,7 +140,7 @@ def zk_env(zk_server: ZooKeeperEndpoint) -> Iterator[ZkEnv]:
 @pytest.fixture
 def zk_client(zk_env: ZkEnv) -> Iterator[KazooClient]:
     """A connected kazoo client for the test's environment."""
-    client = KazooClient(hosts=zk_env.hosts, timeout=10)
+    client = kazoo_client(zk_env.hosts)
     client.start(timeout=15)
     yield client
     client.stop()
