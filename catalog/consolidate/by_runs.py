@@ -94,7 +94,7 @@ def consolidate_by_runs(
         return None  # mostly long runs: one sort of everything is cheaper
     diffs = diff_values(table)
     single_keep = diffs != 0
-    single_keep[order[repeats]] = False  # every row of a longer run is decided below
+    single_keep[order[repeats]] = False  # rows in runs of two or more are decided below
     single_keep[order[repeats + 1]] = False
     left, right = order[pair_at], order[pair_at + 1]
     # Nulls became zeros in the view: compare the key column too when it has nulls.
