@@ -20,6 +20,12 @@ int64, ``name`` string to large_string) and renaming one field (``size`` to ``by
 thirds of the batches are cast and read under the new name when read. It times that snapshot
 against the first one's (target: at most 1.2x).
 
+The plain read and the snapshot are timed again after :data:`IDLE_SECONDS` idle before each
+run (``cold_*``), and so is filling 1 GiB of fresh memory (``first_touch_gib_*``): on a VM
+whose balloon reports free pages to the host, memory a process freed a second ago is the
+host's again and costs many times more to touch, and a snapshot allocates more than a plain
+read does.
+
 Then it advances ``since`` to the last time, compacts (one consolidated batch remains) and times
 the snapshot against a plain read of the compacted file.
 
@@ -62,6 +68,7 @@ from orchestrator.testing.zkserver import EmbeddedZooKeeper
 RESULTS = Path(__file__).resolve().parent / "results" / "shard_io.json"
 RESULTS_SCATTERED = RESULTS.with_name("shard_io_scattered.json")
 RETRACTED = 0.1
+IDLE_SECONDS = 2.0
 
 S0 = pa.schema(
     [
@@ -145,18 +152,32 @@ def zookeeper(data_dir: Path) -> Iterator[tuple[str, str]]:
         yield server.hosts, "embedded"
 
 
-def best_of(repeat: int, *runs: Any) -> list[tuple[float, Any]]:
+def first_touch(size: int = 1 << 30) -> tuple[float, float]:
+    """Seconds to fill ``size`` fresh bytes right after the same amount was freed (warm), and
+    after :data:`IDLE_SECONDS` idle (cold: a balloon may have handed the pages back)."""
+    times = []
+    for idle in (0.0, IDLE_SECONDS):
+        np.ones(size // 8, dtype=np.int64)  # touched, then freed
+        time.sleep(idle)
+        started = time.perf_counter()
+        np.ones(size // 8, dtype=np.int64)
+        times.append(time.perf_counter() - started)
+    return times[0], times[1]
+
+
+def best_of(repeat: int, *runs: Any, idle: float = 0.0) -> list[tuple[float, Any]]:
     """The best time of each of ``runs`` over ``repeat`` rounds, and its last result.
 
     The contenders take turns within each round, so drift of the machine (page cache, other
     load) hits them alike, and a result is dropped before its next run, so no run pays for
-    the memory of the one before.
+    the memory of the one before. ``idle``: seconds to wait before each run.
     """
     best = [float("inf")] * len(runs)
     results: list[Any] = [None] * len(runs)
     for _ in range(repeat):
         for index, run in enumerate(runs):
             results[index] = None
+            time.sleep(idle)
             started = time.perf_counter()
             results[index] = run()
             best[index] = min(best[index], time.perf_counter() - started)
@@ -228,7 +249,13 @@ def run(batches: int, rows: int, repeat: int, work: Path, scattered: bool) -> di
                 (widened_seconds, wide),
             ) = best_of(repeat, plain_read, verified_read, shard.snapshot, widened.snapshot)
             assert wide.num_rows == snap.num_rows and wide.schema.field("oid").type == pa.int64()
-            del wide
+            del wide, snap
+            # Cold memory: on a VM whose balloon reports free pages, memory freed a second ago
+            # is the host's again, and touching it costs many times more (first_touch below).
+            (cold_plain_seconds, _), (cold_snapshot_seconds, snap) = best_of(
+                repeat, plain_read, shard.snapshot, idle=IDLE_SECONDS
+            )
+            warm_touch, cold_touch = first_touch()
             expected_rows = batches * rows - (batches - 1) * 2 * int(rows * RETRACTED)
             assert snap.num_rows == expected_rows, (snap.num_rows, expected_rows)
             assert snap.schema.names == [*S2.names, TS, DIFF]
@@ -276,6 +303,11 @@ def run(batches: int, rows: int, repeat: int, work: Path, scattered: bool) -> di
         "snapshot_rows": snapshot_rows,
         "snapshot_to_plain_read_ratio": round(snapshot_seconds / plain_seconds, 2),
         "target_ratio": 1.15,
+        "cold_plain_read_seconds": round(cold_plain_seconds, 3),
+        "cold_snapshot_seconds": round(cold_snapshot_seconds, 3),
+        "cold_snapshot_to_plain_read_ratio": round(cold_snapshot_seconds / cold_plain_seconds, 2),
+        "first_touch_gib_warm_seconds": round(warm_touch, 3),
+        "first_touch_gib_cold_seconds": round(cold_touch, 3),
         "widened_snapshot_seconds": round(widened_seconds, 3),
         "widened_to_snapshot_ratio": round(widened_seconds / snapshot_seconds, 2),
         "widened_target_ratio": 1.2,
