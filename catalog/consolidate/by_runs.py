@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.consolidate import columns
-from catalog.consolidate.by_sorting import sorted_plan, with_diffs
+from catalog.consolidate.by_sorting import diff_values, sorted_plan, with_diffs
 from catalog.consolidate.columns import DIFF, key_columns, numeric_view, view_type
 from catalog.consolidate.floats import normalize_floats
 from catalog.consolidate.gather import (
@@ -38,11 +38,6 @@ def _run_key(table: pa.Table, names: Sequence[str]) -> str | None:
         if distinct > best_distinct:
             best, best_distinct = name, distinct
     return best if best_distinct * 2 >= len(sample) else None
-
-
-def _diffs(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
-    """The ``_diff`` values of ``rows`` (no nulls) as int64."""
-    return np.asarray(gather_column(column, rows).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _runs(repeats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,9 +92,8 @@ def consolidate_by_runs(
     long_count = len(long_members)
     if long_count * 2 > count:
         return None  # mostly long runs: one sort of everything is cheaper
-    # The diffs of the rows in runs are gathered, never the whole column (fresh memory).
-    diff_column = table.column(DIFF)
-    single_keep = np.asarray(pc.not_equal(diff_column, 0).to_numpy(zero_copy_only=False))
+    diffs = diff_values(table)
+    single_keep = diffs != 0
     single_keep[order[repeats]] = False  # rows in runs of two or more are decided below
     single_keep[order[repeats + 1]] = False
     left, right = order[pair_at], order[pair_at + 1]
@@ -125,12 +119,11 @@ def consolidate_by_runs(
     singles = pa.concat_tables(results[1:-1])
     unequal = ~equal
     rows = [left[equal], left[unequal], right[unequal]]
-    left_diffs, right_diffs = _diffs(diff_column, left), _diffs(diff_column, right)
-    sums = [left_diffs[equal] + right_diffs[equal], left_diffs[unequal], right_diffs[unequal]]
+    sums = [diffs[left[equal]] + diffs[right[equal]], diffs[left[unequal]], diffs[right[unequal]]]
     if long_count:
         members = np.sort(order[long_members])
         subset = gather_rows(table.select(names), members)
-        found, found_sums = sorted_plan(subset, names, _diffs(diff_column, members))
+        found, found_sums = sorted_plan(subset, names, diffs[members])
         rows.append(members[found])
         sums.append(found_sums)
     survivors, survivor_sums = np.concatenate(rows), np.concatenate(sums)

@@ -87,12 +87,11 @@ Compared: TypeAlias = pa.ChunkedArray | tuple[np.ndarray, np.ndarray | None] | N
 
 def compared_as(column: pa.ChunkedArray, pairs: int) -> Compared:
     """``column`` as :func:`equal_pairs` compares it best for ``pairs`` pairs: by its numeric
-    view once the pairs cover most of its rows. The view is a copy of the whole column into
-    fresh memory, a gather copies two values a pair; where freed memory goes back to the host
-    (a VM's balloon), touching fresh memory costs many times a copy."""
+    view once the pairs are a sizeable share of its rows (the view costs a pass over the
+    column, a gather of a few rows does not)."""
     if len(column) and column.null_count == len(column):
         return None
-    if view_type(column.type) is None or pairs * 2 < len(column):
+    if view_type(column.type) is None or pairs * 16 < len(column):
         return column
     valid = None
     if column.null_count:
