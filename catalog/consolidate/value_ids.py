@@ -56,7 +56,7 @@ def value_ids(values: pa.Array) -> pa.Array:
     if pa.types.is_fixed_size_list(dtype):
         size = dtype.list_size
         children = values.values.slice(values.offset * size, len(values) * size)
-        starts = pc.multiply(pc.subtract(pc.cumulative_sum(pa.repeat(1, len(values) + 1)), 1), size)
+        starts = pa.array(np.arange(len(values) + 1, dtype=np.int64) * size)
         return _sequence_ids(values, starts, children)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) or pa.types.is_map(dtype):
         return _sequence_ids(values, values.offsets, values.values)
