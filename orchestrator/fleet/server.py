@@ -16,16 +16,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
+import pyarrow as pa
 from werkzeug.wrappers import Response
 
+from catalog.errors import NotLeaderError
 from orchestrator.fleet.metrics import metrics_text
 from orchestrator.fleet.page import FLEET_PAGE
 from orchestrator.fleet.report import FleetReport
 from orchestrator.fleet.surveyor import Surveyor
+from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
-from orchestrator.sidecar.showonly import ShowOnlyApi
 from orchestrator.status.web import PAGE_TYPE
 
 __all__ = ["FleetApi", "fleet_page"]
@@ -38,18 +40,8 @@ def fleet_page() -> Response:
     return Response(FLEET_PAGE, content_type=PAGE_TYPE, headers={"Cache-Control": "no-store"})
 
 
-class FleetApi(ShowOnlyApi):
+class FleetApi:
     """A :class:`~orchestrator.sidecar.http.SidecarApi` of the fleet ``surveyor`` reads."""
-
-    shows = "fleet --serve only shows the fleet"
-    state = "fleet"
-    elsewhere: ClassVar[Mapping[str, str]] = {
-        "history": "catalog-upgrade history --env NAME",
-        "promote": "catalog-upgrade promote --env NAME",
-        "finalize": "catalog-upgrade fleet finalize",
-        "append": "through an environment's leader sidecar",
-        "read rows": "an environment's sidecar",
-    }
 
     def __init__(self, surveyor: Surveyor) -> None:
         self._surveyor = surveyor
@@ -76,7 +68,36 @@ class FleetApi(ShowOnlyApi):
         return self.report().to_json()
 
     def history_json(self) -> list[dict[str, Any]]:
-        raise self._refusal("history")
+        raise self._refusal("history (catalog-upgrade history --env NAME)")
 
     def metrics_text(self) -> bytes:
         return self._metrics()
+
+    def promote(
+        self, deploy_generation: int | None, requested_by: str | None = None
+    ) -> Mapping[str, Any]:
+        raise self._refusal("promote (catalog-upgrade promote --env NAME)")
+
+    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]:
+        raise self._refusal("finalize (catalog-upgrade fleet finalize)")
+
+    def append(
+        self,
+        collection: str,
+        body: bytes,
+        idempotency_key: str | None = None,
+        *,
+        arrow: bool = False,
+        max_rows: int = MAX_APPEND_ROWS,
+    ) -> Mapping[str, Any]:
+        raise self._refusal("append (through an environment's leader sidecar)")
+
+    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
+        raise self._refusal("read rows (an environment's sidecar)")
+
+    def refused(self, error: str) -> None:
+        """Refusals are not counted: the fleet's metrics are the fleet's."""
+
+    @staticmethod
+    def _refusal(what: str) -> NotLeaderError:
+        return NotLeaderError(f"fleet --serve only shows the fleet: {what}", state="fleet")
