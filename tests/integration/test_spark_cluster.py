@@ -172,11 +172,11 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
 COPY_SCRIPT = """
 import json, sys
 import pyarrow as pa, pyarrow.compute as pc
-from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.pipeline import SparkConfig, copy_transformed
 from catalog.shard import Shard
+from orchestrator.zk import close, connect
 
 NEW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
 
@@ -185,8 +185,7 @@ def to_new(batch):
                                       schema=NEW)
 
 hosts, root, blob_uri, source_id, target_id, master = sys.argv[1:7]
-client = KazooClient(hosts=hosts)
-client.start(timeout=30)
+client = connect(hosts, timeout=30)  # the sidecars' client: it reconnects as they do
 consensus = Consensus(client, root)
 blob = BlobStore.from_uri(blob_uri)
 config = SparkConfig.of(master, {"spark.driver.maxResultSize": "1m",
@@ -194,7 +193,7 @@ config = SparkConfig.of(master, {"spark.driver.maxResultSize": "1m",
 rows = copy_transformed(Shard(consensus, blob, source_id), Shard(consensus, blob, target_id),
                         [to_new], NEW, fence=None, engine="spark", spark=config)
 print(json.dumps({"rows": rows}))
-client.stop()
+close(client)
 """
 
 

@@ -134,3 +134,58 @@ def test_a_leader_whose_session_server_is_cut_serves_again_and_never_answers_rea
         process.wait_exit(timeout=30)
         client.stop()
         client.close()
+
+
+#: How long the member stays cut while the quorum keeps writing: long enough that, without
+#: the ensemble's peer settings (orchestrator.testing.ensemble), its connections to its peers
+#: sit in retransmission backoff and its election retries back off to many seconds.
+CUT_SECONDS = 30.0
+#: Seconds from the heal to the member serving the quorum's writes (without the settings: tens).
+REJOIN_SECONDS = 10.0
+
+
+def test_a_member_cut_for_long_serves_again_within_seconds_of_the_heal(
+    target: ZooKeeperTarget,
+) -> None:
+    """A follower cut from its peers while the quorum writes on serves again, with every
+    write, within seconds of the heal: its stale peer connections die in about 3 s and its
+    election notifications repeat at most every 2 s, so nothing waits out the kernel's
+    retransmission backoff or ZooKeeper's 60 s notification interval."""
+    ensemble = target.ensemble
+    assert ensemble is not None
+    cut = next(n for n in (1, 2, 3) if ensemble.mode(n) == "follower")
+    majority = ",".join(m.hosts for n, m in enumerate(ensemble.members, start=1) if n != cut)
+    root = f"/rejoin-{uuid.uuid4().hex[:12]}"
+    writer = kazoo_client(majority)
+    writer.start(timeout=15)
+    try:
+        ensemble.isolate(cut)
+        written = 0
+        ends = time.monotonic() + CUT_SECONDS
+        while time.monotonic() < ends:  # proposals the cut member misses, and must sync
+            writer.create(f"{root}/w{written:06d}", b"x" * 128, makepath=True)
+            written += 1
+            time.sleep(0.05)
+        assert ensemble.mode(cut) is None  # it noticed the cut and stopped serving
+
+        ensemble.rejoin(cut)
+        healed = time.monotonic()
+        while (mode := ensemble.mode(cut)) != "follower":
+            waited = time.monotonic() - healed
+            assert waited < REJOIN_SECONDS, f"server {cut} not back {waited:.1f} s after the heal"
+            time.sleep(0.1)
+        rejoined = time.monotonic() - healed
+        reader = kazoo_client(ensemble.members[cut - 1].hosts)
+        reader.start(timeout=15)
+        try:
+            reader.sync(root)
+            assert len(reader.get_children(root)) == written
+        finally:
+            reader.stop()
+            reader.close()
+        print(f"server {cut} cut {CUT_SECONDS:g} s ({written} writes missed): {mode} again "
+              f"{rejoined:.2f} s after the heal")  # fmt: skip
+    finally:
+        writer.stop()
+        writer.close()
+
