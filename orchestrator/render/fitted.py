@@ -25,11 +25,12 @@ def _plain(_column: str, value: str) -> Text:
 class FittedTable:
     """``rows`` (column -> text) under ``columns``; ``gives_way``: the optional columns, the
     first to go first; ``folded``: column -> the narrowest it may wrap to; ``wide``: the
-    folded column that takes the spare width; ``cell``: how a value is styled."""
+    folded column that keeps its width longest; ``cell``: how a plain value is styled (a rich
+    ``Text`` value keeps its own style)."""
 
     title: str
     columns: Sequence[str]
-    rows: Sequence[Mapping[str, str]]
+    rows: Sequence[Mapping[str, str | Text]]
     gives_way: Sequence[str] = ()
     folded: Mapping[str, int] = attrs.field(factory=dict)
     wide: str | None = None
@@ -38,11 +39,12 @@ class FittedTable:
     def width(self, columns: Iterable[str]) -> int:
         """The width a table of ``columns`` needs: each column its widest cell (the folded
         ones their minimum), plus padding and borders."""
-        total = 1
-        for column in columns:
-            widest = max([len(column), *(len(row[column]) for row in self.rows)])
-            total += min(widest, self.folded.get(column, widest)) + 3
-        return total
+        return 1 + sum(
+            min(self._widest(c), self.folded.get(c, self._widest(c))) + 3 for c in columns
+        )
+
+    def _widest(self, column: str) -> int:
+        return max([len(column), *(len(row[column]) for row in self.rows)])
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         columns = list(self.columns)
@@ -51,33 +53,47 @@ class FittedTable:
                 break
             columns.remove(optional)
         if self.width(columns) <= options.max_width:
-            yield self._table(columns)
+            yield self._table(columns, options.max_width)
         else:
             yield from self._blocks()
 
-    def _table(self, columns: list[str]) -> Table:
+    def _table(self, columns: list[str], max_width: int) -> Table:
+        widths = self._widths(columns, max_width)
         table = Table(title=self.title, title_justify="left")
         for column in columns:
-            folded = column in self.folded
             table.add_column(
-                column,
-                no_wrap=not folded,
-                overflow="fold",
-                min_width=None if folded else self.width([column]) - 4,
-                ratio=2 if column == self.wide else None,
+                column, no_wrap=column not in self.folded, overflow="fold", width=widths[column]
             )
         for row in self.rows:
-            table.add_row(*[self.cell(column, row[column]) for column in columns])
+            table.add_row(*[self._styled(column, row[column]) for column in columns])
         return table
+
+    def _widths(self, columns: list[str], max_width: int) -> dict[str, int]:
+        """Each column's width: its widest cell; where that is too wide for ``max_width``, the
+        folded columns give up width down to their minimum, one after the other, ``wide`` last."""
+        widths = {column: self._widest(column) for column in columns}
+        excess = 1 + sum(width + 3 for width in widths.values()) - max_width
+        for column in sorted(
+            (c for c in columns if c in self.folded), key=lambda c: c == self.wide
+        ):
+            if excess <= 0:
+                break
+            cut = min(excess, widths[column] - min(widths[column], self.folded[column]))
+            widths[column] -= cut
+            excess -= cut
+        return widths
+
+    def _styled(self, column: str, value: str | Text) -> Text:
+        return value if isinstance(value, Text) else self.cell(column, value)
 
     def _blocks(self) -> Iterable[RenderableType]:
         yield Text(self.title, style="italic")
         first, *rest = self.columns
         for row in self.rows:
             lines = Text()
-            lines.append(row[first], style="bold")
+            lines.append(str(row[first]), style="bold")
             for column in rest:
-                if row[column] and row[column] not in ("-", "-/-"):
+                if str(row[column]) not in ("", "-", "-/-"):
                     lines.append(f"\n  {column}: ")
-                    lines.append_text(self.cell(column, row[column]))
+                    lines.append_text(self._styled(column, row[column]))
             yield lines

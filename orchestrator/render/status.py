@@ -224,7 +224,20 @@ def _counts(values: Iterable[Any]) -> str:
     return ", ".join(f"{key}: {count}" for key, count in sorted(counted.items()))
 
 
-def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> list[Table]:
+#: The collection and migration entry tables' columns. At 80 columns a collection's shard gives
+#: way (the entries table names it) and long names wrap; identifiers are never cut.
+_COLLECTION_COLUMNS: Final = ("global id", "name", "shard", "schema id", "mechanism")
+_ENTRY_COLUMNS: Final = ("global id", "version", "generation", "shard")
+_NAME_MIN: Final = 24
+
+
+def _first(title: str, shown: int, total: int) -> str:
+    """A table's title, saying when it lists only the first rows."""
+    hidden = total - shown
+    return f"{title} (first {shown}; --all shows {hidden} more)" if hidden else title
+
+
+def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> list[RenderableType]:
     collections = status.collections
     summary = Table(
         title=f"collections ({len(collections)})", show_header=False, title_justify="left"
@@ -238,27 +251,33 @@ def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> li
     summary.add_row("schema id", _counts(c.schema_id for c in collections))
     summary.add_row("migration entries", str(len(status.migration_entries)))
     summary.add_row("pending finalization", str(len(status.pending_finalization)))
-    tables = [summary]
+    tables: list[RenderableType] = [summary]
     shown = collections if all_rows else collections[:limit]
     if shown:
-        hidden = len(collections) - len(shown)
-        title = "collections" + (
-            f" (first {len(shown)}; --all shows {hidden} more)" if hidden else ""
+        rows = [
+            {"global id": c.global_id, "name": c.name, "shard": c.shard_id,
+             "schema id": _dash(c.schema_id), "mechanism": _dash(c.mechanism)}
+            for c in shown
+        ]  # fmt: skip
+        tables.append(
+            FittedTable(
+                _first("collections", len(shown), len(collections)),
+                _COLLECTION_COLUMNS,
+                rows,
+                gives_way=("shard",),
+                folded={"name": _NAME_MIN},
+                wide="name",
+            )
         )
-        rows = Table(title=title, title_justify="left")
-        for column in ("global id", "name", "shard", "schema id", "mechanism"):
-            rows.add_column(column, overflow="fold")
-        for c in shown:
-            rows.add_row(c.global_id, c.name, c.shard_id, _dash(c.schema_id), _dash(c.mechanism))
-        tables.append(rows)
     entries = status.migration_entries if all_rows else status.migration_entries[:limit]
     if entries:
-        table = Table(title="migration shard entries", title_justify="left")
-        for column in ("global id", "version", "generation", "shard"):
-            table.add_column(column, overflow="fold")
-        for e in entries:
-            table.add_row(e.global_id, e.version, str(e.deploy_generation), e.shard_id)
-        tables.append(table)
+        rows = [
+            {"global id": e.global_id, "version": e.version,
+             "generation": str(e.deploy_generation), "shard": e.shard_id}
+            for e in entries
+        ]  # fmt: skip
+        title = _first("migration shard entries", len(entries), len(status.migration_entries))
+        tables.append(FittedTable(title, _ENTRY_COLUMNS, rows))
     pending = status.pending_finalization if all_rows else status.pending_finalization[:limit]
     if pending:
         table = Table()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 import orchestrator.status as status_module
 from catalog.consensus import Fence, Versioned, encode_json
+from catalog.shard import SchemaUse, ShardCoverage
 from orchestrator.election import EpochInfo, Leadership
+from orchestrator.render.coverage import render_coverage
 from orchestrator.render.status import render_table
 from orchestrator.status import (
     CatalogSummary,
@@ -21,6 +24,7 @@ from orchestrator.status import (
     plan_mechanisms,
     schema_id_of,
 )
+from orchestrator.status.coverage import CollectionCoverage, CoverageReport
 
 NOW = 1_800_000_000.0
 
@@ -248,3 +252,65 @@ def test_the_process_table_stays_readable_at_80_columns_and_below() -> None:
     assert max(len(line) for line in tiny.splitlines()) <= 50
     blocks = tiny[tiny.index("processes (") :]
     assert "p-lead\n  version: 0.12.0" in blocks and "  state: migrating" in blocks
+
+
+def test_collections_and_entries_never_cut_an_identifier_at_80_columns() -> None:
+    """At 80 columns a collection's shard gives way (the entries table names it whole) and a
+    long name wraps; wide, every column shows; a list cut to its first rows says so, the
+    migration entries too."""
+    long_name = "mz_internal.mz_aws_privatelink_connection_status_history"
+    shard = "ae8a0254c5ed440fb66e02092aec257d"
+    base = big_status(30)
+    status = attrs.evolve(
+        base,
+        collections=(
+            attrs.evolve(base.collections[0], name=long_name, shard_id=shard),
+            *base.collections[1:],
+        ),
+        migration_entries=tuple(
+            MigrationEntry(f"s{i}", "0.12.0", 3, f"{i:032x}") for i in range(25)
+        ),
+    )
+
+    def at(width: int, **options: Any) -> str:
+        console = Console(record=True, width=width, color_system=None)
+        console.print(render_table(status, now=NOW, **options))
+        return console.export_text()
+
+    narrow = at(80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    listed = narrow[narrow.index("collections (first") : narrow.index("migration shard")]
+    assert "shard" not in listed.split("\n")[2] and shard not in listed
+    assert "mz_internal.mz_aws_privatelink" in listed and "mz_catalog.t0019" in listed
+    entries = narrow[narrow.index("migration shard entries") :]
+    assert entries.startswith("migration shard entries (first 20; --all shows 5 more)")
+    assert f"{19:032x}" in entries and f"{20:032x}" not in entries
+    wide = at(200, all_rows=True)
+    assert shard in wide and long_name in wide and f"{24:032x}" in wide
+    assert "migration shard entries (first" not in wide
+
+
+def test_coverage_stays_readable_at_80_columns() -> None:
+    """``status --coverage`` at 80 columns: ``needed`` gives way, the free-text columns wrap,
+    a collection's name stays whole where it fits; a cut list says how many more there are;
+    wide, every column shows."""
+    pending = CollectionCoverage(
+        "mz_catalog.mz_tables", "u1",
+        ShardCoverage("sh-1", (SchemaUse(0, batches=3, rows=3, readers=1), SchemaUse(1, 1, 1))),
+    )  # fmt: skip
+    done = CollectionCoverage("mz_catalog.mz_roles", "s10", ShardCoverage("sh-2", (SchemaUse(0),)))
+    report = CoverageReport((done, *[pending] * 25))
+
+    def at(width: int, **options: Any) -> str:
+        console = Console(record=True, width=width, color_system=None)
+        console.print(render_coverage(report, **options))
+        return console.export_text()
+
+    narrow = at(80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    header = narrow[: narrow.index("┡")]
+    assert "needed" not in header and "can retire" in header
+    assert "│ mz_catalog.mz_tables " in narrow and "│ 0: 3/3, 1: 1/1 " in narrow
+    assert narrow.rstrip().endswith("6 more collection(s): --all shows every one")
+    wide = at(200, all_rows=True)
+    assert "needed" in wide and "mz_catalog.mz_roles" in wide and "more collection" not in wide
