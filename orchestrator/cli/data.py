@@ -90,14 +90,6 @@ def _collection(
         yield shard, engine_for(data.engine, shard, spark=_spark_for(ctx, spark), config=spark)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "[dim]null[/dim]"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
-    return str(value)
-
-
 @main.command("read")
 @click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
 @click.option("--as-of", type=click.IntRange(min=0), default=None, help="Time (default: upper-1).")
@@ -140,10 +132,9 @@ def read_command(
 ) -> None:
     """A collection's contents as of a time, migrated to its latest schema."""
     from rich.console import Console
-    from rich.table import Table
 
     from catalog.errors import BadInputError
-    from catalog.shard import DIFF, TS
+    from catalog.shard import TS
 
     arrow = output_format == "arrow"
     if arrow and output is None:
@@ -194,16 +185,15 @@ def read_command(
         return
     time_read = rows[0][TS] if rows else as_of
     limited = f" (--limit {limit})" if limit is not None else ""
-    view = Table(
-        title=f"{collection} as of {time_read if time_read is not None else '-'}",
-        caption=f"{len(rows)} rows{limited} (engine {chosen.name})",
+    from orchestrator.render.rows import render_rows
+
+    Console().print(
+        render_rows(
+            table,
+            f"{collection} as of {time_read if time_read is not None else '-'}",
+            f"{len(rows)} rows{limited} (engine {chosen.name})",
+        )
     )
-    names = [n for n in table.column_names if n != TS]
-    for name in names:
-        view.add_column(name, justify="right" if name == DIFF else "left")
-    for row in rows:
-        view.add_row(*[_cell(row[n]) for n in names])
-    Console().print(view)
 
 
 def _write_stream(output: str, chunks: Iterator[pa.Table], empty: Callable[[], pa.Table]) -> int:

@@ -145,6 +145,7 @@ def scenario_simulate_command(
     import random
 
     from rich.console import Console
+    from rich.markup import escape
 
     from orchestrator.render.scenario import render_simulation, render_walk_step
     from orchestrator.scenario.simulate import SimulationConfig, WalkStep, simulate
@@ -152,7 +153,7 @@ def scenario_simulate_command(
     _stop_on_sigterm()
     seed = seed if seed is not None else random.randrange(1 << 31)
     console = Console(stderr=as_json)
-    console.print(f"[bold]simulate[/] {releases_dir}: seed {seed}, {steps} step(s)")
+    console.print(f"[bold]simulate[/] {escape(str(releases_dir))}: seed {seed}, {steps} step(s)")
     config = SimulationConfig(
         releases_dir=releases_dir,
         seed=seed,
@@ -260,6 +261,8 @@ def scenario_soak_command(
     import random
 
     from rich.console import Console
+    from rich.markup import escape
+    from rich.text import Text
 
     from orchestrator.render.scenario import render_soak, render_soak_seed
     from orchestrator.scenario.simulate import SimulationConfig, SimulationResult
@@ -282,8 +285,8 @@ def scenario_soak_command(
     )
     console = Console(stderr=as_json)
     console.print(
-        f"[bold]soak[/] {releases_dir}: {seeds} seed(s) from {first}, {steps} step(s) each, "
-        f"{flags}; runs kept in {keep}"
+        f"[bold]soak[/] {escape(str(releases_dir))}: {seeds} seed(s) from {first}, {steps} "
+        f"step(s) each, {escape(flags)}; runs kept in {escape(str(keep))}"
     )
     config = SimulationConfig(
         releases_dir=releases_dir, seed=first, steps=steps, fault_probability=fault_probability,
@@ -296,7 +299,7 @@ def scenario_soak_command(
     report = soak(config, soak_seeds(first, seeds), flags=flags, keep_dir=keep, zk=zk, on_seed=done)
     (keep / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     render_soak(console, report)
-    console.print(f"report: {keep / 'report.json'}")
+    console.print(Text(f"report: {keep / 'report.json'}"))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     if report.failures:

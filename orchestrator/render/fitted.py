@@ -44,7 +44,9 @@ class FittedTable:
         )
 
     def _widest(self, column: str) -> int:
-        return max([len(column), *(len(row[column]) for row in self.rows)])
+        """The longest line of ``column``'s header and values."""
+        values = [column, *(str(row[column]) for row in self.rows)]
+        return max(len(line) for value in values for line in value.split("\n"))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         columns = list(self.columns)

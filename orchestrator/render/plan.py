@@ -11,15 +11,16 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from catalog.errors import CatalogError
 from catalog.release import Mechanism, PathFailure, Plan, SchemaDiff, ValidationReport
 from catalog.release.levels import ReleaseLevel
+from orchestrator.render.fitted import FittedTable
 
 __all__ = ["plan_json", "render_findings", "render_plan", "render_report", "report_json"]
 
+_PLAN_COLUMNS: Final = ("collection", "mechanism", "instructions", "schema diff")
 _MECHANISM_STYLE: Final = MappingProxyType(
     {Mechanism.EVOLUTION: "green", Mechanism.REPLACEMENT: "yellow", Mechanism.REWRITE: "magenta"}
 )
@@ -72,19 +73,27 @@ def render_plan(plan: Plan, console: Console, level: ReleaseLevel) -> None:
         console.print("nothing to migrate")
         return
     if plan.migrations:
-        table = Table()
-        table.add_column("collection", overflow="fold", ratio=3)
-        table.add_column("mechanism", no_wrap=True)
-        table.add_column("instructions", no_wrap=True)
-        table.add_column("schema diff", overflow="fold", ratio=2)
-        for migration in plan.migrations:
-            table.add_row(
-                f"{migration.name} ({migration.global_id})",
-                Text(migration.mechanism.value, style=_MECHANISM_STYLE[migration.mechanism]),
-                "\n".join(f"{m.version} {m.mechanism.value}" for m in migration.instructions),
-                _diff_text(migration.diff),
+        rows: list[dict[str, str | Text]] = [
+            {
+                "collection": f"{migration.name} ({migration.global_id})",
+                "mechanism": Text(
+                    migration.mechanism.value, style=_MECHANISM_STYLE[migration.mechanism]
+                ),
+                "instructions": "\n".join(
+                    f"{m.version} {m.mechanism.value}" for m in migration.instructions
+                ),
+                "schema diff": _diff_text(migration.diff),
+            }
+            for migration in plan.migrations
+        ]
+        # At 80 columns the mechanism (the instructions name it too) gives way and long
+        # names wrap; a field path is never cut (orchestrator.render.fitted).
+        console.print(
+            FittedTable(
+                "", _PLAN_COLUMNS, rows, gives_way=("mechanism",), folded={"collection": 24},
+                wide="collection",
             )
-        console.print(table)
+        )  # fmt: skip
         console.print(
             "schema diff: +added -dropped relaxed? (now nullable) ~changed (type or nullability) "
             "old>new (renamed)",
@@ -93,11 +102,11 @@ def render_plan(plan: Plan, console: Console, level: ReleaseLevel) -> None:
     if plan.new_builtins:
         console.print(Text("New builtins (created by the leader):", style="bold"))
         for builtin in plan.new_builtins:
-            console.print(f"  + {builtin.name} ({builtin.kind}, {builtin.global_id})")
+            console.print(Text(f"  + {builtin.name} ({builtin.kind}, {builtin.global_id})"))
     if plan.removed_builtins:
         console.print(Text("Removed builtins (shards finalized by the leader):", style="bold"))
         for collection in plan.removed_builtins:
-            console.print(f"  - {collection.name} ({collection.global_id})")
+            console.print(Text(f"  - {collection.name} ({collection.global_id})"))
 
 
 def _diff_text(diff: SchemaDiff) -> Text:
@@ -122,10 +131,9 @@ def _render_costs(report: ValidationReport, console: Console) -> None:
         finding = cost.finding()
         rows = "" if cost.rows is None else f" ({cost.rows:,} rows now)"
         console.print(
-            f"note (data-dependent-cost): {finding['message']}{rows}; {finding['fix']}",
-            style="dim",
-            highlight=False,
-        )
+            Text(f"note (data-dependent-cost): {finding['message']}{rows}; {finding['fix']}",
+                 style="dim")
+        )  # fmt: skip
 
 
 def _render_levels(report: ValidationReport, console: Console) -> None:

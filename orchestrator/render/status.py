@@ -111,22 +111,26 @@ def _catalog_table(status: UpgradeStatus) -> Table:
     table = Table(title="catalog", show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("version", _dash(catalog.version))
-    table.add_row("deploy generation", _dash(catalog.deploy_generation))
-    table.add_row("epoch", _dash(catalog.epoch))
-    table.add_row("promotion target", _dash(catalog.promotion_target))
-    table.add_row("collections", str(catalog.collections))
-    table.add_row("blob storage", _dash(catalog.blob_uri))
+
+    def row(field: str, value: str | Text) -> None:
+        # A value is shown as written, never read as markup.
+        table.add_row(field, value if isinstance(value, Text) else Text(value))
+
+    row("version", _dash(catalog.version))
+    row("deploy generation", _dash(catalog.deploy_generation))
+    row("epoch", _dash(catalog.epoch))
+    row("promotion target", _dash(catalog.promotion_target))
+    row("collections", str(catalog.collections))
+    row("blob storage", _dash(catalog.blob_uri))
     if status.finalization is not None:
-        table.add_row("finalization", finalization_text(status.finalization.to_json(),
-                                                        status.read_at))  # fmt: skip
+        row("finalization", finalization_text(status.finalization.to_json(), status.read_at))
     leader = status.leader
     if leader is None:
-        table.add_row("leader", "none")
+        row("leader", "none")
     else:
         where = f"{_dash(leader.epoch.host)} pid {_dash(leader.epoch.pid)}"
         state = leader.process.state if leader.process is not None else "not registered"
-        table.add_row(
+        row(
             "leader",
             f"{leader.id} (generation {leader.epoch.deploy_generation}, epoch "
             f"{leader.epoch.epoch}, session {_dash(leader.epoch.session)}, {where}, {state})",
@@ -244,13 +248,18 @@ def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> li
     )
     summary.add_column("field", style="bold")
     summary.add_column("value", overflow="fold")
+
+    def row(field: str, value: str) -> None:
+        summary.add_row(field, Text(value))
+
     if status.plan_source is not None:
         summary.add_row(
-            f"mechanism (plan of {status.plan_source})", _counts(c.mechanism for c in collections)
+            Text(f"mechanism (plan of {status.plan_source})"),
+            Text(_counts(c.mechanism for c in collections)),
         )
-    summary.add_row("schema id", _counts(c.schema_id for c in collections))
-    summary.add_row("migration entries", str(len(status.migration_entries)))
-    summary.add_row("pending finalization", str(len(status.pending_finalization)))
+    row("schema id", _counts(c.schema_id for c in collections))
+    row("migration entries", str(len(status.migration_entries)))
+    row("pending finalization", str(len(status.pending_finalization)))
     tables: list[RenderableType] = [summary]
     shown = collections if all_rows else collections[:limit]
     if shown:
@@ -283,7 +292,7 @@ def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> li
         table = Table()
         table.add_column("pending finalization (shard)", overflow="fold")
         for shard_id in pending:
-            table.add_row(shard_id)
+            table.add_row(Text(shard_id))
         tables.append(table)
     return tables
 
@@ -295,7 +304,7 @@ def _events_table(status: UpgradeStatus) -> Table:
     table.add_column("details", overflow="fold")
     for event in status.events:
         details = " ".join(f"{k}={v}" for k, v in sorted(event.fields.items()))
-        table.add_row(_clock(event.at), event.kind, details)
+        table.add_row(_clock(event.at), Text(event.kind), Text(details))
     return table
 
 

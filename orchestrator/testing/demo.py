@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_story(demo)
         return 0
     except Exception as exc:  # the demo reports any failure, then cleans up
-        console.print(f"[bold red]demo failed:[/bold red] {exc}")
+        console.print(f"[bold red]demo failed:[/bold red] {escape(str(exc))}")
         if demo is not None:
             for sidecar in demo.sidecars:
                 console.print(f"[dim]--- {sidecar.name} log tail ---[/dim]")
@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if demo is not None:
             demo.close()
         if args.keep:
-            console.print(f"work directory kept: {workdir}")
+            console.print(f"work directory kept: {escape(str(workdir))}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
         console.print("[dim]ZooKeeper stopped, processes ended, temporary files removed[/dim]")

@@ -68,6 +68,22 @@ def test_plan_table_output() -> None:
     assert "mz_introspection.mz_scheduling_elapsed" in result.stdout
 
 
+def test_plan_table_never_cuts_a_field_path_at_80_columns() -> None:
+    """At 80 columns the mechanism column gives way (each instruction names its mechanism)
+    and long collection names wrap; every schema-diff path stays whole on its line."""
+    args = ["--log-level", "WARNING", "plan", "--releases", str(EXAMPLE)]
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(main, [*args, "--from", "0.10.0",
+                                                            "--to", "0.13.0"])  # fmt: skip
+    assert result.exit_code == EXIT_OK, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if "collection" in line)
+    assert "instructions" in header and "mechanism" not in header
+    for path in ("+options.value.secret_id", "+key.items.nulls_last", "+config.disk_limit"):
+        assert any(f"│ {path} " in line for line in lines), path
+    assert "│ mz_catalog.mz_tables (s3) " in result.stdout
+
+
 def test_plan_same_version_is_empty() -> None:
     """Planning a release onto itself succeeds with nothing to do."""
     result = run("plan", "--releases", str(EXAMPLE), "--from", "0.12.0", "--to", "0.12.0", "--json")

@@ -314,3 +314,21 @@ def test_coverage_stays_readable_at_80_columns() -> None:
     assert narrow.rstrip().endswith("6 more collection(s): --all shows every one")
     wide = at(200, all_rows=True)
     assert "needed" in wide and "mz_catalog.mz_roles" in wide and "more collection" not in wide
+
+
+def test_values_are_shown_as_written_never_read_as_markup() -> None:
+    """A value that looks like rich markup (a closing tag with nothing to close would raise)
+    is shown as written: in the catalog, the events, the pending finalizations and the
+    processes' errors."""
+    markup = "[/oops] [bold]x"
+    base = big_status(3)
+    status = attrs.evolve(
+        base,
+        catalog=attrs.evolve(base.catalog, blob_uri=f"file:///blobs/{markup}"),
+        events=(UpgradeEvent(seq=8, kind="refused", at=NOW - 5, fields={"reason": markup}),),
+        pending_finalization=(markup,),
+        processes=(attrs.evolve(base.processes[0], error={"error": "E", "message": markup}),),
+    )
+    text = text_of(status)
+    assert f"file:///blobs/{markup}" in text and f"reason={markup}" in text
+    assert f"│ {markup} " in text and f"E: {markup}" in text
