@@ -35,6 +35,8 @@ class FittedTable:
     folded: Mapping[str, int] = attrs.field(factory=dict)
     wide: str | None = None
     cell: Callable[[str, str], Text] = _plain
+    # Each column's longest line, measured once (a table may be measured for several layouts).
+    _longest: dict[str, int] = attrs.field(init=False, factory=dict, eq=False, repr=False)
 
     def width(self, columns: Iterable[str]) -> int:
         """The width a table of ``columns`` needs: each column its widest cell (the folded
@@ -45,8 +47,12 @@ class FittedTable:
 
     def _widest(self, column: str) -> int:
         """The longest line of ``column``'s header and values."""
-        values = [column, *(str(row[column]) for row in self.rows)]
-        return max(len(line) for value in values for line in value.split("\n"))
+        longest = self._longest.get(column)
+        if longest is None:
+            values = [column, *(str(row[column]) for row in self.rows)]
+            longest = max(len(line) for value in values for line in value.split("\n"))
+            self._longest[column] = longest
+        return longest
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         columns = list(self.columns)
