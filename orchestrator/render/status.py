@@ -106,6 +106,11 @@ def _state_text(state: str | None) -> Text:
     return Text(_dash(state), style=_STATE_STYLE.get(state or "", ""))
 
 
+def _add_field(table: Table, field: str, value: str | Text) -> None:
+    """A ``field: value`` row; the value is shown as written, never read as markup."""
+    table.add_row(Text(field), value if isinstance(value, Text) else Text(value))
+
+
 def _catalog_table(status: UpgradeStatus) -> Table:
     catalog = status.catalog
     table = Table(title="catalog", show_header=False, title_justify="left")
@@ -113,8 +118,7 @@ def _catalog_table(status: UpgradeStatus) -> Table:
     table.add_column("value")
 
     def row(field: str, value: str | Text) -> None:
-        # A value is shown as written, never read as markup.
-        table.add_row(field, value if isinstance(value, Text) else Text(value))
+        _add_field(table, field, value)
 
     row("version", _dash(catalog.version))
     row("deploy generation", _dash(catalog.deploy_generation))
@@ -248,18 +252,12 @@ def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> li
     )
     summary.add_column("field", style="bold")
     summary.add_column("value", overflow="fold")
-
-    def row(field: str, value: str) -> None:
-        summary.add_row(field, Text(value))
-
     if status.plan_source is not None:
-        summary.add_row(
-            Text(f"mechanism (plan of {status.plan_source})"),
-            Text(_counts(c.mechanism for c in collections)),
-        )
-    row("schema id", _counts(c.schema_id for c in collections))
-    row("migration entries", str(len(status.migration_entries)))
-    row("pending finalization", str(len(status.pending_finalization)))
+        _add_field(summary, f"mechanism (plan of {status.plan_source})",
+                   _counts(c.mechanism for c in collections))  # fmt: skip
+    _add_field(summary, "schema id", _counts(c.schema_id for c in collections))
+    _add_field(summary, "migration entries", str(len(status.migration_entries)))
+    _add_field(summary, "pending finalization", str(len(status.pending_finalization)))
     tables: list[RenderableType] = [summary]
     shown = collections if all_rows else collections[:limit]
     if shown:
@@ -293,6 +291,9 @@ def _collections_tables(status: UpgradeStatus, all_rows: bool, limit: int) -> li
         table.add_column("pending finalization (shard)", overflow="fold")
         for shard_id in pending:
             table.add_row(Text(shard_id))
+        hidden = len(status.pending_finalization) - len(pending)
+        if hidden:
+            table.caption = f"--all shows {hidden} more"
         tables.append(table)
     return tables
 
