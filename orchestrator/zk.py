@@ -10,12 +10,15 @@ connect timeout comes from ``CATALOG_UPGRADE_CONNECT_TIMEOUT``, default 10 s).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.hosts import collect_hosts
 from kazoo.retry import KazooRetry
 
 from catalog.consensus import Consensus, env_root
@@ -70,6 +73,7 @@ def new_client(
     """
     if not zk or not zk.strip():
         raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
+    check_hosts(zk)
     auth = ZkAuth.from_environment() if auth is None else auth
     secured: dict[str, Any] = {}
     if auth is not None:
@@ -86,6 +90,38 @@ def new_client(
         )
     except ValueError as exc:
         raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
+
+
+#: A host name as DNS spells it (letters, digits, hyphens; underscores too, as container
+#: names have them), label by label.
+_HOST_NAME = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?$")
+
+
+def check_hosts(zk: str) -> None:
+    """BadInputError naming the part of ``zk`` that is no ``host[:port]``, before any attempt
+    (kazoo would retry a name that cannot exist until the connect timeout)."""
+    try:
+        hosts, _chroot = collect_hosts(zk)
+    except ValueError as exc:
+        raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
+    for host, port in hosts:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOST_NAME.match(host):
+                raise BadInputError(
+                    f"invalid ZooKeeper connection string {zk!r}: {host!r} is no host name or "
+                    "address (write HOST:PORT[,HOST:PORT...][/CHROOT])",
+                    zk=zk,
+                    host=host,
+                ) from None
+        if not 0 < port < 65536:
+            raise BadInputError(
+                f"invalid ZooKeeper connection string {zk!r}: port {port} of {host} is out of "
+                "range (1-65535)",
+                zk=zk,
+                port=port,
+            )
 
 
 def connect(

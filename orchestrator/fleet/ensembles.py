@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 
 from catalog.errors import BadInputError
 from orchestrator.fleet.rules import Thresholds
-from orchestrator.zk import DEFAULT_SESSION_TIMEOUT, new_client
+from orchestrator.zk import DEFAULT_SESSION_TIMEOUT, check_hosts, new_client
 from orchestrator.zkauth import ZkAuth, read_credential
 from orchestrator.zktls import ZkTls
 
@@ -130,6 +130,10 @@ def _ensemble(item: Any, index: int, origin: str) -> Ensemble:
     if "zk" not in item:
         raise BadInputError(f"{where}: no zk (the ensemble's HOST:PORT list)", key="zk")
     zk = item["zk"]
+    try:
+        check_hosts(zk)
+    except BadInputError as exc:
+        raise BadInputError(f"{where}: {exc.message}", key="zk", zk=zk) from None
     return Ensemble(
         name=item.get("name", zk.split(",")[0]), **{k: v for k, v in item.items() if k != "name"}
     )

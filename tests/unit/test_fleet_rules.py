@@ -86,7 +86,9 @@ def test_fleet_file_and_thresholds() -> None:
         ({"ensemble": [{"zk": "a:1"}], "thresholds": {"stuck_factor": 1}}, "above 1"),
         ({"ensemble": [{"zk": "a:1"}], "thresholds": {"soon": "1h"}}, "unknown key 'soon'"),
         ({"ensemble": [{"zk": 3}]}, "zk must be a non-empty string"),
-    ):
+        ({"ensemble": [{"zk": "a:1"}, {"zk": "zk 2:2181"}]},
+         re.escape("ensemble 2: invalid ZooKeeper connection string 'zk 2:2181'")),
+    ):  # fmt: skip
         with pytest.raises(BadInputError, match=named):
             FleetFile.of(data)
 

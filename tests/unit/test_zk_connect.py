@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_UNEXPECTED, BadInputError, ConnectionLostError
 from orchestrator.cli import main
-from orchestrator.zk import connect, open_consensus
+from orchestrator.zk import close, connect, new_client, open_consensus
 
 
 def closed_port() -> str:
@@ -33,6 +34,29 @@ def test_malformed_connection_string_is_bad_input() -> None:
         connect("host:port:extra", timeout=0.5)
     with pytest.raises(BadInputError):
         connect("", timeout=0.5)
+
+
+@pytest.mark.parametrize("zk", ["bad host!!", "zk1:2181,-zk2:2181", "a..b:2181", "h:70000"])
+def test_a_host_that_cannot_exist_is_refused_at_once_naming_it(zk: str) -> None:
+    """A host that is no name or address (kazoo would retry it until the connect timeout) is
+    bad input: exit 2 at once, naming the connection string, nothing tried."""
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main, ["--log-level", "CRITICAL", "status", "--zk", zk, "--env", "x"],
+        env={"CATALOG_UPGRADE_CONNECT_TIMEOUT": "30"},
+    )  # fmt: skip
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert f"invalid ZooKeeper connection string {zk!r}" in result.stderr
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    "zk", ["zk1:2181,zk2:2181/chroot", "[::1]:2181", "zoo_1.local:2181", "10.0.0.1,zk.example."]
+)
+def test_host_names_and_addresses_as_operators_write_them_are_accepted(zk: str) -> None:
+    """Names with dots, underscores (container names) and a trailing dot, IPv6 in brackets,
+    several servers and a chroot pass the check (the client is only built, not started)."""
+    close(new_client(zk))
 
 
 def test_bad_environment_name_is_refused_before_connecting() -> None:
