@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from orchestrator.sidecar.http import JSON_LINES_TYPE
 from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
+from orchestrator.sidecar.rows import jsonable
 
 __all__ = [
     "Answer",
@@ -181,7 +182,8 @@ class SidecarClient:
             with pa.ipc.new_stream(sink, rows.schema) as writer:
                 writer.write(rows)
             return self.append_body(collection, sink.getvalue(), ARROW_STREAM_TYPE, key=key)
-        body = "".join(json.dumps(row, default=str) + "\n" for row in rows).encode()
+        # Times ISO 8601, bytes base64: as GET /read writes them, and as /append reads them.
+        body = "".join(json.dumps(jsonable(dict(row))) + "\n" for row in rows).encode()
         return self.append_body(collection, body, JSON_LINES_TYPE, key=key)
 
     def append_body(

@@ -135,6 +135,7 @@ def read_command(
 
     from catalog.errors import BadInputError
     from catalog.shard import TS
+    from orchestrator.sidecar.rows import json_lines
 
     arrow = output_format == "arrow"
     if arrow and output is None:
@@ -163,8 +164,8 @@ def read_command(
             )
         elif as_json:  # streamed: on Spark a partition at a time, never the whole result
             for chunk in chosen.snapshot_chunks(shard, as_of, limit=limit):
-                for row in chunk.to_pylist():
-                    click.echo(json.dumps(row, default=str))
+                for lines in json_lines(chunk):  # as GET /read answers them
+                    click.echo(lines, nl=False)
             return
         else:
             table = _with_progress(
@@ -178,11 +179,11 @@ def read_command(
             else f"wrote {written.rows} rows of {collection} in {parts} part(s) to {output}"
         )
         return
-    rows = table.to_pylist()
     if as_json:
-        for row in rows:
-            click.echo(json.dumps(row, default=str))
+        for lines in json_lines(table):
+            click.echo(lines, nl=False)
         return
+    rows = table.to_pylist()
     time_read = rows[0][TS] if rows else as_of
     limited = f" (--limit {limit})" if limit is not None else ""
     from orchestrator.render.rows import render_rows

@@ -66,6 +66,13 @@ _KEY = {
 }
 _BINARY = {"type": "string", "contentMediaType": ARROW_STREAM_TYPE}
 _TEXT = {"type": "string"}
+#: Rows as JSON lines, in the forms reads write and appends read (docs/http-api.md).
+_ROWS = {
+    "type": "string",
+    "description": "One JSON object per row and line: times and dates in ISO 8601 (an append "
+    "may also send a timestamp as an integer in its unit), binary in base64, decimals as "
+    "strings, structs and maps as objects, lists as arrays.",
+}
 _OBJECT = {"type": "object"}
 
 #: Per endpoint: summary, parameters, request body media, and the 2xx answers.
@@ -93,7 +100,7 @@ ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "read": {
         "summary": "A collection's rows as this release reads them, with _ts and _diff",
         "parameters": [_COLLECTION, _AS_OF],
-        "ok": {JSON_LINES_TYPE: _TEXT, ARROW_STREAM_TYPE: _BINARY},
+        "ok": {JSON_LINES_TYPE: _ROWS, ARROW_STREAM_TYPE: _BINARY},
     },
     "promote": {
         "summary": "Promote a deploy generation (default: the process's own)",
@@ -114,7 +121,7 @@ ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "append": {
         "summary": "Append rows exactly once (the leader only)",
         "parameters": [_COLLECTION, _KEY],
-        "body": {JSON_LINES_TYPE: _TEXT, ARROW_STREAM_TYPE: _BINARY},
+        "body": {JSON_LINES_TYPE: _ROWS, ARROW_STREAM_TYPE: _BINARY},
         "ok": {JSON_TYPE: {"$ref": "#/components/schemas/AppendAnswer"}},
         "headers": {REPLAYED_HEADER: {"schema": {"type": "string", "enum": ["true"]}}},
         # What a client does next (and a stateful fuzzer follows): read what it appended, at

@@ -14,10 +14,12 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import functools
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -43,6 +45,7 @@ def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -
     lines: list[int] = []
     names = set(schema.names)
     required = [field.name for field in schema if not field.nullable]
+    decoders = _decoders(schema)
     for number, raw in enumerate(body.splitlines(), start=1):
         line = _decoded(raw, number)
         if not line.strip():
@@ -72,6 +75,9 @@ def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -
                     line=number,
                     field=name,
                 )
+        for name, decode in decoders.items():
+            if row.get(name) is not None:
+                row[name] = _decoded_value(decode, row[name], number, name)
         rows.append(row)
         lines.append(number)
         if max_rows is not None and len(rows) > max_rows:
@@ -141,6 +147,101 @@ _NATIVE = (
     pa.types.is_string,
     pa.types.is_large_string,
 )
+
+
+#: What a JSON value of a type is read from, when not a JSON number or string of its own: the
+#: forms :func:`jsonable` writes (ISO 8601 times, base64 bytes, decimal strings), so that the
+#: rows ``GET /read`` answers append back as they were.
+_Decode = Callable[[Any], Any]
+
+
+@functools.lru_cache(maxsize=64)
+def _decoders(schema: pa.Schema) -> dict[str, _Decode]:
+    """The fields of ``schema`` whose JSON values need reading into Arrow's Python forms."""
+    found = {field.name: _decoder(field.type) for field in schema}
+    return {name: decode for name, decode in found.items() if decode is not None}
+
+
+def _decoder(dtype: pa.DataType) -> _Decode | None:
+    if pa.types.is_timestamp(dtype):
+        return _when(dt.datetime.fromisoformat)
+    if pa.types.is_date(dtype):
+        return _when(dt.date.fromisoformat)
+    if pa.types.is_time(dtype):
+        return _when(dt.time.fromisoformat)
+    if pa.types.is_decimal(dtype):
+        return _when(_decimal)
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return _when(partial(base64.b64decode, validate=True))
+    if pa.types.is_fixed_size_binary(dtype):
+        return _when(partial(base64.b64decode, validate=True))
+    if pa.types.is_struct(dtype):
+        children = {
+            dtype.field(i).name: decode
+            for i in range(dtype.num_fields)
+            if (decode := _decoder(dtype.field(i).type)) is not None
+        }
+        return partial(_struct_value, children) if children else None
+    if pa.types.is_map(dtype):
+        keys, items = _decoder(dtype.key_type), _decoder(dtype.item_type)
+        return partial(_map_value, keys, items) if keys or items else None
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        item = _decoder(dtype.value_type)
+        return partial(_list_value, item) if item is not None else None
+    if pa.types.is_fixed_size_list(dtype):
+        item = _decoder(dtype.value_type)
+        return partial(_list_value, item) if item is not None else None
+    return None
+
+
+def _decimal(text: str) -> decimal.Decimal:
+    try:
+        return decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        raise ValueError(f"{text!r} is not a decimal number") from None
+
+
+def _when(parse: Callable[[str], Any]) -> _Decode:
+    """``parse`` for a string; any other value as it is (an integer time, say)."""
+    return lambda value: parse(value) if isinstance(value, str) else value
+
+
+def _struct_value(children: dict[str, _Decode], value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: (children[k](v) if k in children and v is not None else v) for k, v in value.items()}
+
+
+def _list_value(item: _Decode, value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [None if v is None else item(v) for v in value]
+
+
+def _map_value(keys: _Decode | None, items: _Decode | None, value: Any) -> Any:
+    pairs: Any = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list) or not all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in pairs
+    ):
+        return value  # Arrow refuses it, naming the field
+    return [
+        (keys(key) if keys else key, items(item) if items and item is not None else item)
+        for key, item in pairs
+    ]
+
+
+def _decoded_value(decode: _Decode, value: Any, line: int, name: str) -> Any:
+    """``value`` of field ``name`` decoded; BadInputError naming the line and field."""
+    try:
+        return decode(value)
+    except (ValueError, TypeError) as exc:  # binascii.Error is a ValueError
+        raise BadInputError(
+            f"line {line}: field {name}: value does not match the schema: {exc} (times are "
+            "ISO 8601, binary values base64, decimals strings or numbers)",
+            line=line,
+            field=name,
+            problem=str(exc),
+        ) from None
 
 
 def _json_native(dtype: pa.DataType, depth: int) -> bool:
