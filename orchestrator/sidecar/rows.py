@@ -19,7 +19,6 @@ import io
 import json
 import re
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -149,15 +148,15 @@ _NATIVE = (
 )
 
 
-#: What a JSON value of a type is read from, when not a JSON number or string of its own: the
-#: forms :func:`jsonable` writes (ISO 8601 times, base64 bytes, decimal strings), so that the
-#: rows ``GET /read`` answers append back as they were.
+#: A JSON value of one type made into what Arrow takes for it.
 _Decode = Callable[[Any], Any]
 
 
 @functools.lru_cache(maxsize=64)
 def _decoders(schema: pa.Schema) -> dict[str, _Decode]:
-    """The fields of ``schema`` whose JSON values need reading into Arrow's Python forms."""
+    """The fields of ``schema`` whose JSON values need reading into Arrow's Python forms: the
+    forms :func:`jsonable` writes (ISO 8601 times, base64 bytes, decimal strings, maps as
+    objects), so that the rows ``GET /read`` answers append back as they were."""
     found = {field.name: _decoder(field.type) for field in schema}
     return {name: decode for name, decode in found.items() if decode is not None}
 
@@ -171,26 +170,29 @@ def _decoder(dtype: pa.DataType) -> _Decode | None:
         return _when(dt.time.fromisoformat)
     if pa.types.is_decimal(dtype):
         return _when(_decimal)
-    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
-        return _when(partial(base64.b64decode, validate=True))
-    if pa.types.is_fixed_size_binary(dtype):
-        return _when(partial(base64.b64decode, validate=True))
+    if (
+        pa.types.is_binary(dtype)
+        or pa.types.is_large_binary(dtype)
+        or pa.types.is_fixed_size_binary(dtype)
+    ):
+        return _when(functools.partial(base64.b64decode, validate=True))
     if pa.types.is_struct(dtype):
         children = {
             dtype.field(i).name: decode
             for i in range(dtype.num_fields)
             if (decode := _decoder(dtype.field(i).type)) is not None
         }
-        return partial(_struct_value, children) if children else None
+        return functools.partial(_struct_value, children) if children else None
     if pa.types.is_map(dtype):
         keys, items = _decoder(dtype.key_type), _decoder(dtype.item_type)
-        return partial(_map_value, keys, items) if keys or items else None
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return functools.partial(_map_value, keys, items) if keys or items else None
+    if (
+        pa.types.is_list(dtype)
+        or pa.types.is_large_list(dtype)
+        or pa.types.is_fixed_size_list(dtype)
+    ):
         item = _decoder(dtype.value_type)
-        return partial(_list_value, item) if item is not None else None
-    if pa.types.is_fixed_size_list(dtype):
-        item = _decoder(dtype.value_type)
-        return partial(_list_value, item) if item is not None else None
+        return functools.partial(_list_value, item) if item is not None else None
     return None
 
 
