@@ -19,7 +19,7 @@ from orchestrator.cli.root import handle_errors, main, zk_options
 @click.option(
     "--deploy-generation",
     "deploy_generation",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=1),
     required=True,
     help="Generation to promote (never below the catalog's or the current target).",
 )

@@ -28,6 +28,7 @@ from catalog.environment import (
 from catalog.errors import (
     EXIT_FENCED,
     EXIT_REFUSED,
+    BadInputError,
     CatalogError,
     ConnectionLostError,
     FencedError,
@@ -48,7 +49,13 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
 
     Refuses (FencedError, exit 3) a target below the catalog's generation or the current target:
     the promotion target only moves up, so a stale ``promote`` can never undo a newer one.
+    A generation below 1 (no process runs one) is BadInputError, and nothing is written.
     """
+    if deploy_generation < 1:
+        raise BadInputError(
+            f"cannot promote generation {deploy_generation}: deploy generations start at 1",
+            deploy_generation=deploy_generation,
+        )
 
     def attempt() -> bool:
         found = consensus.get_many([CATALOG_KEY, PROMOTION_KEY])

@@ -26,10 +26,12 @@ from catalog.environment import (
     read_catalog,
 )
 from catalog.errors import (
+    EXIT_BAD_INPUT,
     EXIT_FENCED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNEXPECTED,
+    BadInputError,
     CatalogError,
     ConnectionLostError,
     FencedError,
@@ -479,6 +481,21 @@ def test_promote_refuses_a_generation_below_the_catalog(store: Consensus, zk_env
         promote(store, 2, requested_by="test")
     assert info.value.details["catalog_generation"] == 3
     assert read_promotion(store) is None
+
+
+def test_promote_of_a_generation_below_1_is_bad_input_and_writes_nothing(
+    store: Consensus, zk_env: ZkEnv
+) -> None:
+    """No process runs generation 0 (or below): promoting it, on an empty environment too, is
+    refused as bad input (exit 2 / 400) and writes no znode."""
+    before = store.client.get_children(store.root) if store.client.exists(store.root) else []
+    result = run_cli(zk_env, "promote", "--deploy-generation", "0")
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    for generation in (0, -3):
+        with pytest.raises(BadInputError, match=f"cannot promote generation {generation}"):
+            promote(store, generation, requested_by="test")
+    after = store.client.get_children(store.root) if store.client.exists(store.root) else []
+    assert after == before and read_promotion(store) is None
 
 
 def test_promote_only_raises_the_target(store: Consensus, zk_env: ZkEnv) -> None:
