@@ -90,6 +90,11 @@ def _collection(
         yield shard, engine_for(data.engine, shard, spark=_spark_for(ctx, spark), config=spark)
 
 
+#: Rows ``read`` prints as a table unless ``--limit`` says how many (a collection may hold
+#: millions: ``--json`` and ``--output`` take every row).
+TABLE_ROWS = 100
+
+
 @main.command("read")
 @click.option("--collection", required=True, help="The collection, SCHEMA.NAME.")
 @click.option("--as-of", type=click.IntRange(min=0), default=None, help="Time (default: upper-1).")
@@ -98,7 +103,8 @@ def _collection(
     "--limit",
     type=click.IntRange(min=0),
     default=None,
-    help="Print at most N rows (Spark computes only those).",
+    help=f"Print at most N rows (Spark computes only those); the table shows the first "
+    f"{TABLE_ROWS} unless given.",
 )
 @click.option(
     "--output",
@@ -167,9 +173,10 @@ def read_command(
                 for lines in json_lines(chunk):  # as GET /read answers them
                     click.echo(lines, nl=False)
             return
-        else:
+        else:  # a table for people: the first rows unless --limit says how many
+            wanted = TABLE_ROWS + 1 if limit is None else limit  # one more tells if there are
             table = _with_progress(
-                lambda: chosen.snapshot(shard, as_of, limit=limit), chosen, f"reading {collection}"
+                lambda: chosen.snapshot(shard, as_of, limit=wanted), chosen, f"reading {collection}"
             )
     if output is not None:
         parts = len(written.parts)
@@ -179,22 +186,21 @@ def read_command(
             else f"wrote {written.rows} rows of {collection} in {parts} part(s) to {output}"
         )
         return
-    if as_json:
-        for lines in json_lines(table):
-            click.echo(lines, nl=False)
-        return
-    rows = table.to_pylist()
-    time_read = rows[0][TS] if rows else as_of
-    limited = f" (--limit {limit})" if limit is not None else ""
+    more = limit is None and table.num_rows > TABLE_ROWS
+    table = table.slice(0, TABLE_ROWS) if more else table
+    time_read = table.column(TS)[0].as_py() if table.num_rows else as_of
+    if more:
+        shown = (
+            f"the first {TABLE_ROWS} rows (--limit N shows N, --json or --output every row; "
+            f"engine {chosen.name})"
+        )
+    else:
+        limited = f" (--limit {limit})" if limit is not None else ""
+        shown = f"{table.num_rows} rows{limited} (engine {chosen.name})"
     from orchestrator.render.rows import render_rows
 
-    Console().print(
-        render_rows(
-            table,
-            f"{collection} as of {time_read if time_read is not None else '-'}",
-            f"{len(rows)} rows{limited} (engine {chosen.name})",
-        )
-    )
+    title = f"{collection} as of {time_read if time_read is not None else '-'}"
+    Console().print(render_rows(table, title, shown))
 
 
 def _write_stream(output: str, chunks: Iterator[pa.Table], empty: Callable[[], pa.Table]) -> int:

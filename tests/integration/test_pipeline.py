@@ -1027,6 +1027,27 @@ def test_cli_read_prints_json_lines_and_a_table(
     assert "mz_catalog.items as of 0" in result.stdout and "owner" in result.stdout
 
 
+def test_cli_read_table_shows_the_first_rows_and_says_how_to_see_every_one(
+    consensus: Consensus, blob: BlobStore, zk_env: ZkEnv
+) -> None:
+    """A collection of more rows than a table shows: ``read`` prints the first 100 and says so
+    (a collection may hold millions); ``--limit`` prints as many as it says, ``--json`` all."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+    shard = Shard(consensus, blob, "many")
+    shard.create(schema)
+    append(shard, updates(schema, [{"id": i, "name": f"n{i}"} for i in range(150)], 0))
+    bootstrap(consensus, blob, shard)
+    where = ["read", "--collection", "mz_catalog.items"]
+    table = run_cli(zk_env, *where)
+    assert table.exit_code == 0, table.output
+    assert "the first 100 rows (--limit N shows N, --json or --output every row" in table.stdout
+    assert sum(line.startswith("│ ") for line in table.stdout.splitlines()) == 100
+    limited = run_cli(zk_env, *where, "--limit", "120")
+    assert "120 rows (--limit 120)" in limited.stdout and "the first" not in limited.stdout
+    every = run_cli(zk_env, *where, "--json")
+    assert len(every.stdout.splitlines()) == 150
+
+
 def test_cli_read_json_writes_rows_as_get_read_does_and_they_append_back(
     consensus: Consensus, blob: BlobStore, zk_env: ZkEnv
 ) -> None:
