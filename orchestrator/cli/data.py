@@ -148,6 +148,11 @@ def read_command(
         raise BadInputError("--format arrow writes a stream: name its file with --output FILE")
     if arrow and output != "-" and Path(output or "").exists():
         raise BadInputError(f"--output {output} exists: name a new file", output=output)
+    if arrow and output == "-" and sys.stdout.isatty():
+        raise BadInputError(
+            "--output - would write a binary Arrow stream to the terminal: pipe it to a "
+            "program or name a file"
+        )
     if output is not None and limit is not None and not arrow:
         raise BadInputError("--limit does not apply to --output (it writes every row)")
     spark = data.spark()
