@@ -70,8 +70,8 @@ _TEXT = {"type": "string"}
 _ROWS = {
     "type": "string",
     "description": "One JSON object per row and line: times and dates in ISO 8601 (an append "
-    "may also send a timestamp as an integer in its unit), binary in base64, decimals as "
-    "strings, structs and maps as objects, lists as arrays.",
+    "may also send a timestamp as an integer in its unit), durations in seconds, binary in "
+    "base64, decimals as strings, structs and maps as objects, lists as arrays.",
 }
 _OBJECT = {"type": "object"}
 

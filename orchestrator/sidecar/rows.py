@@ -155,8 +155,9 @@ _Decode = Callable[[Any], Any]
 @functools.lru_cache(maxsize=64)
 def _decoders(schema: pa.Schema) -> dict[str, _Decode]:
     """The fields of ``schema`` whose JSON values need reading into Arrow's Python forms: the
-    forms :func:`jsonable` writes (ISO 8601 times, base64 bytes, decimal strings, maps as
-    objects), so that the rows ``GET /read`` answers append back as they were."""
+    forms :func:`jsonable` writes (ISO 8601 times, durations in seconds, base64 bytes, decimal
+    strings, maps as objects), so that the rows ``GET /read`` answers append back as they
+    were."""
     found = {field.name: _decoder(field.type) for field in schema}
     return {name: decode for name, decode in found.items() if decode is not None}
 
@@ -170,6 +171,8 @@ def _decoder(dtype: pa.DataType) -> _Decode | None:
         return _when(dt.time.fromisoformat)
     if pa.types.is_decimal(dtype):
         return _when(_decimal)
+    if pa.types.is_duration(dtype):  # reads write seconds; an integer stays in the type's unit
+        return lambda value: dt.timedelta(seconds=value) if isinstance(value, float) else value
     if (
         pa.types.is_binary(dtype)
         or pa.types.is_large_binary(dtype)

@@ -160,7 +160,7 @@ TYPED = pa.schema([
     pa.field("t", pa.timestamp("ms", tz="UTC")), pa.field("naive", pa.timestamp("us")),
     pa.field("d", pa.date32()), pa.field("tm", pa.time64("us")),
     pa.field("b", pa.binary()), pa.field("fixed", pa.binary(3)),
-    pa.field("dec", pa.decimal128(10, 2)),
+    pa.field("dec", pa.decimal128(10, 2)), pa.field("took", pa.duration("ms")),
     pa.field("m", pa.map_(pa.string(), pa.binary())),
     pa.field("l", pa.list_(pa.struct([
         pa.field("when", pa.timestamp("ms", tz="UTC")), pa.field("raw", pa.large_binary()),
@@ -170,8 +170,9 @@ TYPED = pa.schema([
 
 def test_what_get_read_writes_appends_back_as_the_same_rows() -> None:
     """Times in ISO 8601, bytes in base64, decimals as strings and maps as objects, at the top
-    and nested: the JSON lines :func:`json_lines` writes parse back into the same table, in
-    fewer rows than the JSON reader takes and in more. Integers still read as times."""
+    and nested, durations in seconds: the JSON lines :func:`json_lines` writes parse back into
+    the same table, in fewer rows than the JSON reader takes and in more. Integers still read
+    as times (and durations) in their unit."""
     import datetime as dt
     import decimal
 
@@ -180,15 +181,17 @@ def test_what_get_read_writes_appends_back_as_the_same_rows() -> None:
         "id": 1, "t": dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=utc),
         "naive": dt.datetime(2026, 1, 2, 3, 4, 5, 123456), "d": dt.date(2026, 1, 2),
         "tm": dt.time(3, 4, 5, 6), "b": b"\x00\xff\x10", "fixed": b"abc",
-        "dec": decimal.Decimal("12.34"), "m": [("k", b"\x01")],
+        "dec": decimal.Decimal("12.34"), "took": dt.timedelta(seconds=90, milliseconds=5),
+        "m": [("k", b"\x01")],
         "l": [{"when": dt.datetime(2020, 5, 6, tzinfo=utc), "raw": b"\xfe"}, None],
     }  # fmt: skip
     empty = {"id": 2, **{name: None for name in TYPED.names[1:]}}
     for count in (2, 3 * rows_module.ARROW_JSON_MIN_ROWS):
         table = pa.Table.from_pylist([row, empty] * (count // 2), schema=TYPED)
         assert rows_to_table(b"".join(json_lines(table)), TYPED).equals(table)
-    as_millis = rows_to_table(b'{"id": 3, "t": 1767323045678}', TYPED)
+    as_millis = rows_to_table(b'{"id": 3, "t": 1767323045678, "took": 90005}', TYPED)
     assert as_millis.column("t")[0].as_py() == row["t"]
+    assert as_millis.column("took")[0].as_py() == row["took"]
 
 
 @pytest.mark.parametrize(
