@@ -179,7 +179,7 @@ def read_command(
                     click.echo(lines, nl=False)
             return
         else:  # a table for people: the first rows unless --limit says how many
-            wanted = TABLE_ROWS + 1 if limit is None else limit  # one more tells if there are
+            wanted = TABLE_ROWS + 1 if limit is None else limit  # one more: are there more?
             table = _with_progress(
                 lambda: chosen.snapshot(shard, as_of, limit=wanted), chosen, f"reading {collection}"
             )
