@@ -131,7 +131,7 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
 ) -> None:
     """Under spark.driver.maxResultSize=1m on the cluster: read --engine spark streams arrow's
     rows (read --json, a partition at a time); compaction keeps every row; read --output (the
-    executors write the parts) passes, while a read collected for a table is an error line
+    executors write the parts) passes, while a table of every row (collected) is an error line
     naming the setting."""
     expected = shard.snapshot()
     assert expected.num_rows == 80_000  # the first batch was retracted
@@ -154,7 +154,7 @@ def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_lim
     apps = (cluster.state() or {}).get("completedapps", [])
     assert len(apps) >= 2, "the jobs did not run on the cluster"
 
-    done = cli(zk_env, cluster, "read", *small)
+    done = cli(zk_env, cluster, "read", "--limit", "80000", *small)  # a table of every row
     assert done.returncode == 2, done.stderr[-3000:]
     assert "spark.driver.maxResultSize" in done.stderr
     assert "Traceback" not in done.stderr and "Py4J" not in done.stderr
