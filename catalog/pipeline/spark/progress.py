@@ -84,13 +84,16 @@ class JobProgress:
                 conf.unset(_MIN_PARTITIONS)
             else:
                 conf.set(_MIN_PARTITIONS, split)
-        self._report(tracker)  # the job is over: its tasks as they ended
+        self._report(tracker, ended=True)
 
     def _poll(self, tracker: Any) -> None:
         while not self._stop.wait(POLL_SECONDS):
             self._report(tracker)
 
-    def _report(self, tracker: Any) -> None:
+    def _report(self, tracker: Any, *, ended: bool = False) -> None:
+        """Reports the job's tasks and rows. ``ended``: the action has returned, so every task
+        is done, whatever the tracker says yet (it is fed by Spark's listener bus, which may
+        still be behind on the last tasks' ends)."""
         try:
             jobs = tracker.getJobIdsForGroup(self._group)
             done, total = self._tasks(tracker, jobs)
@@ -99,6 +102,8 @@ class JobProgress:
             return
         if not total:
             return
+        if ended:
+            done = total
         stepped = self._rows * done // total
         try:
             read = self._scanned(jobs)
@@ -107,8 +112,9 @@ class JobProgress:
             read = None
         if read is None:
             self._pacer.observe(stepped, tasks=(done, total))
-        else:  # a task's rows count once it is done, whatever its scan read
-            rows = stepped if done == total else max(stepped, min(read, self._rows))
+        else:  # a task's rows count once it is done, whatever its scan read: while one
+            # runs, the step is short of its total (its last rows may be read, not written)
+            rows = stepped if done == total else max(stepped, min(read, self._rows - 1))
             self._pacer.observe(rows, tasks=(done, total), running=True)
 
     def _tasks(self, tracker: Any, jobs: list[int]) -> tuple[int, int]:
