@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -70,12 +71,20 @@ MAX_VALUE_BYTES = 512 * 1024
 
 
 def env_root(env: str) -> str:
-    """The ZooKeeper root of an environment."""
-    if not env or "/" in env or env in {".", ".."}:
+    """The ZooKeeper root of an environment: BadInputError for a name that is no one znode's
+    (empty, ``.``, ``..``, a ``/``, or a character ZooKeeper refuses in a path)."""
+    if not env or "/" in env or env in {".", ".."} or _REFUSED_IN_PATHS.search(env):
         from catalog.errors import BadInputError
 
-        raise BadInputError(f"invalid environment name {env!r}: use a non-empty name without '/'")
+        raise BadInputError(
+            f"invalid environment name {env!r}: use a non-empty name without '/' or control "
+            "characters"
+        )
     return f"{ROOT}/{env}"
+
+
+#: The characters ZooKeeper refuses in a path (its PathUtils.validatePath).
+_REFUSED_IN_PATHS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 def encode_json(value: Any) -> bytes:

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -102,9 +103,15 @@ def check_hosts(zk: str) -> None:
     (kazoo would retry a name that cannot exist until the connect timeout)."""
     try:
         hosts, _chroot = collect_hosts(zk)
+        # kazoo reads an explicit port 0 as no port (2181): the ports as written, parsed as it
+        # parses them, so ``h:0`` is refused rather than quietly served by another port.
+        written = [
+            urlsplit(f"xxx://{part.strip()}").port for part in zk.partition("/")[0].split(",")
+        ]
     except ValueError as exc:
         raise BadInputError(f"invalid ZooKeeper connection string {zk!r}: {exc}", zk=zk) from exc
-    for host, port in hosts:
+    for (host, port), as_written in zip(hosts, written, strict=True):
+        port = port if as_written is None else as_written
         try:
             ipaddress.ip_address(host)
         except ValueError:

@@ -8,6 +8,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from catalog.consensus import env_root
 from catalog.errors import EXIT_BAD_INPUT, EXIT_UNEXPECTED, BadInputError, ConnectionLostError
 from orchestrator.cli import main
 from orchestrator.zk import close, connect, new_client, open_consensus
@@ -36,7 +37,9 @@ def test_malformed_connection_string_is_bad_input() -> None:
         connect("", timeout=0.5)
 
 
-@pytest.mark.parametrize("zk", ["bad host!!", "zk1:2181,-zk2:2181", "a..b:2181", "h:70000"])
+@pytest.mark.parametrize(
+    "zk", ["bad host!!", "zk1:2181,-zk2:2181", "a..b:2181", "h:70000", "h:0", "a:2181,b:0/x"]
+)
 def test_a_host_that_cannot_exist_is_refused_at_once_naming_it(zk: str) -> None:
     """A host that is no name or address (kazoo would retry it until the connect timeout) is
     bad input: exit 2 at once, naming the connection string, nothing tried."""
@@ -59,10 +62,19 @@ def test_host_names_and_addresses_as_operators_write_them_are_accepted(zk: str) 
     close(new_client(zk))
 
 
-def test_bad_environment_name_is_refused_before_connecting() -> None:
-    """An invalid --env fails as bad input without waiting for ZooKeeper."""
-    with pytest.raises(BadInputError), open_consensus(closed_port(), "a/b", timeout=30):
+@pytest.mark.parametrize("env", ["a/b", "", "..", "a\tb", "line\nbreak", "a\x00", "a\x85"])
+def test_bad_environment_name_is_refused_before_connecting(env: str) -> None:
+    """An invalid --env (a ``/``, or a character ZooKeeper refuses in a path) fails as bad input
+    naming it, without waiting for ZooKeeper."""
+    refused = pytest.raises(BadInputError, match="invalid environment name")
+    with refused, open_consensus(closed_port(), env, timeout=30):
         pass
+
+
+def test_environment_names_zookeeper_takes_are_accepted() -> None:
+    """Spaces, dots and letters beyond ASCII are a znode's name like any other."""
+    for env in ["prod east", "eu.west-1", "prüfung", "生产"]:
+        assert env_root(env).endswith("/" + env)
 
 
 def test_status_command_without_zookeeper_exits_1() -> None:
