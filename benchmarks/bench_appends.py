@@ -10,8 +10,10 @@ Reports per level ``format``, ``clients``, ``rows_per_append``, ``appends_per_s`
 ``rows_per_s``, ``p50_ms``/``p99_ms``, the sidecar's commits (``commits_per_s``, appends
 per commit from ``catalog_upgrade_append_group_size``), where an append's time goes in the
 sidecar (``step_ms``: the mean of each step of ``catalog_upgrade_append_seconds``: parse and
-queue per append, write and commit per commit) and the CPU the sidecar used
-(``sidecar_cores``: its CPU seconds per second, from ``/proc``). In the same run it measures
+queue per append, write and commit per commit) and the CPU used, in CPU seconds per second
+(from ``/proc``): the sidecar's (``sidecar_cores``), the ZooKeeper server's
+(``zookeeper_cores``), this script's clients' (``clients_cores``) and the whole machine's
+(``machine_cores``, of ``cpu_count``). In the same run it measures
 what the same ZooKeeper server takes from one kazoo client: synchronous check-and-set multis per
 second (``zookeeper_multis_per_s``, each a check and a set of one znode, as a commit's multi is
 at least), and each level's commits as a fraction of it. Targets (issue 37): Arrow 4 x 10,000
@@ -41,7 +43,7 @@ from catalog.release import load_release
 from orchestrator.client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess, metric_samples
-from orchestrator.testing.procstat import cpu_seconds
+from orchestrator.testing.procstat import busy_seconds, cpu_seconds
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,6 +87,7 @@ def run_level(
     rows_per_append: int,
     token: str,
     pid: int | None = None,
+    zookeeper_pid: int | None = None,
 ) -> dict[str, Any]:
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -112,7 +115,10 @@ def run_level(
             latencies[c].append(time.perf_counter() - began)
 
     before = append_metrics(url, token)
-    cpu_before = cpu_seconds(pid) if pid is not None else 0.0
+    watched = {"sidecar": pid, "zookeeper": zookeeper_pid, "clients": os.getpid()}
+    processes = {name: p for name, p in watched.items() if p is not None}
+    cpu_before = {name: cpu_seconds(p) for name, p in processes.items()}
+    busy_before = busy_seconds()
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
     for thread in threads:
         thread.start()
@@ -125,7 +131,8 @@ def run_level(
     elapsed = time.perf_counter() - began
     every = sorted(ms * 1000 for per in latencies for ms in per)
     done = len(every)
-    cpu_after = cpu_seconds(pid) if pid is not None else 0.0
+    cpu_after = {name: cpu_seconds(processes[name]) for name in cpu_before}
+    busy = busy_seconds() - busy_before
     after = append_metrics(url, token)
 
     def delta(series: str) -> float:
@@ -137,7 +144,7 @@ def run_level(
         count = delta(f'catalog_upgrade_append_seconds_count{{step="{step}"}}')
         total = delta(f'catalog_upgrade_append_seconds_sum{{step="{step}"}}')
         steps[step] = round(total / count * 1000, 2) if count else None
-    cores = round((cpu_after - cpu_before) / elapsed, 2) if pid is not None else None
+    cores = {name: round((cpu_after[name] - cpu_before[name]) / elapsed, 2) for name in cpu_before}
     return {
         "format": fmt,
         "clients": clients,
@@ -153,7 +160,10 @@ def run_level(
         if commits
         else None,
         "step_ms": steps,
-        "sidecar_cores": cores,
+        "sidecar_cores": cores.get("sidecar"),
+        "zookeeper_cores": cores.get("zookeeper"),
+        "clients_cores": cores["clients"],
+        "machine_cores": round(busy / elapsed, 2),
         "errors": len(errors),
     }
 
@@ -219,7 +229,9 @@ def main() -> None:
             multis = zookeeper_multis_per_s(zookeeper.hosts, args.seconds)
             results = []
             for fmt, clients, rows in LEVELS:
-                level = run_level(url, fmt, clients, args.seconds, rows, token, sidecar.pid)
+                level = run_level(
+                    url, fmt, clients, args.seconds, rows, token, sidecar.pid, zookeeper.pid
+                )
                 level["commits_of_zookeeper_multis"] = round(level["commits_per_s"] / multis, 3)
                 results.append(level)
                 print(json.dumps(level), flush=True)

@@ -1,5 +1,5 @@
 """What a process holds and uses, from ``/proc`` (Linux): threads and resident memory, now and
-at peak; CPU time so far."""
+at peak; CPU time so far. And the machine's: its CPU time busy so far, every core and process."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def cpu_seconds(pid: int) -> float:
     """CPU seconds ``pid`` has used so far, user and system."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_seconds() -> float:
+    """CPU seconds the machine's cores have been busy so far (every process and the kernel's
+    own work: all of ``/proc/stat``'s time but idle and waiting on I/O)."""
+    line = Path("/proc/stat").read_text().splitlines()[0]  # the "cpu" line: every core's sum
+    ticks = [int(v) for v in line.split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 @attrs.define
