@@ -83,8 +83,9 @@ def env_root(env: str) -> str:
     return f"{ROOT}/{env}"
 
 
-#: The characters ZooKeeper refuses in a path (its PathUtils.validatePath).
-_REFUSED_IN_PATHS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+#: The characters ZooKeeper refuses in a path (its PathUtils.validatePath, which reads the
+#: name in UTF-16: a character beyond U+FFFF is a surrogate pair there).
+_REFUSED_IN_PATHS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]")
 
 
 def encode_json(value: Any) -> bytes:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import attrs
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import BadArgumentsError
 
 from catalog.consensus import (
     MAX_VALUE_BYTES,
@@ -158,6 +159,29 @@ def test_env_root_rejects_bad_names() -> None:
     assert env_root("prod") == "/catalog-upgrade/prod"
     with pytest.raises(BadInputError):
         env_root("a/b")
+
+
+@pytest.mark.parametrize(
+    "name", ["prod east", "prüfung", "生产", "x\uf900", "a\x1f", "a\x7f", "a\x9f", "a\ue000",
+             "a\ufff0", "\U0001f680"],
+)  # fmt: skip
+def test_env_root_refuses_exactly_the_names_zookeeper_refuses(
+    zk_client: KazooClient, zk_env: ZkEnv, name: str
+) -> None:
+    """The environment names refused as bad input are the ones the real server refuses in a
+    path (so none is refused that ZooKeeper takes, and none reaches ZooKeeper to fail there)."""
+    try:
+        env_root(name)
+        refused = False
+    except BadInputError:
+        refused = True
+    zk_client.ensure_path(zk_env.root)
+    try:
+        zk_client.create(f"{zk_env.root}/{name}")
+        taken = True
+    except BadArgumentsError:
+        taken = False
+    assert refused == (not taken), (name, refused, taken)
 
 
 def test_a_lost_answer_failpoint_lets_the_write_land(store: Consensus) -> None:

@@ -62,7 +62,9 @@ def test_host_names_and_addresses_as_operators_write_them_are_accepted(zk: str) 
     close(new_client(zk))
 
 
-@pytest.mark.parametrize("env", ["a/b", "", "..", "a\tb", "line\nbreak", "a\x00", "a\x85"])
+@pytest.mark.parametrize(
+    "env", ["a/b", "", "..", "a\tb", "line\nbreak", "a\x00", "a\x85", "\U0001f680"]
+)
 def test_bad_environment_name_is_refused_before_connecting(env: str) -> None:
     """An invalid --env (a ``/``, or a character ZooKeeper refuses in a path) fails as bad input
     naming it, without waiting for ZooKeeper."""
