@@ -77,8 +77,8 @@ def env_root(env: str) -> str:
         from catalog.errors import BadInputError
 
         raise BadInputError(
-            f"invalid environment name {env!r}: use a non-empty name without '/' or control "
-            "characters"
+            f"invalid environment name {env!r}: use a non-empty name without '/' or a character "
+            "ZooKeeper refuses in a path (control characters, emoji and others beyond U+FFFF)"
         )
     return f"{ROOT}/{env}"
 
