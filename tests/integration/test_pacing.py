@@ -1,8 +1,8 @@
 """A long step under the operator's hand, on a real ZooKeeper and real Parquet: a REWRITE copy
-of 10M rows on the arrow engine reports progress that never goes back, an ETA within half of
-the truth once a fifth is done, and ends at 100%; on a copy of 2.5M rows, a throttle set through
-ZooKeeper holds its rate, and a pause through ZooKeeper holds the copy with nothing written and
-the resumed copy holds exactly the rows of an unpaused one."""
+of 10M rows on the arrow engine reports progress that never goes back, an ETA that follows it
+once a fifth is done, and ends at 100%; on a copy of 2.5M rows, a throttle set through
+ZooKeeper holds its rate and its ETA, and a pause through ZooKeeper holds the copy with nothing
+written and the resumed copy holds exactly the rows of an unpaused one."""
 
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ TARGET = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label"
 PER_BATCH = 50_000
 LARGE, SMALL = 200, 50  # batches: 10M and 2.5M rows
 GENERATION = 7
-#: The bound on the ETA's error once a fifth of a copy is done (the arrow engine's).
-ETA_TOLERANCE = 0.5
-#: On Spark, whose pace still rises through a warm job (its ETA runs long): within half in 10
-#: runs of 10 here (worst report 17-48%, mean 7-18%); held to this, so a loaded machine does
-#: not fail on it while a regression to stepped progress (errors of 100% and more) still does.
-SPARK_ETA_TOLERANCE = 0.75
+#: The bound on every report's ETA error once a fifth of a throttled copy is done: the throttle
+#: sets the pace, so the error is the estimator's, not the machine's.
+THROTTLED_ETA_TOLERANCE = 0.25
+#: The bound on the mean ETA error of a free copy once a fifth is done. Its pace is the
+#: machine's: a stall or a burst of another process after a report moves the truth, and no
+#: estimate foresees it (one report of a clean-clone CI run erred by 88% with a mean of 14%;
+#: by hand, worst reports 19-44%). The mean still fails an ETA that does not follow the copy.
+FREE_ETA_TOLERANCE = 0.5
 
 
 def to_target(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -90,6 +92,22 @@ def recorder() -> tuple[list[tuple[float, StepProgress]], Callable[[StepProgress
     return reports, report
 
 
+def eta_errors(reports: list[tuple[float, StepProgress]], least_left: float) -> list[float]:
+    """Each report's ETA error, relative to the truth, once a fifth is done and while at least
+    ``least_left`` seconds are left. The ETA is of the rows left: it is true when the last row is
+    through (the commit that follows is not rows, and no part of what the ETA says)."""
+    ended = next(at for at, p in reports if p.rows_total and p.rows_done == p.rows_total)
+    errors = [
+        abs(p.eta_seconds - (ended - at)) / (ended - at)
+        for at, p in reports
+        if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= least_left
+    ]
+    assert errors, "no ETA after a fifth"
+    print(f"\nETA error once 20% done: max {max(errors):.0%}, "
+          f"mean {sum(errors) / len(errors):.0%}, {len(errors)} reports")  # fmt: skip
+    return errors
+
+
 def test_progress_moves_forward_its_eta_holds_and_it_ends_at_the_total(
     world: tuple[Consensus, dict[int, Shard]],
 ) -> None:
@@ -99,25 +117,14 @@ def test_progress_moves_forward_its_eta_holds_and_it_ends_at_the_total(
     # The rate's window scaled to this copy of seconds, as the sidecar's 30 s is to steps of
     # minutes: the ETA follows what the copy does now, not how it began.
     copy(consensus, source, Pacer(report=report, every=0.0, window=3.0))
-    # The ETA is of the rows left: it is true when the last row is through (the commit that
-    # follows is not rows, and is no part of what the ETA says).
-    ended = next(at for at, p in reports if p.rows_total and p.rows_done == p.rows_total)
     done = [p.rows_done for _, p in reports]
     assert done == sorted(done), "progress never goes back"
     last = reports[-1][1]
     assert last.rows_total == LARGE * PER_BATCH and last.rows_done == last.rows_total
     assert last.fraction == 1.0 and last.bytes_total and last.bytes_done == last.bytes_total
-    errors = []
-    for at, progress in reports:
-        if progress.eta_seconds is None or (progress.fraction or 0) < 0.2:
-            continue
-        truth = ended - at
-        if truth < 0.1:  # the last batch's own tenth of a second: no rate says that much
-            continue
-        errors.append(abs(progress.eta_seconds - truth) / truth)
-    assert errors, "reports after a fifth was done"
-    print(f"\nETA error once 20% done: max {max(errors):.0%}, mean {sum(errors) / len(errors):.0%}")
-    assert max(errors) <= ETA_TOLERANCE
+    # Past the last batch's own tenth of a second, which no rate says that much about.
+    errors = eta_errors(reports, least_left=0.1)
+    assert sum(errors) / len(errors) <= FREE_ETA_TOLERANCE
 
 
 @pytest.mark.spark
@@ -151,7 +158,6 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
     midway = [p for _, p in reports if p.tasks_total and 0 < (p.tasks_done or 0) < p.tasks_total]
     assert midway, "no report while the job's tasks ran"
     assert all(0 < p.rows_done < LARGE * PER_BATCH for p in midway)
-    ended = next(at for at, p in reports if p.rows_done == p.rows_total)
     # The files are split finer than Spark packs them (catalog.pipeline.spark.progress)...
     assert last.tasks_total is not None and last.tasks_total >= 16
     # ...and the rows of running tasks count (their scan's rows, as executors report them): the
@@ -159,18 +165,13 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
     assert any(
         p.rows_done * (p.tasks_total or 0) > LARGE * PER_BATCH * (p.tasks_done or 0) for p in midway
     )
-    # The ETA once a fifth is done, while at least a second is left: the progress is seen
-    # every half second (the poll), so the last second's ETA is
-    # within the observation's own resolution, not within a fraction of it.
-    errors = [
-        abs(p.eta_seconds - (ended - at)) / (ended - at)
-        for at, p in reports
-        if p.eta_seconds is not None and (p.fraction or 0) >= 0.2 and ended - at >= 1.0
-    ]
-    assert errors, "no ETA after a fifth"
-    print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks; ETA error once "
-          f"20% done: max {max(errors):.0%}, mean {sum(errors) / len(errors):.0%}")  # fmt: skip
-    assert max(errors) <= SPARK_ETA_TOLERANCE
+    # The ETA while at least a second is left: the progress is seen every half second (the
+    # poll), so the last second's ETA is within the observation's own resolution, not within a
+    # fraction of it. Spark's pace still rises through a warm job, so its ETA runs long (in 10
+    # runs by hand: worst report 17-51%, mean 7-20%).
+    print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks")
+    errors = eta_errors(reports, least_left=1.0)
+    assert sum(errors) / len(errors) <= FREE_ETA_TOLERANCE
     assert consolidate(target.snapshot()).num_rows == LARGE * PER_BATCH
 
 
@@ -186,11 +187,14 @@ def test_a_throttle_and_a_pause_set_through_zookeeper_hold_the_copy(
     change_pace(consensus, GENERATION, requested_by="test@throttle", limit=limit)
     watch = PaceWatch(consensus, GENERATION, None)
     assert watch.current().rows_per_second == limit
+    reports, report = recorder()
     throttled = time.monotonic()
-    copy(consensus, source, Pacer(watch.current))
+    copy(consensus, source, Pacer(watch.current, report, every=0.0, window=3.0))
     rate = SMALL * PER_BATCH / (time.monotonic() - throttled)
     print(f"\nfree {free:,.0f} rows/s; limit {limit:,} rows/s; held {rate:,.0f} rows/s")
     assert abs(rate - limit) / limit <= 0.2
+    # The throttle sets the pace, so every report's ETA is judged, but the last tenth of a second.
+    assert max(eta_errors(reports, least_left=0.1)) <= THROTTLED_ETA_TOLERANCE
 
     # A pause mid-copy: nothing is written while it holds; resumed, the copy completes with
     # exactly the rows of an unpaused one.
