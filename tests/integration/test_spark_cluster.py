@@ -126,34 +126,16 @@ def cli(
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
-def test_read_and_compaction_on_a_cluster_agree_with_arrow_under_a_1m_result_limit(
+def test_under_a_1m_result_limit_a_collected_read_fails_naming_it_and_a_written_one_passes(
     shard: Shard, zk_env: ZkEnv, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
-    """Under spark.driver.maxResultSize=1m on the cluster: read --engine spark streams arrow's
-    rows (read --json, a partition at a time); compaction keeps every row; read --output (the
-    executors write the parts) passes, while a table of every row (collected) is an error line
-    naming the setting."""
+    """Under spark.driver.maxResultSize=1m on the cluster, a table of every row (collected) is
+    an error line naming the setting, while read --output (the executors write the parts)
+    passes. The streamed read and the compaction under the same limit are on the object store
+    (below)."""
     expected = shard.snapshot()
     assert expected.num_rows == 80_000  # the first batch was retracted
     small = ("--spark-conf", "spark.driver.maxResultSize=1m")
-    # Streamed, the read of both schemas' batches passes under the limit.
-    done = cli(zk_env, cluster, "read", "--json", *small)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
-    got = pa.Table.from_pylist(rows, schema=expected.schema)
-    assert canonical(got) == canonical(expected)
-
-    done = cli(zk_env, cluster, "compact", "--json", *small)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    assert summary["applied"] and summary["engine"] == "spark" and summary["inputs"] == 4
-    assert summary["rows"] == 160_000  # the retraction is at a later time: kept
-    state = shard.state()
-    assert all(b.schema_id == state.schema_id for b in shard.batches(state))
-    assert canonical(shard.snapshot()) == canonical(expected)
-    apps = (cluster.state() or {}).get("completedapps", [])
-    assert len(apps) >= 2, "the jobs did not run on the cluster"
-
     done = cli(zk_env, cluster, "read", "--limit", "80000", *small)  # a table of every row
     assert done.returncode == 2, done.stderr[-3000:]
     assert "spark.driver.maxResultSize" in done.stderr
@@ -281,19 +263,28 @@ def test_read_compaction_and_rewrite_copy_on_an_object_store_on_the_cluster(
     zk_client: KazooClient, zk_env: ZkEnv, cluster: SparkStandaloneCluster, s3_blob: str
 ) -> None:
     """The same shard on the S3 server: the pyspark wheel has no hadoop-aws, so the executors
-    read and write its batches through pyarrow; a read and a compaction on the cluster agree
-    with arrow, and a REWRITE copy holds the transformed source."""
+    read and write its batches through pyarrow; a read and a compaction on the cluster, under a
+    1m result limit, agree with arrow, and a REWRITE copy holds the transformed source."""
     shard = build_shard(zk_client, zk_env, BlobStore.from_uri(s3_blob))
     expected = shard.snapshot()
-    done = cli(zk_env, cluster, "read", "--json")
+    assert expected.num_rows == 80_000  # the first batch was retracted
+    small = ("--spark-conf", "spark.driver.maxResultSize=1m")
+    # Streamed (read --json, a partition at a time), the read of both schemas' batches passes
+    # under a 1m result limit.
+    done = cli(zk_env, cluster, "read", "--json", *small)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert canonical(pa.Table.from_pylist(rows, schema=expected.schema)) == canonical(expected)
-    done = cli(zk_env, cluster, "compact", "--json")
+    done = cli(zk_env, cluster, "compact", "--json", *small)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["applied"] and summary["engine"] == "spark" and summary["rows"] == 160_000
+    assert summary["applied"] and summary["engine"] == "spark" and summary["inputs"] == 4
+    assert summary["rows"] == 160_000  # the retraction is at a later time: kept
+    state = shard.state()
+    assert all(b.schema_id == state.schema_id for b in shard.batches(state))
     assert canonical(shard.snapshot()) == canonical(expected)
+    apps = (cluster.state() or {}).get("completedapps", [])
+    assert len(apps) >= 2, "the jobs did not run on the cluster"
 
     target, _ = copy_on_the_cluster(shard, zk_env, cluster)
     expected_copy = sorted((r["id"], r["name"].upper(), r[DIFF]) for r in expected.to_pylist())
