@@ -21,6 +21,7 @@ unkeyed appends) leave with their eviction, as before.
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 import uuid
@@ -52,8 +53,8 @@ __all__ = [
 KEY_RETENTION_SECONDS = 24 * 3600.0
 #: Segments of one tier that merge into one of the next.
 FANOUT = 8
-_KEYED_LENGTH = 33
-_HEX = frozenset("0123456789abcdef")
+#: A keyed append's write id: ``k`` and 32 hex digits (a look-up per mark, per ledger index).
+_KEYED = re.compile(r"k[0-9a-f]{32}")
 _COLUMNS = ("key", "body", "lower", "upper", "rows", "at")
 _SCHEMA = pa.schema(
     [
@@ -71,7 +72,7 @@ _CACHE_MARKS = 8_000_000
 
 def is_keyed(write_id: str) -> bool:
     """Whether ``write_id`` names a keyed append (``k`` + 32 hex digits)."""
-    return len(write_id) == _KEYED_LENGTH and write_id[0] == "k" and set(write_id[1:]) <= _HEX
+    return _KEYED.fullmatch(write_id) is not None
 
 
 def key_digest(key_prefix: str) -> int:

@@ -14,6 +14,7 @@ A read answers the migrated snapshot as one stream, written batch by batch.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterator
 
@@ -121,6 +122,8 @@ def _check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str)
             nulls=array.null_count,
         )
     dtype = field.type
+    if not len(array) or array.null_count == len(array) or not _requires_values(dtype):
+        return  # no value below to check (a null slot's children are no rows' values)
     if pa.types.is_struct(dtype):
         valid = array.is_valid()
         for index in range(dtype.num_fields):
@@ -138,6 +141,20 @@ def _check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str)
         _check_nulls(array.flatten(), dtype.value_field, f"{path}[]")
     elif pa.types.is_map(dtype):
         _check_nulls(array.items, dtype.item_field, f"{path}{{}}")
+
+
+@functools.lru_cache(maxsize=256)
+def _requires_values(dtype: pa.DataType) -> bool:
+    """Whether a field of ``dtype`` holds, at some depth, a field that allows no null."""
+    if pa.types.is_struct(dtype):
+        fields = [dtype.field(i) for i in range(dtype.num_fields)]
+    elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        fields = [dtype.value_field]
+    elif pa.types.is_map(dtype):
+        fields = [dtype.item_field]
+    else:
+        return False
+    return any(not f.nullable or _requires_values(f.type) for f in fields)
 
 
 def stream_chunks(table: pa.Table, batch_rows: int = READ_BATCH_ROWS) -> Iterator[bytes]:

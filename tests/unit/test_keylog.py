@@ -41,4 +41,8 @@ def test_expired_marks_leave_at_a_merge_and_raise_the_horizon(tmp_path: Path) ->
 
 
 def test_keyed_ids_are_k_and_32_hex_digits() -> None:
-    assert is_keyed(keyed(1).id) and not is_keyed("0123abcd" * 4)
+    assert is_keyed(keyed(1).id) and is_keyed("k" + "0123456789abcdef" * 2)
+    assert not is_keyed("0123abcd" * 4)
+    for near in ("k" + "0" * 31, "k" + "0" * 33, "K" + "0" * 32, "k" + "A" * 32,
+                 "k" + "0" * 31 + "g", "k" + "0" * 31 + "\n", "x" + "0" * 32):  # fmt: skip
+        assert not is_keyed(near), near

@@ -157,3 +157,38 @@ def test_a_read_streams_batch_by_batch_and_reads_back_whole() -> None:
     assert len(chunks) == 12  # the schema, ten batches, the end marker
     assert max(len(c) for c in chunks) < 4 * 1024
     assert pa.ipc.open_stream(b"".join(chunks)).read_all().equals(table)
+
+
+GRANTS = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("grants", pa.list_(pa.struct([pa.field("who", pa.string(), nullable=False)]))),
+    ]
+)
+
+
+def grants(offsets: list[int], who: list[str | None], valid: list[bool]) -> bytes:
+    """A stream of ``grants`` lists over ``who`` (a list slot not ``valid`` is null, whatever
+    values its offsets span)."""
+    kind = GRANTS.field("grants").type
+    values = pa.StructArray.from_arrays([pa.array(who, pa.string())], fields=list(kind.value_type))
+    lists = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), values, kind, mask=pa.array([not v for v in valid])
+    )
+    ids = pa.array(range(len(valid)), pa.int64())
+    return stream(pa.Table.from_arrays([ids, lists], schema=GRANTS))
+
+
+def test_a_null_in_a_required_field_of_a_list_of_structs_is_named_unless_a_null_list_hides_it(
+) -> None:
+    # A null list (and one with no values) holds nothing to check, though its offsets span a
+    # null child; a list that holds it is refused, naming the path.
+    hidden = grants([0, 1, 1, 2], ["a", None], [True, True, False])
+    assert stream_to_table(hidden, GRANTS, 10).column("grants").to_pylist() == [
+        [{"who": "a"}], [], None,
+    ]  # fmt: skip
+    everything_null = grants([0, 1, 2], [None, None], [False, False])
+    assert stream_to_table(everything_null, GRANTS, 10).column("grants").null_count == 2
+    with pytest.raises(BadInputError) as caught:
+        stream_to_table(grants([0, 1, 2], ["a", None], [True, True]), GRANTS, 10)
+    assert caught.value.details["field"] == "grants[].who", caught.value.message
