@@ -196,8 +196,10 @@ class Pacer:
             return
         self._rows += rows
         self._bytes += nbytes
-        self._samples.append((self._active + self._clock() - self._since, self._rows))
         self._throttle()
+        # Sampled once the throttle let the batch through, as a report is: the rate is then
+        # of whole batches' turns (work and wait), and a throttled ETA holds the limit's pace.
+        self._samples.append((self._active + self._clock() - self._since, self._rows))
         self._hold()
         self._publish()
 

@@ -61,6 +61,28 @@ def test_a_limit_holds_the_rate_and_a_new_limit_counts_from_when_it_is_set() -> 
     assert clock.now == lifted, "no limit, no wait"
 
 
+def test_a_throttled_step_s_rate_is_the_limit_and_its_eta_the_truth() -> None:
+    """Each batch takes some work, then waits for the limit: the rate counts whole turns (it
+    was sampled before the wait, and read 6% short here, its ETA as long)."""
+    clock, pace = Clock(), [Pace(rows_per_second=200.0)]
+    reports: list[StepProgress | None] = []
+    steps = Pacer(lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep,
+                  every=0.0, window=3.0)  # fmt: skip
+    steps.begin("rewrite", "s.t")
+    steps.expect(50 * 50)
+    seen = []
+    for _ in range(50):
+        clock.now += 0.06  # the batch's work; the limit gives it 0.25 s a turn
+        steps.advance(50)
+        now = steps.progress
+        assert now is not None and now.eta_seconds is not None
+        seen.append((clock.now, now.rate, now.eta_seconds))
+    ended = clock.now
+    later = [(rate, eta, ended - at) for at, rate, eta in seen[20:]]  # past the first window
+    assert all(rate == pytest.approx(200.0) for rate, _, _ in later), later
+    assert all(eta == pytest.approx(truth, abs=1e-6) for _, eta, truth in later), later
+
+
 def test_one_batch_is_held_to_the_limit_and_a_pause_interrupts_the_wait() -> None:
     clock, pace = Clock(), [Pace(rows_per_second=1.0)]
     reports: list[StepProgress | None] = []
