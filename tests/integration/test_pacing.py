@@ -31,12 +31,13 @@ PER_BATCH = 50_000
 LARGE, SMALL = 200, 50  # batches: 10M and 2.5M rows
 GENERATION = 7
 #: The bound on every report's ETA error once a fifth of a throttled copy is done: the throttle
-#: sets the pace, so the error is the estimator's, not the machine's.
-THROTTLED_ETA_TOLERANCE = 0.25
+#: sets the pace, so the error is the estimator's, not the machine's (0-1% by hand, also with
+#: the machine loaded; 10-14% while the rate was sampled before the throttle's wait).
+THROTTLED_ETA_TOLERANCE = 0.1
 #: The bound on the mean ETA error of a free copy once a fifth is done. Its pace is the
 #: machine's: a stall or a burst of another process after a report moves the truth, and no
 #: estimate foresees it (one report of a clean-clone CI run erred by 88% with a mean of 14%;
-#: by hand, worst reports 19-44%). The mean still fails an ETA that does not follow the copy.
+#: by hand, worst reports 19-57%, 57% with the machine loaded). The mean still fails an ETA that does not follow the copy.
 FREE_ETA_TOLERANCE = 0.5
 
 
