@@ -37,7 +37,8 @@ THROTTLED_ETA_TOLERANCE = 0.1
 #: The bound on the mean ETA error of a free copy once a fifth is done. Its pace is the
 #: machine's: a stall or a burst of another process after a report moves the truth, and no
 #: estimate foresees it (one report of a clean-clone CI run erred by 88% with a mean of 14%;
-#: by hand, worst reports 19-57%, 57% with the machine loaded). The mean still fails an ETA that does not follow the copy.
+#: by hand, worst reports 19-57%, 57% with the machine loaded). The mean still fails an ETA
+#: that does not follow the copy.
 FREE_ETA_TOLERANCE = 0.5
 
 
