@@ -169,7 +169,7 @@ def test_on_spark_progress_comes_from_the_jobs_tasks(
     )
     # The ETA while at least a second is left: the progress is seen every half second (the
     # poll), so the last second's ETA is within the observation's own resolution, not within a
-    # fraction of it. Spark's pace still rises through a warm job, so its ETA runs long (in 10
+    # fraction of it. Spark's pace still rises through a warm job, so its ETA runs long (in 11
     # runs by hand: worst report 17-51%, mean 7-20%).
     print(f"\nSpark: {len(midway)} reports mid-job, {last.tasks_total} tasks")
     errors = eta_errors(reports, least_left=1.0)

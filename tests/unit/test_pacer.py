@@ -20,11 +20,16 @@ class Clock:
 
 
 def pacer(
-    pace: list[Pace], reports: list[StepProgress | None], clock: Clock, every: float = 1.0
+    pace: list[Pace],
+    reports: list[StepProgress | None],
+    clock: Clock,
+    every: float = 1.0,
+    window: float = 30.0,
 ) -> Pacer:
     return Pacer(
-        lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep, every=every
-    )
+        lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep, every=every,
+        window=window,
+    )  # fmt: skip
 
 
 def test_progress_counts_batches_reports_a_rate_and_an_eta_and_ends_at_the_total() -> None:
@@ -66,8 +71,7 @@ def test_a_throttled_step_s_rate_is_the_limit_and_its_eta_the_truth() -> None:
     was sampled before the wait, and read 6% short here, its ETA as long)."""
     clock, pace = Clock(), [Pace(rows_per_second=200.0)]
     reports: list[StepProgress | None] = []
-    steps = Pacer(lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep,
-                  every=0.0, window=3.0)  # fmt: skip
+    steps = pacer(pace, reports, clock, every=0.0, window=3.0)
     steps.begin("rewrite", "s.t")
     steps.expect(50 * 50)
     seen = []
