@@ -19,13 +19,15 @@ second (``zookeeper_multis_per_s``, each a check and a set of one znode, as a co
 at least), and each level's commits as a fraction of it. Targets (issue 37): Arrow 4 x 10,000
 rows >= 1M rows/s; NDJSON 4 x 1,000 rows >= 400k rows/s; 1-row appends at 16 clients >= 2,000/s
 with p99 < 50 ms. JSON on stdout and in ``benchmarks/results/appends.json`` under ``--label``
-(the file holds only what this script writes). ``BENCH_EXTRA`` in the environment adds sidecar
-flags (e.g. ``--http-workers 8``).
+(the file holds only what this script writes). ``--store s3`` keeps the blobs on a real S3
+server (SeaweedFS, started here) instead of the local disk. ``BENCH_EXTRA`` in the environment
+adds sidecar flags (e.g. ``--http-workers 8``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -44,6 +46,7 @@ from orchestrator.client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess, metric_samples
 from orchestrator.testing.procstat import busy_seconds, cpu_seconds
+from orchestrator.testing.s3server import EmbeddedS3
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -207,10 +210,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0, help="per level")
     parser.add_argument("--label", default="current")
+    parser.add_argument("--store", choices=("local", "s3"), default="local", help="the blobs'")
     args = parser.parse_args()
     configure_logging("WARNING")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
+        blob: Path | str = work / "blob"
+        if args.store == "s3":
+            s3 = stack.enter_context(EmbeddedS3(work / "s3").start())
+            s3.create_bucket("bench-appends")
+            os.environ.update(s3.credentials.environment())  # the sidecar's AWS chain
+            blob = s3.blob_uri("bench-appends", "env")
         token_file = work / "token"
         token = "bench-token-0123456789abcdef"
         token_file.write_text(token + "\n")
@@ -219,7 +229,7 @@ def main() -> None:
         sidecar = SidecarProcess.start(
             zk=zookeeper.hosts, env=f"appends-{os.getpid()}", name="bench", version="0.10.0",
             release_file=RELEASE, deploy_generation=1, log_path=work / "sidecar.log",
-            blob=work / "blob", auto_promote=True, log_level="WARNING",
+            blob=blob, auto_promote=True, log_level="WARNING",
             http_token_file=token_file, extra=tuple(os.environ.get("BENCH_EXTRA", "").split()),
         )  # fmt: skip
         try:
@@ -243,6 +253,7 @@ def main() -> None:
     previous = json.loads(out.read_text()) if out.exists() else {}
     previous[args.label] = {
         "cpu_count": os.cpu_count(),
+        "store": args.store,
         "seconds_per_level": args.seconds,
         "zookeeper_multis_per_s": multis,
         "levels": results,

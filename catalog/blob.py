@@ -171,10 +171,10 @@ class BlobStore:
         final = self.path(key)
         directory, _, name = final.rpartition("/")
         try:
-            self.filesystem.create_dir(directory, recursive=True)
-            if not self._renames:
-                write(final)
+            if not self._renames:  # an object store: no directories to make (pyarrow would
+                write(final)  # write a marker object for each level, a request each)
                 return
+            self.filesystem.create_dir(directory, recursive=True)
             temp = f"{directory}/.{name}{TEMP_MARKER}{uuid.uuid4().hex}"
             try:
                 write(temp)
@@ -186,8 +186,8 @@ class BlobStore:
         except OSError as exc:
             raise self._fault(exc, f"writing blob {key} failed", key=key) from exc
 
-    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
-        """Write ``table`` as one Parquet file at ``key`` atomically; returns its size in bytes."""
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> None:
+        """Write ``table`` as one Parquet file at ``key`` atomically."""
         data = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
 
         def write(path: str) -> None:
@@ -195,11 +195,10 @@ class BlobStore:
                 pq.write_table(data, sink, write_page_checksum=True, compression="snappy")
 
         self._publish(key, write)
-        return self._size(key)
 
-    def put_tables(self, key: str, schema: pa.Schema, tables: Iterable[pa.Table]) -> int:
+    def put_tables(self, key: str, schema: pa.Schema, tables: Iterable[pa.Table]) -> None:
         """Write ``tables`` (of ``schema``) as one Parquet file at ``key`` atomically, a row
-        group or more per table as they come (never all in memory); its size in bytes."""
+        group or more per table as they come (never all in memory)."""
 
         def write(path: str) -> None:
             with (
@@ -212,7 +211,6 @@ class BlobStore:
                     writer.write_table(table)
 
         self._publish(key, write)
-        return self._size(key)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Write a small immutable blob (a rollup of batch entries) at ``key`` atomically."""
@@ -222,9 +220,6 @@ class BlobStore:
                 sink.write(data)
 
         self._publish(key, write)
-
-    def _size(self, key: str) -> int:
-        return int(self._info(self.path(key), f"reading the size of blob {key}").size or 0)
 
     # -- reads ------------------------------------------------------------------------------
 

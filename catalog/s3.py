@@ -53,6 +53,10 @@ def open_s3(uri: str, parts: urllib.parse.SplitResult, endpoint: str | None) -> 
             region=region,
             connect_timeout=CONNECT_TIMEOUT,
             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
+            # A blob smaller than a part goes up in one PutObject at its close, not as a
+            # multipart upload (three requests); a failure is then reported by the close,
+            # which every write of catalog.blob goes through.
+            allow_delayed_open=True,
         )
     except (pa.ArrowInvalid, OSError) as exc:
         raise BadInputError(f"blob URI {uri!r} is not usable: {exc}", uri=uri) from exc

@@ -43,12 +43,11 @@ class AfterBlobWrite(BlobStore):
 
     hook: Any = None
 
-    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
-        written = super().put_batch(key, table)
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> None:
+        super().put_batch(key, table)
         hook, self.hook = self.hook, None
         if hook is not None:
             hook()
-        return written
 
 
 def rows(*ids: int, ts: int) -> pa.Table:

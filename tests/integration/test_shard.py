@@ -409,11 +409,11 @@ class HookedBlob(BlobStore):
 
     hook: Any = None
 
-    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> int:
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> None:
         hook, self.hook = self.hook, None
         if hook is not None:
             hook()
-        return super().put_batch(key, table)
+        super().put_batch(key, table)
 
 
 def hooked(shard: Shard, hook: Any) -> Shard:
