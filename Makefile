@@ -55,6 +55,7 @@ soak: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/bench_appends.py --store s3 --label s3
 
 clean:
 	rm -rf $(VENV) var site demo-data .pytest_cache .mypy_cache .ruff_cache
