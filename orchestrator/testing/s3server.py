@@ -8,7 +8,8 @@ Buckets are not created on a first write: :meth:`EmbeddedS3.create_bucket` makes
 operator would.
 
 ``kill()`` is a crash (SIGKILL) and ``start()`` again serves the same data on the same ports:
-the outage tests use both.
+the outage tests use both. :meth:`EmbeddedS3.requests` counts the requests the gateway
+answered (its Prometheus metrics), so a test can tell how many a write took.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from types import TracebackType
 
 import attrs
 import structlog
+from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.errors import ConfigurationError
 from orchestrator.testing.child import ChildProcess
@@ -35,6 +37,9 @@ log = structlog.get_logger(__name__)
 
 # The SeaweedFS components `weed mini` starts, each with an HTTP and a gRPC port.
 _COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+# The port of its Prometheus metrics (one port: the gRPC half of its pair is unused).
+_METRICS = "metrics"
+_REQUESTS = "SeaweedFS_s3_request_total"
 
 
 def weed_binary() -> str:
@@ -109,10 +114,24 @@ class EmbeddedS3:
         self._pick_ports()
 
     def _pick_ports(self) -> None:
-        for component in _COMPONENTS:
+        for component in (*_COMPONENTS, _METRICS):
             if component not in self.ports or component in self._picked:
                 self.ports[component] = (free_port(self.host), free_port(self.host))
                 self._picked.add(component)
+
+    def requests(self, bucket: str) -> dict[tuple[str, str], int]:
+        """How many requests on ``bucket`` the S3 gateway has answered so far, by type
+        (``PUT``, ``GET``, ``HEAD``, ``POST``, ``DELETE``, ``LIST``) and status code."""
+        url = f"http://{self.host}:{self.ports[_METRICS][0]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        counts: dict[tuple[str, str], int] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == _REQUESTS and sample.labels.get("bucket") == bucket:
+                    kind = (sample.labels["type"], sample.labels["code"])
+                    counts[kind] = counts.get(kind, 0) + int(sample.value)
+        return counts
 
     @property
     def endpoint(self) -> str:
@@ -190,8 +209,10 @@ class EmbeddedS3:
             "-webdav=false",
             "-master.volumeSizeLimitMB=256",
         ]
-        for component, (http, grpc) in self.ports.items():
+        for component in _COMPONENTS:
+            http, grpc = self.ports[component]
             command += [f"-{component}.port={http}", f"-{component}.port.grpc={grpc}"]
+        command += [f"-metricsPort={self.ports[_METRICS][0]}", f"-metricsIp={self.host}"]
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         self._child.launch(command)
         self.wait_serving(timeout)

@@ -107,6 +107,29 @@ def test_every_failure_of_a_real_store_is_named_for_what_it_is(
     assert denied.value.exit_code == EXIT_BAD_INPUT and "denied" in denied.value.message
 
 
+def test_a_batch_is_written_in_one_request(own_s3: EmbeddedS3) -> None:
+    """A batch smaller than an upload part is one PutObject: no directory marker for each
+    level of its key, no multipart upload, no look-up of its size after; it reads back."""
+    store = BlobStore.from_uri(own_s3.blob_uri(BUCKET, "one-request"))
+    table = pa.table(
+        {"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]}
+    )
+
+    def counted() -> dict[tuple[str, str], int]:
+        now = own_s3.requests(BUCKET)
+        return {kind: n - before.get(kind, 0) for kind, n in now.items() if n != before.get(kind)}
+
+    before = own_s3.requests(BUCKET)
+    store.put_batch("shards/s-1/batch.parquet", table)
+    deadline = time.monotonic() + 5  # the gateway counts a request once it has answered it
+    while not counted().get(("PUT", "200")):
+        assert time.monotonic() < deadline, counted()
+        time.sleep(0.1)
+    time.sleep(0.5)  # any request it made before would be counted by now
+    assert counted() == {("PUT", "200"): 1}
+    assert store.get_batch("shards/s-1/batch.parquet", expected_rows=1000).equals(table)
+
+
 def test_a_uri_with_credentials_is_refused_before_anything_is_written(
     zk_env: ZkEnv, zk_client: KazooClient, object_store: ObjectStore, tmp_path: Path
 ) -> None:
