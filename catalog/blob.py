@@ -171,8 +171,10 @@ class BlobStore:
         final = self.path(key)
         directory, _, name = final.rpartition("/")
         try:
-            if not self._renames:  # an object store: no directories to make (pyarrow would
-                write(final)  # write a marker object for each level, a request each)
+            # An object store has no directories to make: pyarrow would write a marker object
+            # for each level of the key, a request each.
+            if not self._renames:
+                write(final)
                 return
             self.filesystem.create_dir(directory, recursive=True)
             temp = f"{directory}/.{name}{TEMP_MARKER}{uuid.uuid4().hex}"

@@ -114,12 +114,12 @@ def test_a_batch_is_written_in_one_request(own_s3: EmbeddedS3) -> None:
     table = pa.table(
         {"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]}
     )
+    before = own_s3.requests(BUCKET)
 
     def counted() -> dict[tuple[str, str], int]:
         now = own_s3.requests(BUCKET)
         return {kind: n - before.get(kind, 0) for kind, n in now.items() if n != before.get(kind)}
 
-    before = own_s3.requests(BUCKET)
     store.put_batch("shards/s-1/batch.parquet", table)
     deadline = time.monotonic() + 5  # the gateway counts a request once it has answered it
     while not counted().get(("PUT", "200")):
