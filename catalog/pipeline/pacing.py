@@ -21,10 +21,12 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Pace", "Pacer", "StepProgress"]
+__all__ = ["RATE_WINDOW", "Pace", "Pacer", "StepProgress"]
 
 #: The longest single sleep of a throttled or paused step: how soon it sees a change of pace.
 _SLICE = 0.25
+#: Seconds of running a step's rate (and so its ETA) is measured over, by default.
+RATE_WINDOW = 30.0
 
 
 @attrs.frozen
@@ -88,7 +90,7 @@ class Pacer:
         check: Callable[[], None] = lambda: None,
         *,
         every: float = 1.0,
-        window: float = 30.0,
+        window: float = RATE_WINDOW,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,

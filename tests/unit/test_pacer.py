@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.pipeline.pacing import Pace, Pacer, StepProgress
+from catalog.pipeline.pacing import RATE_WINDOW, Pace, Pacer, StepProgress
 
 
 class Clock:
@@ -24,7 +24,7 @@ def pacer(
     reports: list[StepProgress | None],
     clock: Clock,
     every: float = 1.0,
-    window: float = 30.0,
+    window: float = RATE_WINDOW,
 ) -> Pacer:
     return Pacer(
         lambda: pace[0], reports.append, clock=clock, wall=clock, sleep=clock.sleep, every=every,
