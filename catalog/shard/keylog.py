@@ -20,7 +20,6 @@ unkeyed appends) leave with their eviction, as before.
 
 from __future__ import annotations
 
-import io
 import re
 import threading
 import time
@@ -171,10 +170,10 @@ class _Marks:
 
     def encode(self) -> bytes:
         table = pa.table({c: getattr(self, c) for c in _COLUMNS}, schema=_SCHEMA)
-        sink = io.BytesIO()
+        sink = pa.BufferOutputStream()  # native: a Python file would take the GIL per write
         with ipc.new_file(sink, _SCHEMA) as writer:
             writer.write_table(table)
-        return sink.getvalue()
+        return sink.getvalue().to_pybytes()
 
     @classmethod
     def decode(cls, data: bytes) -> _Marks:

@@ -5,14 +5,13 @@ Every command parses its arguments, calls one function of a module and renders t
 anything else is a bug and exits 1 with the traceback.
 
 Commands live in modules by subject (:mod:`.servers`, :mod:`.releases`, :mod:`.upgrade`,
-:mod:`.pacing`, :mod:`.data`, :mod:`.scenarios`); importing them registers them on :func:`main`.
+:mod:`.pacing`, :mod:`.data`, :mod:`.fleet`, :mod:`.scenarios`); importing one registers its
+commands on :func:`main`, which imports it when one of them runs
+(:data:`~orchestrator.cli.root.COMMAND_MODULES`).
 """
 
 from __future__ import annotations
 
-from orchestrator.cli import data, fleet, pacing, releases, scenarios, servers, upgrade
 from orchestrator.cli.root import main
 
 __all__ = ["main"]
-
-_COMMAND_MODULES = (data, fleet, pacing, releases, scenarios, servers, upgrade)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import sys
@@ -42,7 +43,50 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: Each command and the module of this package that defines it. A command imports its module
+#: when it runs, so ``status`` or ``promote`` starts without importing the sidecar, the data
+#: pipeline or Arrow.
+COMMAND_MODULES = {
+    "compact": "data",
+    "drift": "upgrade",
+    "finalize": "upgrade",
+    "fleet": "fleet",
+    "history": "upgrade",
+    "pause": "pacing",
+    "plan": "releases",
+    "promote": "upgrade",
+    "read": "data",
+    "resume": "pacing",
+    "s3": "servers",
+    "scenario": "scenarios",
+    "secure": "upgrade",
+    "sidecar": "servers",
+    "spark-cluster": "servers",
+    "status": "upgrade",
+    "throttle": "pacing",
+    "validate": "releases",
+    "zookeeper": "servers",
+}
+
+
+class _Commands(click.Group):
+    """The group whose commands register themselves when their module is imported: on first
+    use (:data:`COMMAND_MODULES`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"{__package__}.{module}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="catalog-upgrade", prog_name="catalog-upgrade")
 @click.option("--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL")
 @click.option("--log-json/--no-log-json", default=None, help="JSON logs (default: when not a TTY).")
