@@ -3,7 +3,7 @@ blobs on local disk), each client on its own keep-alive connection, each append 
 ``Idempotency-Key``:
 
 * NDJSON, one row an append: 1, 4, 16 and 64 clients;
-* NDJSON, 1,000 rows an append: 4 clients;
+* NDJSON, 1,000, 4,000 and 10,000 rows an append: 4 clients (the cost is per append);
 * Arrow IPC, 10,000 rows an append: 4 clients; and one row an append: 16 clients.
 
 Reports per level ``format``, ``clients``, ``rows_per_append``, ``appends_per_s``,
@@ -200,7 +200,7 @@ def zookeeper_multis_per_s(hosts: str, seconds: float) -> float:
 #: (format, clients, rows per append) of each level after the warm-up.
 LEVELS = [
     *(("ndjson", c, 1) for c in (1, 4, 16, 64)),
-    ("ndjson", 4, 1000),
+    *(("ndjson", 4, r) for r in (1000, 4000, 10_000)),  # the cost is per append: batch rows
     ("arrow", 4, 10_000),
     ("arrow", 16, 1),
 ]
