@@ -44,8 +44,8 @@ def handle_errors(func: F) -> F:
 
 
 #: Each command and the module of this package that defines it. A command imports its module
-#: when it runs, so ``status`` or ``promote`` starts without importing the sidecar, the data
-#: pipeline or Arrow.
+#: when it runs, so ``promote`` or ``status`` imports neither the sidecar's server nor the
+#: other modules' commands (``status`` still reads the catalog, whose schemas are Arrow's).
 COMMAND_MODULES = {
     "compact": "data",
     "drift": "upgrade",

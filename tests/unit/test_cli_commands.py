@@ -1,5 +1,5 @@
 """The command group: each command found in the module named for it, and imported only when it
-runs (a ``status`` or ``promote`` starts without the sidecar, the data pipeline or Arrow)."""
+runs (``status --help`` or ``promote --help`` parses without the sidecar, the pipeline or Arrow)."""
 
 from __future__ import annotations
 
