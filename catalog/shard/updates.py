@@ -80,15 +80,10 @@ def checked_batch(
     data_names = [n for n in names if n not in (TS, DIFF)]
     conformed = conform(data_names, [table.column(n) for n in data_names], live)
     if isinstance(conformed, Mismatch):
-        reason = {
-            "columns": "columns-mismatch",
-            "type": "type-mismatch",
-            "null": "null-in-non-null",
-        }
         raise shard_error(
             f"batch for shard {shard_id} has {conformed.text}",
             shard_id,
-            reason[conformed.kind],
+            _MISMATCHES[conformed.kind],
             **conformed.details,
         )
     columns: list[pa.ChunkedArray] = conformed

@@ -48,21 +48,36 @@ def _row(number: int) -> dict[str, object]:
 
 
 def _session_on(
-    role: str, ensemble: ZooKeeperEnsemble, consensus: Consensus, process: SidecarProcess
+    role: str,
+    ensemble: ZooKeeperEnsemble,
+    consensus: Consensus,
+    process: SidecarProcess,
+    moves: int = 12,
+    timeout: float = 240.0,
 ) -> tuple[int, int]:
     """Move the leader's session until a server of ``role`` holds it (a restarted server
-    holding it drops it; kazoo moves it to another): that server's number and the epoch."""
-    for _ in range(8):
+    holding it drops it; kazoo moves it to another): that server's number and the epoch.
+
+    A move lands on a random server, so each is a coin toss; a session between servers (no
+    member lists it yet) or a server still joining (no mode yet) is looked at again, not
+    counted as a move."""
+    deadline = time.monotonic() + timeout
+    moved = 0
+    while moved < moves and time.monotonic() < deadline:
         epoch = read_epoch(consensus)
         assert epoch is not None and epoch.session is not None
         holder = ensemble.holding(epoch.session)
-        if holder is not None and ensemble.mode(holder) == role:
+        mode = ensemble.mode(holder) if holder is not None else None
+        if holder is not None and mode == role:
             return holder, epoch.epoch
-        if holder is not None:
-            ensemble.kill_member(holder)
-            ensemble.start_member(holder, timeout=60)
+        if holder is None or mode is None:
+            time.sleep(0.5)
+            continue
+        ensemble.kill_member(holder)
+        ensemble.start_member(holder, timeout=60)
+        moved += 1
         process.wait_ready(timeout=60)
-    raise AssertionError(f"the leader's session never settled on a {role} in 8 moves")
+    raise AssertionError(f"the leader's session never settled on a {role} in {moved} moves")
 
 
 @pytest.mark.parametrize(
