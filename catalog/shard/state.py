@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,6 +172,8 @@ class ShardState:
     # by every write of both, so a reader can tell a head and a body of different writes apart).
     body_version: int = attrs.field(default=-1, eq=False)
     link: int = attrs.field(default=0, eq=False)
+    # Live schemas by id, computed once per state (the walk is the leader's hot path).
+    _live: dict[int, pa.Schema] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -220,7 +221,10 @@ class ShardState:
                 schema_id=schema_id,
                 latest_schema_id=self.schema_id,
             )
-        return _live_of(self.schemas[schema_id])
+        found = self._live.get(schema_id)
+        if found is None:
+            found = self._live[schema_id] = live_schema(self.schemas[schema_id])
+        return found
 
     def is_ordered_in(self, batch: BatchRef, schema_id: int | None = None) -> bool:
         """Whether ``batch`` is still sorted once migrated to ``schema_id`` (default: latest)."""
@@ -328,25 +332,6 @@ class ShardState:
             contraction=Contraction.from_json(raw.get("contraction")),
             version=version,
         )
-
-
-#: Live schemas by the migration type they come from, by identity (equal Arrow schemas may
-#: differ in the field metadata that marks tombstones): states evolved from one another share
-#: their schema objects, so the walk runs once per registered schema, not once per commit (it
-#: is on the leader's hot path). Past the limit the cache starts over.
-_LIVE: dict[int, tuple[weakref.ref[pa.Schema], pa.Schema]] = {}
-_LIVE_LIMIT = 256
-
-
-def _live_of(mtype: pa.Schema) -> pa.Schema:
-    entry = _LIVE.get(id(mtype))
-    if entry is not None and entry[0]() is mtype:
-        return entry[1]
-    live = live_schema(mtype)
-    if len(_LIVE) >= _LIVE_LIMIT:
-        _LIVE.clear()
-    _LIVE[id(mtype)] = (weakref.ref(mtype), live)
-    return live
 
 
 def find_schema_id(state: ShardState, schema: pa.Schema) -> int | None:
