@@ -48,12 +48,7 @@ def _row(number: int) -> dict[str, object]:
 
 
 def _session_on(
-    role: str,
-    ensemble: ZooKeeperEnsemble,
-    consensus: Consensus,
-    process: SidecarProcess,
-    moves: int = 12,
-    timeout: float = 240.0,
+    role: str, ensemble: ZooKeeperEnsemble, consensus: Consensus, process: SidecarProcess
 ) -> tuple[int, int]:
     """Move the leader's session until a server of ``role`` holds it (a restarted server
     holding it drops it; kazoo moves it to another): that server's number and the epoch.
@@ -61,9 +56,9 @@ def _session_on(
     A move lands on a random server, so each is a coin toss; a session between servers (no
     member lists it yet) or a server still joining (no mode yet) is looked at again, not
     counted as a move."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 240
     moved = 0
-    while moved < moves and time.monotonic() < deadline:
+    while moved < 12 and time.monotonic() < deadline:
         epoch = read_epoch(consensus)
         assert epoch is not None and epoch.session is not None
         holder = ensemble.holding(epoch.session)
