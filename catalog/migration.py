@@ -33,6 +33,7 @@ from catalog.errors import (
 from catalog.retry import CasRetry
 from catalog.shard import (
     DIFF,
+    Origin,
     Rows,
     Shard,
     ShardState,
@@ -232,6 +233,7 @@ class MigrationShard:
         wanted: Mapping[str, pa.Schema],
         create_shard: CreateShard | None = None,
         *,
+        origins: Mapping[str, Origin] | None = None,
         fence: Fence | None = None,
     ) -> dict[str, str]:
         """Reuse or create one replacement shard per global id in ``wanted``; global id -> shard.
@@ -242,6 +244,13 @@ class MigrationShard:
         it re-reads and reuses what the racing process of the same version and generation wrote,
         so every racer returns the same shard id per collection. Shards this call created that
         end up unused are discarded (default creator) or left for cleanup (custom creator).
+
+        With ``origins`` (global id -> what the shard is made from, :mod:`catalog.shard.origin`)
+        an entry is reused only when its shard records that origin; a shard prepared from
+        another catalog (the collection replaced or evolved since) is left to the leader's
+        retraction and a new one is made (default creator), recording its origin. So one key
+        may have several live entries, one per origin, and a plan never resumes a shard that was
+        not made from its own source.
         """
         if not wanted:
             return {}
@@ -252,11 +261,9 @@ class MigrationShard:
         mapping: dict[str, str] = {}
 
         def rows(state: ShardState) -> Rows | None:
-            found = {
-                gid: e.shard_id
-                for gid, e in _exactly(self._entries_of(state), version, generation).items()
-                if gid in wanted
-            }
+            found = self._reusable(
+                _every(self._entries_of(state), version, generation, wanted), origins
+            )
             missing = sorted(gid for gid in wanted if gid not in found)
             mapping.clear()
             mapping.update(found)
@@ -272,7 +279,10 @@ class MigrationShard:
                         del created[gid]
             if create_shard is None:
                 self._create_shards(
-                    {gid: wanted[gid] for gid in missing if gid not in created}, created, fence
+                    {gid: wanted[gid] for gid in missing if gid not in created},
+                    created,
+                    origins or {},
+                    fence,
                 )
             for gid in missing:
                 if gid not in created:
@@ -314,8 +324,39 @@ class MigrationShard:
         )
         return mapping
 
+    def _reusable(
+        self, candidates: Mapping[str, list[str]], origins: Mapping[str, Origin] | None
+    ) -> dict[str, str]:
+        """The shard to reuse per global id among its entries' ``candidates``: the first (by
+        shard id) without ``origins``; with them, the first whose state records the wanted
+        origin (a shard made from another catalog is never reused, nor one gone)."""
+        if origins is None:
+            return {gid: shard_ids[0] for gid, shard_ids in candidates.items()}
+        states = read_states(
+            self.consensus, [sid for shard_ids in candidates.values() for sid in shard_ids]
+        )
+        found: dict[str, str] = {}
+        for gid, shard_ids in candidates.items():
+            for shard_id in shard_ids:
+                state = states[shard_id]
+                if state is not None and state.origin == origins.get(gid):
+                    found[gid] = shard_id
+                    break
+            else:
+                log.info(
+                    "replacement_shard_not_reused",
+                    global_id=gid,
+                    shards=shard_ids,
+                    wanted=None if gid not in origins else origins[gid].to_json(),
+                )
+        return found
+
     def _create_shards(
-        self, schemas: Mapping[str, pa.Schema], created: dict[str, str], fence: Fence | None
+        self,
+        schemas: Mapping[str, pa.Schema],
+        created: dict[str, str],
+        origins: Mapping[str, Origin],
+        fence: Fence | None,
     ) -> None:
         """Create many empty shards with batched multi-ops (one round trip per chunk, not per
         shard); fills ``created`` before each chunk is sent.
@@ -327,7 +368,7 @@ class MigrationShard:
         pending = [(gid, new_shard_id(), schema) for gid, schema in sorted(schemas.items())]
         for start in range(0, len(pending), _CREATE_CHUNK):
             chunk = pending[start : start + _CREATE_CHUNK]
-            ops = [create_op(sid, schema)[0] for _, sid, schema in chunk]
+            ops = [create_op(sid, schema, origins.get(gid))[0] for gid, sid, schema in chunk]
             created.update({gid: sid for gid, sid, _ in chunk})
             self.consensus.commit(ops, fence=fence)
 
@@ -342,6 +383,21 @@ class MigrationShard:
 
 # Shard states with their schemas are a few KB each: keep a multi-op well below 1 MB.
 _CREATE_CHUNK = 100
+
+
+def _every(
+    entries: Iterable[MigrationEntry], version: str, generation: int, wanted: Iterable[str]
+) -> dict[str, list[str]]:
+    """The shard ids of every entry of exactly ``(version, generation)`` for the global ids in
+    ``wanted``, by global id, smallest first."""
+    keep = set(wanted)
+    out: dict[str, list[str]] = {}
+    for entry in sorted(entries):
+        if (entry.version, entry.deploy_generation) == (version, generation) and (
+            entry.global_id in keep
+        ):
+            out.setdefault(entry.global_id, []).append(entry.shard_id)
+    return out
 
 
 def _exactly(

@@ -59,7 +59,7 @@ from catalog.pipeline.spark.session import (
     spark_provider,
 )
 from catalog.pipeline.spark.types import spark_type
-from catalog.pipeline.transforms import CarryEvolutions, Transform, apply_transforms
+from catalog.pipeline.transforms import EvolveTo, Transform, apply_transforms
 from catalog.pipeline.updates import estimated_bytes, read_updates
 from catalog.schema.restore import restore_table
 
@@ -69,8 +69,8 @@ __all__ = [
     "ENGINES",
     "SPARK_MASTER_ENV",
     "ArrowEngine",
-    "CarryEvolutions",
     "Engine",
+    "EvolveTo",
     "SparkConfig",
     "SparkEngine",
     "SparkSessionProvider",

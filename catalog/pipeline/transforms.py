@@ -12,7 +12,7 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.release import Transform
-from catalog.schema import is_backward_compatible, migrate
+from catalog.schema import migrate
 from catalog.schema.conform import Mismatch, conform
 from catalog.shard import (
     DIFF,
@@ -47,41 +47,50 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, what: str) -> pa.Rec
 
 
 @attrs.frozen
-class CarryEvolutions:
-    """A last transform that carries a REWRITE's output through the evolutions planned after it.
+class EvolveTo:
+    """A step of a REWRITE chain that evolves the rows to ``schema``, as a step-by-step upgrade
+    would have: the evolutions planned before a rewrite (the transform then sees the schema its
+    release was written against) or after the last one (its output reaches the new schema).
 
-    One upgrade may merge a REWRITE of release X with EVOLUTIONs of later releases (0.10.0 ->
-    0.15.0 rewrites ``mz_roles`` at 0.11.0 and adds ``attributes`` at 0.15.0): the user's
-    transform produces X's columns while the plan's new schema is the latest. The orchestrator
-    appends this transform only in that case, so a transform that merely forgets a column is
-    still refused. Columns added later become typed nulls, deleted ones are dropped, nested
-    additions are migrated; a required column nobody produced is refused.
+    Added fields become typed nulls, deleted ones are dropped, widened types cast, renamed
+    fields follow their declared former names, at every depth (``catalog.schema.migrate``). A
+    required field the rows do not have is refused: an evolution never supplies values. The
+    orchestrator adds it only where the plan has evolutions (``PlannedMigration.rewrites``), so
+    a transform that merely forgets a column is still refused.
     """
 
     schema: pa.Schema
+    why: str = "the evolutions planned after the rewrite"
 
     def __call__(self, data: pa.RecordBatch) -> pa.RecordBatch:
-        what = "the evolutions planned after the rewrite"
-        arrays = []
-        for field in self.schema:
-            if field.name in data.schema.names:
-                column = data.column(field.name)
-                if not column.type.equals(field.type) and is_backward_compatible(
-                    column.type, field.type
-                ):
-                    column = migrate(column, column.type, field.type)
-                arrays.append(column)
-            elif field.nullable:
-                arrays.append(pa.nulls(data.num_rows, field.type))
-            else:
-                raise ShardError(
-                    f"the rewrite's output has no column {field.name}, which the new schema "
-                    "requires and no later evolution adds",
-                    reason="transform-output",
-                    transform=what,
-                    column=field.name,
-                )
-        return pa.RecordBatch.from_arrays(arrays, names=self.schema.names)
+        # A transform's output says little of nullability: the rows are taken as holding values
+        # everywhere, and the nulls they do hold are checked against the schema after the move.
+        source = pa.schema([_required(f) for f in data.schema], metadata=data.schema.metadata)
+        try:
+            moved = migrate(data, source, self.schema, projection=True)
+        except SchemaIncompatibleError as exc:
+            raise ShardError(
+                f"the rows cannot be evolved to the schema of {self.why}: {exc.message}",
+                reason="transform-output",
+                transform=self.why,
+                column=exc.path,
+            ) from exc
+        assert isinstance(moved, pa.RecordBatch)
+        return conform_batch(moved, self.schema, self.why)
+
+
+def _required(field: pa.Field) -> pa.Field:
+    """``field`` declared non-nullable at every depth (names, types and metadata kept)."""
+    dtype = field.type
+    if pa.types.is_struct(dtype):
+        dtype = pa.struct([_required(f) for f in dtype])
+    elif pa.types.is_large_list(dtype):
+        dtype = pa.large_list(_required(dtype.value_field))
+    elif pa.types.is_list(dtype):
+        dtype = pa.list_(_required(dtype.value_field))
+    elif pa.types.is_map(dtype):
+        dtype = pa.map_(dtype.key_field, _required(dtype.item_field))
+    return field.with_type(dtype).with_nullable(False)
 
 
 def apply_transforms(
@@ -107,7 +116,7 @@ def apply_transforms(
         rows = data.num_rows
         try:
             out = transform(data)
-        except ShardError:  # already names what is wrong (CarryEvolutions)
+        except ShardError:  # already names what is wrong (EvolveTo)
             raise
         except Exception as exc:  # the user's code: report which transform failed and why
             raise ShardError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -42,13 +42,12 @@ class Mechanism(enum.Enum):
     REPLACEMENT = "replacement"
     REWRITE = "rewrite"
 
-    @property
-    def rank(self) -> int:
-        """Merge precedence: the highest rank among a collection's instructions wins."""
-        return MECHANISM_RANK[self.value]
 
-
-MECHANISM_RANK: Final = MappingProxyType({"evolution": 0, "replacement": 1, "rewrite": 2})
+#: Merge precedence: the highest rank among a collection's instructions in a path wins. A
+#: replacement discards everything before it and nothing written between it and a later rewrite
+#: exists on a path that jumps over them, so any replacement wins; a rewrite then carries the
+#: evolutions around it (docs/design.md, "One rule for a path").
+MECHANISM_RANK: Final = MappingProxyType({"evolution": 0, "rewrite": 1, "replacement": 2})
 
 
 def _to_mechanism(value: Mechanism | str) -> Mechanism:
@@ -254,8 +253,22 @@ class Release:
     version: Version = attrs.field(converter=to_version)
     builtins: tuple[Builtin, ...] = attrs.field(converter=_to_builtins)
     migrations: tuple[Migration, ...] = attrs.field(default=(), converter=_to_migrations)
+    #: The release this one was made from (``previous=PREVIOUS``), if declared: where a path
+    #: that evolves a collection before rewriting it finds the schema the rewrite's transform
+    #: was written against (:func:`catalog.release.planning.rewrite_steps`).
+    previous: Release | None = attrs.field(default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.previous is not None and (
+            not isinstance(self.previous, Release) or not self.previous.version < self.version
+        ):
+            raise ReleaseError(
+                f"release {self.version} names as previous "
+                f"{getattr(self.previous, 'version', type(self.previous).__name__)}, which is "
+                "not an older Release",
+                field="previous",
+                version=str(self.version),
+            )
         reject_duplicates(self.version, [b.global_id for b in self.builtins], "global_id")
         reject_duplicates(self.version, [b.name for b in self.builtins], "name")
         seen: dict[tuple[Version, str], Migration] = {}
@@ -282,6 +295,13 @@ class Release:
     def builtin(self, name: str) -> Builtin | None:
         """The builtin called ``schema_name.object_name``, if this release has it."""
         return next((b for b in self.builtins if b.name == name), None)
+
+    def ancestors(self) -> Iterator[Release]:
+        """The releases this one was made from, newest first (``previous``, its previous...)."""
+        release = self.previous
+        while release is not None:
+            yield release
+            release = release.previous
 
     def fingerprints(self) -> dict[str, str]:
         """Fingerprint of every builtin, by GlobalId (what the catalog stores)."""

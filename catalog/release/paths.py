@@ -10,9 +10,11 @@ with ``v_i < version <= v_j``. So:
   for every source of a segment where it fails, since each refusal names its path);
 * from ``j - 1`` to ``j``, a builtin whose definition did not change, whose instructions ``j`` did
   not extend, and which passed on every path to ``j - 1`` passes on every path to ``j`` from the
-  same sources: only the new source ``j - 1`` is checked. Instructions are cumulative in a sane
-  history (each release carries every earlier one); where ``j``'s list is not a superset of
-  ``j - 1``'s, every builtin of ``j`` is checked in full.
+  same sources (for a rewritten builtin, when ``j`` is made from ``j - 1``, so that both find
+  the schemas its rewrites take alike): only the new source ``j - 1`` is checked.
+  Instructions are cumulative in a sane history (each release carries every earlier one);
+  where ``j``'s list is not a superset of ``j - 1``'s, every builtin of ``j`` is checked in
+  full.
 
 The result equals planning each path alone with :func:`catalog.release.planning._build_plan`
 (a property test compares them), at a cost that grows with the changes, not the paths.
@@ -24,7 +26,7 @@ import bisect
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from catalog.release.manifest import Builtin, Migration, Release
+from catalog.release.manifest import Builtin, Mechanism, Migration, Release
 from catalog.release.planning import EvolveCheck, InstructionIndex, check_collection
 from catalog.release.problems import Problem, unknown_builtin
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
@@ -76,6 +78,17 @@ def _extends(before: InstructionIndex, after: InstructionIndex) -> frozenset[str
     return frozenset(key[1] for key in added)
 
 
+def _same_ancestry(
+    target: Release, before: Release, index: InstructionIndex, name: str
+) -> bool:
+    """Whether ``target`` finds the schemas a rewrite of ``name`` takes where ``before`` does:
+    always, when ``name`` has no rewrite; else when ``target`` is made from ``before``."""
+    entry = index.by_name.get(name)
+    if entry is None or all(m.mechanism is not Mechanism.REWRITE for m in entry[1]):
+        return True
+    return target.previous is not None and target.previous.version == before.version
+
+
 def path_problems(
     ordered: Sequence[Release],
     indexes: Sequence[InstructionIndex],
@@ -112,6 +125,7 @@ def path_problems(
                 and seen[0] == definition
                 and extended is not None
                 and builtin.name not in extended
+                and _same_ancestry(target, ordered[j - 1], index, builtin.name)
             )
             timeline = timelines.get(gid, [])
             first = j - 1 if reuse else 0
@@ -122,15 +136,15 @@ def path_problems(
                     continue  # a new builtin on these paths
                 low = ordered[start].version
                 outcome = check_collection(
-                    state, builtin, index, fingerprint, low, high, evolve_check
+                    state, target, builtin, index, fingerprint, low, high, evolve_check
                 )
                 if isinstance(outcome, Problem):
                     passed = False
                     yield start, j, outcome
                     for i in range(start + 1, end):
                         again = check_collection(
-                            state, builtin, index, fingerprint, ordered[i].version, high,
-                            evolve_check,
+                            state, target, builtin, index, fingerprint, ordered[i].version,
+                            high, evolve_check,
                         )  # fmt: skip
                         if isinstance(again, Problem):
                             yield i, j, again

@@ -27,6 +27,7 @@ from catalog.release.problems import (
     missing_instruction,
     raise_first,
     retain_data_replaced,
+    rewrite_input_unknown,
     unknown_builtin,
 )
 from catalog.release.snapshot import CatalogSnapshot, CollectionState
@@ -67,8 +68,22 @@ class SchemaDiff:
 
 
 @attrs.frozen
+class RewriteStep:
+    """One rewrite of a merged path: the rows are first evolved to ``input`` (the schema the
+    transform was written against, the release before ``version`` declares it; None: the rows
+    as they stand, no evolution came in between), then ``transform`` runs."""
+
+    version: Version
+    transform: Transform
+    input: pa.Schema | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
 class PlannedMigration:
-    """One collection's migration: the winning mechanism and the instructions merged into it."""
+    """One collection's migration: the winning mechanism and the instructions merged into it.
+
+    A REWRITE's ``rewrites`` are its steps in order, and ``evolves_after`` says whether
+    evolutions follow the last one (its output is then evolved to ``new_schema``)."""
 
     global_id: str
     name: str
@@ -76,6 +91,21 @@ class PlannedMigration:
     instructions: tuple[Migration, ...]
     old_schema: pa.Schema
     new_schema: pa.Schema
+    rewrites: tuple[RewriteStep, ...] = ()
+    evolves_after: bool = False
+
+    def steps(self) -> list[str]:
+        """The merged steps in order, as ``plan`` shows them: what a jump does."""
+        if self.mechanism is not Mechanism.REWRITE:
+            return [self.mechanism.value]
+        out = []
+        for step in self.rewrites:
+            if step.input is not None:
+                out.append(f"evolve to {step.version}'s input")
+            out.append(f"rewrite {step.version}")
+        if self.evolves_after:
+            out.append("evolve to the new schema")
+        return out
 
     @property
     def diff(self) -> SchemaDiff:
@@ -121,6 +151,7 @@ class Plan:
                         {"version": str(i.version), "mechanism": i.mechanism.value, "kind": i.kind}
                         for i in m.instructions
                     ],
+                    "steps": m.steps(),
                     "diff": attrs.asdict(m.diff, value_serializer=_list_values),
                 }
                 for m in self.migrations
@@ -231,8 +262,49 @@ class InstructionIndex:
 
 
 def winning_mechanism(instructions: Sequence[Migration]) -> Mechanism:
-    """The winning mechanism by precedence (rewrite > replacement > evolution)."""
+    """The winning mechanism by precedence (replacement > rewrite > evolution)."""
     return max((m.mechanism for m in instructions), key=_RANK.__getitem__)
+
+
+def rewrite_steps(
+    target: Release, builtin: Builtin, instructions: Sequence[Migration]
+) -> tuple[tuple[RewriteStep, ...], bool] | Problem:
+    """The steps of a REWRITE merge (no replacement among ``instructions``), oldest first, and
+    whether evolutions follow the last rewrite; or the problem refusing the path.
+
+    A jump equals its steps: each transform sees the rows in the schema its release was
+    written against, so the evolutions before it are applied to them first. That schema is the
+    builtin's in the release before the rewrite's version, found among ``target``'s ancestors
+    (``previous``); a path that evolves the collection before a rewrite and whose target does
+    not say that schema is refused (``rewrite-input-unknown``), never run on rows of another
+    schema."""
+    steps: list[RewriteStep] = []
+    evolved_since: Version | None = None  # the newest evolution since the last rewrite
+    for migration in instructions:
+        if migration.mechanism is Mechanism.EVOLUTION:
+            evolved_since = migration.version
+            continue
+        assert migration.transform is not None  # a REWRITE (the manifest checks it)
+        schema = None
+        if evolved_since is not None:
+            schema = _schema_before(target, builtin.name, migration.version, evolved_since)
+            if schema is None:
+                return rewrite_input_unknown(builtin, migration, evolved_since, target)
+        steps.append(RewriteStep(migration.version, migration.transform, schema))
+        evolved_since = None
+    return tuple(steps), evolved_since is not None
+
+
+def _schema_before(
+    target: Release, name: str, version: Version, floor: Version
+) -> pa.Schema | None:
+    """``name``'s schema in the newest ancestor of ``target`` older than ``version``, when that
+    ancestor is not older than ``floor`` (the last instruction before ``version``)."""
+    for release in target.ancestors():
+        if release.version < version:
+            builtin = release.builtin(name)
+            return None if release.version < floor or builtin is None else builtin.schema
+    return None
 
 
 # Precedence by member (an Enum's ``.value`` costs a descriptor call: validation merges often).
@@ -241,6 +313,7 @@ _RANK: Final = {mechanism: MECHANISM_RANK[mechanism.value] for mechanism in Mech
 
 def check_collection(
     state: CollectionState,
+    target: Release,
     builtin: Builtin,
     index: InstructionIndex,
     fingerprint: str,
@@ -263,6 +336,10 @@ def check_collection(
     mechanism = winning_mechanism(instructions)
     if builtin.retain_data and mechanism is Mechanism.REPLACEMENT:
         return retain_data_replaced(builtin, instructions, low, high)
+    if mechanism is Mechanism.REWRITE and len(instructions) > 1:
+        steps = rewrite_steps(target, builtin, instructions)
+        if isinstance(steps, Problem):
+            return steps
     if mechanism is Mechanism.EVOLUTION and changed:
         incompatible = evolve_check(state, builtin)
         if incompatible is not None:
@@ -308,12 +385,19 @@ def build_plan(
             new.append(builtin)
             continue
         outcome = check_collection(
-            state, builtin, index, fingerprints[builtin.global_id], low, high, evolve_check
-        )
+            state, target, builtin, index, fingerprints[builtin.global_id], low, high,
+            evolve_check,
+        )  # fmt: skip
         if isinstance(outcome, Problem):
             problems.append(outcome)
         elif isinstance(outcome, Mechanism):
             instructions = index.in_range(builtin.name, low, high)
+            steps = (
+                rewrite_steps(target, builtin, instructions)
+                if outcome is Mechanism.REWRITE
+                else ((), False)
+            )
+            assert not isinstance(steps, Problem)  # check_collection refused those
             planned.append(
                 PlannedMigration(
                     builtin.global_id,
@@ -322,6 +406,7 @@ def build_plan(
                     instructions,
                     state.schema,
                     builtin.schema,
+                    *steps,
                 )
             )
         elif outcome:

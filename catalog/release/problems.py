@@ -68,6 +68,23 @@ def unknown_builtin(migration: Migration, target: Release) -> Problem:
     return Problem("unknown-builtin", migration.name, error)
 
 
+def rewrite_input_unknown(
+    builtin: Builtin, rewrite: Migration, evolved: Version, target: Release
+) -> Problem:
+    error = PlanError(
+        f"{builtin.name} is evolved at {evolved} and rewritten at {rewrite.version}: the rewrite's "
+        f"transform takes the schema of the release before {rewrite.version}, which release "
+        f"{target.version} does not say",
+        reason="rewrite-input-unknown",
+        collections=[builtin.name],
+        instruction=rewrite.describe(),
+        to_version=str(target.version),
+        suggestion="make each release from the one before it (Release(..., previous=PREVIOUS)), "
+        f"so that {target.version} knows the schema {builtin.name} had before {rewrite.version}",
+    )
+    return Problem("rewrite-input-unknown", builtin.name, error)
+
+
 def global_id_reassigned(
     state: CollectionState, builtin: Builtin, low: Version, high: Version
 ) -> Problem:
@@ -118,6 +135,7 @@ _REASON_ORDER: Final = (
     "missing-instruction",
     "retain-data-replaced",
     "incompatible-evolution",
+    "rewrite-input-unknown",
 )
 
 
@@ -147,5 +165,6 @@ _REASON_TITLES: Final = MappingProxyType(
         "missing-instruction": "builtins changed schema without a migration instruction",
         "retain-data-replaced": "builtins that retain data are replaced",
         "incompatible-evolution": "evolutions are not backward compatible",
+        "rewrite-input-unknown": "rewrites whose input schema the release does not say",
     }
 )

@@ -61,6 +61,7 @@ from catalog.shard.ops import (
     expand_op,
     read_states,
 )
+from catalog.shard.origin import Origin
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,
@@ -101,6 +102,7 @@ __all__ = [
     "KeyLog",
     "KeySegment",
     "Lease",
+    "Origin",
     "RollupRef",
     "Rows",
     "SchemaUse",

@@ -20,6 +20,7 @@ from catalog.schema import (
     migration_type,
 )
 from catalog.schema.ids import has_ids, ids_like, needs_ids, number
+from catalog.shard.origin import Origin
 from catalog.shard.state import Contraction, ShardState, shard_key
 from catalog.shard.stored import change_ops, read_states
 
@@ -39,13 +40,18 @@ def _head_op(old: ShardState, new: ShardState) -> tuple[Op | None, ShardState]:
     return ops[0], new
 
 
-def create_op(shard_id: str, schema: pa.Schema) -> tuple[Op, ShardState]:
-    """The op creating shard ``shard_id`` with first schema ``schema`` (for a caller's multi-op).
+def create_op(
+    shard_id: str, schema: pa.Schema, origin: Origin | None = None
+) -> tuple[Op, ShardState]:
+    """The op creating shard ``shard_id`` with first schema ``schema`` (for a caller's multi-op);
+    a prepared replacement shard records its ``origin``.
 
     The ``shards`` container must exist. Raises SchemaIncompatibleError for an invalid schema.
     The returned state carries version 0, the version the create gives the znode.
     """
-    state = ShardState(shard_id=shard_id, schemas=(migration_type(schema),), version=0)
+    state = ShardState(
+        shard_id=shard_id, schemas=(migration_type(schema),), origin=origin, version=0
+    )
     return Create(shard_key(shard_id), state.encode()), state
 
 

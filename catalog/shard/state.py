@@ -36,6 +36,7 @@ from catalog.schema import (
 from catalog.schema.ids import has_ids
 from catalog.shard.ledger import WriteLedger, WriteMark
 from catalog.shard.listing import BatchListing, BatchRef, RollupRef
+from catalog.shard.origin import Origin
 
 LEASE_PREFIX = "l-"
 
@@ -154,7 +155,8 @@ class ShardState:
     ``finalized`` with batches still listed means finalization is under way (no new leases);
     a finalized state without batches or rollups is the tombstone. ``writes`` is the ledger of
     recent append identities (:mod:`catalog.shard.ledger`); ``contraction`` the second half of
-    an evolution whose first half is registered (:class:`Contraction`).
+    an evolution whose first half is registered (:class:`Contraction`); ``origin`` what a
+    prepared replacement shard was made from (:mod:`catalog.shard.origin`), fixed at creation.
     """
 
     shard_id: str
@@ -167,6 +169,7 @@ class ShardState:
     finalized: bool = False
     writes: WriteLedger = attrs.field(factory=WriteLedger)
     contraction: Contraction | None = None
+    origin: Origin | None = None
     version: int = attrs.field(default=-1, eq=False)
     # Split states (format 2): the body's znode version, and the link both halves carry (bumped
     # by every write of both, so a reader can tell a head and a body of different writes apart).
@@ -265,6 +268,7 @@ class ShardState:
             "finalized": self.finalized,
             "writes": self.writes.to_json(),
             **({"contraction": self.contraction.to_json()} if self.contraction else {}),
+            **({"origin": self.origin.to_json()} if self.origin else {}),
         }
 
     def encode(self) -> bytes:
@@ -284,6 +288,8 @@ class ShardState:
         }
         if self.contraction:
             head["contraction"] = self.contraction.to_json()
+        if self.origin:
+            head["origin"] = self.origin.to_json()
         return encode_json(head)
 
     def encode_body(self) -> bytes:
@@ -330,6 +336,7 @@ class ShardState:
             finalized=bool(raw["finalized"]),
             writes=WriteLedger.from_json(raw.get("writes"), int(raw["upper"])),
             contraction=Contraction.from_json(raw.get("contraction")),
+            origin=Origin.from_json(raw.get("origin")),
             version=version,
         )
 

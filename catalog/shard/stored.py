@@ -39,6 +39,7 @@ from catalog.consensus import (
 from catalog.errors import CorruptStateError, ShardError
 from catalog.shard.ledger import WriteLedger
 from catalog.shard.listing import BatchListing, RollupRef
+from catalog.shard.origin import Origin
 from catalog.shard.state import (
     NEWEST_FORMAT,
     SPLIT_FORMATS,
@@ -85,6 +86,7 @@ def decode_stored(head: Versioned, body: Versioned | None) -> ShardState | None:
             sealed=bool(raw["sealed"]),
             finalized=bool(raw["finalized"]),
             contraction=Contraction.from_json(raw.get("contraction")),
+            origin=Origin.from_json(raw.get("origin")),
         )
     data = decode_json(body.value, body.key)
     with decoding(body.key, "shard state body"):

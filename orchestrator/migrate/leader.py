@@ -61,7 +61,7 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
     migration.ensure(fence=leadership.fence)
     ctx.on_phase(PHASE_REPLACEMENTS)
     shards = ensure_shards(
-        ctx, {b.global_id: b.schema for b in ctx.release.builtins}, fence=leadership.fence
+        ctx, {b.global_id: b.schema for b in ctx.release.builtins}, None, fence=leadership.fence
     )
     state = CatalogState(
         version=str(ctx.version),
@@ -120,7 +120,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         ctx.on_phase(PHASE_REPLACEMENTS)
     # A suspended or superseded leader stops before each step; the fence stops it within one.
     leadership.check()
-    replacements = ensure_shards(ctx, wanted, fence=fence)
+    replacements = ensure_shards(ctx, wanted, catalog, fence=fence)
     leadership.check()
     known = dict(shards)  # the states as last read or written: every later step starts here
     evolved = expand_all(

@@ -68,7 +68,7 @@ def check_read_only(ctx: MigrationContext) -> CheckResult:
     wanted = replacement_targets(ctx, plan_)
     if wanted:
         ctx.on_phase(PHASE_REPLACEMENTS)
-    replacements = ensure_shards(ctx, wanted, fence=None)
+    replacements = ensure_shards(ctx, wanted, catalog, fence=None)
     copy_rewrites(ctx, plan_, catalog, replacements, fence=None)
     log.info(
         "read_only_check_done",

@@ -15,6 +15,7 @@ import structlog
 from catalog.consensus import Fence
 from catalog.environment import CatalogState
 from catalog.release import Mechanism, Plan
+from catalog.shard import Origin
 from orchestrator.migrate.context import PHASE_REWRITE, MigrationContext
 
 log = structlog.get_logger(__name__)
@@ -33,19 +34,32 @@ def replacement_targets(ctx: MigrationContext, plan_: Plan) -> dict[str, pa.Sche
 def ensure_shards(
     ctx: MigrationContext,
     wanted: Mapping[str, pa.Schema],
+    catalog: CatalogState | None,
     *,
     fence: Fence | None,
 ) -> dict[str, str]:
     """The replacement shard of each of ``wanted`` keyed by this process's (version,
-    generation): found, or created with its schema and recorded in the migration shard."""
+    generation) and made from ``catalog`` (None: an empty environment): found, or created with
+    its schema and origin and recorded in the migration shard.
+
+    A shard prepared from an earlier catalog (another release was promoted in between and
+    replaced or evolved the collection) is not reused: its copy holds another source's rows up
+    to another source's position (:mod:`catalog.shard.origin`)."""
     if not wanted:
         return {}
     return ctx.migration_shard().ensure_replacement_shards(
         str(ctx.version),
         ctx.deploy_generation,
         dict(wanted),
+        origins={gid: origin_in(catalog, gid) for gid in wanted},
         fence=fence,
     )
+
+
+def origin_in(catalog: CatalogState | None, global_id: str) -> Origin:
+    """What a shard prepared for ``global_id`` from ``catalog`` is made from."""
+    ref = None if catalog is None else catalog.collections.get(global_id)
+    return Origin(None, None) if ref is None else Origin(ref.shard_id, ref.fingerprint)
 
 
 def copy_rewrites(
@@ -66,17 +80,21 @@ def copy_rewrites(
     if not rewrites:
         return
     ctx.on_phase(PHASE_REWRITE)
-    from catalog.pipeline import CarryEvolutions, copy_transformed
+    from catalog.pipeline import EvolveTo, Transform, copy_transformed
 
     for m in rewrites:
         source = ctx.shard(catalog.collections[m.global_id].shard_id)
         target = ctx.shard(replacements[m.global_id])
-        transforms = list(m.transforms)
-        last_rewrite = max(i.version for i in m.instructions if i.mechanism is Mechanism.REWRITE)
-        if any(
-            i.mechanism is Mechanism.EVOLUTION and i.version > last_rewrite for i in m.instructions
-        ):
-            transforms.append(CarryEvolutions(m.new_schema))
+        # The merged path, step by step: each transform sees the schema it was written against.
+        transforms: list[Transform] = []
+        for step in m.rewrites:
+            if step.input is not None:
+                transforms.append(
+                    EvolveTo(step.input, f"the evolutions before the rewrite of {step.version}")
+                )
+            transforms.append(step.transform)
+        if m.evolves_after:
+            transforms.append(EvolveTo(m.new_schema))
         ctx.pacer.begin("rewrite" if fence is None else "delta copy", m.name)
         try:
             copied = copy_transformed(

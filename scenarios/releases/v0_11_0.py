@@ -27,6 +27,7 @@ RELEASE = Release(
             "mz_internal.mz_cluster_replica_statuses": s.MZ_CLUSTER_REPLICA_STATUSES_V0_11,
         },
     ),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_tables", "table", Mechanism.EVOLUTION),

@@ -16,6 +16,7 @@ RELEASE = Release(
     builtins=s.updated(
         PREVIOUS.builtins, {"mz_internal.mz_source_statuses": s.MZ_SOURCE_STATUSES_V0_11_1}
     ),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_internal", "mz_source_statuses", "source", Mechanism.EVOLUTION),

@@ -36,6 +36,7 @@ RELEASE = Release(
             s.MZ_CLUSTER_REPLICA_HISTORY_V0_12,
         ),
     ],
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_indexes", "table", Mechanism.EVOLUTION),

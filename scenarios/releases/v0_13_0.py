@@ -26,6 +26,7 @@ RELEASE = Release(
             "mz_internal.mz_cluster_replica_history": s.MZ_CLUSTER_REPLICA_HISTORY_V0_13,
         },
     ),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_sources", "table", Mechanism.EVOLUTION),

@@ -23,6 +23,7 @@ RELEASE = Release(
             "mz_catalog.mz_types": s.MZ_TYPES_V0_14,
         },
     ),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(

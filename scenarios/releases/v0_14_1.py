@@ -10,6 +10,7 @@ V = "0.14.1"
 RELEASE = Release(
     version=V,
     builtins=s.updated(PREVIOUS.builtins, {"mz_catalog.mz_clusters": s.MZ_CLUSTERS_V0_14_1}),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_clusters", "table", Mechanism.EVOLUTION),

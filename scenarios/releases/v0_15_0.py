@@ -28,6 +28,7 @@ RELEASE = Release(
         ),
         Builtin("mz_catalog", "mz_network_policies", "table", "s18", s.MZ_NETWORK_POLICIES_V0_15),
     ],
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_introspection", "mz_compute_frontiers", "log", Mechanism.REPLACEMENT),

@@ -27,6 +27,7 @@ RELEASE = Release(
             "mz_internal.mz_storage_usage_by_shard": s.MZ_STORAGE_USAGE_BY_SHARD_V1_0,
         },
     ),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_databases", "table", Mechanism.EVOLUTION),

@@ -12,6 +12,7 @@ V = "1.1.0"
 RELEASE = Release(
     version=V,
     builtins=s.updated(PREVIOUS.builtins, {"mz_catalog.mz_clusters": s.MZ_CLUSTERS_V1_1}),
+    previous=PREVIOUS,
     migrations=[
         *PREVIOUS.migrations,
         Migration(V, "mz_catalog", "mz_clusters", "table", Mechanism.EVOLUTION),

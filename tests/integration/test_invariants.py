@@ -17,7 +17,7 @@ import pytest
 from catalog.consensus import encode_json
 from catalog.environment import CATALOG_KEY, EPOCH_KEY, read_catalog
 from catalog.migration import MigrationEntry, MigrationShard
-from catalog.shard import Shard, new_shard_id, shard_key
+from catalog.shard import Origin, Shard, create_op, new_shard_id, shard_key
 from orchestrator.scenario import ScenarioRun, ZooKeeperTarget
 from orchestrator.scenario.format import ReleaseIndex
 from orchestrator.scenario.invariants import InvariantChecker
@@ -94,10 +94,19 @@ def test_durable_change_during_a_read_only_step(bootstrapped: ScenarioRun) -> No
 
 
 def test_two_entries_for_one_replacement(bootstrapped: ScenarioRun) -> None:
-    """Two live migration entries for one (collection, version, generation) are caught."""
+    """Two live migration entries for one (collection, version, generation) made from one
+    origin are caught; one per origin is how a key outlives a catalog that moved."""
     migration = MigrationShard(bootstrapped.consensus, checker(bootstrapped).blob)
-    migration.append_entries([MigrationEntry("s10", "0.10.0", 1, new_shard_id())])
-    assert "replacement-agreement" in caught(bootstrapped)
+    (entry,) = [e for e in migration.entries() if e.global_id == "s10"]
+    first = Shard(bootstrapped.consensus, checker(bootstrapped).blob, entry.shard_id).state()
+    for origin, found in (
+        (Origin("elsewhere", None), set()),
+        (first.origin, {"replacement-agreement"}),
+    ):
+        op, _ = create_op(shard_id := new_shard_id(), first.live_schema, origin)
+        bootstrapped.consensus.commit([op])
+        migration.append_entries([MigrationEntry("s10", "0.10.0", 1, shard_id)])
+        assert caught(bootstrapped) & {"replacement-agreement"} == found
 
 
 def test_referenced_shard_finalized(bootstrapped: ScenarioRun) -> None:

@@ -326,7 +326,7 @@ def crashed_read_only_orphans(ctx: MigrationContext, count: int = 3) -> list[str
     created: dict[str, str] = {}
     schema = pa.schema([pa.field("id", pa.string())])
     schemas = {f"u-orphan-{i}": schema for i in range(count)}
-    ctx.migration_shard()._create_shards(schemas, created, None)
+    ctx.migration_shard()._create_shards(schemas, created, {}, None)
     return sorted(created.values())
 
 

@@ -382,7 +382,7 @@ def test_leader_collects_the_orphans_of_a_crashed_read_only_process(
     leader.wait_state("serving")
     created: dict[str, str] = {}
     shard = MigrationShard(consensus, BlobStore.from_uri(str(tmp_path / "blob")))
-    shard._create_shards({"u-orphan": pa.schema([pa.field("id", pa.string())])}, created, None)
+    shard._create_shards({"u-orphan": pa.schema([pa.field("id", pa.string())])}, created, {}, None)
     (orphan,) = created.values()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

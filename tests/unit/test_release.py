@@ -513,13 +513,16 @@ def test_plan_takes_instructions_in_the_half_open_range() -> None:
         ([EVO, EVO], EVO),
         ([EVO, REPL], REPL),
         ([REPL, EVO], REPL),
-        ([REPL, REWR], REWR),
-        ([REWR, REPL], REWR),
-        ([EVO, REWR], REWR),
+        ([REPL, REWR], REPL),
+        ([REWR, REPL], REPL),
+        ([REWR, EVO], REWR),
+        ([REWR, REWR], REWR),
     ],
 )
 def test_plan_mechanism_precedence(mechanisms: list[Mechanism], winner: Mechanism) -> None:
-    """rewrite > replacement > evolution, whatever the order of the instructions."""
+    """replacement > rewrite > evolution, whatever the order of the instructions: a replacement
+    anywhere in the path discards what came before it, and on a jump nothing was written
+    between it and a later rewrite."""
     v1 = rel("0.1.0", [tables()])
     migrations = [instr(f"0.{i + 2}.0", m) for i, m in enumerate(mechanisms)]
     target = rel(f"0.{len(mechanisms) + 1}.0", [tables(TABLES_V3)], migrations)
@@ -598,12 +601,17 @@ def test_retain_data_builtins_are_never_replaced(mechanisms: list[Mechanism]) ->
 
 
 def test_retain_data_builtins_may_be_rewritten() -> None:
-    """Rewrite keeps the data, so it is allowed (and wins over a replacement)."""
-    migrations = [instr("0.2.0", REPL, "mz_roles"), instr("0.3.0", REWR, "mz_roles")]
-    target = rel("0.3.0", [roles(ROLES_V2, retain_data=True)], migrations)
+    """Rewrite keeps the data, so it is allowed; a replacement anywhere on the path is not
+    (it discards what came before it, and wins the merge)."""
+    target = rel("0.3.0", [roles(ROLES_V2, retain_data=True)], [instr("0.3.0", REWR, "mz_roles")])
     planned = plan(rel("0.1.0", [roles(retain_data=True)]), target).migrations[0]
     assert planned.mechanism is REWR
     assert planned.transforms == (identity,)
+    migrations = [instr("0.2.0", REPL, "mz_roles"), instr("0.3.0", REWR, "mz_roles")]
+    target = rel("0.3.0", [roles(ROLES_V2, retain_data=True)], migrations)
+    with pytest.raises(PlanError) as info:
+        plan(rel("0.1.0", [roles(retain_data=True)]), target)
+    assert info.value.details["reason"] == "retain-data-replaced"
 
 
 def test_plan_rejects_instructions_naming_unknown_builtins() -> None:

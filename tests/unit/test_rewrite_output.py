@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import ShardError
-from catalog.pipeline import CarryEvolutions, apply_transforms
+from catalog.pipeline import EvolveTo, apply_transforms
 
 TS_DIFF = [pa.field("_ts", pa.uint64()), pa.field("_diff", pa.int64())]
 
@@ -35,7 +35,7 @@ def test_later_added_columns_read_as_nulls() -> None:
     )
     out = apply_transforms(
         _batch({"id": pa.array([7], pa.int64()), "name": pa.array(["alice"])}),
-        [to_strings, CarryEvolutions(latest)],
+        [to_strings, EvolveTo(latest)],
         latest,
     )
     assert out.schema == pa.schema([*latest, *TS_DIFF])
@@ -52,7 +52,7 @@ def test_a_missing_required_column_is_refused_naming_it() -> None:
     with pytest.raises(ShardError) as info:
         apply_transforms(
             _batch({"id": pa.array([7], pa.int64()), "name": pa.array(["a"])}),
-            [to_strings, CarryEvolutions(latest)],
+            [to_strings, EvolveTo(latest)],
             latest,
         )
     assert info.value.details["reason"] == "transform-output"

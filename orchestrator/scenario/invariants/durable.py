@@ -124,12 +124,18 @@ class DurableRules:
         for e in view.entries:
             entries[(str(e.version), int(e.deploy_generation), e.global_id)].append(e.shard_id)
         for (version, generation, gid), shard_ids in sorted(entries.items()):
-            if len(set(shard_ids)) > 1:
+            # One key may hold a shard per origin (made from successive catalogs), never two
+            # made from one.
+            by_origin: dict[object, set[str]] = collections.defaultdict(set)
+            for shard_id in shard_ids:
+                state = view.states.get(shard_id)
+                by_origin[None if state is None else state.origin].add(shard_id)
+            if any(len(same) > 1 for same in by_origin.values()):
                 found.append(
                     Violation(
                         "replacement-agreement",
-                        f"collection {gid} has {len(shard_ids)} live entries at ({version}, "
-                        f"{generation}): {shard_ids}",
+                        f"collection {gid} has {len(shard_ids)} live entries from one origin at "
+                        f"({version}, {generation}): {shard_ids}",
                         {"global_id": gid, "version": version, "shards": shard_ids},
                     )
                 )
@@ -139,7 +145,7 @@ class DurableRules:
                 named = {pid: shards.get(gid) for pid, shards in members.items()}
                 distinct = {sid for sid in named.values() if sid is not None}
                 entry = entries.get((version, generation, gid))
-                if len(distinct) > 1 or (entry and distinct and distinct != set(entry)):
+                if len(distinct) > 1 or (entry and distinct and not distinct <= set(entry)):
                     found.append(
                         Violation(
                             "replacement-agreement",

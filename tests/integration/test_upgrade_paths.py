@@ -1,0 +1,198 @@
+"""Exact upgrade paths against a real ZooKeeper and real Parquet blobs: a prepared shard is
+reused only by a plan from the catalog it was made from, and a jump equals its steps.
+
+Each test is one deterministic sequence of promotions, rollbacks and restarts of a read-only
+process of a newer release, with the rows every collection must serve at its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from kazoo.client import KazooClient
+
+from catalog.blob import BlobStore
+from catalog.errors import PlanError
+from catalog.migration import MigrationShard
+from catalog.release import Builtin, Mechanism, Migration, Release, plan
+from orchestrator.migrate import check_read_only, migrate_as_leader
+from support.migrations import Env, append_as_release, bootstrap, read_as_release, upgrade
+from support.zookeeper import ZkEnv
+
+pytestmark = pytest.mark.integration
+
+Y = "mz_catalog.y"
+X = "mz_catalog.x"
+Y_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("n", pa.int64())])
+X_V1 = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("a", pa.string())])
+X_V2 = pa.schema([*X_V1, pa.field("c", pa.string())])
+
+
+def plus(amount: int) -> Any:
+    def transform(batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = pc.add(batch.column("n"), amount)
+        return pa.RecordBatch.from_arrays([batch.column("id"), n], schema=Y_SCHEMA)
+
+    transform.__qualname__ = f"plus_{amount}".replace("-", "minus_")
+    return transform
+
+
+def upper_a(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """0.3.0's rewrite of ``x``: written against 0.2.0's schema (it reads ``c``)."""
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    columns["a"] = pc.utf8_upper(columns["a"])
+    columns["c"] = pc.coalesce(columns["c"], pa.scalar("none"))
+    return pa.RecordBatch.from_pydict(columns, schema=X_V2)
+
+
+def builtin(name: str, gid: str, schema: pa.Schema) -> Builtin:
+    return Builtin("mz_catalog", name, "table", gid, schema)
+
+
+def instruction(version: str, name: str, mechanism: Mechanism, **fns: Any) -> Migration:
+    return Migration(version, "mz_catalog", name, "table", mechanism, **fns)
+
+
+def history(y2: Migration, y3: Migration) -> tuple[Release, Release, Release]:
+    """0.1.0 with ``y``; 0.2.0 and 0.3.0 migrating it by ``y2`` and ``y3``."""
+    v1 = Release("0.1.0", [builtin("y", "s1", Y_SCHEMA)])
+    v2 = Release("0.2.0", v1.builtins, [y2], previous=v1)
+    v3 = Release("0.3.0", v1.builtins, [y2, y3], previous=v2)
+    return v1, v2, v3
+
+
+@pytest.fixture
+def env(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> Iterator[Env]:
+    made = Env(zk_client, zk_env.root, BlobStore.from_uri(str(tmp_path / "blob")))
+    yield made
+    made.close()
+
+
+def rows(*pairs: tuple[str, int]) -> list[dict[str, Any]]:
+    return sorted(({"id": i, "n": n} for i, n in pairs), key=lambda r: r["id"])
+
+
+def append_each(ctx: Any, name: str, pairs: list[tuple[str, int]]) -> None:
+    """One append per row, as clients do (each moves the shard's upper by one)."""
+    for row in rows(*pairs):
+        append_as_release(ctx, name, [row])
+
+
+def test_a_stale_read_only_copy_is_never_resumed_on_another_source(env: Env) -> None:
+    """The sequence that lost acknowledged rows: 0.3.0 prepares while the catalog is at 0.1.0,
+    0.2.0 is promoted and replaces ``y``, rows are acknowledged, then 0.3.0 restarts and is
+    promoted. ``y`` serves exactly 0.2.0's rows, rewritten by 0.3.0, once each."""
+    v1, v2, v3 = history(
+        instruction("0.2.0", "y", Mechanism.REPLACEMENT),
+        instruction("0.3.0", "y", Mechanism.REWRITE, transform=plus(100)),
+    )
+    first = bootstrap(env, v1)
+    append_each(first, Y, [("old1", 1), ("old2", 2)])
+    check_read_only(env.ctx(v3, 3))  # prepared from the catalog at 0.1.0
+    second, _ = upgrade(env, v2, 2)
+    append_each(second, Y, [("mid1", 11), ("mid2", 12), ("mid3", 13)])
+
+    restarted = env.ctx(v3, 3)
+    check_read_only(restarted)
+    migrate_as_leader(restarted, env.lead(restarted))
+    assert read_as_release(restarted, Y) == rows(("mid1", 111), ("mid2", 112), ("mid3", 113))
+
+
+def test_a_replacement_prepared_before_a_rollback_is_not_reused_after_it(env: Env) -> None:
+    """0.3.0 prepares from 0.2.0's catalog; 0.2.0 is rolled back (its rows carried back to
+    0.1.0's shard), then 0.3.0 is promoted: the jump 0.1.0 -> 0.3.0 passes 0.2.0's replacement,
+    so ``y`` starts empty, as 0.1.0 -> 0.2.0 -> 0.3.0 would; nothing of the stale copy shows."""
+    identity = plus(0)
+    v1, v2, v3 = history(
+        instruction("0.2.0", "y", Mechanism.REPLACEMENT, inverse=identity),
+        instruction("0.3.0", "y", Mechanism.REWRITE, transform=plus(100)),
+    )
+    first = bootstrap(env, v1)
+    append_each(first, Y, [("old1", 1), ("old2", 2)])
+    second, _ = upgrade(env, v2, 2, finalize_after=None)
+    append_each(second, Y, [("mid1", 11), ("mid2", 12), ("mid3", 13)])
+    stale = check_read_only(env.ctx(v3, 5))  # a copy of 0.2.0's shard, rewritten
+    back, _ = upgrade(env, v1, 4, rollback_from=v2)
+    assert read_as_release(back, Y) == rows(
+        ("mid1", 11), ("mid2", 12), ("mid3", 13), ("old1", 1), ("old2", 2)
+    )
+
+    restarted = env.ctx(v3, 5)
+    again = check_read_only(restarted)
+    assert again.replacement_shards[("s1")] != stale.replacement_shards["s1"]
+    assert again.plan is not None and again.plan.migrations[0].mechanism is Mechanism.REPLACEMENT
+    result = migrate_as_leader(restarted, env.lead(restarted))
+    assert read_as_release(restarted, Y) == []
+    # The stale entry is retracted with the switch, and its shard queued for finalization.
+    entries = MigrationShard(restarted.consensus, env.blob).entries()
+    assert stale.replacement_shards["s1"] not in {e.shard_id for e in entries}
+    assert stale.replacement_shards["s1"] in result.queued_for_finalization
+
+
+def test_a_rewrite_copy_of_another_source_is_redone_not_resumed(env: Env) -> None:
+    """0.3.0 copies 0.2.0's rewritten shard up to time 5; 0.2.0 is rolled back, so 0.1.0's
+    shard is the source again, at time 3. Resuming would find the copy ahead of its source
+    (the crash loop ``target-ahead``) or mix two sources' rows; the copy is made again from
+    0.1.0's shard through both transforms."""
+    v1, v2, v3 = history(
+        instruction("0.2.0", "y", Mechanism.REWRITE, transform=plus(10), inverse=plus(-10)),
+        instruction("0.3.0", "y", Mechanism.REWRITE, transform=plus(100)),
+    )
+    first = bootstrap(env, v1)
+    append_each(first, Y, [("old1", 1), ("old2", 2)])
+    second, _ = upgrade(env, v2, 2, finalize_after=None)
+    append_each(second, Y, [("mid1", 21), ("mid2", 22), ("mid3", 23)])
+    check_read_only(env.ctx(v3, 5))
+    upgrade(env, v1, 4, rollback_from=v2)
+
+    restarted = env.ctx(v3, 5)
+    check_read_only(restarted)
+    migrate_as_leader(restarted, env.lead(restarted))
+    assert read_as_release(restarted, Y) == rows(
+        ("mid1", 121), ("mid2", 122), ("mid3", 123), ("old1", 111), ("old2", 112)
+    )
+
+
+def test_a_jump_over_an_evolution_then_a_rewrite_equals_its_steps(
+    env: Env, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """0.2.0 adds ``c`` by evolution, 0.3.0 rewrites ``x`` with a transform written against
+    0.2.0's schema. The jump 0.1.0 -> 0.3.0 evolves the rows first, as the steps do."""
+    v1 = Release("0.1.0", [builtin("x", "s2", X_V1)])
+    evolution = instruction("0.2.0", "x", Mechanism.EVOLUTION)
+    rewrite = instruction("0.3.0", "x", Mechanism.REWRITE, transform=upper_a)
+    v2 = Release("0.2.0", [builtin("x", "s2", X_V2)], [evolution], previous=v1)
+    v3 = Release("0.3.0", [builtin("x", "s2", X_V2)], [evolution, rewrite], previous=v2)
+    planned = plan(v1, v3).migrations[0]
+    assert planned.steps() == ["evolve to 0.3.0's input", "rewrite 0.3.0"]
+
+    jumped = bootstrap(env, v1)
+    append_as_release(jumped, X, [{"id": "x1", "a": "a"}, {"id": "x2", "a": None}])
+    jump, _ = upgrade(env, v3, 2)
+
+    steps_env = Env(zk_client, f"{zk_env.root}-steps", BlobStore.from_uri(str(tmp_path / "s")))
+    try:
+        first = bootstrap(steps_env, v1)
+        append_as_release(first, X, [{"id": "x1", "a": "a"}, {"id": "x2", "a": None}])
+        upgrade(steps_env, v2, 2)
+        step, _ = upgrade(steps_env, v3, 3)
+        assert read_as_release(jump, X) == read_as_release(step, X) == [
+            {"id": "x1", "a": "A", "c": "none"},
+            {"id": "x2", "a": None, "c": "none"},
+        ]
+    finally:
+        steps_env.close()
+        zk_client.delete(f"{zk_env.root}-steps", recursive=True)
+
+    # Without the release before the rewrite, the schema its transform takes is unknown: the
+    # path is refused before any write, never run on rows of another schema.
+    orphan = Release("0.3.0", [builtin("x", "s2", X_V2)], [evolution, rewrite])
+    with pytest.raises(PlanError) as refused:
+        plan(v1, orphan)
+    assert refused.value.details["reason"] == "rewrite-input-unknown"
+    assert "previous=PREVIOUS" in refused.value.details["suggestion"]
