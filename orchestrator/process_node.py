@@ -55,6 +55,12 @@ __all__ = [
 ]
 
 
+#: The phase of a ready process of an empty environment that nobody promoted or asked to
+#: bootstrap (``--auto-promote``): it waits read-only (docs/design.md, "Bootstrapping is
+#: explicit").
+WAITING_FOR_BOOTSTRAP = "waiting for bootstrap"
+
+
 class ProcessState(enum.Enum):
     """Where a process is in the state machine of :mod:`orchestrator.sidecar`."""
 

@@ -185,7 +185,12 @@ def _copies(
     "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
 )
 @http_access_options
-@click.option("--auto-promote", is_flag=True, help="Promote this generation once it is ready.")
+@click.option(
+    "--auto-promote",
+    is_flag=True,
+    help="Promote this generation once it is ready; in an empty environment, bootstrap it "
+    "(without it, a process there waits for a promotion).",
+)
 @click.option(
     "--idempotency-retention",
     type=Duration(),

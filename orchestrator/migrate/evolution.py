@@ -45,8 +45,10 @@ def _expand_op(
     """The write registering ``m``'s expansion (and recording its contraction), if one is due,
     and the state it leaves."""
     target = registration_schema(state, m.old_schema, m.new_schema)
-    if find_schema_id(state, m.new_schema) is not None or find_schema_id(state, target) is not None:
-        return None, state  # contracted already, or an older schema this release keeps
+    if state.schema_id in (find_schema_id(state, m.new_schema), find_schema_id(state, target)):
+        return None, state  # contracted already
+    # An older registered schema equal to the release's (a field added, then deleted again) is
+    # registered anew: the shard's latest schema is the release's, as if the path were a jump.
     expanded = expansion(state.live_schema, m.new_schema)
     try:
         if expanded.equals(target):  # only additions: one half is the whole evolution

@@ -38,6 +38,7 @@ from orchestrator.migrate import (
     migrate_as_leader,
 )
 from orchestrator.pace import PaceWatch
+from orchestrator.process_node import WAITING_FOR_BOOTSTRAP
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.health import Health
@@ -293,7 +294,8 @@ class SidecarMachine:
         self.check = check_read_only(self.ctx)
         self._checked_at = seen
         self._progress.plan = self.check.summary()
-        self._progress.set_state(State.READY)
+        waiting = self.check.bootstrap and not self._config.auto_promote
+        self._progress.set_state(State.READY, phase=WAITING_FOR_BOOTSTRAP if waiting else None)
         if not self._ready_recorded:
             self._ready_recorded = True
             self.journal.event(
@@ -308,13 +310,16 @@ class SidecarMachine:
             return False
         if self._election is None or self._election.candidate is None:
             return False
+        # An empty environment is bootstrapped only by a process promoted or asked to.
         return promotion == self._config.deploy_generation or (
-            promotion is None and self.check.bootstrap
+            promotion is None and self.check.bootstrap and self._config.auto_promote
         )
 
     def _take_over(self) -> None:
         assert self._election is not None and self.ctx is not None and self.check is not None
-        leadership = self._election.try_take_over(bootstrap=self.check.bootstrap)
+        leadership = self._election.try_take_over(
+            bootstrap=self.check.bootstrap and self._config.auto_promote
+        )
         if leadership is None:
             return
         self.leadership = leadership

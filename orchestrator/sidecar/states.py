@@ -7,14 +7,16 @@ from typing import Any
 
 import attrs
 
-from orchestrator.process_node import ProcessState
+from orchestrator.process_node import WAITING_FOR_BOOTSTRAP, ProcessState
 
 #: The sidecar's states are the process node's (one spelling, in orchestrator.process_node).
 State = ProcessState
 
 
 #: Phases whose durations are migration work (a histogram each); ready/serving are resting.
-RESTING_PHASES = frozenset(s.value for s in State) - {State.CHECKING.value}
+RESTING_PHASES = (frozenset(s.value for s in State) - {State.CHECKING.value}) | {
+    WAITING_FOR_BOOTSTRAP
+}
 
 
 @attrs.frozen

@@ -33,7 +33,7 @@ from catalog.pending import PendingUpgrade
 from orchestrator.election import EpochInfo
 from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
-from orchestrator.process_node import decode_processes, process_key
+from orchestrator.process_node import WAITING_FOR_BOOTSTRAP, decode_processes, process_key
 from orchestrator.status.model import (
     CatalogSummary,
     CollectionStatus,
@@ -226,6 +226,14 @@ def process_warnings(processes: Sequence[ProcessStatus]) -> list[str]:
                 f"{process.id} reports the blob store unreachable since {when}: "
                 f"{report.get('error')}"
             )
+    waiting = [p for p in processes if p.phase == WAITING_FOR_BOOTSTRAP]
+    if waiting:  # an empty environment that nobody promoted or asked to bootstrap
+        generations = sorted({p.deploy_generation for p in waiting})
+        out.append(
+            f"the environment is empty and {len(waiting)} process(es) wait for a bootstrap: "
+            f"`catalog-upgrade promote --deploy-generation {generations[-1]}` makes generation "
+            f"{generations[-1]} create it (or start its process with --auto-promote)"
+        )
     for process in processes:  # a green process that found drift in its check says so
         drifts = process.plan.get("drift") if isinstance(process.plan, Mapping) else None
         if drifts:

@@ -49,7 +49,9 @@ def bootstrapped(
     )
     run.open()
     try:
-        process = run.sidecars.start("leader", index.versions()["0.10.0"], "0.10.0", 1)
+        process = run.sidecars.start(
+            "leader", index.versions()["0.10.0"], "0.10.0", 1, auto_promote=True
+        )
         run.wait_state(process, "serving", 30)
         yield run
     finally:

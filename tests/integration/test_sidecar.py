@@ -56,6 +56,28 @@ def bootstrap(launch: Launch, process_id: str = "blue-1") -> SidecarProcess:
 # --- bootstrap and HTTP ------------------------------------------------------------------------
 
 
+def test_only_a_process_asked_to_bootstraps_an_empty_environment(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
+    """A newer release started first, without --auto-promote, waits read-only and says so; it
+    writes nothing that stops the release meant to lead (which bootstraps at generation 1),
+    and is promoted later as any green."""
+    green = launch(V2, 2, "green-2")
+    node = green.wait_state("ready")
+    assert node["phase"] == "waiting for bootstrap"
+    assert zk_client.exists(f"{zk_env.root}/catalog") is None
+    assert zk_client.exists(f"{zk_env.root}/promotion") is None
+    table = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert "wait for a bootstrap" in table.stdout and "--deploy-generation 2" in table.stdout
+    blue = bootstrap(launch)
+    assert blue.wait_state("serving")["epoch"] == 1
+    node = green.wait_state("ready")  # checked again against the new catalog: a plain green
+    assert node["phase"] == "ready" and node["plan"]["from"] == V1
+    cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name, "--deploy-generation", "2")
+    assert green.wait_state("serving")["mode"] == "leader"
+    assert blue.wait_exit() == EXIT_FENCED
+
+
 @pytest.mark.slow
 def test_bootstrap_and_http_endpoints(launch: Launch, zk_env: ZkEnv) -> None:
     """An auto-promote sidecar bootstraps an empty env and serves every HTTP endpoint."""

@@ -7,6 +7,7 @@ process of a newer release, with the rows every collection must serve at its end
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,16 @@ from catalog.blob import BlobStore
 from catalog.errors import PlanError
 from catalog.migration import MigrationShard
 from catalog.release import Builtin, Mechanism, Migration, Release, plan
-from orchestrator.migrate import check_read_only, migrate_as_leader
-from support.migrations import Env, append_as_release, bootstrap, read_as_release, upgrade
+from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
+from support.histories import History, random_history, seeds_from_environment
+from support.migrations import (
+    Env,
+    append_as_release,
+    bootstrap,
+    collection_shard,
+    read_as_release,
+    upgrade,
+)
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -196,3 +205,70 @@ def test_a_jump_over_an_evolution_then_a_rewrite_equals_its_steps(
         plan(v1, orphan)
     assert refused.value.details["reason"] == "rewrite-input-unknown"
     assert "previous=PREVIOUS" in refused.value.details["suggestion"]
+
+
+# -- the differential test: a jump equals its steps ----------------------------------------------
+
+#: Seeds of ``make test``; ``make soak`` runs many (``TEST_PATH_SEEDS=1-50``).
+PATH_SEEDS = seeds_from_environment("TEST_PATH_SEEDS", default=(3, 17, 29))
+
+
+def _result(ctx: MigrationContext, release: Release) -> dict[str, Any]:
+    """Every collection of ``release`` as it reads it: its shard's live schema and its rows."""
+    out: dict[str, Any] = {}
+    for b in release.builtins:
+        schema = collection_shard(ctx, b.name).state().live_schema.remove_metadata()
+        out[b.name] = (str(schema), read_as_release(ctx, b.name))
+    return out
+
+
+def _step_to(env: Env, history: History, last: int, *, engine: str = "arrow") -> MigrationContext:
+    """The history's releases up to index ``last``, one upgrade each, with every version's rows."""
+    ctx = bootstrap(env, history.releases[0])
+    for k, release in enumerate(history.releases[: last + 1]):
+        if k:
+            ctx, _ = upgrade(env, release, k + 1, engine=engine)
+        for name, rows_ in history.rows[str(release.version)].items():
+            append_as_release(ctx, name, rows_)
+    return ctx
+
+
+@pytest.mark.parametrize("seed", PATH_SEEDS)
+def test_every_jump_equals_its_steps(
+    seed: int, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, spark: Any
+) -> None:
+    """A random history stepped from its source ``i`` to every later release, against a jump
+    from ``i`` to each ``j`` on the arrow engine (and to the last on Spark): the same rows and
+    schemas, whatever the mechanisms in between. Replay a failure with ``TEST_PATH_SEEDS``."""
+    history = random_history(seed)
+    print(history.describe())
+    rng = random.Random(seed)
+    source = rng.randrange(0, len(history.releases) - 2)
+    made: list[Env] = []
+
+    def new_env(name: str) -> Env:
+        env = Env(zk_client, f"{zk_env.root}/{name}", BlobStore.from_uri(str(tmp_path / name)))
+        made.append(env)
+        return env
+
+    try:
+        steps = new_env("steps")
+        ctx = _step_to(steps, history, source)
+        expected: dict[int, dict[str, Any]] = {}
+        for k in range(source + 1, len(history.releases)):
+            ctx, _ = upgrade(steps, history.releases[k], k + 1)
+            expected[k] = _result(ctx, history.releases[k])
+        last = len(history.releases) - 1
+        jumps = [(j, "arrow") for j in range(source + 2, len(history.releases))] + [
+            (last, "spark")
+        ]
+        for j, engine in jumps:
+            env = new_env(f"jump-{j}-{engine}")
+            _step_to(env, history, source)
+            jumped, _ = upgrade(env, history.releases[j], j + 1, engine=engine)
+            where = f"seed {seed}: {history.releases[source].version} -> "
+            where += f"{history.releases[j].version} on {engine}"
+            assert _result(jumped, history.releases[j]) == expected[j], where
+    finally:
+        for env in made:
+            env.close()

@@ -95,7 +95,7 @@ class Walker:
     def bootstrap(self, rng: random.Random) -> str:
         version = self.model.versions[0]
         self.model.next_generation = 2
-        (first,) = self.model.start(version, 1, 1)
+        (first,) = self.model.start(version, 1, 1, auto=True)  # asked to bootstrap
         self.model.wait(first, "serving")
         self.model.leader = first
         self.model.catalog_version, self.model.catalog_generation = version, 1
