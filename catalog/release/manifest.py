@@ -154,6 +154,12 @@ class Migration:
     rollback carries the rows this release wrote to the replacement through it
     (``orchestrator.migrate.rollback``). Neither is part of equality: instructions compare by
     what they declare, not by function identity.
+
+    A *conversion* says the builtin changed kind (``former_kind``) or name (``former_name``,
+    ``schema.object``) at this version, keeping its GlobalId: a table became a materialized
+    view. It is a REPLACEMENT, which subsumes every older instruction naming the former
+    description, so later releases may drop those (``validate`` accepts their removal then,
+    and only then; docs/releases.md, "A builtin that changes kind").
     """
 
     version: Version = attrs.field(converter=to_version)
@@ -163,6 +169,8 @@ class Migration:
     mechanism: Mechanism = attrs.field(converter=_to_mechanism)
     transform: Transform | None = attrs.field(default=None, eq=False)
     inverse: Transform | None = attrs.field(default=None, eq=False)
+    former_kind: str | None = attrs.field(default=None)
+    former_name: str | None = attrs.field(default=None)
     # Derived once: validation looks instructions up by these millions of times.
     _name: str = attrs.field(init=False, eq=False, repr=False)
     _key: tuple[Version, str, str, Mechanism] = attrs.field(init=False, eq=False, repr=False)
@@ -195,6 +203,54 @@ class Migration:
             raise ReleaseError(
                 f"instruction {self.describe()} needs a callable inverse",
                 field="inverse",
+                instruction=self.describe(),
+            )
+        if self.is_conversion:
+            self._check_conversion()
+
+    @property
+    def is_conversion(self) -> bool:
+        """Whether this instruction says the builtin changed kind or name (a conversion)."""
+        return self.former_kind is not None or self.former_name is not None
+
+    def converts(self, name: str, kind: str) -> bool:
+        """Whether this conversion subsumes instructions naming ``name`` of ``kind``: the
+        builtin's former description (a part not declared former is the current one)."""
+        return (
+            self.is_conversion
+            and name == (self.former_name or self._name)
+            and kind == (self.former_kind or self.kind)
+        )
+
+    def _check_conversion(self) -> None:
+        if self.mechanism is not Mechanism.REPLACEMENT:
+            raise ReleaseError(
+                f"instruction {self.describe()} converts a builtin (kind or name) and must be a "
+                "replacement: a new shard for the new description",
+                field="mechanism",
+                instruction=self.describe(),
+            )
+        if self.former_kind is not None and self.former_kind not in KINDS:
+            raise ReleaseError(
+                f"instruction {self.describe()}: former_kind must be one of "
+                f"{', '.join(sorted(KINDS))}, got {self.former_kind!r}",
+                field="former_kind",
+                instruction=self.describe(),
+            )
+        if self.former_name is not None:
+            schema, _, obj = self.former_name.partition(".")
+            if not (IDENTIFIER_RE.fullmatch(schema) and IDENTIFIER_RE.fullmatch(obj)):
+                raise ReleaseError(
+                    f"instruction {self.describe()}: former_name must be schema.object, got "
+                    f"{self.former_name!r}",
+                    field="former_name",
+                    instruction=self.describe(),
+                )
+        if self.converts(self._name, self.kind):
+            raise ReleaseError(
+                f"instruction {self.describe()} declares a conversion from its own description: "
+                "give the former kind or name that differs",
+                field="former_kind",
                 instruction=self.describe(),
             )
 

@@ -324,9 +324,11 @@ def check_collection(
     """The rule for one collection on the path ``low -> high``: the merged mechanism to plan,
     the problem refusing the path, the in-range instructions whose kind names no builtin (they
     are reported as unknown), or None when nothing changes."""
-    if state.name != builtin.name:
-        return global_id_reassigned(state, builtin, low, high)
     instructions = index.in_range(builtin.name, low, high)
+    if state.name != builtin.name and not any(
+        m.former_name == state.name for m in instructions
+    ):  # renamed without a conversion on the path
+        return global_id_reassigned(state, builtin, low, high)
     mismatched = tuple(m for m in instructions if m.kind != builtin.kind)
     if mismatched:
         return mismatched

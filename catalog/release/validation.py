@@ -361,9 +361,17 @@ def _removed_instructions(
         members = {i for start, end in spans for i in range(start, end)}
         for i in sorted(members):
             for j in range(i + 1, n):
-                if j not in members:
+                if j not in members and not _converted(key, ordered[j]):
                     failures.append(removed_failure(key, ordered[i].version, ordered[j].version))
     return failures
+
+
+def _converted(key: tuple[Version, str, str, Mechanism], release: Release) -> bool:
+    """Whether ``release`` subsumes the instruction ``key`` it lacks: a conversion of the
+    builtin from the description the instruction names, at its version or later (every path
+    that needed the instruction crosses the conversion, a replacement)."""
+    version, name, kind, _ = key
+    return any(m.converts(name, kind) and m.version >= version for m in release.migrations)
 
 
 def removed_failure(

@@ -8,7 +8,7 @@ process of a newer release, with the rows every collection must serve at its end
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from catalog.blob import BlobStore
 from catalog.errors import PlanError
 from catalog.migration import MigrationShard
-from catalog.release import Builtin, Mechanism, Migration, Release, plan
+from catalog.release import Builtin, Mechanism, Migration, Release, plan, validate
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
 from support.histories import History, random_history, seeds_from_environment
 from support.migrations import (
@@ -31,6 +31,7 @@ from support.migrations import (
     read_as_release,
     upgrade,
 )
+from support.ported import materialize_history
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -218,7 +219,7 @@ def _result(ctx: MigrationContext, release: Release) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for b in release.builtins:
         schema = collection_shard(ctx, b.name).state().live_schema.remove_metadata()
-        out[b.name] = (str(schema), read_as_release(ctx, b.name))
+        out[b.name] = (str(schema), read_as_release(ctx, b.name, key=b.schema.names[0]))
     return out
 
 
@@ -233,17 +234,35 @@ def _step_to(env: Env, history: History, last: int, *, engine: str = "arrow") ->
     return ctx
 
 
-@pytest.mark.parametrize("seed", PATH_SEEDS)
-def test_every_jump_equals_its_steps(
-    seed: int, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path, spark: Any
+def _jumps_equal_steps(
+    history: History,
+    source: int,
+    jumps: list[tuple[int, str]],
+    new_env: Callable[[str], Env],
 ) -> None:
-    """A random history stepped from its source ``i`` to every later release, against a jump
-    from ``i`` to each ``j`` on the arrow engine (and to the last on Spark): the same rows and
-    schemas, whatever the mechanisms in between. Replay a failure with ``TEST_PATH_SEEDS``."""
-    history = random_history(seed)
-    print(history.describe())
-    rng = random.Random(seed)
-    source = rng.randrange(0, len(history.releases) - 2)
+    """Step ``history`` from release ``source`` (rows appended up to it) through every later
+    release; jump from ``source`` to each ``(target, engine)`` of ``jumps`` in an environment of
+    its own: the same rows and schemas."""
+    stepped = new_env(f"steps-from-{source}")
+    _step_to(stepped, history, source)
+    expected: dict[int, dict[str, Any]] = {}
+    for k in range(source + 1, len(history.releases)):
+        ctx, _ = upgrade(stepped, history.releases[k], k + 1)
+        expected[k] = _result(ctx, history.releases[k])
+    for j, engine in jumps:
+        env = new_env(f"jump-{source}-{j}-{engine}")
+        _step_to(env, history, source)
+        jumped, _ = upgrade(env, history.releases[j], j + 1, engine=engine)
+        where = f"seed {history.seed}: {history.releases[source].version} -> "
+        where += f"{history.releases[j].version} on {engine}"
+        assert _result(jumped, history.releases[j]) == expected[j], where
+
+
+@pytest.fixture
+def environments(
+    zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> Iterator[Callable[[str], Env]]:
+    """Environments of their own below the test's, closed afterwards."""
     made: list[Env] = []
 
     def new_env(name: str) -> Env:
@@ -251,24 +270,62 @@ def test_every_jump_equals_its_steps(
         made.append(env)
         return env
 
-    try:
-        steps = new_env("steps")
-        ctx = _step_to(steps, history, source)
-        expected: dict[int, dict[str, Any]] = {}
-        for k in range(source + 1, len(history.releases)):
-            ctx, _ = upgrade(steps, history.releases[k], k + 1)
-            expected[k] = _result(ctx, history.releases[k])
-        last = len(history.releases) - 1
-        jumps = [(j, "arrow") for j in range(source + 2, len(history.releases))] + [
-            (last, "spark")
-        ]
-        for j, engine in jumps:
-            env = new_env(f"jump-{j}-{engine}")
-            _step_to(env, history, source)
-            jumped, _ = upgrade(env, history.releases[j], j + 1, engine=engine)
-            where = f"seed {seed}: {history.releases[source].version} -> "
-            where += f"{history.releases[j].version} on {engine}"
-            assert _result(jumped, history.releases[j]) == expected[j], where
-    finally:
-        for env in made:
-            env.close()
+    yield new_env
+    for env in made:
+        env.close()
+
+
+@pytest.mark.parametrize("seed", PATH_SEEDS)
+def test_every_jump_equals_its_steps(
+    seed: int, environments: Callable[[str], Env], spark: Any
+) -> None:
+    """A random history stepped from its source ``i`` to every later release, against a jump
+    from ``i`` to each ``j`` on the arrow engine (and to the last on Spark): the same rows and
+    schemas, whatever the mechanisms in between. Replay a failure with ``TEST_PATH_SEEDS``."""
+    history = random_history(seed)
+    print(history.describe())
+    source = random.Random(seed).randrange(0, len(history.releases) - 2)
+    last = len(history.releases) - 1
+    jumps = [(j, "arrow") for j in range(source + 2, len(history.releases))]
+    _jumps_equal_steps(history, source, [*jumps, (last, "spark")], environments)
+
+
+def test_materialize_migrations_replayed(environments: Callable[[str], Env]) -> None:
+    """Materialize's real MIGRATIONS list, 0.147.0 to 26.36.0-dev.0 with its prereleases and
+    its tables turned materialized views: every path validates (the conversions' rule), and
+    jumps from the smallest supported version equal the steps: over an evolution, past
+    prereleases, across the conversions of 26.34.0-dev.0, and to the end."""
+    history = materialize_history()
+    assert validate(list(history.releases)).ok
+    versions = [str(r.version) for r in history.releases]
+    targets = ["0.159.0", "26.19.0-dev.0", "26.34.0-dev.0", "26.36.0-dev.0"]
+    jumps = [(versions.index(v), "arrow") for v in targets]
+    _jumps_equal_steps(history, 0, jumps, environments)
+
+
+def test_an_evolution_of_a_builtin_new_since_the_source_is_no_step(env: Env) -> None:
+    """Materialize's SQL-713: ``new_table`` appears at 0.2.0 and is evolved at 0.3.0; from
+    0.1.0 the jump creates it at 0.3.0's schema (its evolution has nothing to evolve), while
+    ``old_table``, which has a shard, is evolved. Read-only and leader alike."""
+    old_v1 = pa.schema([pa.field("a", pa.string(), nullable=False)])
+    old_v2 = pa.schema([*old_v1, pa.field("b", pa.string())])
+    new_v2 = pa.schema([pa.field("a", pa.string(), nullable=False)])
+    new_v3 = pa.schema([*new_v2, pa.field("c", pa.int64())])
+    v1 = Release("0.1.0", [builtin("old_table", "s1", old_v1)])
+    steps = [instruction("0.2.0", "old_table", Mechanism.EVOLUTION)]
+    v2 = Release("0.2.0", [builtin("old_table", "s1", old_v2), builtin("new_table", "s2", new_v2)],
+                 steps, previous=v1)  # fmt: skip
+    steps = [*steps, instruction("0.3.0", "new_table", Mechanism.EVOLUTION)]
+    v3 = Release("0.3.0", [builtin("old_table", "s1", old_v2), builtin("new_table", "s2", new_v3)],
+                 steps, previous=v2)  # fmt: skip
+    first = bootstrap(env, v1)
+    append_as_release(first, "mz_catalog.old_table", [{"a": "kept"}])
+    checked = check_read_only(env.ctx(v3, 3))
+    assert checked.plan is not None
+    assert [b.name for b in checked.plan.new_builtins] == ["mz_catalog.new_table"]
+    assert [(m.name, m.mechanism) for m in checked.plan.migrations] == [
+        ("mz_catalog.old_table", Mechanism.EVOLUTION)
+    ]
+    ctx, _ = upgrade(env, v3, 3)
+    assert read_as_release(ctx, "mz_catalog.old_table", key="a") == [{"a": "kept", "b": None}]
+    assert collection_shard(ctx, "mz_catalog.new_table").state().live_schema.equals(new_v3)

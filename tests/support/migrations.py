@@ -153,13 +153,13 @@ def append_as_release(ctx: MigrationContext, name: str, rows: list[dict[str, Any
     append_rows(collection_shard(ctx, name), Rows(table, builtin.schema))
 
 
-def read_as_release(ctx: MigrationContext, name: str) -> list[dict[str, Any]]:
+def read_as_release(ctx: MigrationContext, name: str, key: str = "id") -> list[dict[str, Any]]:
     """``name`` as ctx's release reads it (the sidecar's way): the snapshot migrated to its
-    schema, rows by ``id``."""
+    schema, rows by ``key``."""
     builtin = ctx.release.builtin(name)
     assert builtin is not None
     data = collection_shard(ctx, name).snapshot()
     source = pa.schema([f for f in data.schema if f.name not in (TS, DIFF)])
     data = migrate_batch(data, source, builtin.schema, projection=True).drop_columns([TS, DIFF])
     assert data.schema.equals(builtin.schema)
-    return sorted(data.to_pylist(), key=lambda r: r["id"])
+    return sorted(data.to_pylist(), key=lambda r: r[key])

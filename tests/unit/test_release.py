@@ -916,3 +916,68 @@ def test_example_role_id_rewrite_transforms_values() -> None:
     new = transform(old)
     assert new.column("id").to_pylist() == ["u7"]
     assert new.column("name").to_pylist() == ["alice"]
+
+
+# --- a builtin that changes kind or name (a conversion) ---------------------------------------
+
+
+def kafka(kind: str, schema: pa.Schema = TABLES_V1, name: str = "mz_kafka_sources") -> Builtin:
+    return Builtin("mz_catalog", name, kind, "s9", schema)
+
+
+def kafka_step(version: str, kind: str, mechanism: Mechanism = EVO, **more: object) -> Migration:
+    return Migration(version, "mz_catalog", "mz_kafka_sources", kind, mechanism, **more)  # type: ignore[arg-type]
+
+
+def converted_history(drop_old: bool = True, at: str = "0.3.0") -> list[Release]:
+    """Materialize's 26.34: a builtin table evolved at 0.2.0 becomes a materialized view at
+    ``at`` by a conversion replacement; the release drops the table's step (``drop_old``)."""
+    evolved = kafka_step("0.2.0", "table")
+    conversion = kafka_step(at, "materialized-view", REPL, former_kind="table")
+    return [
+        rel("0.1.0", [kafka("table")]),
+        rel("0.2.0", [kafka("table", TABLES_V2)], [evolved]),
+        rel("0.3.0", [kafka("materialized-view", TABLES_V2)],
+            [conversion] if drop_old else [evolved, conversion]),
+    ]  # fmt: skip
+
+
+def test_a_conversion_subsumes_the_steps_of_the_former_description() -> None:
+    """Materialize's rule: the steps naming the table are removed and a replacement of the
+    view is added at the conversion version; every path plans a replacement."""
+    history = converted_history()
+    assert validate(history).ok
+    for source in history[:2]:
+        (planned,) = plan(source, history[2]).migrations
+        assert planned.mechanism is REPL
+
+
+def test_the_unsafe_forms_of_a_conversion_are_refused() -> None:
+    """Keeping the table's step names no builtin; dropping it without a conversion, or a
+    conversion older than the step it drops, is a removal; a conversion is a replacement."""
+    kept = validate(converted_history(drop_old=False))
+    assert {f.reason for f in kept.failures} == {"unknown-builtin"}
+    plain = converted_history()
+    plain[2] = rel("0.3.0", plain[2].builtins, [kafka_step("0.3.0", "materialized-view", REPL)])
+    assert "instruction-removed" in {f.reason for f in validate(plain).failures}
+    early = converted_history(at="0.1.5")
+    early.insert(1, rel("0.1.5", [kafka("table")]))
+    assert "instruction-removed" in {f.reason for f in validate(early).failures}
+    with pytest.raises(ReleaseError, match="must be a replacement"):
+        kafka_step("0.3.0", "materialized-view", EVO, former_kind="table")
+    with pytest.raises(ReleaseError, match="from its own description"):
+        kafka_step("0.3.0", "table", REPL, former_kind="table")
+
+
+def test_a_renamed_builtin_keeps_its_global_id_through_a_conversion() -> None:
+    """A builtin renamed at 0.2.0 by a conversion plans a replacement; without the conversion
+    the same rename is a GlobalId reassigned."""
+    old = rel("0.1.0", [kafka("table")])
+    renamed = Migration("0.2.0", "mz_internal", "mz_kafka", "table", REPL,
+                        former_name="mz_catalog.mz_kafka_sources")  # fmt: skip
+    new_builtin = Builtin("mz_internal", "mz_kafka", "table", "s9", TABLES_V1)
+    (planned,) = plan(old, rel("0.2.0", [new_builtin], [renamed])).migrations
+    assert planned.mechanism is REPL
+    with pytest.raises(PlanError) as refused:
+        plan(old, rel("0.2.0", [new_builtin]))
+    assert refused.value.details["reason"] == "global-id-reassigned"
