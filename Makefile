@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit integration bench soak clean zookeeper s3 spark-cluster prometheus-rule
+.PHONY: demo test check packages lint typecheck docs unit integration bench soak clean zookeeper s3 \
+	spark-cluster prometheus-rule
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,8 +16,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m orchestrator.testing.demo
 
-test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest -q --durations=25
+# The whole suite, in parallel workers (tests/support/parallel.py): most of a test's time is
+# waiting, so 4 workers on 2 cores. Budget: 15 minutes (docs/design.md, "Testing").
+TEST_WORKERS ?= 4
+test: $(STAMP) packages lint typecheck docs
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
+# Before each commit: lint, types, import contracts and the pure-logic tests. Budget: 2 minutes.
+check: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q -n 2 tests/unit
+
+# The Debian packages the suite needs (Chromium, nftables, iproute2, Prometheus), where
+# apt-get may install them; otherwise their tests skip, named in pytest's summary.
+packages:
+	bash .ci/packages
 
 lint: $(STAMP)
 	$(BIN)/ruff check catalog orchestrator tests benchmarks docs/hooks
@@ -30,7 +43,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n 2 tests/unit
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -m integration
@@ -50,8 +63,15 @@ prometheus-rule: $(STAMP)
 # Before a release: 50 seeds x 60 steps on a 3-server ensemble with partitions (root, ip, nft).
 # SOAK_ARGS overrides, e.g. SOAK_ARGS="--seeds 5 --first-seed 42".
 SOAK_ARGS ?=
+# Then many seeds of the exact-path tests: random histories jumped and stepped, and
+# Materialize's randomized test ported to real processes (PATH_SEEDS, PORT_SEEDS override).
+PATH_SEEDS ?= 1-100
+PORT_SEEDS ?= 1-50
 soak: $(STAMP)
 	$(BIN)/catalog-upgrade scenario soak $(SOAK_ARGS)
+	TEST_PATH_SEEDS=$(PATH_SEEDS) TEST_PORT_SEEDS=$(PORT_SEEDS) $(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS) tests/integration/test_upgrade_paths.py \
+		tests/integration/test_materialize_port.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -7,4 +7,5 @@ pytest_plugins = [
     "support.sidecars",
     "support.required",
     "support.browser",
+    "support.parallel",
 ]

@@ -43,7 +43,7 @@ from support.migrations import Env, bootstrap, upgrade
 from support.sidecars import RELEASES, cli, release_file
 from support.zookeeper import kazoo_client
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 
 SCREENSHOT = os.environ.get("CATALOG_UPGRADE_FLEET_SCREENSHOT")
 
@@ -100,9 +100,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 sidecars[name] = sidecar
                 return sidecar
 
-            serving = start("serving", "0.10.0", 1)
-            green_old = start("green", "0.10.0", 1)
-            pending_old = start("pending", "0.10.0", 1)
+            serving = start("serving", "0.10.0", 1, auto_promote=True)
+            green_old = start("green", "0.10.0", 1, auto_promote=True)
+            pending_old = start("pending", "0.10.0", 1, auto_promote=True)
             for sidecar in (serving, green_old, pending_old):
                 sidecar.wait_state(a, "serving", timeout=90)
             green_new = start("green", "0.11.0", 2)

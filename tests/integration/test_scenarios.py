@@ -363,6 +363,7 @@ action = "start"
 process = "a"
 release = "0.10.0"
 generation = 1
+auto_promote = true
 [[step]]
 action = "wait"
 process = "a"
@@ -396,6 +397,7 @@ action = "start"
 process = "old"
 release = "0.10.0"
 generation = 1
+auto_promote = true
 [[step]]
 action = "wait"
 process = "old"

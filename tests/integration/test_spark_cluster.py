@@ -37,7 +37,12 @@ from support.sidecars import SidecarProcess, json_lines, sidecars
 from support.sidecars import cli as tool
 from support.zookeeper import ZkEnv
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.spark,
+    pytest.mark.xdist_group("spark-cluster"),
+]
 
 COLLECTION = "mz_catalog.items"
 V0 = pa.schema(
