@@ -184,6 +184,13 @@ def _copies(
 @click.option(
     "--http", "http", default="127.0.0.1:0", show_default=True, help="HOST:PORT to serve."
 )
+@click.option(
+    "--http-address-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write HOST:PORT the server bound to this file once it serves (with port 0, the "
+    "port the kernel gave: for supervisors and tests that start many).",
+)
 @http_access_options
 @click.option(
     "--auto-promote",
@@ -247,7 +254,7 @@ def _copies(
 @http_limit_options
 @zk_options
 @handle_errors
-@gathered("serving", _serving, "http", "http_limits", *HTTP_ACCESS)
+@gathered("serving", _serving, "http", "http_address_file", "http_limits", *HTTP_ACCESS)
 @gathered(
     "duties", _duties, "idempotency_retention", "orphan_grace", "gc_grace",
     "compact_min_batches", "finalize_after", "discard_writes_to",

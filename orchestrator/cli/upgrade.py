@@ -21,7 +21,7 @@ from orchestrator.cli.root import handle_errors, main, zk_options
     "deploy_generation",
     type=click.IntRange(min=1),
     required=True,
-    help="Generation to promote (never below the catalog's or the current target).",
+    help="Generation to promote (never below the catalog's).",
 )
 @click.option(
     "--wait",
@@ -31,13 +31,26 @@ from orchestrator.cli.root import handle_errors, main, zk_options
     metavar="SECONDS",
     help="Return once that generation's leader finished its migration (exit 1 on timeout).",
 )
+@click.option(
+    "--before-deploy",
+    is_flag=True,
+    help="Promote a generation no process has registered yet, on purpose (without it, that is "
+    "refused as a likely typo, exit 2). Until one of its processes takes over, promoting the "
+    "catalog's generation again takes it back.",
+)
 @click.option("--requested-by", default=None, help="Who asks (default: user@host).")
 @zk_options
 @handle_errors
 def promote_command(
-    deploy_generation: int, wait_seconds: float | None, requested_by: str | None, zk: str, env: str
+    deploy_generation: int,
+    wait_seconds: float | None,
+    before_deploy: bool,
+    requested_by: str | None,
+    zk: str,
+    env: str,
 ) -> None:
-    """Set the promotion target; exit 3 for a generation below the current one."""
+    """Set the promotion target; exit 3 for a generation below the catalog's, exit 2 for one
+    no process registered (unless --before-deploy)."""
     import getpass
     import socket
 
@@ -46,7 +59,7 @@ def promote_command(
 
     who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
     with open_consensus(zk, env) as consensus:
-        promote(consensus, deploy_generation, requested_by=who)
+        promote(consensus, deploy_generation, requested_by=who, before_deploy=before_deploy)
         click.echo(f"generation {deploy_generation} promoted in environment {env}")
         if wait_seconds is not None:
             wait_promoted(consensus, deploy_generation, wait_seconds)

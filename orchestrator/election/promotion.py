@@ -15,7 +15,9 @@ from kazoo.protocol.states import WatchedEvent
 
 from catalog.consensus import (
     CONNECTION_ERRORS,
+    Check,
     Consensus,
+    SetData,
     decode_json,
 )
 from catalog.environment import (
@@ -36,7 +38,12 @@ from catalog.errors import (
 )
 from catalog.retry import CasRetry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.election.values import Promotion, generation_of_catalog, promotion_of
+from orchestrator.election.values import (
+    Promotion,
+    candidate_key,
+    generation_of_catalog,
+    promotion_of,
+)
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, decode_processes
@@ -44,12 +51,24 @@ from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, d
 log = structlog.get_logger(__name__)
 
 
-def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) -> None:
+def promote(
+    consensus: Consensus,
+    deploy_generation: int,
+    *,
+    requested_by: str,
+    before_deploy: bool = False,
+) -> None:
     """Set the promotion target to ``deploy_generation`` (idempotent for the current target).
 
-    Refuses (FencedError, exit 3) a target below the catalog's generation or the current target:
-    the promotion target only moves up, so a stale ``promote`` can never undo a newer one.
-    A generation below 1 (no process runs one) is BadInputError, and nothing is written.
+    Refuses (FencedError, exit 3) a target below the catalog's generation: a stale ``promote``
+    never undoes a takeover. Below the current target it is a *take-back*: allowed while no
+    process of that target took over (the catalog is still below it), in one transaction that
+    checks the catalog did not move. A generation no process registered (neither its process
+    node nor an election candidate) is refused (BadInputError, exit 2, rule
+    ``generation-not-running``: a typo would fence the serving leader with nobody to take
+    over), unless ``before_deploy`` says the operator promotes ahead of its processes on
+    purpose, or it takes the target back to the catalog's own generation. A generation below 1
+    is BadInputError too, and nothing is written.
     """
     if deploy_generation < 1:
         raise BadInputError(
@@ -59,24 +78,42 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
 
     def attempt() -> bool:
         found = consensus.get_many([CATALOG_KEY, PROMOTION_KEY])
-        current = generation_of_catalog(found[CATALOG_KEY])
+        catalog_found = found[CATALOG_KEY]
+        current = generation_of_catalog(catalog_found)
         promoted = found[PROMOTION_KEY]
         target = promotion_of(promoted)
+        taking_back = (
+            target is not None
+            and deploy_generation < target
+            and catalog_found is not None
+            and current is not None
+            and deploy_generation >= current
+        )
         fenced = generation_fence(
             deploy_generation,
             catalog=current,
-            promoted=target,
+            promoted=None if taking_back else target,
             acting=f"cannot promote generation {deploy_generation}",
         )
         if fenced is not None:
             raise fenced
         if target == deploy_generation:
             return False
+        if not before_deploy and not (taking_back and deploy_generation == current):
+            _refuse_not_running(consensus, deploy_generation)
         _refuse_past_pending(consensus, deploy_generation)
         value = Promotion(deploy_generation, requested_by, time.time(), target).encode()
         if promoted is None:
             consensus.ensure()
             consensus.cas(PROMOTION_KEY, value, -1)
+        elif taking_back:
+            assert catalog_found is not None
+            # Only while no process of the target took over: its takeover moves the catalog.
+            consensus.commit(
+                [SetData(PROMOTION_KEY, value, promoted.version),
+                 Check(CATALOG_KEY, catalog_found.version)]
+            )  # fmt: skip
+            log.warning("promotion_taken_back", target=target, to=deploy_generation)
         else:
             consensus.cas(PROMOTION_KEY, value, promoted.version)
         return True
@@ -90,6 +127,26 @@ def promote(consensus: Consensus, deploy_generation: int, *, requested_by: str) 
                 deploy_generation=deploy_generation,
                 requested_by=requested_by,
             )
+
+
+def _refuse_not_running(consensus: Consensus, deploy_generation: int) -> None:
+    """Refuse to promote a generation no process registered: its node or its candidacy."""
+    from orchestrator.process_node import read_processes
+
+    if any(
+        node.deploy_generation == deploy_generation
+        for node in read_processes(consensus).nodes.values()
+    ) or consensus.children(candidate_key(deploy_generation)):
+        return
+    raise BadInputError(
+        f"no process of generation {deploy_generation} is registered: promoting it would fence "
+        "the serving leader with nobody to take over",
+        rule="generation-not-running",
+        deploy_generation=deploy_generation,
+        suggestion=f"start generation {deploy_generation}'s processes first (check the number: "
+        "`catalog-upgrade status` lists every process), or pass --before-deploy to promote "
+        "ahead of them on purpose",
+    )
 
 
 def _refuse_past_pending(consensus: Consensus, deploy_generation: int) -> None:

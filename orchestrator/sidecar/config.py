@@ -39,6 +39,8 @@ class SidecarConfig:
     blob: str | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 0
+    # Where to write the address the server bound once it serves (port 0: the kernel's).
+    http_address_file: str | None = None
     # POST /promote and /append need the token in this file, and reads need it or the read
     # token (orchestrator.sidecar.access); without one, only a loopback listener is allowed
     # unless http_insecure.

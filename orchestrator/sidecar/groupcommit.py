@@ -19,10 +19,14 @@ from typing import Any
 
 import attrs
 import pyarrow as pa
+import structlog
 
+from catalog.errors import BadInputError
 from orchestrator.sidecar.idempotency import WriteIdentity
 
 __all__ = ["GroupCommit", "Pending"]
+
+log = structlog.get_logger(__name__)
 
 #: Appends in one commit at most: the ledger keeps the last 64 marks whatever it evicts, so a
 #: group's own marks always stay in it.
@@ -84,12 +88,31 @@ class GroupCommit:
                 try:
                     self._commit(group)
                 except BaseException as exc:
+                    if len(group) > 1 and _refused_rows(exc):
+                        self._commit_alone(group)  # only the member whose rows fail fails
+                        continue
                     for member in group:
                         if not member.done.is_set():
-                            member.settle(None, exc)
+                            member.settle(None, _as_refusal(exc))
                     if not isinstance(exc, Exception):
                         raise
         return pending.result()
+
+    def _commit_alone(self, group: Sequence[Pending]) -> None:
+        """Each unsettled member of ``group`` in a commit of its own: the group's write failed
+        on some member's rows (before anything was written), and no member fails for another's
+        data. Every append is checked on its own before it queues; this is the net below."""
+        log.warning("group_commit_split", members=len(group))
+        for member in group:
+            if member.done.is_set():
+                continue
+            try:
+                self._commit([member])
+            except BaseException as exc:
+                if not member.done.is_set():
+                    member.settle(None, _as_refusal(exc))
+                if not isinstance(exc, Exception):
+                    raise
 
     def _take(self) -> list[Pending]:
         """The oldest queued appends within the limits (at least one)."""
@@ -103,3 +126,18 @@ class GroupCommit:
                 count += 1
             group, self._queue = self._queue[:count], self._queue[count:]
         return group
+
+
+def _refused_rows(exc: BaseException) -> bool:
+    """Whether a commit failed on the rows themselves (Arrow or Parquet refused them while the
+    blob was made): nothing was written, and the same rows fail again."""
+    return isinstance(exc, pa.ArrowException)
+
+
+def _as_refusal(exc: BaseException) -> BaseException:
+    """A failure on rows as the append's refusal (400), never a 500 from a value."""
+    if not _refused_rows(exc):
+        return exc
+    refusal = BadInputError(f"the rows cannot be stored: {exc}", rule="unstorable")
+    refusal.__cause__ = exc
+    return refusal

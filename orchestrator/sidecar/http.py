@@ -31,6 +31,7 @@ or ``{"error": ..., "message": ...}``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -67,6 +68,7 @@ from catalog.errors import (
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE, stream_chunks
+from orchestrator.sidecar.jsonvalues import loads
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
 from orchestrator.sidecar.rows import json_lines
@@ -345,13 +347,17 @@ class SidecarApp:
         body = _body(request)
         generation = _int_param(request.args, "deploy_generation")
         if generation is None and body.strip():
-            try:
-                data = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            try:  # numbers as strict as in appends: 1.5 is no generation, nor is NaN
+                data = loads(body.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise HttpError(
                     HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
                 ) from exc
-            if not isinstance(data, (dict, int)) or isinstance(data, bool):
+            if (
+                not isinstance(data, (dict, int))
+                or isinstance(data, bool)
+                or (isinstance(data, dict) and set(data) != {"deploy_generation"})
+            ):
                 raise HttpError(
                     HTTPStatus.BAD_REQUEST,
                     "bad-json",
@@ -412,13 +418,17 @@ def _int_param(query: Mapping[str, str], name: str) -> int | None:
 
 
 def _as_int(value: Any, name: str) -> int | None:
+    """An integer from a query parameter's text or a JSON integer: never a float, a boolean
+    or a number in a string of another form (``1.5``, ``1e2``, `` 7``)."""
     if value is None:
         return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError(value)
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
         return int(value)
-    except (TypeError, ValueError):
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST, "bad-parameter", f"{name} must be an integer, not {value!r}"
-        ) from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise HttpError(
+        HTTPStatus.BAD_REQUEST, "bad-parameter", f"{name} must be an integer, not {value!r}"
+    )
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,18}")

@@ -1,13 +1,14 @@
 """Rows over HTTP as Arrow IPC streams (``application/vnd.apache.arrow.stream``), both ways.
 
-An append's stream holds one or more record batches whose schema is the release's write schema
-or a projection of it: the same fields by name, in any order, each of exactly the schema's type;
-a nullable field may be left out (its rows are null). Everything else is refused before anything
-is written, naming what is wrong (:class:`~catalog.errors.BadInputError`, 400): bytes that are no
-stream, a stream cut short, one without rows, an unknown field, another type (a dictionary or an
-extension type the schema does not have included), a null in a non-nullable field at any depth,
-and more rows than the configured maximum (:class:`~catalog.errors.TooManyRowsError`, 413,
-counted batch by batch while reading).
+An append's body is exactly one stream of one or more record batches whose schema is the
+release's write schema or a projection of it: the same fields by name, in any order, each of
+exactly the schema's type; a nullable field may be left out (its rows are null). Everything else
+is refused before anything is written, naming what is wrong
+(:class:`~catalog.errors.BadInputError`, 400): bytes that are no stream, a stream cut short,
+bytes after the stream's end (a second stream included), one without rows, an unknown field,
+another type (a dictionary or an extension type the schema does not have included), a null in a
+non-nullable field at any depth, and more rows than the configured maximum
+(:class:`~catalog.errors.TooManyRowsError`, 413, counted batch by batch while reading).
 
 A read answers the migrated snapshot as one stream, written batch by batch.
 """
@@ -23,7 +24,13 @@ import pyarrow.compute as pc
 
 from catalog.errors import BadInputError, TooManyRowsError
 
-__all__ = ["ARROW_STREAM_TYPE", "READ_BATCH_ROWS", "stream_chunks", "stream_to_table"]
+__all__ = [
+    "ARROW_STREAM_TYPE",
+    "READ_BATCH_ROWS",
+    "check_nulls",
+    "stream_chunks",
+    "stream_to_table",
+]
 
 ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
 #: Rows per record batch of a read's stream (a batch is what the sidecar holds serialized).
@@ -34,8 +41,9 @@ def stream_to_table(body: bytes, schema: pa.Schema, max_rows: int) -> pa.Table:
     """The record batches of the Arrow IPC stream ``body`` as a table of ``schema``."""
     if not body:
         raise BadInputError("empty body: send an Arrow IPC stream of record batches")
+    source = pa.BufferReader(body)
     try:
-        reader = pa.ipc.open_stream(pa.BufferReader(body))
+        reader = pa.ipc.open_stream(source)
     except (pa.ArrowInvalid, OSError) as exc:
         raise BadInputError(f"not an Arrow IPC stream: {exc}", problem="not-arrow") from exc
     sent = reader.schema
@@ -54,6 +62,13 @@ def stream_to_table(body: bytes, schema: pa.Schema, max_rows: int) -> pa.Table:
             problem="truncated",
             batches=len(batches),
         ) from exc
+    if source.tell() != len(body):  # a second stream, or anything after the end marker
+        raise BadInputError(
+            f"{len(body) - source.tell()} byte(s) after the end of the Arrow IPC stream: send "
+            "exactly one stream (its record batches hold every row)",
+            problem="trailing-bytes",
+            offset=source.tell(),
+        )
     if rows == 0:
         raise BadInputError("no rows: the Arrow IPC stream holds no record batch with rows")
     table = pa.Table.from_batches(batches, schema=sent)
@@ -61,13 +76,15 @@ def stream_to_table(body: bytes, schema: pa.Schema, max_rows: int) -> pa.Table:
         table.validate(full=True)
     except pa.ArrowInvalid as exc:
         raise BadInputError(f"invalid Arrow data: {exc}", problem="invalid") from exc
+    # A left-out nullable field is null in every row; built from Python's None so that the
+    # required fields of a null struct hold (hidden) values, as Parquet wants.
     arrays = [
-        table.column(name) if name is not None else pa.nulls(rows, field.type)
+        table.column(name) if name is not None else pa.array([None] * rows, field.type)
         for field, name in zip(schema, columns, strict=True)
     ]
     out = pa.Table.from_arrays(arrays, schema=schema)
     for field in schema:
-        _check_nulls(out.column(field.name), field, field.name)
+        check_nulls(out.column(field.name), field, field.name)
     return out
 
 
@@ -112,7 +129,7 @@ def _projection(sent: pa.Schema, schema: pa.Schema) -> list[str | None]:
     return columns
 
 
-def _check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str) -> None:
+def check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str) -> None:
     """BadInputError naming the path of a null where ``field`` (at any depth) allows none."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not field.nullable and array.null_count:
@@ -136,11 +153,11 @@ def _check_nulls(column: pa.ChunkedArray | pa.Array, field: pa.Field, path: str)
                         f"field {path}.{child.name}: a null where the schema allows none",
                         field=f"{path}.{child.name}",
                     )
-            _check_nulls(values, child.with_nullable(True), f"{path}.{child.name}")
+            check_nulls(values, child.with_nullable(True), f"{path}.{child.name}")
     elif pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        _check_nulls(array.flatten(), dtype.value_field, f"{path}[]")
+        check_nulls(array.flatten(), dtype.value_field, f"{path}[]")
     elif pa.types.is_map(dtype):
-        _check_nulls(array.items, dtype.item_field, f"{path}{{}}")
+        check_nulls(array.items, dtype.item_field, f"{path}{{}}")
 
 
 @functools.lru_cache(maxsize=256)

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -153,6 +154,8 @@ class Sidecar:
         previous = self._install_signal_handlers()
         try:
             self.http.start()
+            if self.config.http_address_file is not None:
+                _write_address(Path(self.config.http_address_file), self.http.address)
             return self._run()
         except Stopping:
             self._log.info("stopping")
@@ -303,3 +306,10 @@ def run_sidecar(
 ) -> int:
     """Run a sidecar to completion (what ``catalog-upgrade sidecar`` calls); the exit code."""
     return Sidecar(config, release, rollback_from).run()
+
+
+def _write_address(path: Path, address: str) -> None:
+    """``address`` in ``path``, whole or not at all (a reader never sees half of it)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(address + "\n")
+    partial.replace(path)

@@ -1,12 +1,14 @@
-"""Rows over HTTP: JSON lines to Arrow tables (naming the bad field and line) and back.
+"""Rows over HTTP: JSON lines to Arrow tables (naming the bad line, field path and rule) and
+back.
 
-Two parsers, one outcome. pyarrow's JSON reader parses a body against the write schema in C,
-where the schema's types read the same through it as through Python (integers, floats,
-booleans, strings, and structs and lists of them); whatever it refuses, or any body it cannot
-take exactly as the Python parser would (a line holding two objects, an escaped surrogate,
-invalid UTF-8), goes through the Python parser, which names the line and the field of the
-first problem. So errors, strict UTF-8 and the depth limit are the Python parser's, and a body
-both accept becomes the same table.
+Every value goes by one strict rule per type (:mod:`orchestrator.sidecar.jsonvalues`): stored
+exactly as sent, or refused. Two parsers, one outcome. pyarrow's JSON reader parses a body of
+many lines against the write schema in C, for schemas whose types it reads as the strict rule
+does (integers, floats, booleans, strings, and structs and lists of them); whatever it refuses,
+and any table it makes that the rule would not (a non-finite float, a null under a required
+field at any depth, a line holding two objects, an escaped surrogate, invalid UTF-8), goes
+through the Python parser, which applies the rule and names the first problem. So a body both
+accept becomes the same table, and every refusal is the Python parser's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
-import functools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -25,13 +26,16 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from catalog.errors import BadInputError, TooManyRowsError
+from orchestrator.sidecar.ipc import check_nulls
+from orchestrator.sidecar.jsonvalues import Refused, converter, loads, writable
 
 #: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
 MAX_JSON_DEPTH = 64
 
 
 def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -> pa.Table:
-    """Parse JSON lines into a table of ``schema``; BadInputError naming the line and field.
+    """Parse JSON lines into a table of ``schema``; BadInputError naming the line, the field
+    path and the rule of the first value refused.
 
     The body must be UTF-8 (an invalid byte is refused naming its line and field, never
     replaced) and no row may nest deeper than :data:`MAX_JSON_DEPTH`; more than ``max_rows``
@@ -40,20 +44,19 @@ def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -
     if fast is not None:
         return fast
     rows: list[dict[str, Any]] = []
-    lines: list[int] = []
     names = set(schema.names)
-    required = [field.name for field in schema if not field.nullable]
-    decoders = _decoders(schema)
+    fields = [(f.name, converter(f.type, f.nullable)) for f in schema]
     for number, raw in enumerate(body.splitlines(), start=1):
         line = _decoded(raw, number)
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInputError(f"line {number} is not JSON: {exc.msg}", line=number) from exc
+            row = loads(line)
         except RecursionError as exc:
             raise _too_deep(number) from exc
+        except ValueError as exc:  # json.JSONDecodeError is one
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise BadInputError(f"line {number} is not JSON: {problem}", line=number) from exc
         # A row nests no deeper than it has brackets: only a line with many is walked.
         if line.count("{") + line.count("[") > MAX_JSON_DEPTH and _depth(row) > MAX_JSON_DEPTH:
             raise _too_deep(number)
@@ -65,33 +68,26 @@ def rows_to_table(body: bytes, schema: pa.Schema, max_rows: int | None = None) -
                 f"line {number}: unknown field {unknown[0]} (the schema has {sorted(names)})",
                 line=number,
                 field=unknown[0],
+                rule="unknown-field",
             )
-        for name in required:
-            if row.get(name) is None:
-                raise BadInputError(
-                    f"line {number}: field {name} is required (not nullable)",
-                    line=number,
-                    field=name,
-                )
-        for name, decode in decoders.items():
-            if row.get(name) is not None:
-                row[name] = _decoded_value(decode, row[name], number, name)
-        rows.append(row)
-        lines.append(number)
+        try:
+            rows.append({name: convert(row.get(name), name) for name, convert in fields})
+        except Refused as refused:
+            raise BadInputError(
+                f"line {number}: field {refused.path}: {refused.message}",
+                line=number,
+                field=refused.path,
+                rule=refused.rule,
+            ) from None
         if max_rows is not None and len(rows) > max_rows:
             raise TooManyRowsError.over(max_rows)
     if not rows:
         raise BadInputError("no rows: send JSON lines, one object per row")
     try:
         return pa.Table.from_pylist(rows, schema=schema)
-    except _CONVERSION_ERRORS as exc:
-        at_line, at_field = _locate(rows, lines, schema)
-        where = f"line {at_line}: field {at_field}: " if at_field is not None else ""
+    except _CONVERSION_ERRORS as exc:  # the rule let through what Arrow refuses: say so
         raise BadInputError(
-            f"{where}value does not match the schema: {exc}",
-            problem=str(exc),
-            line=at_line,
-            field=at_field,
+            f"a value does not match the schema: {exc}", problem=str(exc)
         ) from exc
 
 
@@ -131,9 +127,29 @@ def parse_with_arrow(body: bytes, schema: pa.Schema, max_rows: int | None) -> pa
         return None
     if table.num_rows != lines:  # two objects on one line: the Python parser refuses that
         return None
-    if any(not f.nullable and table.column(f.name).null_count for f in schema):
-        return None
-    return table.cast(schema)
+    table = table.cast(schema)
+    # What the reader lets through and the rule does not: the Python parser names it.
+    for field in schema:
+        column = table.column(field.name)
+        try:
+            check_nulls(column, field, field.name)
+        except BadInputError:
+            return None
+        if not _finite(column.combine_chunks(), field.type):
+            return None
+    return table
+
+
+def _finite(array: pa.Array, dtype: pa.DataType) -> bool:
+    """Whether every float value at any depth of ``array`` is finite (the reader takes the
+    literals NaN and Infinity, and rounds a float32 out of range to infinity)."""
+    if pa.types.is_floating(dtype):
+        return array.null_count == len(array) or bool(pc.all(pc.is_finite(array)).as_py())
+    if pa.types.is_struct(dtype):
+        return all(_finite(array.field(i), dtype.field(i).type) for i in range(dtype.num_fields))
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return _finite(array.flatten(), dtype.value_type)
+    return True
 
 
 #: Atomic types that read the same through pyarrow's JSON reader and through Python.
@@ -145,107 +161,6 @@ _NATIVE = (
     pa.types.is_string,
     pa.types.is_large_string,
 )
-
-
-#: A JSON value of one type made into what Arrow takes for it.
-_Decode = Callable[[Any], Any]
-
-
-@functools.lru_cache(maxsize=64)
-def _decoders(schema: pa.Schema) -> dict[str, _Decode]:
-    """The fields of ``schema`` whose JSON values need reading into Arrow's Python forms: the
-    forms :func:`jsonable` writes (ISO 8601 times, durations in seconds, base64 bytes, decimal
-    strings, maps as objects), so that the rows ``GET /read`` answers append back as they
-    were."""
-    found = {field.name: _decoder(field.type) for field in schema}
-    return {name: decode for name, decode in found.items() if decode is not None}
-
-
-def _decoder(dtype: pa.DataType) -> _Decode | None:
-    if pa.types.is_timestamp(dtype):
-        return _when(dt.datetime.fromisoformat)
-    if pa.types.is_date(dtype):
-        return _when(dt.date.fromisoformat)
-    if pa.types.is_time(dtype):
-        return _when(dt.time.fromisoformat)
-    if pa.types.is_decimal(dtype):
-        return _when(_decimal)
-    if pa.types.is_duration(dtype):  # reads write seconds; an integer stays in the type's unit
-        return lambda value: dt.timedelta(seconds=value) if isinstance(value, float) else value
-    if (
-        pa.types.is_binary(dtype)
-        or pa.types.is_large_binary(dtype)
-        or pa.types.is_fixed_size_binary(dtype)
-    ):
-        return _when(functools.partial(base64.b64decode, validate=True))
-    if pa.types.is_struct(dtype):
-        children = {
-            dtype.field(i).name: decode
-            for i in range(dtype.num_fields)
-            if (decode := _decoder(dtype.field(i).type)) is not None
-        }
-        return functools.partial(_struct_value, children) if children else None
-    if pa.types.is_map(dtype):
-        keys, items = _decoder(dtype.key_type), _decoder(dtype.item_type)
-        return functools.partial(_map_value, keys, items) if keys or items else None
-    if (
-        pa.types.is_list(dtype)
-        or pa.types.is_large_list(dtype)
-        or pa.types.is_fixed_size_list(dtype)
-    ):
-        item = _decoder(dtype.value_type)
-        return functools.partial(_list_value, item) if item is not None else None
-    return None
-
-
-def _decimal(text: str) -> decimal.Decimal:
-    try:
-        return decimal.Decimal(text)
-    except decimal.InvalidOperation:
-        raise ValueError(f"{text!r} is not a decimal number") from None
-
-
-def _when(parse: Callable[[str], Any]) -> _Decode:
-    """``parse`` for a string; any other value as it is (an integer time, say)."""
-    return lambda value: parse(value) if isinstance(value, str) else value
-
-
-def _struct_value(children: dict[str, _Decode], value: Any) -> Any:
-    if not isinstance(value, dict):
-        return value
-    return {k: (children[k](v) if k in children and v is not None else v) for k, v in value.items()}
-
-
-def _list_value(item: _Decode, value: Any) -> Any:
-    if not isinstance(value, list):
-        return value
-    return [None if v is None else item(v) for v in value]
-
-
-def _map_value(keys: _Decode | None, items: _Decode | None, value: Any) -> Any:
-    pairs: Any = list(value.items()) if isinstance(value, dict) else value
-    if not isinstance(pairs, list) or not all(
-        isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in pairs
-    ):
-        return value  # Arrow refuses it, naming the field
-    return [
-        (keys(key) if keys else key, items(item) if items and item is not None else item)
-        for key, item in pairs
-    ]
-
-
-def _decoded_value(decode: _Decode, value: Any, line: int, name: str) -> Any:
-    """``value`` of field ``name`` decoded; BadInputError naming the line and field."""
-    try:
-        return decode(value)
-    except (ValueError, TypeError) as exc:  # binascii.Error is a ValueError
-        raise BadInputError(
-            f"line {line}: field {name}: value does not match the schema: {exc} (times are "
-            "ISO 8601, binary values base64, decimals strings or numbers)",
-            line=line,
-            field=name,
-            problem=str(exc),
-        ) from None
 
 
 def _json_native(dtype: pa.DataType, depth: int) -> bool:
@@ -306,27 +221,11 @@ def _too_deep(number: int) -> BadInputError:
     )
 
 
-def _locate(
-    rows: list[dict[str, Any]], lines: list[int], schema: pa.Schema
-) -> tuple[int | None, str | None]:
-    """The line and field of the first value that does not convert to its field's type."""
-    for field in schema:
-        try:
-            pa.array([row.get(field.name) for row in rows], type=field.type)
-            continue
-        except _CONVERSION_ERRORS:
-            pass
-        for row, line in zip(rows, lines, strict=True):
-            try:
-                pa.array([row.get(field.name)], type=field.type)
-            except _CONVERSION_ERRORS:
-                return line, field.name
-    return None, None
-
-
 def jsonable(value: Any) -> Any:
     """An Arrow-to-Python value as JSON: times ISO 8601, bytes base64, maps as objects."""
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, float):
+        return writable(value, pa.float64())  # NaN and the infinities as their strings
+    if value is None or isinstance(value, (str, int, bool)):
         return value
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
@@ -391,6 +290,20 @@ def _json_column(column: pa.Array) -> pa.Array:
         escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
         quoted = pc.binary_join_element_wise('"', escaped, '"', "")
         return pc.fill_null(quoted, "null")
-    return pa.array(
-        [json.dumps(jsonable(value), default=str) for value in column.to_pylist()], pa.string()
-    )
+    return pa.array([_dumped(value, dtype) for value in _values(column)], pa.string())
+
+
+def _dumped(value: Any, dtype: pa.DataType) -> str:
+    """One value's JSON text: strict JSON (no bare NaN), in the forms appends take back."""
+    return json.dumps(writable(value, dtype), allow_nan=False, separators=(", ", ": "))
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """``column``'s values in Python; a time Python cannot hold (outside years 1 to 9999,
+    stored before appends refused such values) as its integer in the field's unit."""
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError):
+        if not pa.types.is_timestamp(column.type):
+            raise
+        return column.cast(pa.int64()).to_pylist()

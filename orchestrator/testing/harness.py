@@ -29,7 +29,6 @@ from orchestrator.client import Answer, SidecarClient
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.netns import Namespace
-from orchestrator.testing.zkserver import free_port
 
 __all__ = [
     "SidecarExited",
@@ -108,6 +107,10 @@ def sidecar_command(
     return command + list(extra)
 
 
+#: How long a child may take to start serving HTTP (imports, then the listener).
+_ADDRESS_WAIT = 60.0
+
+
 class SidecarExited(AssertionError):
     """The child exited (or never got there) while a state was awaited; the log tail says why."""
 
@@ -122,7 +125,8 @@ class SidecarProcess:
     release_file: Path
     deploy_generation: int
     session_timeout: float
-    http: str
+    #: The address asked for; with port 0 the child writes the one it bound to address_file.
+    requested_http: str
     log_path: Path
     popen: subprocess.Popen[bytes]
     started_at: float
@@ -133,6 +137,30 @@ class SidecarProcess:
     http_token: str | None = attrs.field(default=None, repr=False)
     # The network namespace it runs in (orchestrator.testing.netns), where partitions cut it.
     netns: Namespace | None = None
+    address_file: Path | None = None
+    _bound: str | None = attrs.field(default=None, init=False, repr=False)
+
+    @property
+    def http(self) -> str:
+        """``host:port`` the child serves on. A port the harness picked could be taken by
+        another process before the child binds it, so children bind port 0 and write the
+        port they got (``--http-address-file``): this waits for it."""
+        if self._bound is not None:
+            return self._bound
+        if self.address_file is None:
+            return self.requested_http
+        deadline = time.monotonic() + _ADDRESS_WAIT
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError):
+                self._bound = self.address_file.read_text().strip()
+                return self._bound
+            if not self.running:
+                raise SidecarExited(
+                    f"{self.name} exited (code {self.returncode}) before serving HTTP:\n"
+                    f"{self.tail_log()}"
+                )
+            time.sleep(0.02)
+        raise SidecarExited(f"{self.name} did not serve HTTP within {_ADDRESS_WAIT:g} s")
 
     @classmethod
     def start(
@@ -165,12 +193,17 @@ class SidecarProcess:
         ``netns`` it runs in that network namespace: it listens on the namespace's address
         (without a token: ``--http-insecure``, a test's private link) and reaches ZooKeeper,
         which must then listen on every address, through the host's end of the link."""
+        address_file = None
+        if http is None:  # the kernel's port, written back: never one another process took
+            address_file = log_path.with_name(f"{log_path.name}.address")
+            address_file.unlink(missing_ok=True)
+            extra = [*extra, "--http-address-file", str(address_file)]
         if netns is not None:
-            http = http or f"{netns.ip}:{free_port()}"
+            http = http or f"{netns.ip}:0"
             zk = zk.replace("127.0.0.1", netns.host_ip).replace("localhost", netns.host_ip)
             if http_token_file is None:
                 extra = [*extra, "--http-insecure"]
-        http = http or f"127.0.0.1:{free_port()}"
+        http = http or "127.0.0.1:0"
         if http_token_file is not None:
             extra = [*extra, "--http-token-file", str(http_token_file)]
         command = sidecar_command(
@@ -214,12 +247,13 @@ class SidecarProcess:
             release_file=release_file,
             deploy_generation=deploy_generation,
             session_timeout=session_timeout,
-            http=http,
+            requested_http=http,
             log_path=log_path,
             popen=popen,
             started_at=time.monotonic(),
             http_token=None if http_token_file is None else http_token_file.read_text().strip(),
             netns=netns,
+            address_file=address_file,
         )
 
     @property

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.errors import ConfigurationError
 from orchestrator.testing.child import ChildProcess
-from orchestrator.testing.zkserver import free_port
+from orchestrator.testing.zkserver import free_port, port_taken
 
 log = structlog.get_logger(__name__)
 
@@ -184,7 +184,7 @@ class EmbeddedS3:
                 if (
                     self._started_once
                     or attempt == 2
-                    or "address already in use" not in (self.tail_log())
+                    or not port_taken(self.tail_log())
                 ):
                     raise
                 log.warning("s3_port_taken", attempt=attempt + 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import time
@@ -86,6 +87,16 @@ def find_java() -> str:
     return found
 
 
+#: How a server says the port it was given is bound already; and how often a start tries.
+_PORT_TAKEN = re.compile(r"address already in use|port \d+ .*is not available", re.IGNORECASE)
+_START_ATTEMPTS = 3
+
+
+def port_taken(log_tail: str) -> bool:
+    """Whether a server's log says the port it was to listen on is bound already."""
+    return _PORT_TAKEN.search(log_tail) is not None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -119,11 +130,15 @@ class EmbeddedZooKeeper:
     # Extra JVM system properties, e.g. ``-Djute.maxbuffer=100000`` (tests of small limits).
     jvm_options: tuple[str, ...] = ()
     _child: ChildProcess = attrs.field(init=False)
+    # The port was picked here (not given) and never served yet: a start that finds it taken
+    # (picked, released, then bound by another process) may pick again.
+    _may_repick: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
         if self.port == 0:
             self.port = free_port(self.host)
+            self._may_repick = not self.peers
         self._child = ChildProcess(self.data_dir / "zookeeper.out")
 
     @property
@@ -187,11 +202,23 @@ class EmbeddedZooKeeper:
         return lines
 
     def start(self, timeout: float = 60.0) -> EmbeddedZooKeeper:
-        """Start the server and return once it answers ``srvr``."""
+        """Start the server and return once it answers ``srvr``. A first start on a port
+        picked here that another process bound meanwhile picks another (three tries)."""
         if self.running:
             return self
-        self.launch()
-        self.wait_serving(timeout)
+        for attempt in range(_START_ATTEMPTS):
+            self.launch()
+            try:
+                self.wait_serving(timeout)
+            except ConfigurationError:
+                taken = port_taken(self.tail_log())
+                if not (self._may_repick and taken) or attempt == _START_ATTEMPTS - 1:
+                    raise
+                log.warning("zookeeper_port_taken", port=self.port, attempt=attempt + 1)
+                self.port = free_port(self.host)
+                continue
+            self._may_repick = False
+            break
         return self
 
     def launch(self) -> None:

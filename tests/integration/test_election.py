@@ -343,7 +343,7 @@ def test_leader_hears_it_was_superseded_by_a_newer_generation(
     set_promotion(store, 1)
     leader = new_candidate("g1", 1)
     assert leader.election.try_take_over(bootstrap=False) is not None
-    promote(store, 2, requested_by="test")
+    promote(store, 2, requested_by="test", before_deploy=True)
     event = leader.wait_for("superseded")
     assert event.promotion == 2 and not leader.election.is_leader
     with pytest.raises(FencedError):
@@ -478,7 +478,7 @@ def test_promote_refuses_a_generation_below_the_catalog(store: Consensus, zk_env
     result = run_cli(zk_env, "promote", "--deploy-generation", "2")
     assert result.exit_code == EXIT_FENCED, result.output
     with pytest.raises(FencedError) as info:
-        promote(store, 2, requested_by="test")
+        promote(store, 2, requested_by="test", before_deploy=True)
     assert info.value.details["catalog_generation"] == 3
     assert read_promotion(store) is None
 
@@ -498,15 +498,34 @@ def test_promote_of_a_generation_below_1_is_bad_input_and_writes_nothing(
     assert after == before and read_promotion(store) is None
 
 
-def test_promote_only_raises_the_target(store: Consensus, zk_env: ZkEnv) -> None:
-    """The target moves up (idempotently), never down; each move is logged as an event."""
+def test_a_promotion_no_process_can_take_is_refused_and_a_mistake_taken_back(
+    store: Consensus, zk_env: ZkEnv
+) -> None:
+    """A generation no process registered is refused (exit 2, nothing written): a typo would
+    fence the serving leader with nobody to take over. Asked for on purpose
+    (--before-deploy) it is promoted, and until one of its processes takes over, promoting
+    the catalog's generation takes it back. Once one took over, the target only moves up."""
     write_catalog(store, generation=1)
-    assert run_cli(zk_env, "promote", "--deploy-generation", "5").exit_code == EXIT_OK
-    assert run_cli(zk_env, "promote", "--deploy-generation", "5").exit_code == EXIT_OK
-    assert run_cli(zk_env, "promote", "--deploy-generation", "4").exit_code == EXIT_FENCED
+    promote(store, 1, requested_by="test", before_deploy=True)
+    typo = run_cli(zk_env, "promote", "--deploy-generation", "99")
+    assert typo.exit_code == EXIT_BAD_INPUT, typo.output
+    assert "no process of generation 99" in typo.output and "--before-deploy" in typo.output
+    assert read_promotion(store) == 1
+    assert run_cli(zk_env, "promote", "--deploy-generation", "5", "--before-deploy").exit_code == 0
+    assert run_cli(zk_env, "promote", "--deploy-generation", "5").exit_code == EXIT_OK  # idem
+    assert run_cli(zk_env, "promote", "--deploy-generation", "4").exit_code == EXIT_BAD_INPUT
     assert read_promotion(store) == 5
+    assert run_cli(zk_env, "promote", "--deploy-generation", "1").exit_code == EXIT_OK
+    assert read_promotion(store) == 1  # taken back: nobody of 5 took over
+    write_process(store, "g3", deploy_generation=3, state="ready")
+    assert run_cli(zk_env, "promote", "--deploy-generation", "3").exit_code == EXIT_OK
+    hand_built_takeover(store, 3, "g3")
+    assert run_cli(zk_env, "promote", "--deploy-generation", "1").exit_code == EXIT_FENCED
+    assert read_promotion(store) == 3
     events = read_events(store)
-    assert [(e.kind, e.fields["deploy_generation"]) for e in events] == [("promoted", 5)]
+    assert [(e.kind, e.fields["deploy_generation"]) for e in events] == [
+        ("promoted", 1), ("promoted", 5), ("promoted", 1), ("promoted", 3),
+    ]  # fmt: skip
 
 
 def write_process(store: Consensus, process_id: str, **fields: Any) -> None:
@@ -562,7 +581,7 @@ def test_promote_wait_returns_once_the_leader_serves(store: Consensus, zk_env: Z
 def test_promote_wait_reports_a_refused_migration(store: Consensus) -> None:
     """A leader that failed with a refusal makes the wait raise MigrationRefusedError (exit 4)."""
     write_catalog(store, generation=1)
-    promote(store, 2, requested_by="test")
+    promote(store, 2, requested_by="test", before_deploy=True)
     hand_built_takeover(store, 2, "leader")
     refusal = {"error": "PlanError", "message": "no instruction for mz.t1", "exit_code": 4}
     write_process(store, "leader", deploy_generation=2, state="failed", error=refusal)
@@ -578,7 +597,9 @@ def test_promote_wait_times_out_with_the_reason(store: Consensus, zk_env: ZkEnv)
     with pytest.raises(CatalogError) as info:
         wait_promoted(store, 2, timeout=0.5)
     assert info.value.details["reason"] == "timeout"
-    result = run_cli(zk_env, "promote", "--deploy-generation", "2", "--wait", "0.5")
+    result = run_cli(
+        zk_env, "promote", "--deploy-generation", "2", "--before-deploy", "--wait", "0.5"
+    )
     assert result.exit_code == EXIT_UNEXPECTED, result.output
     assert "generation 2" in result.stderr
 
@@ -586,7 +607,7 @@ def test_promote_wait_times_out_with_the_reason(store: Consensus, zk_env: ZkEnv)
 def test_promote_wait_fails_when_every_process_of_the_generation_failed(store: Consensus) -> None:
     """Before any takeover, a generation whose processes all failed ends the wait at once."""
     write_catalog(store, generation=1)
-    promote(store, 2, requested_by="test")
+    promote(store, 2, requested_by="test", before_deploy=True)
     fenced = {"error": "FencedError", "message": "fenced", "exit_code": 3}
     write_process(store, "a", deploy_generation=2, state="fenced", error=fenced)
     write_process(store, "b", deploy_generation=1, state="serving")
@@ -612,7 +633,7 @@ def test_step_down_then_start_rejoins_at_the_back(
 def test_promote_on_an_empty_environment(zk_client: KazooClient, zk_env: ZkEnv) -> None:
     """Promoting before anything exists creates the environment root and the target."""
     consensus = Consensus(zk_client, zk_env.root)
-    promote(consensus, 1, requested_by="test")
+    promote(consensus, 1, requested_by="test", before_deploy=True)
     assert read_promotion(consensus) == 1
 
 

@@ -81,3 +81,50 @@ def test_groups_respect_the_member_and_row_limits() -> None:
     for thread in threads:
         thread.join(5)
     assert sum(sizes) == 7 and max(sizes) <= 2  # 3 members would be 12 rows, past 10
+
+
+def test_rows_that_fail_the_write_fail_only_their_own_append() -> None:
+    """A group whose write Arrow refuses (one member's rows) is split: every other member is
+    committed alone and answered, and only the failing one is refused, as a 400."""
+    from catalog.errors import BadInputError
+
+    commits: list[list[str]] = []
+    started = threading.Event()
+    release = threading.Event()
+
+    def commit(members: Sequence[Pending]) -> None:
+        ids = [m.identity.write_id for m in members]
+        commits.append(ids)
+        if len(commits) == 1:
+            started.set()
+            release.wait(5)
+        if "w2" in ids:
+            raise pa.ArrowInvalid("Column 'x' is declared non-nullable but contains nulls")
+        for m in members:
+            m.settle({"id": m.identity.write_id}, None)
+
+    committer = GroupCommit(commit)
+    answers: dict[int, object] = {}
+
+    def submit(n: int) -> None:
+        try:
+            answers[n] = committer.submit(pending(n))
+        except BadInputError as exc:
+            answers[n] = exc
+
+    threads = [threading.Thread(target=submit, args=(0,))]
+    threads[0].start()
+    assert started.wait(5)
+    threads += [threading.Thread(target=submit, args=(n,)) for n in range(1, 5)]
+    for thread in threads[1:]:
+        thread.start()
+    time.sleep(0.2)
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert sorted(commits[1]) == ["w1", "w2", "w3", "w4"]  # the group, refused whole
+    assert sorted(map(tuple, commits[2:])) == [("w1",), ("w2",), ("w3",), ("w4",)]
+    good = {n: a for n, a in answers.items() if n != 2}
+    assert good == {n: {"id": f"w{n}"} for n in (0, 1, 3, 4)}
+    refused = answers[2]
+    assert isinstance(refused, BadInputError) and refused.details["rule"] == "unstorable"
