@@ -167,7 +167,10 @@ def test_hostile_requests_are_refused_before_anything_is_written(
     # The write token still writes: the refusals were refusals, not a broken sidecar.
     assert request(leader, "POST", append, ROW, bearer(WRITE_TOKEN))[0] == 200
     print(f"{len(probes)} probes answered, the refused ones with nothing written")
-    # A promotion is audited: which credential asked, from where (node and log).
+    # A promotion is audited: which credential asked, from where (node and log). Generation
+    # 2's candidacy, as its process would register it (a generation nobody runs is refused).
+    zk_client.create(f"{zk_env.root}/election/2/n_", b"", ephemeral=True, sequence=True,
+                     makepath=True)  # fmt: skip
     answer = request(leader, "POST", "/promote?deploy_generation=2", b"", bearer(WRITE_TOKEN))
     assert answer[0] == 200, answer[1]
     node = json.loads(zk_client.get(f"{zk_env.root}/{PROMOTION_KEY}")[0])

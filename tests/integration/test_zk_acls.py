@@ -98,7 +98,10 @@ def test_a_secured_environment_refuses_everyone_but_its_credentials(
             assert done.returncode == 2, done.stdout + done.stderr
             assert "--zk-auth" in done.stderr and "Traceback" not in done.stderr
         promotion = owner_client.get(f"{zk_env.root}/promotion")[0]
-        done = cli("promote", "--deploy-generation", "2", *env, "--zk-auth", creds["reader"])
+        done = cli(
+            "promote", "--deploy-generation", "2", "--before-deploy", *env,
+            "--zk-auth", creds["reader"],
+        )  # fmt: skip
         assert done.returncode == 2 and "refused access" in done.stderr, done.stderr
         assert owner_client.get(f"{zk_env.root}/promotion")[0] == promotion  # nothing written
 
