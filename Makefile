@@ -20,7 +20,7 @@ demo: $(STAMP)
 # waiting, so 4 workers on 2 cores. Budget: 15 minutes (docs/design.md, "Testing").
 TEST_WORKERS ?= 4
 test: $(STAMP) packages lint typecheck docs
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # Before each commit: lint, types, import contracts and the pure-logic tests. Budget: 2 minutes.
 check: $(STAMP) lint typecheck

@@ -1,9 +1,10 @@
 """Benchmark: the test suite's wall time, and where it goes by file (budget: 15 minutes).
 
-Runs the suite as ``make test`` does (pytest-xdist, ``--workers`` workers, load groups), with
-a JUnit report, and times the run. Run it on a quiet machine from a checkout whose ``.venv``
-is installed, after ``make packages``: a suite that skips what a machine lacks is shorter
-than the real one, and the record says how many tests skipped.
+Runs the suite as ``make test`` does (pytest-xdist, ``--workers`` workers, the units of
+``tests/support/parallel.py``), with a JUnit report, and times the run. Run it on a quiet
+machine from a checkout whose ``.venv`` is installed, after ``make packages``: a suite that
+skips what a machine lacks is shorter than the real one, and the record says how many tests
+skipped.
 
 Writes ``benchmarks/results/suite.json``::
 
@@ -56,7 +57,7 @@ def measure(workers: int, extra: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
         command = [
-            sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadgroup",
+            sys.executable, "-m", "pytest", "-q", "-n", str(workers), "--dist", "loadscope",
             "-p", "no:cacheprovider", f"--junitxml={report}", *extra,
         ]  # fmt: skip
         started = time.monotonic()

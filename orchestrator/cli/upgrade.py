@@ -35,8 +35,16 @@ from orchestrator.cli.root import handle_errors, main, zk_options
     "--before-deploy",
     is_flag=True,
     help="Promote a generation no process has registered yet, on purpose (without it, that is "
-    "refused as a likely typo, exit 2). Until one of its processes takes over, promoting the "
+    "refused as a likely typo, exit 4). Until one of its processes takes over, promoting the "
     "catalog's generation again takes it back.",
+)
+@click.option(
+    "--register-wait",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="How long to wait for a process of the generation to register, one just started "
+    "(default: 30 s).",
 )
 @click.option("--requested-by", default=None, help="Who asks (default: user@host).")
 @zk_options
@@ -45,11 +53,12 @@ def promote_command(
     deploy_generation: int,
     wait_seconds: float | None,
     before_deploy: bool,
+    register_wait: float | None,
     requested_by: str | None,
     zk: str,
     env: str,
 ) -> None:
-    """Set the promotion target; exit 3 for a generation below the catalog's, exit 2 for one
+    """Set the promotion target; exit 3 for a generation below the catalog's, exit 4 for one
     no process registered (unless --before-deploy)."""
     import getpass
     import socket
@@ -59,7 +68,10 @@ def promote_command(
 
     who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
     with open_consensus(zk, env) as consensus:
-        promote(consensus, deploy_generation, requested_by=who, before_deploy=before_deploy)
+        waits = {} if register_wait is None else {"register_wait": register_wait}
+        promote(
+            consensus, deploy_generation, requested_by=who, before_deploy=before_deploy, **waits
+        )
         click.echo(f"generation {deploy_generation} promoted in environment {env}")
         if wait_seconds is not None:
             wait_promoted(consensus, deploy_generation, wait_seconds)

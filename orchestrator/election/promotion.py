@@ -50,6 +50,14 @@ from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, d
 
 log = structlog.get_logger(__name__)
 
+# How often a promotion looks again for the generation's first process.
+_REGISTER_POLL = 0.2
+
+
+#: How long ``promote`` waits for a process of the generation to register (one just started
+#: takes a second or two) before it refuses the generation as not running.
+REGISTER_WAIT_SECONDS = 30.0
+
 
 def promote(
     consensus: Consensus,
@@ -57,6 +65,7 @@ def promote(
     *,
     requested_by: str,
     before_deploy: bool = False,
+    register_wait: float = REGISTER_WAIT_SECONDS,
 ) -> None:
     """Set the promotion target to ``deploy_generation`` (idempotent for the current target).
 
@@ -64,11 +73,12 @@ def promote(
     never undoes a takeover. Below the current target it is a *take-back*: allowed while no
     process of that target took over (the catalog is still below it), in one transaction that
     checks the catalog did not move. A generation no process registered (neither its process
-    node nor an election candidate) is refused (BadInputError, exit 2, rule
+    node nor an election candidate) is refused (MigrationRefusedError, exit 4, 409, rule
     ``generation-not-running``: a typo would fence the serving leader with nobody to take
     over), unless ``before_deploy`` says the operator promotes ahead of its processes on
-    purpose, or it takes the target back to the catalog's own generation. A generation below 1
-    is BadInputError too, and nothing is written.
+    purpose, or it takes the target back to the catalog's own generation; a process that is
+    starting is waited for up to ``register_wait`` seconds first. A generation below 1 is
+    BadInputError, and nothing is written.
     """
     if deploy_generation < 1:
         raise BadInputError(
@@ -100,7 +110,7 @@ def promote(
         if target == deploy_generation:
             return False
         if not before_deploy and not (taking_back and deploy_generation == current):
-            _refuse_not_running(consensus, deploy_generation)
+            _refuse_not_running(consensus, deploy_generation, register_wait)
         _refuse_past_pending(consensus, deploy_generation)
         value = Promotion(deploy_generation, requested_by, time.time(), target).encode()
         if promoted is None:
@@ -129,16 +139,25 @@ def promote(
             )
 
 
-def _refuse_not_running(consensus: Consensus, deploy_generation: int) -> None:
-    """Refuse to promote a generation no process registered: its node or its candidacy."""
+def _refuse_not_running(consensus: Consensus, deploy_generation: int, wait: float) -> None:
+    """Refuse to promote a generation no process registered (its node or its candidacy)
+    within ``wait`` seconds."""
     from orchestrator.process_node import read_processes
 
-    if any(
-        node.deploy_generation == deploy_generation
-        for node in read_processes(consensus).nodes.values()
-    ) or consensus.children(candidate_key(deploy_generation)):
+    def registered() -> bool:
+        return any(
+            node.deploy_generation == deploy_generation
+            for node in read_processes(consensus).nodes.values()
+        ) or bool(consensus.children(candidate_key(deploy_generation)))
+
+    deadline = time.monotonic() + wait
+    while not registered():
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(_REGISTER_POLL)
+    else:
         return
-    raise BadInputError(
+    raise MigrationRefusedError(
         f"no process of generation {deploy_generation} is registered: promoting it would fence "
         "the serving leader with nobody to take over",
         rule="generation-not-running",

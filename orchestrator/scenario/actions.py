@@ -108,6 +108,8 @@ class ProcessActions:
                 )
             return answer.summary()
         args = ["promote", "--deploy-generation", str(step.generation)]
+        if step.before_deploy:
+            args.append("--before-deploy")
         if step.wait is not None:
             args += ["--wait", f"{step.wait:g}"]
         return self._cli(args, step.wait, step.code, step)

@@ -431,4 +431,4 @@ def _as_int(value: Any, name: str) -> int | None:
     )
 
 
-_INTEGER = re.compile(r"-?[0-9]{1,18}")
+_INTEGER = re.compile(r"-?[0-9]{1,4000}")  # Python reads no longer integer text

@@ -306,4 +306,13 @@ def _values(column: pa.Array) -> list[Any]:
     except (OverflowError, ValueError):
         if not pa.types.is_timestamp(column.type):
             raise
-        return column.cast(pa.int64()).to_pylist()
+    numbers = column.cast(pa.int64()).to_pylist()
+    return [_held(column[i], numbers[i]) for i in range(len(column))]
+
+
+def _held(value: pa.Scalar, number: int | None) -> Any:
+    """``value`` in Python, or ``number`` (its integer in the unit) when Python cannot hold it."""
+    try:
+        return value.as_py()
+    except (OverflowError, ValueError):
+        return number

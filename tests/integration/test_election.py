@@ -507,13 +507,14 @@ def test_a_promotion_no_process_can_take_is_refused_and_a_mistake_taken_back(
     the catalog's generation takes it back. Once one took over, the target only moves up."""
     write_catalog(store, generation=1)
     promote(store, 1, requested_by="test", before_deploy=True)
-    typo = run_cli(zk_env, "promote", "--deploy-generation", "99")
-    assert typo.exit_code == EXIT_BAD_INPUT, typo.output
+    typo = run_cli(zk_env, "promote", "--deploy-generation", "99", "--register-wait", "0.5")
+    assert typo.exit_code == EXIT_REFUSED, typo.output
     assert "no process of generation 99" in typo.output and "--before-deploy" in typo.output
     assert read_promotion(store) == 1
     assert run_cli(zk_env, "promote", "--deploy-generation", "5", "--before-deploy").exit_code == 0
     assert run_cli(zk_env, "promote", "--deploy-generation", "5").exit_code == EXIT_OK  # idem
-    assert run_cli(zk_env, "promote", "--deploy-generation", "4").exit_code == EXIT_BAD_INPUT
+    no_four = run_cli(zk_env, "promote", "--deploy-generation", "4", "--register-wait", "0")
+    assert no_four.exit_code == EXIT_REFUSED
     assert read_promotion(store) == 5
     assert run_cli(zk_env, "promote", "--deploy-generation", "1").exit_code == EXIT_OK
     assert read_promotion(store) == 1  # taken back: nobody of 5 took over

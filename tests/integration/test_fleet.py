@@ -43,7 +43,7 @@ from support.migrations import Env, bootstrap, upgrade
 from support.sidecars import RELEASES, cli, release_file
 from support.zookeeper import kazoo_client
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("fleet")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCREENSHOT = os.environ.get("CATALOG_UPGRADE_FLEET_SCREENSHOT")
 

@@ -41,7 +41,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.spark,
-    pytest.mark.xdist_group("spark-cluster"),
 ]
 
 COLLECTION = "mz_catalog.items"

@@ -233,3 +233,13 @@ def test_one_line_and_many_get_the_same_answer(row: dict[str, Any]) -> None:
         assert many[1].startswith(alone[1])
     else:
         assert alone[1] == many[1]
+
+
+def test_a_stored_time_python_cannot_hold_still_reads() -> None:
+    """A time stored before appends refused such values (int64's last microsecond, past year
+    9999) reads as its integer in the unit, which is strict JSON, instead of breaking the
+    read."""
+    column = pa.array([2**63 - 1, 0], pa.timestamp("us", tz="UTC"))
+    table = pa.table({"id": [1, 2], "tz": column})
+    lines = [json.loads(line) for line in b"".join(json_lines(table)).splitlines()]
+    assert lines == [{"id": 1, "tz": 2**63 - 1}, {"id": 2, "tz": "1970-01-01T00:00:00+00:00"}]

@@ -140,6 +140,7 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "release": _string,
     "generation": _integer(0),
     "auto_promote": boolean_field,
+    "before_deploy": boolean_field,
     "session_timeout": number_field(1.0),
     "crash_before_write": _integer(1),
     "lose_answer_after_write": _integer(1),

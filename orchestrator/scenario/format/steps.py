@@ -152,10 +152,13 @@ class PromoteStep(Step):
     code: int | None = _field("code", default=None)
     expect_http: tuple[int, ...] | None = _field("expect_http", default=None)
     timeout: float | None = _field("timeout", default=None)
+    # A generation no process registered, on purpose (CLI `--before-deploy`).
+    before_deploy: bool = _field("before_deploy", default=False)
 
     def describe(self) -> str:
         via = f" via {self.process}" if self.processes else ""
-        return f"promote generation {self.generation}{via}"
+        ahead = " before its deploy" if self.before_deploy else ""
+        return f"promote generation {self.generation}{via}{ahead}"
 
 
 @attrs.frozen(kw_only=True)
