@@ -419,6 +419,7 @@ def test_a_sidecar_leader_stops_writing_within_a_step_once_suspended(
     guarded.commit([SetData(CATALOG_KEY, b"{}", -1)], fence=leadership.fence)
 
 
+@pytest.mark.quiet
 def test_step_down_hands_over_within_a_second(
     store: Consensus, new_candidate: Callable[..., Candidate]
 ) -> None:

@@ -22,7 +22,7 @@ from orchestrator.testing.ensemble import ZooKeeperEnsemble
 from orchestrator.zk import close, connect
 from support.sidecars import SidecarProcess, cli, json_lines, sidecars
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.quiet]
 
 V1, V2 = "0.10.0", "0.11.0"
 TABLES = "mz_catalog.mz_tables"

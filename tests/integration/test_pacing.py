@@ -23,7 +23,7 @@ from catalog.shard import Shard, consolidate, new_shard_id, with_updates
 from orchestrator.pace import PaceWatch, change_pace, read_pace
 from support.zookeeper import ZooKeeperEndpoint, kazoo_client
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.quiet]
 
 SOURCE = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 TARGET = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])

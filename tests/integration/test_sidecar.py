@@ -204,6 +204,7 @@ def test_blue_green_upgrade_with_promote(launch: Launch, zk_env: ZkEnv) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet
 def test_sigterm_of_leader_hands_over_to_same_generation(launch: Launch) -> None:
     """SIGTERM: the leader steps down and exits 0; a ready peer of its generation leads within
     about a second."""

@@ -27,7 +27,7 @@ from orchestrator.testing.netns import unavailable
 from support.sidecars import ndjson, release_file
 from support.zookeeper import kazoo_client
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.quiet]
 
 SESSION_TIMEOUT = 2.0
 COLLECTION = "mz_catalog.mz_tables"
