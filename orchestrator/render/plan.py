@@ -76,8 +76,9 @@ def render_plan(plan: Plan, console: Console, level: ReleaseLevel) -> None:
         rows: list[dict[str, str | Text]] = [
             {
                 "collection": f"{migration.name} ({migration.global_id})",
+                # A rewrite merged with evolutions shows its steps in order: what a jump does.
                 "mechanism": Text(
-                    migration.mechanism.value, style=_MECHANISM_STYLE[migration.mechanism]
+                    "\n".join(migration.steps()), style=_MECHANISM_STYLE[migration.mechanism]
                 ),
                 "instructions": "\n".join(
                     f"{m.version} {m.mechanism.value}" for m in migration.instructions
