@@ -13,9 +13,6 @@ accept becomes the same table, and every refusal is the Python parser's.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
 import json
 import re
 from collections.abc import Iterator
@@ -222,26 +219,16 @@ def _too_deep(number: int) -> BadInputError:
 
 
 def jsonable(value: Any) -> Any:
-    """An Arrow-to-Python value as JSON: times ISO 8601, bytes base64, maps as objects."""
-    if isinstance(value, float):
-        return writable(value, pa.float64())  # NaN and the infinities as their strings
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
+    """An Arrow-to-Python value as JSON, its type unknown: the forms of
+    :func:`~orchestrator.sidecar.jsonvalues.writable` for each value, maps (lists of pairs)
+    as objects."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
             return {str(k): jsonable(v) for k, v in value}  # an Arrow map
         return [jsonable(v) for v in value]
-    return str(value)
+    return writable(value, pa.null())  # a scalar's form does not depend on its type
 
 
 def json_lines(table: pa.Table, batch_rows: int = 64 * 1024) -> Iterator[bytes]:
