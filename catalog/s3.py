@@ -12,9 +12,17 @@ import pyarrow.fs as pafs
 
 from catalog.errors import BadInputError
 
-#: Seconds to wait for a connection, and attempts per request, before an operation fails.
+#: Seconds to wait for a connection; seconds a request may stall (no byte moving either way:
+#: a store that accepted a request and does not answer it); attempts per request.
 CONNECT_TIMEOUT = 2.0
+STALL_TIMEOUT = 3.0
 ATTEMPTS = 3
+#: The longest an operation waits on a store that accepts requests and never answers before it
+#: fails as unreachable. Measured (tests/integration/test_blob.py): a stalled PutObject costs
+#: about 9 s an attempt (the SDK waits 1 s for ``100-continue``, the 3 s stall, and 5 s of its
+#: own before it gives the attempt up), so 3 attempts and their backoff take about 28 s, and a
+#: stalled read about 10 s; the bound keeps a margin for a loaded machine.
+GIVE_UP_SECONDS = 35.0
 _QUERY = frozenset({"endpoint_override", "scheme", "region"})
 
 
@@ -52,6 +60,7 @@ def open_s3(uri: str, parts: urllib.parse.SplitResult, endpoint: str | None) -> 
             scheme=scheme or "https",
             region=region,
             connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=STALL_TIMEOUT,  # curl's low-speed time: a stalled transfer fails
             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS),
             # A blob smaller than a part goes up in one PutObject at its close, not as a
             # multipart upload (three requests); a failure is then reported by the close,

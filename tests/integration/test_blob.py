@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from catalog.blob import TEMP_MARKER, BlobStore
-from catalog.errors import BadInputError, BlobError, CorruptBlobError
+from catalog.errors import BadInputError, BlobError, BlobUnreachableError, CorruptBlobError
+from catalog.s3 import GIVE_UP_SECONDS, STALL_TIMEOUT
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +161,52 @@ def test_get_batches_reads_many_and_names_the_corrupt_one(store: BlobStore) -> N
     with pytest.raises(CorruptBlobError) as info:
         store.get_batches(keys, expected_rows=[10] * 4)
     assert info.value.details["key"] == keys[2]
+
+
+@pytest.fixture
+def stalling_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An endpoint that accepts connections and reads requests but never answers (a store
+    that took a write it cannot place, as SeaweedFS does before its volumes register)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "stall")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stall")
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            held.append(connection)
+            threading.Thread(target=_drain, args=(connection,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+def _drain(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while connection.recv(65536):
+            pass
+
+
+def test_a_store_that_accepts_and_never_answers_fails_within_the_give_up_bound(
+    stalling_store: str,
+) -> None:
+    """A write and a read on a stalled store fail as unreachable (an outage: the sidecar
+    answers 503 with Retry-After), each within GIVE_UP_SECONDS, never hanging."""
+    store = BlobStore.from_uri(f"s3://bucket/prefix?endpoint_override={stalling_store}&scheme=http")
+    for doing, operation in (
+        ("write", lambda: store.put_batch(KEY, table(10))),
+        ("read", lambda: store.get_bytes(KEY)),
+    ):
+        started = time.monotonic()
+        with pytest.raises(BlobUnreachableError):
+            operation()
+        took = time.monotonic() - started
+        print(f"stalled {doing} failed after {took:.1f} s")
+        assert STALL_TIMEOUT <= took <= GIVE_UP_SECONDS, (doing, took)
