@@ -31,7 +31,12 @@ import structlog
 
 from catalog.errors import ConfigurationError
 from orchestrator.testing.child import ChildProcess
-from orchestrator.testing.zkserver import find_java, free_port, pyspark_jars_dir
+from orchestrator.testing.zkserver import (
+    QUICK_JVM_OPTIONS,
+    find_java,
+    free_port,
+    pyspark_jars_dir,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -94,7 +99,7 @@ class SparkStandaloneCluster:
 
     def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
         classpath = str(pyspark_jars_dir() / "*")
-        return [find_java(), f"-Xmx{heap}", "-cp", classpath, main, *args]
+        return [find_java(), f"-Xmx{heap}", *QUICK_JVM_OPTIONS, "-cp", classpath, main, *args]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

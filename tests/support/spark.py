@@ -8,11 +8,13 @@ own: they take the session-scoped ``spark`` fixture (a :class:`SparkSessionProvi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from catalog.pipeline import SparkSessionProvider, resolve_master
+from orchestrator.testing.zkserver import QUICK_JVM_OPTIONS
 
 # PySpark warns about pandas 3 on every Arrow UDF; the pipeline hands Spark no pandas objects.
 PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning"
@@ -20,6 +22,9 @@ PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", PANDAS_WARNING)
+    # Every Spark driver of the suite (this process's, and those of the sidecars and commands
+    # it starts, which inherit the environment) is a short-lived JVM: start it cheaply.
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(QUICK_JVM_OPTIONS))
 
 
 @pytest.fixture(scope="session")
