@@ -19,11 +19,12 @@ demo: $(STAMP)
 # The whole suite, in parallel workers (tests/support/parallel.py): most of a test's time is
 # waiting, so 4 workers on 2 cores. Budget: 15 minutes (docs/design.md, "Testing").
 TEST_WORKERS ?= 4
-# Then, alone, the tests that assert a time or a rate (marked quiet): four workers on two
-# cores would make them measure each other.
+# Then the tests that assert a time or a rate (marked quiet), in two workers: they mostly wait
+# (sessions, throttled copies), so each has a core, and four workers would make them measure
+# each other.
 test: $(STAMP) packages lint typecheck docs
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not quiet" --durations=25
-	$(BIN)/python -m pytest -q -m quiet --durations=10
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m quiet --durations=10
 
 # Before each commit: lint, types, import contracts and the pure-logic tests. Budget: 2 minutes.
 check: $(STAMP) lint typecheck

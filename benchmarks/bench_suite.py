@@ -1,11 +1,10 @@
 """Benchmark: the test suite's wall time, and where it goes by file (budget: 15 minutes).
 
 Runs the suite as ``make test`` does (pytest-xdist, ``--workers`` workers, the units of
-``tests/support/parallel.py``, then the ``quiet`` tests alone), with JUnit reports, and times
-the run. Run it on a quiet
-machine from a checkout whose ``.venv`` is installed, after ``make packages``: a suite that
-skips what a machine lacks is shorter than the real one, and the record says how many tests
-skipped.
+``tests/support/parallel.py``, then the ``quiet`` tests in two workers), with JUnit reports,
+and times the run. Run it on a quiet machine from a checkout whose ``.venv`` is installed,
+after ``make packages``: a suite that skips what a machine lacks is shorter than the real one,
+and the record says how many tests skipped.
 
 Writes ``benchmarks/results/suite.json``::
 
@@ -55,10 +54,10 @@ def _file_of(case: ET.Element) -> str:
 
 
 def measure(workers: int, extra: list[str]) -> dict[str, Any]:
-    """Both parts of ``make test``: the parallel one, then the quiet tests alone."""
+    """Both parts of ``make test``: the parallel one, then the quiet tests in two workers."""
     parts = [
         ["-n", str(workers), "--dist", "loadscope", "-m", "not quiet"],
-        ["-m", "quiet"],
+        ["-n", "2", "--dist", "loadscope", "-m", "quiet"],
     ]
     cases: list[ET.Element] = []
     codes: list[int] = []

@@ -181,11 +181,7 @@ class EmbeddedS3:
                 self._started_once = True
                 return self
             except ConfigurationError:
-                if (
-                    self._started_once
-                    or attempt == 2
-                    or not port_taken(self.tail_log())
-                ):
+                if self._started_once or attempt == 2 or not port_taken(self.tail_log()):
                     raise
                 log.warning("s3_port_taken", attempt=attempt + 1)
                 self._pick_ports()

@@ -156,6 +156,7 @@ class SparkStandaloneCluster:
             "spark.sql.session.timeZone": "UTC",
             "spark.local.dir": str(self.data_dir / "connect"),
             "spark.executor.memory": "512m",
+            "spark.executor.extraJavaOptions": " ".join(QUICK_JVM_OPTIONS),
         }
         args = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
         command = self._java(

@@ -35,6 +35,7 @@ from support.objectstore import ObjectStore
 from support.shards import canonical
 from support.sidecars import SidecarProcess, json_lines, sidecars
 from support.sidecars import cli as tool
+from support.spark import EXECUTOR_JAVA_OPTIONS
 from support.zookeeper import ZkEnv
 
 pytestmark = [
@@ -124,7 +125,8 @@ def cli(
         sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", *args,
         "--collection", COLLECTION, "--engine", "spark", "--spark-master", cluster.master_url,
         "--blob-shared", "--spark-conf", "spark.executor.memory=512m",
-        "--spark-conf", "spark.driver.memory=512m", "--zk", zk_env.hosts, "--env", zk_env.name,
+        "--spark-conf", "spark.driver.memory=512m",
+        "--spark-conf", "=".join(EXECUTOR_JAVA_OPTIONS), "--zk", zk_env.hosts, "--env", zk_env.name,
     ]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
@@ -175,7 +177,7 @@ client = connect(hosts, timeout=30)  # the sidecars' client: it reconnects as th
 consensus = Consensus(client, root)
 blob = BlobStore.from_uri(blob_uri)
 config = SparkConfig.of(master, {"spark.driver.maxResultSize": "1m",
-                                 "spark.executor.memory": "512m"}, blob_shared=True)
+                                 "spark.executor.memory": "512m", KEY: VALUE}, blob_shared=True)
 rows = copy_transformed(Shard(consensus, blob, source_id), Shard(consensus, blob, target_id),
                         [to_new], NEW, fence=None, engine="spark", spark=config)
 print(json.dumps({"rows": rows}))
@@ -192,7 +194,8 @@ def copy_on_the_cluster(
     target = Shard(shard.consensus, shard.blob, f"t-{uuid.uuid4().hex[:8]}")
     target.create(new)
     args = [zk_env.hosts, shard.consensus.root, shard.blob.uri, shard.shard_id, target.shard_id]
-    command = [sys.executable, "-c", COPY_SCRIPT, *args, cluster.master_url]
+    script = f"KEY, VALUE = {EXECUTOR_JAVA_OPTIONS!r}\n{COPY_SCRIPT}"
+    command = [sys.executable, "-c", script, *args, cluster.master_url]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return target, done
@@ -224,6 +227,7 @@ def test_blue_green_upgrade_with_a_rewrite_copied_on_the_cluster(
         "--engine", "spark", "--spark-master", cluster.master_url, "--blob-shared",
         "--spark-conf", "spark.cores.max=1", "--spark-conf", "spark.executor.memory=512m",
         "--spark-conf", "spark.driver.memory=512m",
+        "--spark-conf", "=".join(EXECUTOR_JAVA_OPTIONS),
     ]  # fmt: skip
     roles = "mz_catalog.mz_roles"
 

@@ -7,7 +7,8 @@ of its own: its own ZooKeeper server (session fixture), temporary directories an
 session; environments are named uniquely, so no test sees another's state.
 
 * The tests marked ``quiet`` (they assert a time or a rate) are left out (``-m "not quiet"``)
-  and run alone afterwards, so that the workers never make them measure each other.
+  and run afterwards in two workers (they mostly wait, so each has a core), so that four
+  workers never make them measure each other.
 * The tests marked ``slow`` are handed out first, so no long test starts last and holds the
   run open while the other workers idle.
 * A module whose fixture is costly to build (:data:`WHOLE_MODULES`: a Spark cluster, the fleet

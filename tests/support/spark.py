@@ -16,6 +16,9 @@ import pytest
 from catalog.pipeline import SparkSessionProvider, resolve_master
 from orchestrator.testing.zkserver import QUICK_JVM_OPTIONS
 
+#: What a test's Spark application on the cluster gives its executors (short-lived JVMs too).
+EXECUTOR_JAVA_OPTIONS = ("spark.executor.extraJavaOptions", " ".join(QUICK_JVM_OPTIONS))
+
 # PySpark warns about pandas 3 on every Arrow UDF; the pipeline hands Spark no pandas objects.
 PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning"
 
