@@ -35,6 +35,16 @@ WHOLE_MODULES = frozenset(
 )
 
 
+#: Tests that check together what other tests of theirs recorded in a module fixture, by the
+#: start of their node ids: each group runs in one worker, in order (so the simulation's fault
+#: coverage sees every seed's faults instead of skipping).
+TOGETHER = {
+    "tests/integration/test_scenarios.py::test_simulation_seed": "simulation seeds",
+    "tests/integration/test_scenarios.py::test_simulation_with_partitions": "simulation seeds",
+    "tests/integration/test_scenarios.py::test_simulation_covers_every_fault": "simulation seeds",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
         return  # one process: the collection order keeps each module's fixtures together
@@ -42,9 +52,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def scope_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its module for :data:`WHOLE_MODULES`, else itself."""
+    """The unit of work a test belongs to: its module for :data:`WHOLE_MODULES`, its group for
+    :data:`TOGETHER`, else itself."""
     module = nodeid.split("::", 1)[0]
-    return module if module in WHOLE_MODULES else nodeid
+    if module in WHOLE_MODULES:
+        return module
+    for start, group in TOGETHER.items():
+        if nodeid.startswith(start):
+            return group
+    return nodeid
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
