@@ -198,7 +198,7 @@ def fleet_finalize_command(
     as_json: bool,
 ) -> None:
     """Finalize the pending upgrades to VERSION across the fleet (a dry run without --yes)."""
-    from orchestrator.fleet.finalize import finalize_all, finalize_targets
+    from orchestrator.fleet.finalize import check_version, finalize_all, finalize_targets
 
     parent = ctx.obj or {}
     given = click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT
@@ -210,6 +210,7 @@ def fleet_finalize_command(
         report = surveyor.report()
     finally:
         surveyor.close()
+    check_version(report, version)
     targets = finalize_targets(report, version, older_than, env_glob)
     unreachable = [s.ensemble.name for s in report.surveys if s.error]
     if not yes:

@@ -20,15 +20,35 @@ import attrs
 import structlog
 from kazoo.handlers.threading import KazooTimeoutError
 
-from catalog.errors import EXIT_OK, EXIT_UNEXPECTED, CatalogError
+from catalog.errors import EXIT_OK, EXIT_UNEXPECTED, BadInputError, CatalogError
 from orchestrator.fleet.ensembles import Ensemble
 from orchestrator.fleet.report import FleetEntry, FleetReport
 from orchestrator.migrate import request_finalization
 from orchestrator.zk import close, consensus_for
 
-__all__ = ["FinalizeOutcome", "finalize_all", "finalize_targets"]
+__all__ = ["FinalizeOutcome", "check_version", "finalize_all", "finalize_targets"]
 
 log = structlog.get_logger(__name__)
+
+
+def check_version(report: FleetReport, version: str) -> None:
+    """BadInputError (exit 2) when no environment that answered names ``version`` (as its
+    version, its pending upgrade's, the one it upgraded from, or a process's): a typo, which
+    would otherwise finalize nothing and read as success."""
+    known: set[str] = set()
+    for entry in report.environments:
+        row = entry.row
+        named = (row.version, row.pending_version, row.from_version, *row.versions)
+        known.update(v for v in named if v)
+    if version in known:
+        return
+    silent = [survey.ensemble.name for survey in report.surveys if survey.error]
+    raise BadInputError(
+        f"no environment of the fleet names version {version} (versions seen: "
+        f"{', '.join(sorted(known)) or 'none'})"
+        + (f"; ensembles that did not answer: {', '.join(silent)}" if silent else ""),
+        version=version,
+    )
 
 
 def finalize_targets(

@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
-from catalog.errors import EXIT_OK, EXIT_REFUSED, EXIT_UNEXPECTED
+from catalog.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_UNEXPECTED
 from catalog.release import Release, load_release_dir
 from orchestrator.client import SidecarClient
 from orchestrator.election import promote
@@ -368,6 +368,11 @@ def test_finalize_dry_run_then_yes_with_one_refusal(fleet: Fleet) -> None:
     assert planned["unreachable_ensembles"] == ["c"]
     again = run(fleet, "--json", "--pending")
     assert {e["state"] for e in json.loads(again.stdout)["environments"]} >= {"pending"}
+    # A version no environment names is a typo, not "0 of 0 finalized": exit 2, nothing done.
+    typo = run(fleet, "finalize", "--version", "0.11.9", "--yes", "--requested-by", "ops@test")
+    assert typo.returncode == EXIT_BAD_INPUT, typo.stdout + typo.stderr
+    assert "names version 0.11.9" in typo.stderr and "0.11.0" in typo.stderr, typo.stderr
+    assert "did not answer: c" in typo.stderr and typo.stdout == "", typo.stderr
     older = run(fleet, "finalize", "--version", "0.11.0", "--older-than", "1d", "--json")
     assert json.loads(older.stdout)["targets"] == []
     text = run(fleet, "finalize", "--version", "0.11.0", "--env", "b-*")
