@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from orchestrator.scenario.results import (
     StepFailed,
 )
 from orchestrator.scenario.rows import compare, json_default, row_multiset
+from orchestrator.testing.forkserver import fork_server
 from orchestrator.testing.harness import child_environment
 
 if TYPE_CHECKING:
@@ -150,17 +150,12 @@ class ProcessActions:
     def _cli(self, args: list[str], wait: float | None, code: int | None, step: Any) -> str:
         """Run ``catalog-upgrade ARGS`` against the scenario's environment; its exit code must
         be ``code`` (default 0). The summary: the exit code and the line that says why."""
-        command = [sys.executable, "-m", "orchestrator.cli", *args,
-                   "--zk", self.run.zookeeper.hosts, "--env", self.run.env]  # fmt: skip
+        command = [*args, "--zk", self.run.zookeeper.hosts, "--env", self.run.env]
         timeout = self.run.timeout_of(step, (wait or 0.0) + self.run.default_timeout)
         what = f"`catalog-upgrade {' '.join(args)}`"
         try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                timeout=timeout,
-                env=child_environment(),
-                stdin=subprocess.DEVNULL,
+            done = fork_server(child_environment()).run(
+                command, env=child_environment(), timeout=timeout
             )
         except subprocess.TimeoutExpired as exc:
             raise StepFailed(f"{what} still runs after {timeout:g} s") from exc

@@ -7,5 +7,6 @@
 * :mod:`~orchestrator.testing.sparkcluster`: a Spark standalone cluster
   (``catalog-upgrade spark-cluster``);
 * :mod:`~orchestrator.testing.harness`: real ``catalog-upgrade sidecar`` child processes;
+* :mod:`~orchestrator.testing.forkserver`: those children forked from one that imported once;
 * :mod:`~orchestrator.testing.demo`: the blue-green demo (``make demo``).
 """

@@ -3,7 +3,9 @@ waited for and asked over HTTP. Shipped in the package (the way kazoo ships its 
 so the demo, the scenario fleet and the test suite start and talk to sidecars one way.
 
 Every child is ``python -m orchestrator.cli sidecar ...`` with its own ZooKeeper session, HTTP
-port and log file; nothing is simulated in-process. Faults are real signals: SIGKILL (crash),
+port and log file; nothing is simulated in-process. Children are forked by the fork server
+(:mod:`orchestrator.testing.forkserver`), which paid for their imports once; one in a network
+namespace is started with ``ip netns exec``. Faults are real signals: SIGKILL (crash),
 SIGSTOP/SIGCONT (a paused "zombie"), SIGTERM (graceful stop). Waiting for a state watches the
 process node (:func:`catalog.watch.wait_until`) and fails fast, with the log's tail, when the
 child exits instead.
@@ -28,6 +30,7 @@ from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watch
 from orchestrator.client import Answer, SidecarClient
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
+from orchestrator.testing.forkserver import ENTRY, ForkedProcess, fork_server
 from orchestrator.testing.netns import Namespace
 
 __all__ = [
@@ -94,7 +97,7 @@ def sidecar_command(
     """The exact command line of a sidecar child. ``finalize_after``: its
     ``--finalize-after`` (a rehearsal finalizes at once unless it asks for a window; None:
     the sidecar's default)."""
-    command = [python, "-m", "orchestrator.cli", "--log-json", "--log-level", log_level]
+    command = [python, "-m", ENTRY, "--log-json", "--log-level", log_level]
     command += ["sidecar", "--zk", zk, "--env", env, "--release", str(release)]
     command += ["--deploy-generation", str(deploy_generation), "--process-id", process_id]
     command += ["--http", http, "--session-timeout", f"{session_timeout:g}"]
@@ -128,7 +131,7 @@ class SidecarProcess:
     #: The address asked for; with port 0 the child writes the one it bound to address_file.
     requested_http: str
     log_path: Path
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | ForkedProcess
     started_at: float
     paused: bool = False
     # Set once an expectation (stop, expect_exit, kill) accounted for how it ended.
@@ -231,15 +234,25 @@ class SidecarProcess:
             if value is not None
         }
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        popen: subprocess.Popen[bytes] | ForkedProcess
         with log_path.open("ab") as out:
-            popen = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=child_environment(failpoints),
-                cwd=cwd,
-            )
+            if netns is None:  # the same command, its imports done once by the fork server
+                popen = fork_server(child_environment()).spawn(
+                    command[3:],  # after "python -m orchestrator.cli"
+                    env=child_environment(failpoints),
+                    cwd=cwd,
+                    stdout=out.fileno(),
+                    stderr=out.fileno(),
+                )
+            else:
+                popen = subprocess.Popen(
+                    command,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=child_environment(failpoints),
+                    cwd=cwd,
+                )
         return cls(
             name=name,
             env=env,

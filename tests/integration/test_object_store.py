@@ -170,7 +170,10 @@ def test_blue_green_upgrade_on_s3_with_rewrite_compaction_and_gc(
     roles = json.dumps({"id": 7, "oid": 30007, "name": "analyst", "inherit": True}) + "\n"
     assert blue.http("POST", f"/append?collection={ROLES}", roles.encode())[0] == 200
 
-    green = launch(V2, 2, "green-2", blob=None, extra=["--gc-grace", "2"])
+    # Its sweep would compact the old schema's batches itself, racing the CLI's compaction
+    # below (which would then, rightly, not apply): compaction is left to the CLI.
+    green = launch(V2, 2, "green-2", blob=None,
+                   extra=["--gc-grace", "2", "--compact-min-batches", "0"])  # fmt: skip
     assert green.wait_state("ready")["plan"]["to"] == V2
     done = cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name,
                "--deploy-generation", "2", "--wait", "60")  # fmt: skip

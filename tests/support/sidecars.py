@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
 from orchestrator.client import SidecarClient
 from orchestrator.testing import harness
+from orchestrator.testing.forkserver import ForkedProcess, fork_server
 from support.zookeeper import ZkEnv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,15 +54,21 @@ def read_rows(process: SidecarProcess, collection: str) -> list[dict[str, Any]]:
 def cli(
     *args: str, timeout: float = 60.0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``catalog-upgrade ARGS`` in a subprocess (``env`` added to this process's
+    """Run ``catalog-upgrade ARGS`` in a child process (``env`` added to this process's
     environment); its completed process (text output)."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "--log-level", "WARNING", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    done = fork_server(harness.child_environment()).run(
+        ["--log-level", "WARNING", *args],
         env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=timeout,
     )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, _text(done.stdout), _text(done.stderr)
+    )
+
+
+def _text(output: bytes) -> str:
+    """Output as ``subprocess.run(text=True)`` gives it: decoded, newlines universal."""
+    return output.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 @attrs.define
@@ -118,7 +124,7 @@ class SidecarProcess:
         return self.sidecar.name
 
     @property
-    def process(self) -> subprocess.Popen[bytes]:
+    def process(self) -> subprocess.Popen[bytes] | ForkedProcess:
         return self.sidecar.popen
 
     @property
