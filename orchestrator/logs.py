@@ -2,7 +2,8 @@
 
 Events are short snake_case names with key-value fields; context (env, process id, version,
 deploy generation, epoch) is bound by the caller. Output is JSON when stderr is not a terminal
-(sidecars, CI, scenario runs) and coloured key-value lines on a terminal.
+(sidecars, CI, scenario runs) and coloured key-value lines on a terminal. The standard library's
+loggers (kazoo's, asyncio's) go through the same renderer, so a JSON log is JSON on every line.
 """
 
 from __future__ import annotations
@@ -43,8 +44,17 @@ def configure_logging(
         logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+    # The standard library's records (kazoo, asyncio, py4j) render as ours do: one JSON object
+    # a line in JSON mode, an exception's traceback in its "exception" field.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
     # kazoo is chatty at INFO about every reconnect; its warnings still matter.
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=stream, force=True)
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
     # kazoo warns on every failed reconnect attempt; our own events (zookeeper_suspended,
     # ConnectionLostError naming the hosts) say the same once, so keep its retries for DEBUG.
     logging.getLogger("kazoo.client").setLevel(

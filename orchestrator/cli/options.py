@@ -275,8 +275,8 @@ _HTTP_ACCESS_OPTIONS: Final = (
         type=click.Path(dir_okay=False),
         default=None,
         envvar="CATALOG_UPGRADE_HTTP_TOKEN_FILE",
-        help="File holding the bearer token POST /promote and POST /append require (and reads "
-        "accept); re-read when it changes.",
+        help="File holding the bearer token POST /promote, POST /finalize and POST /append "
+        "require (and reads accept); re-read when it changes.",
     ),
     click.option(
         "--http-read-token-file",

@@ -12,7 +12,6 @@ too slow, too many connections) answer the API's JSON error body and close.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -315,12 +314,16 @@ class Exchange:
         drop what it still sends for a moment, so the close resets nothing unread."""
         if not self.writer.can_write_eof():  # TLS: close_notify ends it; nothing to linger
             return
-        self.writer.write_eof()
         dropped = 0
-        with contextlib.suppress(TimeoutError):
+        try:
+            self.writer.write_eof()
             async with asyncio.timeout(LINGER_SECONDS):
                 while dropped < LINGER_BYTES and (data := await self.reader.read(READ_SIZE)):
                     dropped += len(data)
+        except TimeoutError:
+            pass
+        except OSError as exc:  # the peer went away first (ENOTCONN, a reset): nothing to end
+            log.debug("http_peer_gone_while_closing", error=type(exc).__name__, errno=exc.errno)
 
 
 #: The HTTP versions the server speaks (h11 parses any ``HTTP/d.d``).

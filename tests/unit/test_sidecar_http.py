@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -171,3 +172,20 @@ def test_parse_address_refuses_malformed(text: str) -> None:
     """A malformed --http address is bad input (exit 2)."""
     with pytest.raises(BadInputError):
         parse_address(text)
+
+
+def test_every_writing_endpoint_is_named_where_the_write_token_is_explained() -> None:
+    """The write token's help and the operator's table name every POST route the server has."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.sidecar.http import ROUTES
+
+    posts = sorted(r.rule for r in ROUTES.iter_rules() if "POST" in (r.methods or ()))
+    assert posts, "no POST route found"
+    helped = " ".join(CliRunner().invoke(main, ["sidecar", "--help"]).output.split())
+    table = (Path(__file__).resolve().parents[2] / "docs" / "operating.md").read_text()
+    row = next(line for line in table.splitlines() if line.endswith("| the write token |"))
+    for path in posts:
+        assert f"POST {path}" in helped, f"--http-token-file --help misses POST {path}"
+        assert f"`POST {path}`" in row, f"operating.md's token table misses POST {path}"
