@@ -2,9 +2,10 @@
 
 Each column is never narrower than its widest value (no ``servin``, no ``0.10.``). When the
 terminal is too narrow, the optional columns give way first, in the order given; the folded
-columns (free text: an error, a phase) may shrink to their minimum and wrap. When even that does
-not fit, the table turns into one block per row (``id`` then ``column: value`` lines), so an
-80-column terminal always reads it whole.
+columns (free text: an error, a phase) may shrink to their minimum and wrap; the worded columns
+(``pending 0.11.0``) may wrap between their words, never inside one. When even that does not
+fit, the table turns into one block per row (``id`` then ``column: value`` lines, a long value
+wrapping under itself), so an 80-column terminal always reads it whole.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def _plain(_column: str, value: str) -> Text:
 class FittedTable:
     """``rows`` (column -> text) under ``columns``; ``gives_way``: the optional columns, the
     first to go first; ``folded``: column -> the narrowest it may wrap to; ``wide``: the
-    folded column that keeps its width longest; ``cell``: how a plain value is styled (a rich
-    ``Text`` value keeps its own style)."""
+    folded column that keeps its width longest; ``worded``: the columns that may wrap between
+    words; ``cell``: how a plain value is styled (a rich ``Text`` value keeps its own style)."""
 
     title: str
     columns: Sequence[str]
@@ -34,24 +35,35 @@ class FittedTable:
     gives_way: Sequence[str] = ()
     folded: Mapping[str, int] = attrs.field(factory=dict)
     wide: str | None = None
+    worded: Sequence[str] = ()
     cell: Callable[[str, str], Text] = _plain
     # Each column's longest line, measured once (a table may be measured for several layouts).
     _longest: dict[str, int] = attrs.field(init=False, factory=dict, eq=False, repr=False)
 
     def width(self, columns: Iterable[str]) -> int:
         """The width a table of ``columns`` needs: each column its widest cell (the folded
-        ones their minimum), plus padding and borders."""
-        return 1 + sum(
-            min(self._widest(c), self.folded.get(c, self._widest(c))) + 3 for c in columns
-        )
+        and worded ones their minimum), plus padding and borders."""
+        return 1 + sum(self._narrowest(c) + 3 for c in columns)
 
-    def _widest(self, column: str) -> int:
-        """The longest line of ``column``'s header and values."""
-        longest = self._longest.get(column)
+    def _narrowest(self, column: str) -> int:
+        """The narrowest ``column`` may be: its folded minimum, its longest word, or its widest
+        cell."""
+        widest = self._widest(column)
+        if column in self.folded:
+            return min(widest, self.folded[column])
+        if column in self.worded:
+            return self._widest(column, words=True)
+        return widest
+
+    def _widest(self, column: str, *, words: bool = False) -> int:
+        """The longest line (or word) of ``column``'s header and values."""
+        key = f"{column} words" if words else column
+        longest = self._longest.get(key)
         if longest is None:
             values = [column, *(str(row[column]) for row in self.rows)]
-            longest = max(len(line) for value in values for line in value.split("\n"))
-            self._longest[column] = longest
+            parts = (v.split() if words else v.split("\n") for v in values)
+            longest = max(len(part) for split in parts for part in split)
+            self._longest[key] = longest
         return longest
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -69,24 +81,23 @@ class FittedTable:
         widths = self._widths(columns, max_width)
         table = Table(title=self.title, title_justify="left")
         for column in columns:
-            table.add_column(
-                column, no_wrap=column not in self.folded, overflow="fold", width=widths[column]
-            )
+            wraps = column in self.folded or column in self.worded
+            table.add_column(column, no_wrap=not wraps, overflow="fold", width=widths[column])
         for row in self.rows:
             table.add_row(*[self._styled(column, row[column]) for column in columns])
         return table
 
     def _widths(self, columns: list[str], max_width: int) -> dict[str, int]:
         """Each column's width: its widest cell; where that is too wide for ``max_width``, the
-        folded columns give up width down to their minimum, one after the other, ``wide`` last."""
+        folded and worded columns give up width down to their minimum, one after the other,
+        ``wide`` last."""
         widths = {column: self._widest(column) for column in columns}
         excess = 1 + sum(width + 3 for width in widths.values()) - max_width
-        for column in sorted(
-            (c for c in columns if c in self.folded), key=lambda c: c == self.wide
-        ):
+        shrinking = [c for c in columns if c in self.folded or c in self.worded]
+        for column in sorted(shrinking, key=lambda c: c == self.wide):
             if excess <= 0:
                 break
-            cut = min(excess, widths[column] - min(widths[column], self.folded[column]))
+            cut = min(excess, widths[column] - self._narrowest(column))
             widths[column] -= cut
             excess -= cut
         return widths
@@ -98,10 +109,11 @@ class FittedTable:
         yield Text(self.title, style="italic")
         first, *rest = self.columns
         for row in self.rows:
-            lines = Text()
-            lines.append(str(row[first]), style="bold")
+            yield Text(str(row[first]), style="bold")
             for column in rest:
                 if str(row[column]) not in ("", "-", "-/-"):
-                    lines.append(f"\n  {column}: ")
-                    lines.append_text(self._styled(column, row[column]))
-            yield lines
+                    field = Table.grid(padding=(0, 1))
+                    field.add_column(no_wrap=True)  # "  name:"; a long value wraps under itself
+                    field.add_column(overflow="fold")
+                    field.add_row(f"  {column}:", self._styled(column, row[column]))
+                    yield field

@@ -1,7 +1,8 @@
 """The fleet as a terminal table: one line per environment, then the summary.
 
-The table follows :mod:`orchestrator.render.fitted`: at 80 columns the leader, generation and age
-columns give way first, and the notes wrap; narrower still, one block per environment.
+The table follows :mod:`orchestrator.render.fitted`: at 80 columns the leader, age and generation
+columns give way first, the notes wrap, and the green and final cells wrap between their words
+(``pending`` over ``0.11.0``); narrower still, one block per environment.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ _COLUMNS: Final = (
     "environment", "version", "gen", "state", "leader", "green", "final", "age", "notes",
 )  # fmt: skip
 _GIVES_WAY: Final = ("leader", "age", "gen")
-_FOLDED: Final = {"notes": 12, "green": 10, "leader": 10}
+_FOLDED: Final = {"notes": 14, "leader": 10}
+_WORDED: Final = ("green", "final")
 
 _STATE_STYLE: Final = {
     "ok": "green",
@@ -116,6 +118,7 @@ def render_fleet(report: FleetReport) -> RenderableType:
             gives_way=_GIVES_WAY,
             folded=_FOLDED,
             wide="notes",
+            worded=_WORDED,
             cell=_cell,
         )
         if shown
@@ -124,9 +127,11 @@ def render_fleet(report: FleetReport) -> RenderableType:
         Text(f"by version: {_counts(summary['by_version'])}"),
         Text(
             f"stuck {summary['stuck']}, pending {summary['pending']}, finalization overdue "
-            f"{summary['finalization_overdue']}; oldest unpromoted "
-            f"{short_duration(summary['oldest_unpromoted_seconds'])}, oldest pending "
-            f"{short_duration(summary['oldest_pending_seconds'])}"
+            f"{summary['finalization_overdue']}"
+        ),
+        Text(
+            f"oldest unpromoted {short_duration(summary['oldest_unpromoted_seconds'])}, "
+            f"oldest pending {short_duration(summary['oldest_pending_seconds'])}"
         ),
     ]
     for survey in report.surveys:

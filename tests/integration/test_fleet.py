@@ -222,6 +222,10 @@ def test_text_reads_at_80_columns(fleet: Fleet) -> None:
     done = cli("fleet", "--fleet-file", str(fleet.file), "--timeout", "3", env={"COLUMNS": "80"})
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, done.stdout
+    # A table (not one block per environment): a header row and a row an environment.
+    header = next(line for line in lines if line.startswith("┃"))
+    assert "environment" in header and "state" in header and "notes" in header, header
+    assert sum(1 for line in lines if line.startswith("│ a/")) >= 6, done.stdout
     for needle in ("serving", "green-waiting", "pending", "no-leader", "unreachable", "empty",
                    "by version: - 2, 0.10.0 3, 0.11.0 4", "0.11.0"):  # fmt: skip
         assert needle in done.stdout, needle
