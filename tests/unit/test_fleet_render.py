@@ -51,8 +51,9 @@ def _report() -> FleetReport:
         EnsembleSurvey(
             Ensemble(ensemble, f"{ensemble}.zk:2181"),
             tuple(_row(ensemble, n) for n in range(100)),
-            NOW, 0.5,
-        )  # fmt: skip
+            NOW,
+            0.5,
+        )
         for ensemble in ("eu-1", "us-2", "ap-3")
     ]
     surveys.append(EnsembleSurvey(Ensemble("sa-4", "sa-4.zk:2181"),
