@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test check packages lint typecheck docs unit integration bench soak clean zookeeper s3 \
 	spark-cluster prometheus-rule
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[test,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -36,7 +36,7 @@ packages:
 	bash .ci/packages
 
 lint: $(STAMP)
-	$(BIN)/ruff check catalog orchestrator tests benchmarks docs/hooks
+	$(BIN)/ruff check catalog client orchestrator tests benchmarks docs/hooks
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)

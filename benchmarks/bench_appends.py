@@ -42,7 +42,7 @@ import pyarrow as pa
 from kazoo.client import KazooClient
 
 from catalog.release import load_release
-from orchestrator.client import SidecarClient, SidecarError
+from catalog_client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess, metric_samples
 from orchestrator.testing.procstat import busy_seconds, cpu_seconds

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from catalog.release import load_release
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper

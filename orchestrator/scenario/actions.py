@@ -14,7 +14,7 @@ import attrs
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.errors import CatalogError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
-from orchestrator.client import retry_after_seconds
+from catalog_client import retry_after_seconds
 from orchestrator.scenario.format import (
     is_missing,
     resolve_path,

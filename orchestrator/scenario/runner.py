@@ -30,7 +30,7 @@ from catalog.errors import EXIT_FENCED, EXIT_OK, ConnectionLostError
 from catalog.release import Release
 from catalog.retry import Retry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.client import Answer
+from catalog_client import Answer
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
 from orchestrator.scenario.format import (
     Step,

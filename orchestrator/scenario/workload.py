@@ -26,7 +26,8 @@ from typing import Any
 
 import attrs
 
-from orchestrator.client import Answer
+from catalog_client import Answer
+from catalog_client.media import JSON_LINES_TYPE
 from orchestrator.scenario.format import WorkloadSpec
 from orchestrator.testing.harness import SidecarProcess
 
@@ -150,7 +151,7 @@ class Workload:
                     f"/append?collection={self.spec.collection}",
                     body,
                     timeout=5.0,
-                    headers={"Idempotency-Key": op.key, "Content-Type": "application/x-ndjson"},
+                    headers={"Idempotency-Key": op.key, "Content-Type": JSON_LINES_TYPE},
                 )
                 verdict = classify(answer)
                 op.attempts.append(f"{process.name}:{answer.status or 'no answer'}:{verdict}")

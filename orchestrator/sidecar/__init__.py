@@ -33,7 +33,7 @@ from orchestrator.sidecar.config import (
     resolve_blob_uri,
 )
 from orchestrator.sidecar.process import Sidecar, run_sidecar
-from orchestrator.sidecar.rows import jsonable, rows_to_table
+from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import State
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "SidecarConfig",
     "State",
     "default_process_id",
-    "jsonable",
     "resolve_blob_uri",
     "rows_to_table",
     "run_sidecar",

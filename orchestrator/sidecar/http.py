@@ -65,9 +65,10 @@ from catalog.errors import (
     UnreadableTimeError,
     WritesPausedError,
 )
+from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
-from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE, stream_chunks
+from orchestrator.sidecar.ipc import stream_chunks
 from orchestrator.sidecar.jsonvalues import loads
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
@@ -82,11 +83,9 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 #: The most rows one append may carry, in any format (``--http-max-append-rows``): 413 past it.
 MAX_APPEND_ROWS = 1_000_000
 #: What a POST body must be (415 otherwise): a simple cross-site request cannot send these.
-POST_TYPES = frozenset({"application/json", "application/x-ndjson", ARROW_STREAM_TYPE})
+POST_TYPES = frozenset({JSON_TYPE, JSON_LINES_TYPE, ARROW_STREAM_TYPE})
 #: Seconds a 503 answer asks the client to wait (Retry-After), unless the error says.
 RETRY_AFTER = 1
-JSON_TYPE = "application/json"
-JSON_LINES_TYPE = "application/x-ndjson"
 
 
 class HttpError(CatalogError):

@@ -25,14 +25,12 @@ import pyarrow.compute as pc
 from catalog.errors import BadInputError, TooManyRowsError
 
 __all__ = [
-    "ARROW_STREAM_TYPE",
     "READ_BATCH_ROWS",
     "check_nulls",
     "stream_chunks",
     "stream_to_table",
 ]
 
-ARROW_STREAM_TYPE = "application/vnd.apache.arrow.stream"
 #: Rows per record batch of a read's stream (a batch is what the sidecar holds serialized).
 READ_BATCH_ROWS = 64 * 1024
 

@@ -35,8 +35,9 @@ from typing import Any, Final
 
 import pyarrow as pa
 
+from catalog_client.jsonforms import NON_FINITE, scalar_form
+
 #: The float strings of the proto3 JSON mapping: JSON has no literal for them.
-NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _FLOAT_MAX: Final = {16: 65504.0, 32: 3.4028234663852886e38, 64: 1.7976931348623157e308}
 #: Per second, by unit.
 _UNITS: Final = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -416,26 +417,15 @@ def _unsupported(what: str, value: Any, path: str) -> None:
 
 def writable(value: Any, dtype: pa.DataType) -> Any:
     """An Arrow value (as ``to_pylist`` gives it) of ``dtype`` as JSON that :func:`converter`
-    reads back to the same value: non-finite floats as their strings, times ISO 8601, bytes
-    base64, decimals as strings, durations in seconds, maps as objects (``[[k, v], ...]`` when
-    their keys are not text or integers)."""
+    reads back to the same value: a scalar in its :func:`~catalog_client.jsonforms.scalar_form`
+    (non-finite floats as their strings, times ISO 8601, bytes base64, decimals as strings,
+    durations in seconds), maps as objects (``[[k, v], ...]`` when their keys are not text or
+    integers)."""
     if value is None:
         return None
     if pa.types.is_dictionary(dtype):
         return writable(value, dtype.value_type)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else _non_finite(value)
-    if isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if pa.types.is_struct(dtype):
+    if pa.types.is_struct(dtype) and isinstance(value, dict):
         return {f.name: writable(value.get(f.name), f.type) for f in dtype}
     if pa.types.is_map(dtype):
         pairs = [(k, writable(v, dtype.item_type)) for k, v in value]
@@ -444,8 +434,4 @@ def writable(value: Any, dtype: pa.DataType) -> Any:
         return {str(k): v for k, v in pairs}
     if isinstance(value, list):
         return [writable(v, dtype.value_type) for v in value]
-    return str(value)
-
-
-def _non_finite(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return scalar_form(value)

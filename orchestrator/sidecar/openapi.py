@@ -14,17 +14,15 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any, Final
 
+from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 from orchestrator.sidecar.access import OPEN, ROLES, WRITE
 from orchestrator.sidecar.http import (
-    JSON_LINES_TYPE,
-    JSON_TYPE,
     POST_TYPES,
     REFUSALS,
     REPLAYED_HEADER,
     ROUTES,
 )
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
-from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
 
 __all__ = ["ENDPOINTS", "SERVER_ERRORS", "openapi_document"]
 

@@ -218,22 +218,10 @@ def _too_deep(number: int) -> BadInputError:
     )
 
 
-def jsonable(value: Any) -> Any:
-    """An Arrow-to-Python value as JSON, its type unknown: the forms of
-    :func:`~orchestrator.sidecar.jsonvalues.writable` for each value, maps (lists of pairs)
-    as objects."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {str(k): jsonable(v) for k, v in value}  # an Arrow map
-        return [jsonable(v) for v in value]
-    return writable(value, pa.null())  # a scalar's form does not depend on its type
-
-
 def json_lines(table: pa.Table, batch_rows: int = 64 * 1024) -> Iterator[bytes]:
-    """``table``'s rows as JSON lines (values as :func:`jsonable` makes them), a chunk of about
-    ``batch_rows`` rows at a time.
+    """``table``'s rows as JSON lines (values in their
+    :func:`~orchestrator.sidecar.jsonvalues.writable` forms), a chunk of about ``batch_rows``
+    rows at a time.
 
     Built column by column in Arrow where a column's JSON text is plain to make there (integers,
     booleans, strings without control characters, columns all null); any other column goes

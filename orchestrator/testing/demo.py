@@ -37,7 +37,7 @@ from rich.table import Table
 
 from catalog.errors import EXIT_FENCED
 from catalog.release import Release, load_release_dir
-from orchestrator.client import SidecarError
+from catalog_client import SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
 from orchestrator.testing.harness import SidecarExited, SidecarProcess

@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 
 from catalog.consensus import env_root
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from orchestrator.client import Answer, SidecarClient
+from catalog_client import Answer, SidecarClient
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.forkserver import ENTRY, ForkedProcess, fork_server

@@ -15,7 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.release import load_release
-from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
+from catalog_client.media import ARROW_STREAM_TYPE
 from support.sidecars import Launch, SidecarProcess, ndjson, read_rows, release_file, tree_digest
 from support.zookeeper import ZkEnv
 

@@ -33,7 +33,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REFUSED, EXIT_UNEXPECTED
 from catalog.release import Release, load_release_dir
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.election import promote
 from orchestrator.testing import harness
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port

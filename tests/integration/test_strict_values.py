@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
+from catalog_client.media import ARROW_STREAM_TYPE
 from orchestrator.sidecar.rows import json_lines, rows_to_table
 from support.sidecars import Launch, SidecarProcess
 

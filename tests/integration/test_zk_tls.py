@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zk import close, new_client
 from orchestrator.zktls import ServerTls, ZkTls

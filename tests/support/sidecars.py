@@ -27,7 +27,7 @@ from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.testing import harness
 from orchestrator.testing.forkserver import ForkedProcess, fork_server
 from support.zookeeper import ZkEnv

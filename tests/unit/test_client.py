@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import NotLeaderError, WritesPausedError
-from orchestrator.client import SidecarClient, SidecarError, SidecarUnavailableError
+from catalog_client import SidecarClient, SidecarError, SidecarUnavailableError
 from orchestrator.sidecar.server import SidecarHttpServer
 from support.api import ScriptedApi
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from openapi_spec_validator import validate
 
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.sidecar.access import OPEN, ROLES
 from orchestrator.sidecar.http import REFUSALS, ROUTES
 from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from catalog.errors import BadInputError, NotLeaderError
-from orchestrator.client import Answer, SidecarClient
+from catalog_client import Answer, SidecarClient
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.server import SidecarHttpServer, parse_address
 from support.api import ScriptedApi

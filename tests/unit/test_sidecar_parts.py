@@ -11,9 +11,9 @@ import pytest
 
 from catalog.bloburi import agreed_uri, normalize_uri
 from catalog.errors import BadInputError, ConfigurationError
+from catalog_client.jsonforms import jsonable
 from orchestrator.sidecar import (
     SidecarConfig,
-    jsonable,
     resolve_blob_uri,
     rows_to_table,
 )

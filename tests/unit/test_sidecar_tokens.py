@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
-from orchestrator.client import SidecarClient
+from catalog_client import SidecarClient
 from orchestrator.sidecar.access import AccessPolicy
 from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure

@@ -21,24 +21,25 @@ every status themselves (the test harness, the scenario workload).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import io
 import json
 import ssl
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-import attrs
-import pyarrow as pa
+from catalog_client.jsonforms import jsonable
+from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 
-from orchestrator.sidecar.http import JSON_LINES_TYPE
-from orchestrator.sidecar.ipc import ARROW_STREAM_TYPE
-from orchestrator.sidecar.rows import jsonable
+if TYPE_CHECKING:  # imported where Arrow is used: a client of JSON rows never loads pyarrow
+    import pyarrow as pa
 
 __all__ = [
     "Answer",
@@ -86,7 +87,7 @@ class Headers(dict[str, str]):
         return super().get(name.lower(), default)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class Answer:
     """One HTTP answer as :meth:`SidecarClient.send` saw it; ``status`` 0 when the sidecar could
     not be reached at all (``error`` says why)."""
@@ -94,7 +95,7 @@ class Answer:
     status: int
     body: bytes
     error: str | None = None
-    headers: Headers = attrs.field(factory=Headers)
+    headers: Headers = dataclasses.field(default_factory=Headers)
 
     @property
     def ok(self) -> bool:
@@ -120,7 +121,7 @@ class Answer:
         return f"HTTP {self.status}" + (f": {body[:300]}" if body else "")
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class AppendAnswer:
     """An acknowledged append: where its rows landed, and whether this was a replay."""
 
@@ -177,7 +178,8 @@ class SidecarClient:
     ) -> AppendAnswer:
         """Append ``rows`` (Arrow: sent as an IPC stream; a sequence of mappings: JSON lines)
         exactly once, under ``key`` (default: a new one)."""
-        if isinstance(rows, (pa.Table, pa.RecordBatch)):
+        pa = sys.modules.get("pyarrow")  # Arrow rows come from a caller that imported it
+        if pa is not None and isinstance(rows, (pa.Table, pa.RecordBatch)):
             sink = io.BytesIO()
             with pa.ipc.new_stream(sink, rows.schema) as writer:
                 writer.write(rows)
@@ -205,7 +207,7 @@ class SidecarClient:
         with self.stream(
             "GET", self._read_path(collection, as_of), headers={"Accept": ARROW_STREAM_TYPE}
         ) as answer:
-            return pa.ipc.open_stream(answer).read_all()
+            return _arrow().ipc.open_stream(answer).read_all()
 
     def read_batches(
         self, collection: str, *, as_of: int | None = None
@@ -215,7 +217,7 @@ class SidecarClient:
         with self.stream(
             "GET", self._read_path(collection, as_of), headers={"Accept": ARROW_STREAM_TYPE}
         ) as answer:
-            yield from pa.ipc.open_stream(answer)
+            yield from _arrow().ipc.open_stream(answer)
 
     def read_rows(self, collection: str, *, as_of: int | None = None) -> list[dict[str, Any]]:
         """The same rows as JSON values (times ISO 8601, bytes base64)."""
@@ -232,7 +234,7 @@ class SidecarClient:
         """Promote ``deploy_generation`` (default: the sidecar's own)."""
         body = json.dumps({"deploy_generation": deploy_generation}).encode()
         data: dict[str, Any] = self._json(
-            self._call("POST", "/promote", body, {"Content-Type": "application/json"})
+            self._call("POST", "/promote", body, {"Content-Type": JSON_TYPE})
         )
         return data
 
@@ -240,7 +242,7 @@ class SidecarClient:
         """Make the pending upgrade (of ``version``, when given) final."""
         path = "/finalize" + (f"?{urlencode({'version': version})}" if version else "")
         data: dict[str, Any] = self._json(
-            self._call("POST", path, b"", {"Content-Type": "application/json"})
+            self._call("POST", path, b"", {"Content-Type": JSON_TYPE})
         )
         return data
 
@@ -393,6 +395,13 @@ class SidecarClient:
         if token is not None and not any(k.lower() == "authorization" for k in sent):
             sent["Authorization"] = f"Bearer {token}"
         return sent
+
+
+def _arrow() -> Any:
+    """pyarrow, imported on first use."""
+    import pyarrow as pa
+
+    return pa
 
 
 def _error_of(status: int, data: bytes) -> SidecarError:
