@@ -1,9 +1,11 @@
-"""MkDocs hook: the API reference page, rendered from the sidecar's own OpenAPI description.
+"""MkDocs hook: the API reference page, rendered from the sidecar's own OpenAPI description,
+and the HTTP API page's table of errors, rendered from the API's one table of them.
 
-The page holds a marker; this hook replaces it with one section per operation (its credential,
-parameters, body types and every answer with its ``error`` codes), made from
+The reference page holds a marker; this hook replaces it with one section per operation (its
+credential, parameters, body types and every answer with its ``error`` codes), made from
 ``orchestrator.sidecar.openapi.openapi_document``: the same document the sidecar serves at
-``/openapi.json``, so the reference cannot drift from the routing or the error table.
+``/openapi.json``, so the reference cannot drift from the routing or the error table. The
+errors' marker becomes one row per code of ``orchestrator.sidecar.refusals.ERRORS``.
 """
 
 from __future__ import annotations
@@ -12,14 +14,26 @@ import json
 from typing import Any
 
 from orchestrator.sidecar.openapi import openapi_document
+from orchestrator.sidecar.refusals import ERRORS
 
 MARKER = "<!-- openapi reference -->"
+ERRORS_MARKER = "<!-- error table -->"
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
+    if ERRORS_MARKER in markdown:
+        markdown = markdown.replace(ERRORS_MARKER, error_table())
     if MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, reference(openapi_document("(this release)")))
+
+
+def error_table() -> str:
+    """Every ``error`` code of the API, by status: when it is sent."""
+    rows = ["| status | `error` | when |", "| --- | --- | --- |"]
+    for refusal in sorted(ERRORS, key=lambda r: (r.status, r.code)):
+        rows.append(f"| {int(refusal.status)} | `{refusal.code}` | {refusal.when} |")
+    return "\n".join(rows)
 
 
 def reference(document: dict[str, Any]) -> str:

@@ -15,7 +15,6 @@ import asyncio
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from http import HTTPStatus
 from typing import IO, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -76,10 +75,12 @@ class ServerLimits:
     max_append_rows: int = MAX_APPEND_ROWS
 
 
-def refusal(status: HTTPStatus, error: str, message: str) -> bytes:
+def refusal(error: str, message: str) -> bytes:
     """A complete ``Connection: close`` answer in the API's JSON error shape, for the refusals
     the server makes before a request reaches the application."""
-    response = json_response(status, HttpError(status, error, message).body)
+    refused = HttpError(error, message)
+    status = refused.status
+    response = json_response(status, refused.body)
     head = [f"HTTP/1.1 {status.value} {status.phrase}"]
     head += [f"{name}: {value}" for name, value in response.headers.items()]
     head.append("Connection: close")
@@ -110,12 +111,10 @@ class Exchange:
             while await self._one():
                 self._conn.start_next_cycle()
         except h11.RemoteProtocolError as exc:
-            status = HTTPStatus(exc.error_status_hint)
-            error = "headers-too-large" if status == 431 else "bad-request"
-            await self._refuse(status, error, f"malformed HTTP request: {exc}")
+            error = "headers-too-large" if exc.error_status_hint == 431 else "bad-request"
+            await self._refuse(error, f"malformed HTTP request: {exc}")
         except TimeoutError:
             await self._refuse(
-                HTTPStatus.REQUEST_TIMEOUT,
                 "request-timeout",
                 f"the request did not arrive within {self.limits.header_timeout:g} s (headers) "
                 f"and {self.limits.body_timeout:g} s (body)",
@@ -297,12 +296,12 @@ class Exchange:
         async with asyncio.timeout(self.limits.write_timeout):
             await self.writer.drain()
 
-    async def _refuse(self, status: HTTPStatus, error: str, message: str) -> None:
+    async def _refuse(self, error: str, message: str) -> None:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return  # an answer is under way: closing is all that is left
-        log.info("http_request_refused", status=status.value, error=error)
+        log.info("http_request_refused", error=error)
         try:
-            self.writer.write(refusal(status, error, message))
+            self.writer.write(refusal(error, message))
             async with asyncio.timeout(self.limits.write_timeout):
                 await self.writer.drain()
             await self._linger()
@@ -330,14 +329,13 @@ class Exchange:
 _VERSIONS = frozenset({b"1.0", b"1.1"})
 
 
-def _unacceptable(request: h11.Request, limit: int) -> tuple[HTTPStatus, str, str] | None:
+def _unacceptable(request: h11.Request, limit: int) -> tuple[str, str] | None:
     """Why a request head is refused before it reaches the application: a version the server
     does not speak (505), or a head past the limit that arrived whole in one read (431; h11
     refuses one still incomplete at the limit itself)."""
     if request.http_version not in _VERSIONS:
         version = request.http_version.decode("ascii", "replace")
         return (
-            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
             "http-version-not-supported",
             f"HTTP/{version} is not supported: speak HTTP/1.1 (or 1.0)",
         )
@@ -345,7 +343,6 @@ def _unacceptable(request: h11.Request, limit: int) -> tuple[HTTPStatus, str, st
     size += sum(len(name) + len(value) + 4 for name, value in request.headers)
     if size > limit:
         return (
-            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
             "headers-too-large",
             f"request line and headers of {size} bytes are above the {limit}-byte limit",
         )

@@ -44,26 +44,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from catalog.errors import (
-    BadIdempotencyKeyError,
-    BadInputError,
-    BlobBucketMissingError,
-    BlobDeniedError,
-    BlobUnreachableError,
-    BusyError,
     CatalogError,
-    ConnectionLostError,
-    FencedError,
-    ForbiddenError,
-    IdempotencyKeyInProgressError,
-    IdempotencyKeyReusedError,
-    MigrationRefusedError,
-    NoShardError,
-    NotLeaderError,
-    TooManyRowsError,
-    UnauthorizedError,
-    UnknownCollectionError,
-    UnreadableTimeError,
-    WritesPausedError,
 )
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 from orchestrator.sidecar.access import AccessPolicy
@@ -72,6 +53,7 @@ from orchestrator.sidecar.ipc import stream_chunks
 from orchestrator.sidecar.jsonvalues import loads
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
+from orchestrator.sidecar.refusals import body_of, refusal_named, refusal_of
 from orchestrator.sidecar.rows import json_lines
 from orchestrator.status.web import page_response
 
@@ -92,12 +74,12 @@ class HttpError(CatalogError):
     """A request this module refuses itself (a body too large, bad JSON, a missing parameter).
 
     Part of the one hierarchy; its JSON body names the refusal (``error``) instead of the class.
-    The data plane's refusals are domain errors instead (:data:`REFUSALS`).
+    The data plane's refusals are domain errors instead (:mod:`orchestrator.sidecar.refusals`).
     """
 
-    def __init__(self, status: HTTPStatus, error: str, message: str, **details: Any) -> None:
+    def __init__(self, error: str, message: str, **details: Any) -> None:
         super().__init__(message, **details)
-        self.status = status
+        self.status = refusal_named(error).status  # the code's status: the table is its home
         self.error = error
 
     @property
@@ -142,41 +124,6 @@ class SidecarApi(Protocol):
         """A request was refused with ``error`` (counted for alerts)."""
 
 
-#: The domain's refusals of a request and their statuses; the body's ``error`` is the class's
-#: ``code``.
-REFUSALS: Mapping[type[CatalogError], HTTPStatus] = {
-    BlobUnreachableError: HTTPStatus.SERVICE_UNAVAILABLE,
-    BlobDeniedError: HTTPStatus.INTERNAL_SERVER_ERROR,
-    BlobBucketMissingError: HTTPStatus.INTERNAL_SERVER_ERROR,
-    UnknownCollectionError: HTTPStatus.NOT_FOUND,
-    NoShardError: HTTPStatus.NOT_FOUND,
-    BadIdempotencyKeyError: HTTPStatus.BAD_REQUEST,
-    TooManyRowsError: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-    UnreadableTimeError: HTTPStatus.CONFLICT,
-    IdempotencyKeyReusedError: HTTPStatus.UNPROCESSABLE_ENTITY,
-    IdempotencyKeyInProgressError: HTTPStatus.CONFLICT,
-    NotLeaderError: HTTPStatus.CONFLICT,
-    WritesPausedError: HTTPStatus.SERVICE_UNAVAILABLE,
-    BusyError: HTTPStatus.GATEWAY_TIMEOUT,
-    UnauthorizedError: HTTPStatus.UNAUTHORIZED,
-    ForbiddenError: HTTPStatus.FORBIDDEN,
-}
-
-
-def status_for(exc: CatalogError) -> HTTPStatus:
-    """The HTTP status that matches an error: a refusal's own, else by its exit code."""
-    refusal = REFUSALS.get(type(exc))
-    if refusal is not None:
-        return refusal
-    if isinstance(exc, BadInputError):
-        return HTTPStatus.BAD_REQUEST
-    if isinstance(exc, (FencedError, MigrationRefusedError)):
-        return HTTPStatus.CONFLICT
-    if isinstance(exc, ConnectionLostError):
-        return HTTPStatus.SERVICE_UNAVAILABLE
-    return HTTPStatus.INTERNAL_SERVER_ERROR
-
-
 ROUTES = Map(
     [
         Rule("/", endpoint="page", methods=["GET"]),
@@ -216,8 +163,7 @@ def _body(request: Request) -> bytes:
     limit = request.environ.get(BODY_LIMIT_KEY)
     if limit is not None:
         raise HttpError(
-            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            "body-too-large",
+                        "body-too-large",
             f"request body is above the {limit}-byte limit (--http-max-body); reading stopped "
             "there",
             limit=limit,
@@ -254,8 +200,7 @@ class SidecarApp:
             host = request.headers.get("Host")
             if not self.policy.allows_host(endpoint, host):
                 raise HttpError(
-                    HTTPStatus.MISDIRECTED_REQUEST,
-                    "misdirected-host",
+                                        "misdirected-host",
                     f"this sidecar does not answer to Host {host!r}: name it with "
                     "--http-allowed-host (a guard against DNS rebinding)",
                     host=host,
@@ -263,8 +208,7 @@ class SidecarApp:
             self.policy.authorize(endpoint, request.headers.get("Authorization"))
             if request.method == "POST" and _media_type(request) not in POST_TYPES:
                 raise HttpError(
-                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported-media-type",
+                                        "unsupported-media-type",
                     f"POST {request.path} takes Content-Type {' or '.join(sorted(POST_TYPES))}, "
                     f"not {_media_type(request) or 'none'}",
                 )
@@ -282,21 +226,18 @@ class SidecarApp:
                 HTTPStatus.NOT_FOUND,
                 {"error": "not-found", "message": f"no endpoint {request.path}"},
             )
-        except HTTPException as exc:
+        except HTTPException as exc:  # werkzeug's own (a body it could not parse)
             return json_response(
-                HTTPStatus(exc.code or 500), {"error": "http", "message": exc.description}
+                HTTPStatus.BAD_REQUEST, {"error": "bad-request", "message": exc.description}
             )
         except HttpError as exc:
             self.api.refused(exc.error)
             return json_response(exc.status, exc.body)
         except CatalogError as exc:
-            status = status_for(exc)
-            body = exc.to_json()
-            if type(exc) in REFUSALS:  # named by the refusal, as an HTTP API's clients expect
-                body["error"] = exc.code
-                del body["exit_code"]
-            self.api.refused(str(body.get("error") or exc.code))
-            response = json_response(status, body)
+            refusal = refusal_of(exc)
+            status = refusal.status
+            self.api.refused(refusal.code)
+            response = json_response(status, body_of(exc))
             if status == HTTPStatus.UNAUTHORIZED:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="catalog-upgrade"'
             if status == HTTPStatus.SERVICE_UNAVAILABLE:  # a state that passes: say when to retry
@@ -305,8 +246,7 @@ class SidecarApp:
         except Exception as exc:  # a bug: answer 500 and keep serving
             log.exception("http_handler_failed", path=request.path)
             return json_response(
-                HTTPStatus.INTERNAL_SERVER_ERROR,
-                {"error": type(exc).__name__, "message": str(exc)},
+                HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "unexpected", "message": str(exc)}
             )
 
     # -- endpoints --------------------------------------------------------------------------
@@ -350,7 +290,7 @@ class SidecarApp:
                 data = loads(body.decode("utf-8"))
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise HttpError(
-                    HTTPStatus.BAD_REQUEST, "bad-json", f"promote body is not JSON: {exc}"
+                    "bad-json", f"promote body is not JSON: {exc}"
                 ) from exc
             if (
                 not isinstance(data, (dict, int))
@@ -358,8 +298,7 @@ class SidecarApp:
                 or (isinstance(data, dict) and set(data) != {"deploy_generation"})
             ):
                 raise HttpError(
-                    HTTPStatus.BAD_REQUEST,
-                    "bad-json",
+                                        "bad-json",
                     'promote body must be {"deploy_generation": G} (or G)',
                 )
             raw = data.get("deploy_generation") if isinstance(data, dict) else data
@@ -404,7 +343,7 @@ def _required(query: Mapping[str, str], name: str) -> str:
     value = query.get(name)
     if not value:
         raise HttpError(
-            HTTPStatus.BAD_REQUEST, "missing-parameter", f"query parameter {name} is required"
+            "missing-parameter", f"query parameter {name} is required"
         )
     return value
 
@@ -426,7 +365,7 @@ def _as_int(value: Any, name: str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise HttpError(
-        HTTPStatus.BAD_REQUEST, "bad-parameter", f"{name} must be an integer, not {value!r}"
+        "bad-parameter", f"{name} must be an integer, not {value!r}"
     )
 
 

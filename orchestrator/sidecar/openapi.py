@@ -1,8 +1,8 @@
 """The OpenAPI 3.1 description of the sidecar's HTTP API, made from the API itself.
 
 The paths and methods come from the routing (``http.ROUTES``), the credential of each from the
-access roles (``access.ROLES``), the refusals from the error table (``http.REFUSALS``) and the
-errors the server and the application make themselves (:data:`SERVER_ERRORS`). What only prose
+access roles (``access.ROLES``), and the error codes from the API's one table of them
+(:mod:`orchestrator.sidecar.refusals`). What only prose
 can say (a summary, the parameters and bodies of each operation) is written once here, per
 endpoint, and a test checks that every route has it. The sidecar serves the document at
 ``GET /openapi.json``; the manual's API page is written from the same routes.
@@ -15,30 +15,12 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
-from orchestrator.sidecar.access import OPEN, ROLES, WRITE
-from orchestrator.sidecar.http import (
-    POST_TYPES,
-    REFUSALS,
-    REPLAYED_HEADER,
-    ROUTES,
-)
+from orchestrator.sidecar.access import OPEN, ROLES
+from orchestrator.sidecar.http import POST_TYPES, REPLAYED_HEADER, ROUTES
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
+from orchestrator.sidecar.refusals import ERRORS, HTTP
 
-__all__ = ["ENDPOINTS", "SERVER_ERRORS", "openapi_document"]
-
-#: Refusals the HTTP layer makes itself, by status: the body's ``error`` codes.
-SERVER_ERRORS: Final[Mapping[int, tuple[str, ...]]] = {
-    400: ("bad-request", "bad-json", "missing-parameter", "bad-parameter"),
-    404: ("not-found",),
-    405: ("method-not-allowed",),
-    408: ("request-timeout",),
-    413: ("body-too-large",),
-    415: ("unsupported-media-type",),
-    421: ("misdirected-host",),
-    431: ("headers-too-large",),
-    503: ("too-many-connections",),
-    505: ("http-version-not-supported",),
-}
+__all__ = ["ENDPOINTS", "openapi_document"]
 
 _COLLECTION = {
     "name": "collection",
@@ -163,7 +145,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "Error": {
                     "type": "object",
                     "required": ["error", "message"],
-                    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                    "properties": {
+                        "error": {"type": "string", "enum": sorted(r.code for r in ERRORS)},
+                        "message": {"type": "string"},
+                    },
                     "additionalProperties": True,
                 },
                 "AppendAnswer": {
@@ -200,7 +185,7 @@ def _operation(endpoint: str, method: str) -> dict[str, Any]:
             "description": HTTPStatus(status).phrase,
             "content": {media: {"schema": schema} for media, schema in content.items()},
         }
-    for status, codes in sorted(_errors(role, method).items()):
+    for status, codes in sorted(_errors(role).items()):
         responses.setdefault(
             str(status),
             {
@@ -226,16 +211,11 @@ def _operation(endpoint: str, method: str) -> dict[str, Any]:
     return operation
 
 
-def _errors(role: str, method: str) -> dict[int, set[str]]:
-    """The error codes an operation may answer, by status."""
+def _errors(role: str) -> dict[int, set[str]]:
+    """The error codes an operation may answer, by status: the HTTP layer's for every one, the
+    application's too for those behind a credential."""
     found: dict[int, set[str]] = {}
-    for status, codes in SERVER_ERRORS.items():
-        found.setdefault(status, set()).update(codes)
-    if role != OPEN:
-        for error, status in REFUSALS.items():
-            found.setdefault(int(status), set()).add(str(error.code))
-        found.setdefault(500, set()).add("unexpected")
-    if role == WRITE and method == "POST":
-        found.setdefault(409, set()).update({"read-only", "requires-finalization", "FencedError"})
-        found.setdefault(400, set()).add("BadInputError")
+    for refusal in ERRORS:
+        if refusal.layer == HTTP or role != OPEN:
+            found.setdefault(int(refusal.status), set()).add(refusal.code)
     return found

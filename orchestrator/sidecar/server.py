@@ -16,7 +16,6 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from http import HTTPStatus
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -166,7 +165,6 @@ class SidecarHttpServer:
             log.warning("http_connection_refused", open=len(self._open))
             writer.write(
                 refusal(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
                     "too-many-connections",
                     f"{len(self._open)} connections are open, the limit "
                     "(--http-max-connections); retry later",

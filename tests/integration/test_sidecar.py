@@ -113,7 +113,7 @@ def test_bootstrap_and_http_endpoints(launch: Launch, zk_env: ZkEnv) -> None:
     status, body = leader.http("POST", "/promote", b"")
     assert status == 200 and json.loads(body)["deploy_generation"] == 1
     status, body = leader.http("POST", "/promote?deploy_generation=0", b"")
-    assert status == 400 and json.loads(body)["error"] == "BadInputError"  # no such generation
+    assert status == 400 and json.loads(body)["error"] == "bad-input"  # no such generation
 
     status, body = leader.http("GET", "/metrics")
     text = body.decode()

@@ -17,7 +17,8 @@ from catalog.errors import (
     ShardNotFoundError,
 )
 from catalog.shard.state import shard_error
-from orchestrator.sidecar.http import REFUSALS, HttpError
+from orchestrator.sidecar.http import HttpError
+from orchestrator.sidecar.refusals import ERRORS, body_of, refusal_named, refusal_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,8 +45,8 @@ def test_blob_missing_is_a_corrupt_blob_with_its_reason() -> None:
 def test_every_error_class_has_one_root() -> None:
     """HTTP refusals and corrupt state are CatalogErrors like everything else."""
     assert issubclass(HttpError, CatalogError) and issubclass(CorruptStateError, CatalogError)
-    for refusal in REFUSALS:
-        assert issubclass(refusal, CatalogError) and refusal.code, refusal
+    for refusal in ERRORS:
+        assert refusal.error is None or issubclass(refusal.error, CatalogError), refusal
 
 
 def test_http_error_is_raised_only_by_the_http_module() -> None:
@@ -71,3 +72,59 @@ def test_no_code_branches_on_a_reason_string() -> None:
                 text = ast.unparse(node.left)
                 if "details" in text and "reason" in text:
                     raise AssertionError(f"{path}:{node.lineno} compares an error's reason")
+
+
+def _every_error_class() -> list[type[CatalogError]]:
+    """Every CatalogError class of the product, its modules imported."""
+    import importlib
+    import pkgutil
+
+    for package in ("catalog", "orchestrator"):
+        root = importlib.import_module(package)
+        for module in pkgutil.walk_packages(root.__path__, f"{package}."):
+            if ".testing." not in module.name and not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
+    found: list[type[CatalogError]] = []
+    pending: list[type[CatalogError]] = [CatalogError]
+    while pending:
+        klass = pending.pop()
+        found.append(klass)
+        pending.extend(klass.__subclasses__())
+    return found
+
+
+def test_every_error_the_server_can_raise_answers_a_code_of_the_table() -> None:
+    """The API's one vocabulary: any CatalogError answers a kebab-case code of the table, with
+    the table's status, no class name and no exit code in its body."""
+    classes = _every_error_class()
+    assert len(classes) > 30
+    codes = {r.code for r in ERRORS}
+    for klass in classes:
+        if klass is HttpError:
+            continue
+        error = klass.__new__(klass)
+        CatalogError.__init__(error, "m", detail=1)
+        refusal = refusal_of(error)
+        body = body_of(error)
+        assert body["error"] == refusal.code in codes, klass
+        assert "exit_code" not in body and body["detail"] == 1, klass
+        if klass.code is not None:  # a refusal of its own is named by its own code
+            assert refusal.code == klass.code, klass
+    assert refusal_of(ValueError("a defect")).code == "unexpected"
+    assert all(code == code.lower() and " " not in code and "_" not in code for code in codes)
+
+
+def test_every_code_the_http_layer_names_is_in_the_table() -> None:
+    """Every literal code given to HttpError, refusal() or _refuse() is in the table."""
+    named = set()
+    for path in (ROOT / "orchestrator" / "sidecar").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called in ("HttpError", "refusal", "self._refuse") and node.args:
+                    first = node.args[0]
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        named.add(first.value)
+    assert {"body-too-large", "misdirected-host", "too-many-connections"} <= named
+    for code in named:
+        refusal_named(code)  # KeyError names a code missing from the table

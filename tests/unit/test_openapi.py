@@ -7,8 +7,9 @@ from openapi_spec_validator import validate
 
 from catalog_client import SidecarClient
 from orchestrator.sidecar.access import OPEN, ROLES
-from orchestrator.sidecar.http import REFUSALS, ROUTES
+from orchestrator.sidecar.http import ROUTES
 from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document
+from orchestrator.sidecar.refusals import ERRORS
 from orchestrator.sidecar.server import SidecarHttpServer
 from support.api import ScriptedApi
 
@@ -31,9 +32,11 @@ def test_every_route_is_described_with_its_credential_and_every_refusal() -> Non
             assert ("security" in operation) == secured, rule.rule
             if secured:
                 codes = " ".join(r["description"] for r in operation["responses"].values())
-                for refusal in REFUSALS:
+                for refusal in ERRORS:
                     assert f"`{refusal.code}`" in codes, (rule.rule, refusal.code)
     assert operations == len(ENDPOINTS) == 11
+    enumerated = document["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
+    assert enumerated == sorted(r.code for r in ERRORS)
     append = document["paths"]["/append"]["post"]
     assert set(append["requestBody"]["content"]) == {
         "application/x-ndjson", "application/vnd.apache.arrow.stream",

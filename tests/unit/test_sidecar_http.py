@@ -61,7 +61,7 @@ def test_promote_takes_query_or_body_and_maps_errors(served: tuple[ScriptedApi, 
     assert call(f"{base}/promote", b"")[0] == 200
     status, body = call(f"{base}/promote?deploy_generation=0", b"")
     assert status == 409
-    assert json.loads(body)["error"] == "FencedError"
+    assert json.loads(body)["error"] == "fenced" and "exit_code" not in json.loads(body)
     assert call(f"{base}/promote?deploy_generation=x", b"")[0] == 400
     assert api.promoted == [3, 4, None, 0]
     # Audited: who asked (no credential configured: anonymous) and from where.

@@ -1,0 +1,152 @@
+"""The HTTP API's error vocabulary: every ``error`` code an answer may carry, its status, and
+when it is sent. The one table: the server names its refusals from it (:func:`refusal_of`), the
+OpenAPI document enumerates it, the manual's table is written from it, and a test checks that
+every error the server can raise or make lands in it.
+
+A code is kebab-case. A domain error with a code of its own (``read-only``,
+``idempotency-key-reused``) answers that code; any other answers its family's (``bad-input``,
+``fenced``, ``migration-refused``, ``zookeeper-unreachable``), its details kept, and anything
+else ``unexpected``. No class name and no exit code appear in an HTTP body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any, Final
+
+import attrs
+
+from catalog.errors import (
+    BadIdempotencyKeyError,
+    BadInputError,
+    BlobBucketMissingError,
+    BlobDeniedError,
+    BlobUnreachableError,
+    BusyError,
+    CatalogError,
+    ConnectionLostError,
+    FencedError,
+    ForbiddenError,
+    IdempotencyKeyInProgressError,
+    IdempotencyKeyReusedError,
+    MigrationRefusedError,
+    NoShardError,
+    NotLeaderError,
+    TooManyRowsError,
+    UnauthorizedError,
+    UnknownCollectionError,
+    UnreadableTimeError,
+    WritesPausedError,
+)
+
+__all__ = ["APPLICATION", "ERRORS", "HTTP", "Refusal", "body_of", "refusal_named", "refusal_of"]
+
+#: The layer that makes a refusal: the HTTP server itself, before any endpoint runs (every
+#: endpoint may answer these), or the application behind it (the endpoints with a credential).
+HTTP: Final = "http"
+APPLICATION: Final = "application"
+
+
+@attrs.frozen
+class Refusal:
+    """One ``error`` code: its status, when it is sent, and the errors that answer it."""
+
+    code: str
+    status: HTTPStatus
+    when: str
+    layer: str = APPLICATION
+    #: The error class answered with this code (its subclasses too, unless they have their own).
+    error: type[CatalogError] | None = None
+
+
+def _own(error: type[CatalogError], status: HTTPStatus, when: str) -> Refusal:
+    assert error.code is not None, error
+    return Refusal(error.code, status, when, error=error)
+
+
+S: Final = HTTPStatus
+#: Every code, by status.
+ERRORS: Final[tuple[Refusal, ...]] = (
+    Refusal("bad-request", S.BAD_REQUEST, "a request that is not HTTP as the server reads it",
+            HTTP),
+    Refusal("bad-json", S.BAD_REQUEST, "a JSON body that is not the object the endpoint takes",
+            HTTP),
+    Refusal("missing-parameter", S.BAD_REQUEST, "a required query parameter is missing", HTTP),
+    Refusal("bad-parameter", S.BAD_REQUEST, "a query parameter that is not of its form", HTTP),
+    _own(BadIdempotencyKeyError, S.BAD_REQUEST, "an `Idempotency-Key` that is not of its form"),
+    Refusal("bad-input", S.BAD_REQUEST, "malformed input, named: the line and field of a JSON "
+            "line, the field of an Arrow stream, a generation no process registered",
+            error=BadInputError),
+    _own(UnauthorizedError, S.UNAUTHORIZED, "no token, or a wrong one"),
+    _own(ForbiddenError, S.FORBIDDEN, "the read token where the write token is needed"),
+    Refusal("not-found", S.NOT_FOUND, "no such endpoint", HTTP),
+    _own(UnknownCollectionError, S.NOT_FOUND, "the release has no such builtin collection"),
+    _own(NoShardError, S.NOT_FOUND, "the collection has no shard yet"),
+    Refusal("method-not-allowed", S.METHOD_NOT_ALLOWED, "a method the endpoint does not take "
+            "(`Allow` lists those it takes)", HTTP),
+    Refusal("request-timeout", S.REQUEST_TIMEOUT, "headers or body too slow", HTTP),
+    _own(NotLeaderError, S.CONFLICT, "an append to a process the epoch does not name: append "
+         "through the leader"),
+    Refusal("fenced", S.CONFLICT, "the process was fenced by a newer generation or epoch",
+            error=FencedError),
+    Refusal("migration-refused", S.CONFLICT, "the upgrade does not allow it; `rule` says why "
+            "(`requires-finalization`: the pending upgrade's contraction comes first)",
+            error=MigrationRefusedError),
+    _own(IdempotencyKeyInProgressError, S.CONFLICT, "the same key is being appended right now: "
+         "retry"),
+    _own(UnreadableTimeError, S.CONFLICT, "a read `as_of` a time compaction no longer holds"),
+    Refusal("body-too-large", S.REQUEST_ENTITY_TOO_LARGE, "a body over `--http-max-body`", HTTP),
+    _own(TooManyRowsError, S.REQUEST_ENTITY_TOO_LARGE, "more rows than "
+         "`--http-max-append-rows`"),
+    Refusal("unsupported-media-type", S.UNSUPPORTED_MEDIA_TYPE, "a POST body of a type the "
+            "endpoint does not take", HTTP),
+    Refusal("misdirected-host", S.MISDIRECTED_REQUEST, "a `Host` the sidecar does not serve "
+            "(`--http-allowed-host`)", HTTP),
+    _own(IdempotencyKeyReusedError, S.UNPROCESSABLE_ENTITY, "the key was used for another body"),
+    Refusal("headers-too-large", S.REQUEST_HEADER_FIELDS_TOO_LARGE, "a request line and headers "
+            "past 64 KiB", HTTP),
+    _own(BlobDeniedError, S.INTERNAL_SERVER_ERROR, "the blob store refuses the sidecar's "
+         "credentials"),
+    _own(BlobBucketMissingError, S.INTERNAL_SERVER_ERROR, "the blob store has no such bucket"),
+    Refusal("unexpected", S.INTERNAL_SERVER_ERROR, "a defect: the log has its traceback"),
+    _own(WritesPausedError, S.SERVICE_UNAVAILABLE, "writes wait for a state that passes (a "
+         "takeover, a pause): retry after `Retry-After` with the same key"),
+    _own(BlobUnreachableError, S.SERVICE_UNAVAILABLE, "the blob store does not answer: retry "
+         "after `Retry-After` with the same key"),
+    Refusal("zookeeper-unreachable", S.SERVICE_UNAVAILABLE, "ZooKeeper does not answer: retry "
+            "after `Retry-After`", error=ConnectionLostError),
+    Refusal("too-many-connections", S.SERVICE_UNAVAILABLE, "the server holds its most "
+            "connections", HTTP),
+    _own(BusyError, S.GATEWAY_TIMEOUT, "the process did not handle a promotion in time"),
+    Refusal("http-version-not-supported", S.HTTP_VERSION_NOT_SUPPORTED, "anything but HTTP/1.0 "
+            "and 1.1", HTTP),
+)
+
+_BY_CODE: Final[Mapping[str, Refusal]] = {r.code: r for r in ERRORS}
+_BY_ERROR: Final[Mapping[type[CatalogError], Refusal]] = {
+    r.error: r for r in ERRORS if r.error is not None
+}
+
+
+def refusal_named(code: str) -> Refusal:
+    """The refusal of ``code`` (KeyError for a code that is not in the table)."""
+    return _BY_CODE[code]
+
+
+def refusal_of(exc: BaseException) -> Refusal:
+    """The refusal that answers ``exc``: its class's, else its nearest ancestor's, else
+    ``unexpected``."""
+    for klass in type(exc).__mro__:
+        found = _BY_ERROR.get(klass)
+        if found is not None:
+            return found
+    return _BY_CODE["unexpected"]
+
+
+def body_of(exc: CatalogError) -> dict[str, Any]:
+    """The JSON body that answers ``exc``: its code, its message and its details."""
+    body = exc.to_json()
+    body.pop("exit_code", None)
+    body["error"] = refusal_of(exc).code
+    return body
