@@ -52,6 +52,8 @@ __all__ = [
 ]
 #: Statuses and codes after which a request is sent again, with the same key and body.
 _RETRIED_CODES = frozenset({"idempotency-key-in-progress"})
+#: Refusals that say another sidecar leads: a client of several sends the request on.
+_FOLLOWED_CODES = frozenset({"read-only", "fenced"})
 
 
 class SidecarError(Exception):
@@ -134,13 +136,35 @@ class AppendAnswer:
     key: str
 
 
+@dataclasses.dataclass(frozen=True)
+class _Endpoint:
+    """One sidecar's address."""
+
+    https: bool
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> _Endpoint:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a sidecar URL is http://HOST:PORT or https://HOST:PORT, not {url}")
+        https = parts.scheme == "https"
+        return cls(https, parts.hostname, parts.port or (443 if https else 80))
+
+
 class SidecarClient:
     """The sidecar at ``url`` (``http://`` or ``https://``), with a bearer ``token`` (or
-    ``token_file``, re-read on each request) and, for TLS, the ``ca_file`` that signed it."""
+    ``token_file``, re-read on each request) and, for TLS, the ``ca_file`` that signed it.
+
+    ``url`` may be several sidecars of one environment (the blue and the green of a blue-green
+    deployment): the client then follows the leader. A request goes to the sidecar that last
+    answered; a lost connection, a ``read-only`` or ``fenced`` refusal, or a 503 sends it on to
+    the next, with the same key and body, until ``retry_deadline``."""
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         *,
         token: str | None = None,
         token_file: str | Path | None = None,
@@ -149,17 +173,16 @@ class SidecarClient:
         retry_deadline: float = 60.0,
         keep_alive: bool = True,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"a sidecar URL is http://HOST:PORT or https://HOST:PORT, not {url}")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("a client needs the URL of at least one sidecar")
+        self._endpoints = [_Endpoint.of(u) for u in urls]
+        self._current = 0  # the sidecar that last answered
         self._token = token
         self._token_file = Path(token_file) if token_file is not None else None
         self._context = (
             ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-            if self._https
+            if any(e.https for e in self._endpoints)
             else None
         )
         self._timeout = timeout
@@ -306,6 +329,8 @@ class SidecarClient:
                 raise _error_of(answer.status, answer.read())
             yield answer
         except (OSError, http.client.HTTPException) as exc:
+            # With several sidecars, the next request (a read is repeated whole) asks another.
+            self._current = (self._current + 1) % len(self._endpoints)
             raise SidecarUnavailableError(
                 0, "unreachable", f"{type(exc).__name__}: {exc}", {}
             ) from exc
@@ -327,23 +352,34 @@ class SidecarClient:
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> tuple[int, Headers, bytes]:
         """One request, retried on a lost connection, a 503 and a key in progress until the
-        deadline; a refusal raises SidecarError."""
+        deadline (with several sidecars: on the next one, and also after a refusal that says
+        another leads); any other refusal raises SidecarError."""
         deadline = time.monotonic() + self._retry_deadline
         last: SidecarError | None = None
+        index = self._current
+        tried = 0  # sidecars asked since the last wait
         while True:
             try:
-                status, answer_headers, data = self._once(method, path, body, headers)
+                status, answer_headers, data = self._once(method, path, body, headers, index)
             except (OSError, http.client.HTTPException) as exc:
                 last = SidecarUnavailableError(0, "unreachable", f"{type(exc).__name__}: {exc}", {})
                 wait = 0.2
             else:
                 if 200 <= status < 300:
+                    self._current = index
                     return status, answer_headers, data
                 error = _error_of(status, data)
-                if status != 503 and error.code not in _RETRIED_CODES:
+                followed = error.code in _FOLLOWED_CODES and len(self._endpoints) > 1
+                if status != 503 and error.code not in _RETRIED_CODES and not followed:
                     raise error
                 last = error
-                wait = retry_after_seconds(answer_headers) or 1.0
+                wait = 0.05 if followed else (retry_after_seconds(answer_headers) or 1.0)
+            index = (index + 1) % len(self._endpoints)
+            tried += 1
+            if tried < len(self._endpoints):
+                wait = 0.0  # another sidecar is still to be asked before any wait
+            else:
+                tried = 0
             if time.monotonic() + wait > deadline:
                 raise SidecarUnavailableError(
                     last.status, last.code, f"gave up after {self._retry_deadline:g} s: "
@@ -352,37 +388,54 @@ class SidecarClient:
             time.sleep(wait)
 
     def _once(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        index: int | None = None,
     ) -> tuple[int, Headers, bytes]:
-        connection = self._connection()
+        index = self._current if index is None else index
+        connection = self._connection(index)
         try:
             connection.request(method, path, body=body, headers=self._with_token(headers))
             answer = connection.getresponse()
             data = answer.read()
         except BaseException:
-            self._drop(connection)
+            self._drop(index)
             raise
         if not self._keep_alive or answer.getheader("Connection", "").lower() == "close":
-            self._drop(connection)
+            self._drop(index)
         return answer.status, Headers(answer.getheaders()), data
 
-    def _connection(self) -> http.client.HTTPConnection:
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+    def _connection(self, index: int) -> http.client.HTTPConnection:
+        """This thread's kept connection to sidecar ``index``."""
+        connections: dict[int, http.client.HTTPConnection] = self._connections()
+        connection = connections.get(index)
         if connection is None:
-            connection = self._new_connection()
-            self._local.connection = connection
+            connection = connections[index] = self._new_connection(index)
         return connection
 
-    def _new_connection(self) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=self._context
-            )
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+    def _connections(self) -> dict[int, http.client.HTTPConnection]:
+        connections: dict[int, http.client.HTTPConnection] | None = getattr(
+            self._local, "connections", None
+        )
+        if connections is None:
+            connections = self._local.connections = {}
+        return connections
 
-    def _drop(self, connection: http.client.HTTPConnection) -> None:
-        connection.close()
-        self._local.connection = None
+    def _new_connection(self, index: int | None = None) -> http.client.HTTPConnection:
+        endpoint = self._endpoints[self._current if index is None else index]
+        if endpoint.https:
+            return http.client.HTTPSConnection(
+                endpoint.host, endpoint.port, timeout=self._timeout, context=self._context
+            )
+        return http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=self._timeout)
+
+    def _drop(self, index: int) -> None:
+        connection = self._connections().pop(index, None)
+        if connection is not None:
+            connection.close()
 
     def _with_token(self, headers: Mapping[str, str]) -> dict[str, str]:
         """``headers`` with the bearer token (read from its file each time), unless they carry

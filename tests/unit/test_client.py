@@ -110,3 +110,27 @@ def test_the_raw_exchange_answers_every_status_and_never_raises(
     assert missing.summary().startswith("HTTP 404: {")
     down = SidecarClient("http://127.0.0.1:9", keep_alive=False).send("GET", "/healthz")
     assert down.status == 0 and down.error and down.summary().startswith("unreachable (")
+
+
+def test_a_client_of_several_sidecars_follows_the_leader_with_the_same_key() -> None:
+    """Blue leads, green is read-only; then blue goes away and green leads. Every append lands
+    once, under its key, on whichever leads; a dead URL in the list is passed over."""
+    blue, green = ScriptedApi(ready=True), ScriptedApi(ready=True)
+    green.append_error = NotLeaderError("read-only: append through the leader", state="ready")
+    blue_server, green_server = SidecarHttpServer(blue).start(), SidecarHttpServer(green).start()
+    try:
+        urls = [f"http://{green_server.address}", "http://127.0.0.1:9",
+                f"http://{blue_server.address}"]  # fmt: skip
+        client = SidecarClient(urls, retry_deadline=5.0)
+        assert client.append("s.t", [{"id": 1}], key="k-1").key == "k-1"
+        assert client.append("s.t", [{"id": 2}], key="k-2").rows == 1
+        assert blue.keys == ["k-1", "k-2"] and green.keys == []
+
+        blue_server.stop()  # the cut-over: blue exits, green takes over
+        green.append_error = None
+        assert client.append("s.t", [{"id": 3}], key="k-3").rows == 1
+        assert green.keys == ["k-3"] and blue.keys == ["k-1", "k-2"]
+        assert client.status()["processes"] == []  # reads follow the same sidecar
+    finally:
+        green_server.stop()
+        blue_server.stop()
