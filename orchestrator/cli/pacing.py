@@ -9,8 +9,10 @@ import click
 
 from orchestrator.cli.root import handle_errors, main, zk_options
 
-#: States in which a process may run a long step (or start one): what `pause` may hold.
-_STEPPING = ("starting", "checking", "migrating")
+#: The states of a process that may run a long step: a read-only process before it is ready
+#: (its REWRITE copy), a migrating leader (the delta copy, a rollback's carry) and a serving one
+#: (its scheduled compaction).
+_STEPPING = ("starting", "checking", "migrating", "serving")
 
 
 class _Rate(click.ParamType):

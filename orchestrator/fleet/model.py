@@ -42,6 +42,8 @@ class GreenGeneration:
     #: When its first process started: how long it has waited.
     since: float | None
     promoted: bool
+    #: A long step of one of its processes is paused (`catalog-upgrade pause`).
+    paused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {**attrs.asdict(self), "states": list(self.states)}

@@ -104,8 +104,8 @@ function rowsOf(doc) {
         ? (leader.state || "") + (leader.phase && leader.phase !== leader.state
           ? " / " + leader.phase : "") : "(gone)") : "none",
       greenText: e.green.map(g => "g" + g.deploy_generation + " " + g.version +
-        (g.promoted ? " promoted" : " waiting " + ago(doc.read_at - (g.since || doc.read_at))))
-        .join(", "),
+        (g.promoted ? " promoted" : " waiting " + ago(doc.read_at - (g.since || doc.read_at))) +
+        (g.paused ? " PAUSED" : "")).join(", "),
       finalText: final.state ? final.state + (final.version && final.state !== "final"
         ? " " + final.from_version + " -> " + final.version : "") : "-",
       finalAge: final.since ? doc.read_at - final.since : null,
@@ -197,17 +197,10 @@ for (const id of ["search", "state", "stuckonly"]) {
   document.getElementById(id).addEventListener("input", draw);
 }
 @@BEARER@@async function poll() {
-  const banner = document.getElementById("banner");
-  try {
-    render(await get("status"));
-    document.getElementById("updated").textContent = new Date().toLocaleTimeString();
-    banner.className = ""; banner.textContent = "";
-  } catch (err) {
-    banner.className = "down"; banner.textContent = "fleet unavailable: " + err.message;
-  }
-  setTimeout(poll, 2000);
+  render(await get("status"));
+  document.getElementById("updated").textContent = new Date().toLocaleTimeString();
 }
-poll();
+every(2000, poll, "fleet");
 </script>
 </body>
 </html>

@@ -382,6 +382,9 @@ def _green(
             states=tuple(sorted({p.state for p in members})),
             since=min((p.started_at for p in members if p.started_at), default=None),
             promoted=promotion is not None and promotion >= gen,
+            paused=any(
+                isinstance(p.progress, Mapping) and bool(p.progress.get("paused")) for p in members
+            ),
         )
         for gen, members in sorted(by_generation.items())
     )

@@ -21,7 +21,7 @@ _COLUMNS: Final = (
 )  # fmt: skip
 _GIVES_WAY: Final = ("leader", "age", "gen")
 _FOLDED: Final = {"notes": 14, "leader": 10}
-_WORDED: Final = ("green", "final")
+_WORDED: Final = ("version", "green", "final")
 
 _STATE_STYLE: Final = {
     "ok": "green",
@@ -56,8 +56,21 @@ def _green(entry: FleetEntry, now: float) -> str:
     for g in entry.row.green:
         waited = None if g.since is None else now - g.since
         wait = "promoted" if g.promoted else short_duration(waited)
-        parts.append(f"g{g.deploy_generation} {g.version} {wait}")
+        parts.append(f"g{g.deploy_generation} {g.version} {wait}" + (" PAUSED" if g.paused else ""))
     return ", ".join(parts) or "-"
+
+
+def _version(entry: FleetEntry) -> str:
+    """The catalog's version; during a migration, the version it goes to as well."""
+    row, leader = entry.row, entry.row.leader
+    if (
+        leader is not None
+        and leader.state == "migrating"
+        and leader.version
+        and leader.version != row.version
+    ):
+        return f"{row.version or '-'} →{leader.version}"  # wraps as "0.10.0" over "→0.11.0"
+    return row.version or "-"
 
 
 def _final(entry: FleetEntry) -> str:
@@ -86,7 +99,7 @@ def _row(entry: FleetEntry, now: float, qualified: bool) -> dict[str, str]:
         age = now - row.finalization_since
     return {
         "environment": row.name if qualified or row.environment is None else row.environment,
-        "version": row.version or "-",
+        "version": _version(entry),
         "gen": "-" if row.deploy_generation is None else str(row.deploy_generation),
         "state": entry.state,
         "leader": _leader(entry) if row.environment is not None else "-",

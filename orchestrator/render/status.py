@@ -111,6 +111,19 @@ def _add_field(table: Table, field: str, value: str | Text) -> None:
     table.add_row(Text(field), value if isinstance(value, Text) else Text(value))
 
 
+def upgrade_text(upgrade: Mapping[str, Any]) -> str:
+    """The stage in one line: ``0.10.0 -> 0.11.0: ready`` (and the long step's rows)."""
+    versions = " -> ".join(v for v in (upgrade["from_version"], upgrade["to_version"]) if v)
+    text = f"{versions}: {upgrade['stage']}" if versions else str(upgrade["stage"])
+    step = upgrade.get("step")
+    if step:
+        done, total = step.get("rows_done"), step.get("rows_total")
+        text += f" ({step.get('step')} of {step.get('collection')}"
+        text += f", {done:,} of {total:,} rows" if done is not None and total else ""
+        text += ", PAUSED)" if step.get("paused") else ")"
+    return text
+
+
 def _catalog_table(status: UpgradeStatus) -> Table:
     catalog = status.catalog
     table = Table(title="catalog", show_header=False, title_justify="left")
@@ -120,6 +133,10 @@ def _catalog_table(status: UpgradeStatus) -> Table:
     def row(field: str, value: str | Text) -> None:
         _add_field(table, field, value)
 
+    upgrade = status.to_json()["upgrade"]
+    row("upgrade", upgrade_text(upgrade))
+    if upgrade["next"]:
+        row("next", upgrade["next"])
     row("version", _dash(catalog.version))
     row("deploy generation", _dash(catalog.deploy_generation))
     row("epoch", _dash(catalog.epoch))

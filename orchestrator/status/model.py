@@ -10,6 +10,7 @@ import attrs
 from orchestrator.election import EpochInfo
 from orchestrator.events import UpgradeEvent
 from orchestrator.process_node import ProcessNode
+from orchestrator.status.stage import upgrade_stage
 
 
 def _opt_int(value: Any) -> int | None:
@@ -145,8 +146,9 @@ class UpgradeStatus:
     finalization: Finalization | None = None  # None: not bootstrapped
 
     def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` document (docs/design.md section 8, plus extra fields)."""
-        return {
+        """The ``status --json`` document (docs/design.md section 8, plus extra fields), with
+        where the upgrade is now (``upgrade``, :mod:`orchestrator.status.stage`)."""
+        document = {
             "environment": self.environment,
             "bootstrapped": self.bootstrapped,
             "read_at": self.read_at,
@@ -162,3 +164,5 @@ class UpgradeStatus:
             "warnings": list(self.warnings),
             "errors": [dict(e) for e in self.errors],
         }
+        document["upgrade"] = upgrade_stage(document)
+        return document

@@ -20,12 +20,15 @@ __all__ = ["BEARER_SCRIPT", "STATUS_PAGE"]
 BEARER_SCRIPT: Final = """// The bearer token, if the server asks for one: in memory only.
 let token = null;
 const auth = document.getElementById("auth");
+// A 401 or 403: the prompt is the whole answer, no error banner beside it.
+class NeedsToken extends Error {}
 auth.addEventListener("submit", (event) => {
   event.preventDefault();
   const field = document.getElementById("token");
   token = field.value.trim() || null;
   field.value = "";
   auth.hidden = true;
+  document.dispatchEvent(new Event("token-given"));  // the page asks again at once
 });
 async function get(path) {
   const headers = token ? {"Authorization": "Bearer " + token} : {};
@@ -33,9 +36,33 @@ async function get(path) {
   if (answer.status === 401 || answer.status === 403) {
     token = null;
     auth.hidden = false;
+    throw new NeedsToken(path + ": HTTP " + answer.status);
   }
   if (!answer.ok) throw new Error(path + ": HTTP " + answer.status);
   return answer.json();
+}
+// poll() once now and then every `every` ms, and at once when a token is given; `down` names
+// what is unavailable in the banner.
+function every(ms, poll, down) {
+  let timer = null, running = false;
+  async function run() {
+    clearTimeout(timer);
+    running = true;
+    const banner = document.getElementById("banner");
+    try {
+      await poll();
+      banner.className = ""; banner.textContent = "";
+    } catch (err) {
+      const asked = err instanceof NeedsToken;
+      banner.className = asked ? "" : "down";
+      banner.textContent = asked ? "" : down + " unavailable: " + err.message;
+    } finally {
+      running = false;
+    }
+    timer = setTimeout(run, ms);
+  }
+  document.addEventListener("token-given", () => { if (!running) run(); });
+  run();
 }
 """
 
@@ -65,12 +92,14 @@ _PAGE = """<!doctype html>
   .refusal { background: #fff4f4; border: 1px solid #f3c2c2; padding: .5em .8em; margin: .4em 0; }
   .refusal b { display: inline-block; min-width: 6.5em; }
   .step { margin-top: .3em; font-size: 12px; }
+  .lead { font-size: 1.15em; margin: .5em 0; } .lead code { background: #eef1f5; padding: 0 .3em; }
   .bar { height: .6em; background: #eef1f5; border-radius: 3px; overflow: hidden; width: 14em; }
   .bar > div { height: 100%; background: #4c8bf5; } .bar.paused > div { background: #c9a227; }
 </style>
 </head>
 <body>
 <h1>catalog-upgrade <span id="env" class="muted"></span></h1>
+<div id="upgrade" class="lead"></div>
 <div id="headline"></div>
 <div id="banner"></div>
 <div id="finalization"></div>
@@ -80,9 +109,9 @@ _PAGE = """<!doctype html>
   <span class="muted">(kept in this tab's memory only)</span></form>
 <h2>Processes</h2><div id="processes"></div>
 <h2>Refusals and failures</h2><div id="refusals"><span class="muted">none</span></div>
-<h2>Migration entries</h2><div id="entries"></div>
 <h2>Lazy-migration coverage</h2><div id="coverage"><span class="muted">loading</span></div>
 <h2>Upgrade history</h2><div id="history"><span class="muted">loading</span></div>
+<h2>Migration entries</h2><div id="entries"></div>
 <p class="muted">updated <span id="updated">never</span>; polls every second</p>
 <script>
 "use strict";
@@ -177,8 +206,24 @@ function finalization(f) {
   return el("div", "upgrade to " + u.version + " PENDING since " + ago(u.since) + ": " + came +
       " may be promoted back (rollback); " + until, "refusal");
 }
+function upgrade(u) {
+  // Where the upgrade is: from which version to which, its stage, its long step, what to run.
+  const box = el("div");
+  if (!u) return box;
+  const versions = [u.from_version, u.to_version].filter(v => v).join(" \u2192 ");
+  box.appendChild(el("strong", (versions ? versions + ": " : "") + u.stage));
+  if (u.step) box.appendChild(step({phase: u.step.step, progress: u.step}));
+  const next = el("div", u.next ? "next: " : (u.stage === "final" ? "nothing to do"
+                                                : "nothing to run: it goes on by itself"));
+  if (u.next) next.appendChild(el("code", u.next));
+  box.appendChild(next);
+  return box;
+}
+// Global ids in their natural order: s2 before s10.
+const natural = new Intl.Collator(undefined, {numeric: true});
 function render(s) {
   document.getElementById("env").textContent = s.environment || "";
+  put("upgrade", upgrade(s.upgrade));
   const c = s.catalog || {}, leader = s.leader;
   put("headline", el("div", "catalog " + (c.version || "not bootstrapped") + ", generation " +
       (c.deploy_generation ?? "-") + ", epoch " + (c.epoch ?? "-") + "; promotion target " +
@@ -197,7 +242,8 @@ function render(s) {
                               " generation " + (e.deploy_generation ?? "-") + ")", e.error)));
   put("refusals", box.childNodes.length ? box : el("span", "none", "muted"));
   put("entries", table(["global id", "version", "generation", "shard"],
-    (s.migration_entries || []).map(e =>
+    (s.migration_entries || []).slice().sort((a, b) => natural.compare(a.global_id, b.global_id))
+      .map(e =>
       [e.global_id, e.version, e.deploy_generation, e.shard_id])));
 }
 function renderCoverage(cov) {
@@ -227,23 +273,17 @@ function renderHistory(rows) {
          ["completed", "bootstrapped", "pending", "rollback"].includes(r.outcome) ? "ok"
          : "bad")])));
 }
-@@BEARER@@let tick = 0;
+@@BEARER@@// Coverage and history every 10th poll, and on the first that succeeds.
+let slowDone = 0;
 async function poll() {
-  const banner = document.getElementById("banner");
-  try {
-    const slow = tick % 10 === 0;
-    const s = await get(slow ? "status?coverage" : "status");
-    render(s);
-    if (slow) { renderCoverage(s.coverage); renderHistory(await get("history")); }
-    document.getElementById("updated").textContent = new Date().toLocaleTimeString();
-    banner.className = ""; banner.textContent = "";
-  } catch (err) {
-    banner.className = "down"; banner.textContent = "status unavailable: " + err.message;
-  }
-  tick += 1;
-  setTimeout(poll, 1000);
+  const slow = slowDone % 10 === 0;
+  const s = await get(slow ? "status?coverage" : "status");
+  render(s);
+  if (slow) { renderCoverage(s.coverage); renderHistory(await get("history")); }
+  document.getElementById("updated").textContent = new Date().toLocaleTimeString();
+  slowDone += 1;
 }
-poll();
+every(1000, poll, "status");
 </script>
 </body>
 </html>

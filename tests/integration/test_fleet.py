@@ -302,6 +302,8 @@ def test_page_in_chromium(served: tuple[str, str], chromium: str) -> None:
     with HeadlessChromium(chromium) as browser:
         browser.open(f"http://{address}/")
         browser.wait_for_text("needs a token")
+        time.sleep(2.5)  # past the next poll, answered 401 too: still the prompt alone
+        assert browser.evaluate("document.getElementById('banner').textContent") == ""
         browser.evaluate(
             f"document.getElementById('token').value = {json.dumps(token)};"
             "document.getElementById('auth').requestSubmit(); true"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +89,37 @@ def test_the_page_renders_updates_live_and_explains_a_refusal(
         assert leader.sidecar.http is not None
         browser.open(f"http://{leader.sidecar.http}/")
         browser.wait_for_text("base-1", "spare-1", "serving")
+
+
+def test_before_a_token_one_prompt_and_after_it_every_section(
+    chromium: str, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """A sidecar with a token: its page shows the prompt alone (no error banner); once the token
+    is given, every section renders at once, coverage and history included."""
+    token = tmp_path / "token"
+    token.write_text("page-token-0123456789abcdef\n")
+    token.chmod(0o600)
+    with sidecars() as started, HeadlessChromium(chromium) as browser:
+        leader = SidecarProcess.start(
+            zk_client, zk_env.hosts, zk_env.name, "0.10.0", 1, process_id="guarded",
+            log_dir=tmp_path, blob=tmp_path / "blob", auto_promote=True, http_token_file=token,
+        )  # fmt: skip
+        started.append(leader)
+        leader.wait_state("serving")
+        browser.open(f"http://{leader.sidecar.http}/")
+        browser.wait_for_text("needs a token")
+        time.sleep(1.5)  # past the next poll, answered 401 too
+        assert browser.evaluate("document.getElementById('banner').textContent") == ""
+        assert browser.evaluate("document.getElementById('auth').hidden") is False
+        given = time.monotonic()
+        browser.evaluate(
+            "document.getElementById('token').value = 'page-token-0123456789abcdef';"
+            "document.getElementById('auth').requestSubmit(); true"
+        )
+        text = browser.wait_for_text(
+            "guarded", "bootstrapped", "old schema", "0.10.0: final", "nothing to do", timeout=10
+        )
+        rendered = time.monotonic() - given
+        assert "loading" not in text and rendered < 3.0, (rendered, text[-600:])
+        assert browser.evaluate("document.getElementById('auth').hidden") is True
+        print(f"every section rendered {rendered:.2f} s after the token")

@@ -36,6 +36,9 @@ def _row(ensemble: str, number: int) -> EnvironmentRow:
     elif kind == 3:  # a leader stuck in a phase far past its history's median
         stuck = LeaderView(f"{name}-g2", True, "migrating", "rewrite", NOW - 5 * HOUR, "0.11.0")
         base |= {"leader": stuck, "phase_history": {"rewrite": 60.0}}
+        if number == 3:  # and one whose green generation's copy is paused
+            paused = GreenGeneration(3, "0.12.0", 1, ("checking",), NOW - HOUR, False, True)
+            base |= {"green": (paused,)}
     elif kind == 4:  # its leader's process is gone
         base |= {"leader": LeaderView(f"{name}-g1", False)}
     elif kind == 5:
@@ -92,6 +95,8 @@ def test_300_environments_read_as_a_table_at_80_columns() -> None:
     wrapped = [i for i, cell in enumerate(final[:-1]) if cell == "pending"]
     assert wrapped and all(final[i + 1] == "0.11.0" for i in wrapped), final[:12]
     assert not any(cell.startswith("pendi") and cell != "pending" for cell in final)
+    # A migration names where it goes; a paused step shows.
+    assert "│ →0.11.0 " in text and "PAUSED" in text
     # The summary keeps each figure with its name.
     assert "oldest unpromoted 7h, oldest pending 3d" in text, text[-400:]
 

@@ -1,0 +1,82 @@
+"""Where the upgrade is now, as an operator reads it at 3 a.m.: from which version to which, its
+stage, the long step under way and the next command to run.
+
+Made from the ``status --json`` document itself (:meth:`UpgradeStatus.to_json` adds it as
+``upgrade``), so the CLI, the sidecar's page and any script read the same answer. Stages:
+
+============  ==============================================  ===========================
+stage         means                                           next
+============  ==============================================  ===========================
+empty         no release has bootstrapped the environment     start the first release
+checking      a newer generation checks (and copies) its      wait: it gets ready
+              migration, read-only
+ready         a newer generation is ready to take over        ``promote``
+migrating     the promoted leader migrates                    wait: it serves
+pending       promoted; the old release may still come back   ``finalize`` (or a rollback)
+finalizing    decided; the serving leader completes it        wait
+final         nothing under way                               none
+============  ==============================================  ===========================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["upgrade_stage"]
+
+_GREEN = ("starting", "checking", "ready")
+
+
+def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``upgrade`` part of a status document: ``stage``, ``from_version``, ``to_version``,
+    ``deploy_generation`` (of the target), ``step`` (the long step's progress, if one runs) and
+    ``next`` (the command to run, None when there is only to wait or nothing to do)."""
+    catalog = document.get("catalog") or {}
+    version, generation = catalog.get("version"), catalog.get("deploy_generation") or 0
+    if not document.get("bootstrapped"):
+        return _stage("empty", None, None, None, None, "start a sidecar of the first release "
+                      "with --auto-promote: it bootstraps the environment")
+    processes: Sequence[Mapping[str, Any]] = document.get("processes") or []
+    leader = document.get("leader") or {}
+    if leader.get("registered") and leader.get("state") == "migrating":
+        return _stage("migrating", version, leader.get("version"), leader.get("deploy_generation"),
+                      leader.get("progress"), None)
+    green = [
+        p for p in processes
+        if (p.get("deploy_generation") or 0) > generation and p.get("state") in _GREEN
+    ]
+    if green:
+        target = max(p["deploy_generation"] for p in green)
+        members = [p for p in green if p["deploy_generation"] == target]
+        step = next((p["progress"] for p in members if p.get("progress")), None)
+        if any(p.get("state") == "ready" for p in members):
+            return _stage("ready", version, members[0].get("version"), target, step,
+                          f"catalog-upgrade promote --deploy-generation {target}")
+        return _stage("checking", version, members[0].get("version"), target, step, None)
+    finalization = document.get("finalization") or {}
+    upgrade = finalization.get("upgrade") or {}
+    state = finalization.get("state")
+    if state in ("pending", "finalizing"):
+        to = upgrade.get("version") or version
+        command = f"catalog-upgrade finalize --version {to}" if state == "pending" else None
+        return _stage(state, upgrade.get("from_version"), to, generation, None, command)
+    return _stage("final", None, version, generation, None, None)
+
+
+def _stage(
+    stage: str,
+    from_version: str | None,
+    to_version: str | None,
+    deploy_generation: int | None,
+    step: Mapping[str, Any] | None,
+    command: str | None,
+) -> dict[str, Any]:
+    return {
+        "stage": stage,
+        "from_version": from_version,
+        "to_version": to_version,
+        "deploy_generation": deploy_generation,
+        "step": None if step is None else dict(step),
+        "next": command,
+    }

@@ -1,0 +1,65 @@
+"""Where the upgrade is now (orchestrator.status.stage), from status documents of each stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.status.stage import upgrade_stage
+
+SERVING = {"id": "blue", "version": "0.10.0", "deploy_generation": 1, "state": "serving",
+           "registered": True}  # fmt: skip
+
+
+def document(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "bootstrapped": True,
+        "catalog": {"version": "0.10.0", "deploy_generation": 1},
+        "leader": SERVING,
+        "processes": [SERVING],
+        "finalization": {"state": "final", "upgrade": None},
+    }
+    return {**base, **fields}
+
+
+def green(state: str, **fields: Any) -> dict[str, Any]:
+    return {"id": "green", "version": "0.11.0", "deploy_generation": 2, "state": state, **fields}
+
+
+def test_each_stage_names_its_versions_and_its_next_command() -> None:
+    empty = upgrade_stage({"bootstrapped": False, "catalog": {}})
+    assert empty["stage"] == "empty" and "--auto-promote" in empty["next"]
+
+    final = upgrade_stage(document())
+    assert (final["stage"], final["to_version"], final["next"]) == ("final", "0.10.0", None)
+
+    copying = {"step": "rewrite", "collection": "mz_roles", "rows_done": 5, "rows_total": 10}
+    checking = upgrade_stage(document(processes=[SERVING, green("checking", progress=copying)]))
+    assert (checking["stage"], checking["from_version"], checking["to_version"]) == (
+        "checking", "0.10.0", "0.11.0",
+    )  # fmt: skip
+    assert checking["step"] == copying and checking["next"] is None
+
+    ready = upgrade_stage(document(processes=[SERVING, green("ready"), green("checking")]))
+    assert ready["stage"] == "ready" and ready["deploy_generation"] == 2
+    assert ready["next"] == "catalog-upgrade promote --deploy-generation 2"
+
+    leader = {**green("migrating"), "registered": True, "progress": copying}
+    migrating = upgrade_stage(document(leader=leader, processes=[leader]))
+    assert (migrating["stage"], migrating["to_version"], migrating["step"]) == (
+        "migrating", "0.11.0", copying,
+    )  # fmt: skip
+
+    upgrade = {"version": "0.11.0", "from_version": "0.10.0"}
+    pending = upgrade_stage(document(
+        catalog={"version": "0.11.0", "deploy_generation": 2},
+        finalization={"state": "pending", "upgrade": upgrade},
+    ))  # fmt: skip
+    assert (pending["stage"], pending["from_version"], pending["to_version"]) == (
+        "pending", "0.10.0", "0.11.0",
+    )  # fmt: skip
+    assert pending["next"] == "catalog-upgrade finalize --version 0.11.0"
+    finalizing = upgrade_stage(document(finalization={"state": "finalizing", "upgrade": upgrade}))
+    assert finalizing["stage"] == "finalizing" and finalizing["next"] is None
+
+    # A fenced or failed process of a newer generation is not an upgrade under way.
+    assert upgrade_stage(document(processes=[SERVING, green("failed")]))["stage"] == "final"
