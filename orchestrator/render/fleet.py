@@ -1,8 +1,9 @@
 """The fleet as a terminal table: one line per environment, then the summary.
 
 The table follows :mod:`orchestrator.render.fitted`: at 80 columns the leader, age and generation
-columns give way first, the notes wrap, and the green and final cells wrap between their words
-(``pending`` over ``0.11.0``); narrower still, one block per environment.
+columns give way first, the notes wrap, the green and final cells wrap between their words
+(``pending`` over ``0.11.0``) and a long name after a hyphen; narrower still, one block per
+environment.
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def render_fleet(report: FleetReport) -> RenderableType:
             folded=_FOLDED,
             wide="notes",
             worded=_WORDED,
+            hyphenated=("environment",),
             cell=_cell,
         )
         if shown

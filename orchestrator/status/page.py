@@ -213,8 +213,9 @@ function upgrade(u) {
   const versions = [u.from_version, u.to_version].filter(v => v).join(" \u2192 ");
   box.appendChild(el("strong", (versions ? versions + ": " : "") + u.stage));
   if (u.step) box.appendChild(step({phase: u.step.step, progress: u.step}));
-  const next = el("div", u.next ? "next: " : (u.stage === "final" ? "nothing to do"
-                                                : "nothing to run: it goes on by itself"));
+  const next = el("div", u.next ? "next: " : u.stage === "final" ? "nothing to do"
+      : u.stage === "refused" ? "fix the release: its refusal below names the rule and the fix"
+      : "nothing to run: it goes on by itself");
   if (u.next) next.appendChild(el("code", u.next));
   box.appendChild(next);
   return box;

@@ -11,6 +11,8 @@ empty         no release has bootstrapped the environment     start the first re
 checking      a newer generation checks (and copies) its      wait: it gets ready
               migration, read-only
 ready         a newer generation is ready to take over        ``promote``
+refused       a newer generation's release was refused        fix the release (its refusal
+              (and none newer checks)                         names the rule and the fix)
 migrating     the promoted leader migrates                    wait: it serves
 pending       promoted; the old release may still come back   ``finalize`` (or a rollback)
 finalizing    decided; the serving leader completes it        wait
@@ -54,6 +56,16 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
             return _stage("ready", version, members[0].get("version"), target, step,
                           f"catalog-upgrade promote --deploy-generation {target}")
         return _stage("checking", version, members[0].get("version"), target, step, None)
+    # A refused process exits: its refusal stays in the events (kind "failed").
+    events: Sequence[Mapping[str, Any]] = document.get("events") or []
+    refused = [
+        p for p in [*processes, *(e for e in events if e.get("kind") == "failed")]
+        if (p.get("deploy_generation") or 0) > generation and p.get("state", "failed") == "failed"
+    ]
+    if refused:
+        target = max(p["deploy_generation"] for p in refused)
+        release = next(p for p in refused if p["deploy_generation"] == target)
+        return _stage("refused", version, release.get("version"), target, None, None)
     finalization = document.get("finalization") or {}
     upgrade = finalization.get("upgrade") or {}
     state = finalization.get("state")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 from rich.console import Console
 
 from orchestrator.fleet.ensembles import Ensemble
@@ -109,3 +110,25 @@ def test_wide_terminals_show_every_column_and_narrow_ones_blocks() -> None:
     narrow = _text(50)
     assert max(len(line) for line in narrow.splitlines()) <= 50
     assert "eu-1/env-001\n  version: 0.11.0\n" in narrow, narrow[:600]
+
+
+def test_long_names_break_after_a_hyphen_and_stay_a_table() -> None:
+    """Names of 21 characters (``history-green-waiting``) would make the table 87 columns: the
+    name breaks after a hyphen, never inside a piece, and the fleet stays a table."""
+    rows = tuple(_row("x", n) for n in range(7))
+    named = tuple(attrs.evolve(r, environment=f"history-green-waiting-{n}") for n, r in
+                  enumerate(rows))  # fmt: skip
+    survey = EnsembleSurvey(Ensemble("x", "x.zk:2181"), named, NOW, 0.5)
+    console = Console(record=True, width=80, color_system=None)
+    console.print(render_fleet(FleetReport.of([survey], Thresholds(), NOW)))
+    text = console.export_text()
+    assert any(line.startswith("┃ environment") for line in text.splitlines()), text
+    first = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    names: list[list[str]] = []
+    for piece in filter(None, first):  # a row's first cell over its lines, to the next name
+        if piece.startswith("history-") or not names:
+            names.append([])
+        names[-1].append(piece)
+    assert ["".join(n) for n in names] == [f"history-green-waiting-{n}" for n in range(7)], first
+    assert all(line.endswith("-") for n in names for line in n[:-1]), names  # after a hyphen
+    assert any(len(n) > 1 for n in names)  # broken at all: the table needed it

@@ -61,5 +61,13 @@ def test_each_stage_names_its_versions_and_its_next_command() -> None:
     finalizing = upgrade_stage(document(finalization={"state": "finalizing", "upgrade": upgrade}))
     assert finalizing["stage"] == "finalizing" and finalizing["next"] is None
 
-    # A fenced or failed process of a newer generation is not an upgrade under way.
-    assert upgrade_stage(document(processes=[SERVING, green("failed")]))["stage"] == "final"
+    # A refused release of a newer generation: named, with nothing to run until it is fixed.
+    refused = upgrade_stage(document(processes=[SERVING, green("failed")]))
+    assert (refused["stage"], refused["to_version"], refused["next"]) == (
+        "refused", "0.11.0", None,
+    )  # fmt: skip
+    assert upgrade_stage(document(processes=[SERVING, green("fenced")]))["stage"] == "final"
+    event = {"kind": "failed", "deploy_generation": 2, "version": "0.11.0"}  # the process exited
+    assert upgrade_stage(document(events=[event]))["stage"] == "refused"
+    final_since = document(catalog={"version": "0.12.0", "deploy_generation": 3}, events=[event])
+    assert upgrade_stage(final_since)["stage"] == "final"  # a later upgrade went through
