@@ -242,10 +242,13 @@ function render(s) {
       box.appendChild(refusal((e.process_id || "") + " (" + e.kind + ", " + (e.version || "") +
                               " generation " + (e.deploy_generation ?? "-") + ")", e.error)));
   put("refusals", box.childNodes.length ? box : el("span", "none", "muted"));
-  put("entries", table(["global id", "version", "generation", "shard"],
-    (s.migration_entries || []).slice().sort((a, b) => natural.compare(a.global_id, b.global_id))
-      .map(e =>
-      [e.global_id, e.version, e.deploy_generation, e.shard_id])));
+  // Each entry under its collection's name, the collections in order, ids naturally.
+  const names = new Map((s.collections || []).map(c => [c.global_id, c.name]));
+  const named = e => names.get(e.global_id) || "";
+  put("entries", table(["collection", "global id", "version", "generation", "shard"],
+    (s.migration_entries || []).slice().sort((a, b) => named(a).localeCompare(named(b))
+        || natural.compare(a.global_id, b.global_id) || a.deploy_generation - b.deploy_generation)
+      .map(e => [named(e) || "-", e.global_id, e.version, e.deploy_generation, e.shard_id])));
 }
 function renderCoverage(cov) {
   if (!cov) return;

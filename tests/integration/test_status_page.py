@@ -82,6 +82,11 @@ def test_the_page_renders_updates_live_and_explains_a_refusal(
         assert "refused-2" in text
         assert browser.evaluate("performance.timeOrigin") == loaded_at  # never reloaded
         browser.wait_for_text("Upgrade history", "bootstrapped", timeout=20)
+        # The migration entries under their collection's name (the lead says where it stands).
+        assert browser.evaluate("document.querySelector('#entries td').textContent") == (
+            "mz_catalog.mz_tables"
+        )
+        assert "0.1.0 → 0.2.0: refused" in browser.text()
         if SCREENSHOT:
             browser.screenshot(Path(SCREENSHOT))
 
