@@ -94,4 +94,4 @@ class ArrowEngine:
                 return diff_delta(source, target, plan, transforms, new_schema, pacer=pacer)
             return write_transformed(source, target, plan, transforms, new_schema, pacer)
 
-        return copy_shard(source, target, fence, produce, self.name)
+        return copy_shard(source, target, fence, produce, self.name, pacer)

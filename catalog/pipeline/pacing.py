@@ -105,6 +105,7 @@ class Pacer:
         self._collection = ""
         self._total: int | None = None
         self._rows = 0
+        self._resumed = 0  # rows done before the step started here (a resumed copy)
         self._bytes = 0
         self._started_at = 0.0
         self._active = 0.0  # seconds the step ran, pauses left out
@@ -138,7 +139,8 @@ class Pacer:
         else:
             rate = self._rate(active)
             eta = None if left is None or rate <= 0 else left / rate
-        per_row = self._bytes / self._rows if self._rows else None
+        ran = self._rows - self._resumed
+        per_row = self._bytes / ran if ran > 0 else None
         total_bytes = None if self._total is None or per_row is None else int(per_row * self._total)
         return StepProgress(
             self._step, self._collection, self._rows, self._total, self._bytes, total_bytes,
@@ -169,12 +171,14 @@ class Pacer:
             since, rows = self._samples[0]
             if active > since and self._rows > rows:
                 return (self._rows - rows) / (active - since)
-        return self._rows / active if active > 0 and self._rows else 0.0
+        ran = self._rows - self._resumed
+        return ran / active if active > 0 and ran > 0 else 0.0
 
     def begin(self, step: str, collection: str) -> None:
         """A step starts; it waits here first if it is paused already."""
         self._step, self._collection = step, collection
         self._total, self._rows, self._bytes = None, 0, 0
+        self._resumed = 0
         self._started_at, self._active, self._since = self._wall(), 0.0, self._clock()
         # The limit in force when the step starts counts from its start: a copy of one batch
         # is held to it too.
@@ -186,9 +190,15 @@ class Pacer:
         self._publish(force=True)
         self._hold()
 
-    def expect(self, rows: int) -> None:
-        """The rows the step will go through (known once it planned)."""
+    def expect(self, rows: int, *, done: int = 0) -> None:
+        """The rows the step will go through (known once it planned), ``done`` of them
+        already (a copy resumed from its checkpoint): counted as done, not in the rate."""
         self._total = rows
+        if done > self._rows:
+            self._rows = done
+            self._resumed = done
+            self._samples.clear()
+            self._base = (self._clock(), done, self._base[2])
         self._publish(force=True)
 
     def advance(self, rows: int, nbytes: int = 0) -> None:

@@ -1,5 +1,6 @@
 """The REWRITE copy on the arrow engine: source updates since the target's upper, transformed and
-compare-and-appended, so a second copy moves only the delta."""
+compare-and-appended a slice at a time (:mod:`catalog.pipeline.checkpoints`), so a second copy,
+or a copy restarted after a crash, moves only what the target has not seen."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from catalog.errors import (
     CorruptBlobError,
     ShardError,
 )
+from catalog.pipeline.checkpoints import next_checkpoint, slice_rows
 from catalog.pipeline.pacing import Pacer
 from catalog.pipeline.transforms import Transform, apply_transforms
 from catalog.pipeline.updates import (
@@ -77,6 +79,8 @@ class CopyPlan:
 
     source: ShardState
     target: ShardState
+    #: The source time this attempt copies up to (a checkpoint); None: the source's upper.
+    end: int | None = None
 
     @property
     def lower(self) -> int:
@@ -84,7 +88,7 @@ class CopyPlan:
 
     @property
     def upper(self) -> int:
-        return self.source.upper
+        return self.source.upper if self.end is None else self.end
 
     @property
     def by_diff(self) -> bool:
@@ -97,9 +101,12 @@ class CopyPlan:
         return self.lower > 0 and self.source.since >= self.lower
 
 
-def _plan_copy(source: Shard, target: Shard) -> CopyPlan | None:
-    """The next copy attempt, or None when the target has seen all of the source."""
+def _plan_copy(source: Shard, target: Shard, goal: int | None = None) -> CopyPlan | None:
+    """The next copy attempt, up to the source time ``goal`` (None: the source's upper), or
+    None when the target has seen all of that."""
     plan = CopyPlan(source=source.state(), target=target.state())
+    if goal is not None and plan.lower >= goal:
+        return None
     if plan.lower > plan.upper:
         raise ShardError(
             f"shard {target.shard_id} is ahead of its source {source.shard_id} "
@@ -110,7 +117,9 @@ def _plan_copy(source: Shard, target: Shard) -> CopyPlan | None:
             upper=plan.lower,
             source_upper=plan.upper,
         )
-    return None if plan.lower == plan.upper else plan
+    if plan.lower == plan.upper:
+        return None
+    return plan if goal is None else attrs.evolve(plan, end=goal)
 
 
 def diff_delta(
@@ -144,9 +153,8 @@ def write_transformed(
     """The delta ``[lower, upper)`` transformed a chunk at a time, each chunk written as a batch
     of the target (its blob only: the caller commits the references in one compare-and-append,
     which deletes them if it does not land). Memory holds one chunk, not the copy; a paced copy
-    advances (and is held while paused) between chunks, so a paused copy writes nothing."""
-    if pacer is not None:
-        pacer.expect(expected_rows(source, plan.source, plan.lower, plan.upper))
+    advances (and is held while paused) between chunks, so a paused copy writes nothing. The
+    rows the step expects are the copy's (:func:`copy_shard`), not this slice's."""
     schema_id = plan.target.schema_id
     live = plan.target.live(schema_id)
     refs: list[BatchRef] = []
@@ -176,31 +184,54 @@ def copy_shard(
     fence: Fence | None,
     produce: Callable[[CopyPlan], pa.Table | Sequence[BatchRef]],
     engine: str,
+    pacer: Pacer | None = None,
+    *,
+    slice_batches: int = 1,
 ) -> int:
-    """The copy loop both engines share: plan, produce the delta (a table, or the refs of
-    batches already written to the target's blobs), compare-and-append, repeat.
+    """The copy loop both engines share: plan a slice, produce it (a table, or the refs of
+    batches already written to the target's blobs), compare-and-append it, repeat.
 
-    A lost append race (another copier of the same version and generation moved the target
-    first) re-plans from the new upper, so each source update lands exactly once.
+    The copy goes up to the source's upper as first read (a source that goes on growing is
+    not chased), a slice at a time (:mod:`catalog.pipeline.checkpoints`; each of at least
+    ``slice_batches`` batches): each commit is a checkpoint a restarted copy resumes from. With ``pacer`` the step expects the source's
+    rows up to that upper and starts from those below the target's (a resumed copy's progress
+    starts at its checkpoint). A ``by_diff`` delta is one slice: the times below the target's
+    upper no longer tell what it holds. A lost append race (another copier of the same version
+    and generation moved the target first) re-plans from the new upper, so each source update
+    lands exactly once.
     """
+    first = _plan_copy(source, target)
+    if first is None:
+        return 0
+    goal = first.upper
+    rows = slice_rows(expected_rows(source, first.source, first.lower, goal))
+    if pacer is not None and not first.by_diff:
+        total = expected_rows(source, first.source, 0, goal)
+        pacer.expect(total, done=expected_rows(source, first.source, 0, first.lower))
+    if first.lower:
+        log.info("copy_resumed", source=source.shard_id, target=target.shard_id, at=first.lower)
     plan: CopyPlan | None = None
 
-    def attempt() -> int:
+    def attempt() -> int | None:
         nonlocal plan
-        plan = _plan_copy(source, target)
+        plan = _plan_copy(source, target, goal)
         if plan is None:
-            return 0
+            return None
+        if not plan.by_diff:
+            refs = source.batches(plan.source)
+            end = next_checkpoint(refs, plan.lower, goal, rows, slice_batches)
+            plan = attrs.evolve(plan, end=end)
         out = produce(plan)
         # The source's write ledger travels with its data: an append whose answer was lost
         # before the switch is still recognised by its id on the replacement shard.
         carry = Carry(plan.source.writes, source.keys)
         if isinstance(out, pa.Table):
-            rows = out.num_rows
+            copied = out.num_rows
             result = target.compare_and_append(
                 out, plan.lower, plan.upper, fence=fence, carry=carry
             )
         else:  # batches the executors wrote: their references, in one append
-            rows = sum(r.rows for r in out)
+            copied = sum(r.rows for r in out)
             result = target.compare_and_append_batches(
                 out, plan.lower, plan.upper, fence=fence, carry=carry
             )
@@ -211,13 +242,14 @@ def copy_shard(
             target=target.shard_id,
             lower=plan.lower,
             upper=plan.upper,
-            rows=rows,
+            goal=goal,
+            rows=copied,
             by_diff=plan.by_diff,
             ok=result.ok,
         )
         if not result.ok:
             raise _AppendRaced()
-        return rows
+        return copied
 
     def replan(exc: Exception) -> bool:
         """A lost append race, or compaction replacing the batches under the read: plan again
@@ -237,8 +269,10 @@ def copy_shard(
         base_delay=0.0,
         should_retry=replan,
     )
+    total = 0
     try:
-        return retry(attempt)
+        while (copied := retry(attempt)) is not None:
+            total += copied
     except _AppendRaced:
         raise ShardError(
             f"copying {source.shard_id} into {target.shard_id} kept losing append races",
@@ -246,3 +280,4 @@ def copy_shard(
             shard_id=target.shard_id,
             source=source.shard_id,
         ) from None
+    return total

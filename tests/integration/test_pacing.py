@@ -17,7 +17,7 @@ import pytest
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
-from catalog.pipeline import SparkEngine, SparkSessionProvider, copy_transformed
+from catalog.pipeline import SparkEngine, SparkSessionProvider, checkpoints, copy_transformed
 from catalog.pipeline.pacing import Pace, Pacer, StepProgress
 from catalog.shard import Shard, consolidate, new_shard_id, with_updates
 from orchestrator.pace import PaceWatch, change_pace, read_pace
@@ -129,12 +129,72 @@ def test_progress_moves_forward_its_eta_holds_and_it_ends_at_the_total(
     assert sum(errors) / len(errors) <= FREE_ETA_TOLERANCE
 
 
+class Crash(Exception):
+    """Stands for a process that dies in the middle of a copy."""
+
+
+def test_a_copy_that_crashed_resumes_from_its_last_checkpoint(
+    world: tuple[Consensus, dict[int, Shard]],
+) -> None:
+    """A copy of 2.5M rows dies past half-way; the next copy into the same target starts at
+    the last slice committed (its progress too), redoes at most one slice, and the target
+    ends with every source row once, transformed."""
+    consensus, sources = world
+    source = sources[SMALL]
+    total = SMALL * PER_BATCH
+    target = Shard(consensus, source.blob, new_shard_id())
+    target.create(TARGET)
+    crashed_at = 0
+
+    def dies_past_half(progress: StepProgress | None) -> None:
+        nonlocal crashed_at
+        if progress is not None and progress.rows_done >= 0.55 * total:
+            crashed_at = progress.rows_done
+            raise Crash()
+
+    pacer = Pacer(report=dies_past_half, every=0.0)
+    pacer.begin("rewrite", "s.t")
+    with pytest.raises(Crash):
+        copy_transformed(source, target, [to_target], TARGET, fence=None, engine="arrow",
+                         pacer=pacer)  # fmt: skip
+    checkpoint = target.state().upper * PER_BATCH  # one batch per source time
+    assert 0.4 * total <= checkpoint < crashed_at
+    redone = crashed_at - checkpoint
+    assert redone <= 0.1 * total, f"a restart redoes {redone} rows of {total}"
+
+    reports, report = recorder()
+    pacer = Pacer(report=report, every=0.0)
+    pacer.begin("rewrite", "s.t")
+    copied = copy_transformed(source, target, [to_target], TARGET, fence=None, engine="arrow",
+                              pacer=pacer)  # fmt: skip
+    pacer.end()
+    assert copied == total - checkpoint, "no row copied twice"
+    resumed = next(p for _, p in reports if p.rows_total)
+    assert resumed.rows_total == total and resumed.rows_done == checkpoint
+    assert reports[-1][1].rows_done == total
+    assert len({p.rate for _, p in reports if p.rows_done == checkpoint}) == 1, (
+        "the rows before the checkpoint are not in the rate"
+    )
+    table = consolidate(target.snapshot())
+    assert table.num_rows == total
+    assert pc.count_distinct(table.column("id")).as_py() == total
+    expected = to_target(pa.record_batch({"id": pa.array([12345], pa.int64()),
+                                          "name": pa.array(["12345"])}))  # fmt: skip
+    row = table.filter(pc.equal(table.column("id"), 12345))
+    assert row.column("label").to_pylist() == expected.column("label").to_pylist()
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_on_spark_progress_comes_from_the_jobs_tasks(
-    world: tuple[Consensus, dict[int, Shard]], spark: SparkSessionProvider
+    world: tuple[Consensus, dict[int, Shard]],
+    spark: SparkSessionProvider,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     consensus, sources = world
+    # One job, whose tasks this test watches: a copy of one slice (a copy's slices are jobs
+    # of their own, catalog.pipeline.checkpoints).
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_FRACTION", 1.0)
     engine = SparkEngine(spark)
     # A warm session, as a copy of minutes is after its first seconds: the first job of a
     # process also starts its Python workers and leaves the JVM's code cold, and its pace

@@ -11,38 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
-from catalog.release import load_release
 from support.browser import HeadlessChromium
-from support.sidecars import Launch, cli, release_file
+from support.sidecars import ROLES, Launch, cli, roles
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROLES = "mz_catalog.mz_roles"
 ROWS = 400_000
 RATE = "4000"  # rows per second: a copy of 100 s, paused long before it could end however
 # loaded the machine (the resumed copy runs unthrottled)
 # Set to a path to keep the page's screenshot during the paused copy.
 SCREENSHOT = os.environ.get("CATALOG_UPGRADE_STEP_SCREENSHOT")
-
-
-def roles(start: int, count: int) -> pa.Table:
-    schema = load_release(release_file("0.10.0")).builtin(ROLES).schema  # type: ignore[union-attr]
-    ids = pa.array(range(start, start + count), pa.int64())
-    return pa.table(
-        {
-            "id": ids,
-            "oid": pa.array(range(start, start + count), pa.uint32()),
-            "name": pa.compute.cast(ids, pa.string()),
-            "inherit": pa.array([True] * count),
-            "vars": pa.nulls(count, schema.field("vars").type),
-        },
-        schema=schema,
-    )
 
 
 def status(zk_env: ZkEnv) -> dict[str, Any]:

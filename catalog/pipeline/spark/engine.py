@@ -317,8 +317,9 @@ class SparkEngine:
                 for b in source.batches(plan.source)
                 if overlaps(b, 0 if plan.by_diff else plan.lower, plan.upper)
             )
-            if pacer is not None:
+            if pacer is not None and plan.by_diff:  # a slice counts on from the copy's rows
                 pacer.expect(rows)
+            base = 0 if pacer is None else pacer.rows_done
             target_schema = plan.target.live_schema
             if not target_schema.equals(new_schema):
                 raise ShardError(
@@ -329,7 +330,7 @@ class SparkEngine:
             # Only the action is watched: building the frames runs jobs of its own (listing the
             # files) that say nothing of the copy's rows.
             watched = (
-                JobProgress(self.spark, pacer, rows).running
+                JobProgress(self.spark, pacer, rows, base).running
                 if pacer is not None
                 else contextlib.nullcontext
             )
@@ -353,10 +354,12 @@ class SparkEngine:
                 BatchRef(r["name"], schema_id, r["rows"], r["lower"], r["upper"]) for r in written
             ]
             if pacer is not None:
-                pacer.advance(max(0, rows - pacer.rows_done))
+                pacer.advance(max(0, base + rows - pacer.rows_done))
             return sorted(refs, key=lambda b: (b.lower, b.name))
 
-        return copy_shard(source, target, fence, produce, self.name)
+        # A slice of fewer batches than cores would leave cores idle: a batch is a task.
+        cores = compaction_parallelism(self.spark)
+        return copy_shard(source, target, fence, produce, self.name, pacer, slice_batches=cores)
 
     def _updates_between(self, source: Shard, plan: CopyPlan, lower: int) -> Any:
         """The source's updates with ``_ts`` in ``[lower, plan.upper)``, in its live schema."""

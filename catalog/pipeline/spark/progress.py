@@ -48,10 +48,13 @@ _SCAN_ROWS = "number of output rows"
 class JobProgress:
     """Polls the stages of one job group and reports them to ``pacer`` (see the module)."""
 
-    def __init__(self, spark: Any, pacer: Pacer, rows: int) -> None:
+    def __init__(self, spark: Any, pacer: Pacer, rows: int, base: int = 0) -> None:
+        """``rows``: what the job reads; ``base``: the step's rows before it (a slice of a
+        copy counts on from the slices before)."""
         self._spark = spark
         self._pacer = pacer
         self._rows = rows
+        self._base = base
         self._group = f"catalog-upgrade-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         # (execution id, its scan's row metric, None without one scan) once found.
@@ -111,11 +114,11 @@ class JobProgress:
             log.debug("spark_scan_rows_unreadable", error=repr(exc))
             read = None
         if read is None:
-            self._pacer.observe(stepped, tasks=(done, total))
+            self._pacer.observe(self._base + stepped, tasks=(done, total))
         else:  # a task's rows count once it is done, whatever its scan read: while one
             # runs, the step is short of its total (its last rows may be read, not written)
             rows = stepped if done == total else max(stepped, min(read, self._rows - 1))
-            self._pacer.observe(rows, tasks=(done, total), running=True)
+            self._pacer.observe(self._base + rows, tasks=(done, total), running=True)
 
     def _tasks(self, tracker: Any, jobs: list[int]) -> tuple[int, int]:
         done = total = 0
