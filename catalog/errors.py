@@ -289,6 +289,13 @@ class BusyError(CatalogError):
     code = "busy"
 
 
+class MigratingError(CatalogError):
+    """A read the new leader cannot answer yet: its migration has not switched the catalog to
+    the shards its release reads (retry: the switch comes within the migration)."""
+
+    code = "migrating"
+
+
 class NoShardError(CatalogError):
     """The collection has no shard yet (not bootstrapped, or new and not promoted)."""
 

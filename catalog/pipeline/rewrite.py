@@ -193,11 +193,12 @@ def copy_shard(
 
     The copy goes up to the source's upper as first read (a source that goes on growing is
     not chased), a slice at a time (:mod:`catalog.pipeline.checkpoints`; each of at least
-    ``slice_batches`` batches): each commit is a checkpoint a restarted copy resumes from. With ``pacer`` the step expects the source's
-    rows up to that upper and starts from those below the target's (a resumed copy's progress
-    starts at its checkpoint). A ``by_diff`` delta is one slice: the times below the target's
-    upper no longer tell what it holds. A lost append race (another copier of the same version
-    and generation moved the target first) re-plans from the new upper, so each source update
+    ``slice_batches`` batches): each commit is a checkpoint a restarted copy resumes from.
+    With ``pacer`` the step expects the source's rows up to that upper and starts from those
+    below the target's (a resumed copy's progress starts at its checkpoint). A ``by_diff``
+    delta is one slice: the times below the target's upper no longer tell what it holds. A
+    lost append race (another copier of the same version and generation moved the target
+    first) re-plans from the new upper, so each source update
     lands exactly once.
     """
     first = _plan_copy(source, target)

@@ -20,6 +20,7 @@ every status themselves (the test harness, the scenario workload).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import http.client
@@ -30,9 +31,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from catalog_client.jsonforms import jsonable
@@ -55,6 +56,8 @@ _RETRIED_CODES = frozenset({"idempotency-key-in-progress"})
 #: Refusals that say another sidecar leads: a client of several sends the request on.
 _FOLLOWED_CODES = frozenset({"read-only", "fenced"})
 
+_T = TypeVar("_T")
+
 
 class SidecarError(Exception):
     """A refusal of the sidecar: its HTTP ``status``, the API's ``code`` (the body's
@@ -66,6 +69,8 @@ class SidecarError(Exception):
         self.code = code
         self.message = message
         self.details = dict(details)
+        #: The seconds the answer's ``Retry-After`` asked to wait (None: it did not say).
+        self.retry_after: float | None = None
 
 
 class SidecarUnavailableError(SidecarError):
@@ -189,6 +194,11 @@ class SidecarClient:
         self._retry_deadline = retry_deadline
         self._keep_alive = keep_alive
         self._local = threading.local()
+        self._lock = threading.Lock()
+        #: The answers this client handled itself on the way to its callers' (retried, or
+        #: sent on to another sidecar), by status and code: ``503 writes-paused``,
+        #: ``409 read-only``, ``unreachable``... What a cut-over cost, seen from here.
+        self.detours: collections.Counter[str] = collections.Counter()
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -226,11 +236,25 @@ class SidecarClient:
         )  # fmt: skip
 
     def read(self, collection: str, *, as_of: int | None = None) -> pa.Table:
-        """The collection as this release reads it, with ``_ts`` and ``_diff`` (Arrow)."""
-        with self.stream(
-            "GET", self._read_path(collection, as_of), headers={"Accept": ARROW_STREAM_TYPE}
-        ) as answer:
-            return _arrow().ipc.open_stream(answer).read_all()
+        """The collection as this release reads it, with ``_ts`` and ``_diff`` (Arrow). A read
+        has no effect, so it is repeated whole, as any request is retried: after a lost
+        connection or an answer cut short, a 503, or (with several sidecars) a refusal that
+        says another leads."""
+        path = self._read_path(collection, as_of)
+
+        def attempt(index: int) -> pa.Table:
+            connection = self._new_connection(index)
+            try:
+                headers = self._with_token({"Accept": ARROW_STREAM_TYPE})
+                connection.request("GET", path, headers=headers)
+                answer = connection.getresponse()
+                if not 200 <= answer.status < 300:
+                    raise _error_of(answer.status, answer.read(), Headers(answer.getheaders()))
+                return _arrow().ipc.open_stream(answer).read_all()
+            finally:
+                connection.close()
+
+        return self._retrying(attempt)
 
     def read_batches(
         self, collection: str, *, as_of: int | None = None
@@ -351,29 +375,42 @@ class SidecarClient:
     def _call(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> tuple[int, Headers, bytes]:
-        """One request, retried on a lost connection, a 503 and a key in progress until the
-        deadline (with several sidecars: on the next one, and also after a refusal that says
-        another leads); any other refusal raises SidecarError."""
+        """One request, retried as :meth:`_retrying` says; any other refusal raises
+        SidecarError."""
+
+        def attempt(index: int) -> tuple[int, Headers, bytes]:
+            status, answer_headers, data = self._once(method, path, body, headers, index)
+            if not 200 <= status < 300:
+                raise _error_of(status, data, answer_headers)
+            return status, answer_headers, data
+
+        return self._retrying(attempt)
+
+    def _retrying(self, attempt: Callable[[int], _T]) -> _T:
+        """``attempt`` on the sidecar that last answered, retried on a lost connection, a 503
+        and a key in progress until the deadline (with several sidecars: on the next one,
+        and also after a refusal that says another leads). Each detour is counted in
+        :attr:`detours`."""
         deadline = time.monotonic() + self._retry_deadline
-        last: SidecarError | None = None
         index = self._current
         tried = 0  # sidecars asked since the last wait
         while True:
             try:
-                status, answer_headers, data = self._once(method, path, body, headers, index)
+                result = attempt(index)
+            except SidecarError as error:
+                followed = error.code in _FOLLOWED_CODES and len(self._endpoints) > 1
+                if error.status != 503 and error.code not in _RETRIED_CODES and not followed:
+                    raise
+                last = error
+                wait = 0.05 if followed else (error.retry_after or 1.0)
             except (OSError, http.client.HTTPException) as exc:
                 last = SidecarUnavailableError(0, "unreachable", f"{type(exc).__name__}: {exc}", {})
                 wait = 0.2
             else:
-                if 200 <= status < 300:
-                    self._current = index
-                    return status, answer_headers, data
-                error = _error_of(status, data)
-                followed = error.code in _FOLLOWED_CODES and len(self._endpoints) > 1
-                if status != 503 and error.code not in _RETRIED_CODES and not followed:
-                    raise error
-                last = error
-                wait = 0.05 if followed else (retry_after_seconds(answer_headers) or 1.0)
+                self._current = index
+                return result
+            with self._lock:
+                self.detours[f"{last.status} {last.code}" if last.status else last.code] += 1
             index = (index + 1) % len(self._endpoints)
             tried += 1
             if tried < len(self._endpoints):
@@ -457,15 +494,18 @@ def _arrow() -> Any:
     return pa
 
 
-def _error_of(status: int, data: bytes) -> SidecarError:
+def _error_of(status: int, data: bytes, headers: Mapping[str, str] | None = None) -> SidecarError:
     try:
         body = json.loads(data)
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        return SidecarError(status, "http", data[:200].decode("utf-8", "replace"), {})
-    details = {k: v for k, v in body.items() if k not in ("error", "message")}
-    return SidecarError(status, str(body.get("error")), str(body.get("message")), details)
+        error = SidecarError(status, "http", data[:200].decode("utf-8", "replace"), {})
+    else:
+        details = {k: v for k, v in body.items() if k not in ("error", "message")}
+        error = SidecarError(status, str(body.get("error")), str(body.get("message")), details)
+    error.retry_after = None if headers is None else retry_after_seconds(headers)
+    return error
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:

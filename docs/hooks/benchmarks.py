@@ -15,10 +15,72 @@ MARKER = "<!-- benchmark figures -->"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
+#: Markers of the operating page's cut-over section, written from ``cutover.json``.
+CUTOVER_TIMELINE = "<!-- cutover timeline -->"
+CUTOVER_FIGURES = "<!-- cutover figures -->"
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, figures(RESULTS))
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, figures(RESULTS))
+    if CUTOVER_TIMELINE in markdown or CUTOVER_FIGURES in markdown:
+        run = _latest(RESULTS / "cutover.json")
+        markdown = markdown.replace(CUTOVER_TIMELINE, cutover_timeline(run))
+        markdown = markdown.replace(CUTOVER_FIGURES, cutover_figures(run))
+    return markdown
+
+
+def _latest(path: Path) -> dict[str, Any] | None:
+    """The last run a results file holds (None: no such file yet)."""
+    if not path.exists():
+        return None
+    runs = json.loads(path.read_text())
+    return runs[list(runs)[-1]] if runs else None
+
+
+def cutover_timeline(run: dict[str, Any] | None) -> str:
+    """One promotion's marks per pair and kind, in seconds after the target was written."""
+    timelines = (run or {}).get("timelines") or {}
+    if not timelines:
+        return "(`bench_cutover.py` has not run yet)"
+    shown = sorted(k for k in timelines if k.startswith("example")) or sorted(timelines)
+    shown.sort(key=lambda k: "rollback" in k)  # the upgrade first: its marks set the order
+    marks = list(dict.fromkeys(m for k in shown for m in timelines[k]))
+    marks.sort(key=lambda m: next(timelines[k][m] for k in shown if m in timelines[k]))
+    lines = ["| mark | " + " | ".join(shown) + " |", "| --- |" + " ---: |" * len(shown)]
+    for mark in marks:
+        cells = [_seconds(timelines[k].get(mark)) for k in shown]
+        lines.append(f"| {mark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cutover_figures(run: dict[str, Any] | None) -> str:
+    """Per pair and kind: the gaps and ``promote --wait``, median / max, and what failed."""
+    summary = (run or {}).get("summary") or {}
+    if not summary:
+        return "(`bench_cutover.py` has not run yet)"
+    fields = [("write gap", "write_gap_ms"), ("leader's", "leader_write_gap_ms"),
+              ("read wait", "read_wait_ms"), ("promote", "promote_ms")]  # fmt: skip
+    lines = [
+        "| run | n | " + " | ".join(name for name, _ in fields) + " | errors | once |",
+        "| --- | ---: |" + " ---: |" * len(fields) + " ---: | --- |",
+    ]
+    for name, figures_ in summary.items():
+        cells = [_median_max(figures_.get(key)) for _, key in fields]
+        once = "yes" if figures_.get("exactly_once") else "**no**"
+        lines.append(f"| {name} | {figures_['promotions']} | " + " | ".join(cells)
+                     + f" | {figures_.get('errors', 0)} | {once} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _seconds(value: Any) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _median_max(value: Any) -> str:
+    if not isinstance(value, dict):
+        return ""
+    return f"{value['median']:,.0f} / {value['max']:,.0f}"
 
 
 def figures(results: Path) -> str:

@@ -48,6 +48,10 @@ def _no_phase(_phase: str) -> None:
     return None
 
 
+def _nothing() -> None:
+    return None
+
+
 @attrs.frozen
 class MigrationContext:
     """Everything a migration run needs; no global state."""
@@ -58,6 +62,10 @@ class MigrationContext:
     deploy_generation: int
     process_id: str
     on_phase: Callable[[str], None] = _no_phase
+    #: Called once the leader's catalog switch committed: the catalog names the shards this
+    #: leader serves, so appends may go on while it finishes (retractions, a finalization
+    #: decided already), as they go on during a serving leader's own finalization.
+    on_switched: Callable[[], None] = _nothing
     retry: CasRetry = attrs.field(factory=CasRetry)
     # The engine of REWRITE copies (arrow, spark or auto) and how Spark runs, if it does.
     engine: str = "auto"

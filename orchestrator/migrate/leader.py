@@ -77,6 +77,7 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
     )
     ctx.on_phase(PHASE_SWITCH)
     ctx.consensus.commit([catalog_write_op(state, -1)], fence=leadership.fence)
+    ctx.on_switched()
     log.info("bootstrapped", collections=len(state.collections), version=str(ctx.version))
     return LeaderResult(
         bootstrap=True,
@@ -181,6 +182,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
     elif queued:
         ctx.consensus.commit(queued, fence=fence)
+    ctx.on_switched()
     retired = retired_schema_ops(
         ctx.consensus, new_state, *(() if pending is None else (pending.previous,))
     )

@@ -337,6 +337,7 @@ def rollback_as_leader(
         ],
         fence=fence,
     )
+    ctx.on_switched()
     log.info(
         "rolled_back",
         from_version=pending.version,

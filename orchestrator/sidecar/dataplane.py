@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -24,6 +24,7 @@ from catalog.errors import (
     ConnectionLostError,
     IdempotencyKeyReusedError,
     LeadershipExpiredError,
+    MigratingError,
     MigrationRefusedError,
     NoShardError,
     NotLeaderError,
@@ -49,6 +50,7 @@ from catalog.shard import (
 )
 from orchestrator.election import read_epoch
 from orchestrator.migrate import request_finalization
+from orchestrator.process_node import FINAL_STATES
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
@@ -65,6 +67,11 @@ from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
 
 PROMOTE_TIMEOUT = 30.0
+#: Seconds an append waits, during a cut-over to this process, for it to serve: what it
+#: answers then (its own commit) comes sooner than a refusal the client would retry after.
+CUTOVER_HOLD_SECONDS = 5.0
+#: States after which a cut-over is over, served or not.
+_CUT_OVER: Final = frozenset({State.SERVING, *FINAL_STATES})
 
 
 class SidecarDataPlane:
@@ -99,6 +106,9 @@ class SidecarDataPlane:
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
         )
+        #: When this process last committed an append (wall clock; None: never), what its
+        #: exit event records for the next leader's cut-over (orchestrator.sidecar.cutover).
+        self.last_commit_at: float | None = None
 
     def readiness(self) -> Readiness:
         machine, connection = self._machine, self._connection
@@ -182,11 +192,12 @@ class SidecarDataPlane:
         another body is refused (IdempotencyKeyReusedError). Concurrent requests with one key
         take turns (:class:`~orchestrator.sidecar.idempotency.KeyedRequests`).
         """
-        leadership = self._machine.leadership
+        self._await_cutover()
+        leadership = self._machine.appending()
         state = self._progress.state
-        if leadership is None:
+        if self._machine.leadership is None:
             raise self._not_leader(state)
-        if state is not State.SERVING:
+        if leadership is None:
             raise WritesPausedError(
                 f"leader writes are paused: state is {state.value}", state=state.value
             )
@@ -213,6 +224,20 @@ class SidecarDataPlane:
                 table = rows_to_table(body, builtin.schema, max_rows)
             self._metrics.observe_append("parse", time.monotonic() - parsing)
             return self._group(builtin).submit(Pending(identity, table))
+
+    def _await_cutover(self) -> None:
+        """While this process's generation is promoted and it does not serve yet (it takes
+        over, it migrates), an append waits for it to serve, at most
+        :data:`CUTOVER_HOLD_SECONDS`, instead of being refused at once: the client that
+        follows the leader gets its answer as soon as the new leader commits, not a
+        ``Retry-After`` later. Any other process answers at once."""
+        if self._machine.promotion != self._config.deploy_generation:
+            return
+        machine, progress = self._machine, self._progress
+        progress.wait_until(
+            lambda: progress.state in _CUT_OVER or machine.appending() is not None,
+            CUTOVER_HOLD_SECONDS,
+        )
 
     def _not_leader(self, state: State) -> Exception:
         """Why a process that does not lead refuses an append. While the epoch still names it
@@ -281,8 +306,8 @@ class SidecarDataPlane:
         answered ``replayed``; or, after an attempt of this commit whose outcome was not seen,
         possibly in it: answered as written) and those whose key holds another body (422): so
         every member is exactly once, whatever the pre-check saw."""
-        leadership = self._machine.leadership
-        if leadership is None or self._progress.state is not State.SERVING:
+        leadership = self._machine.appending()
+        if leadership is None:
             raise WritesPausedError(
                 "leader writes are paused: this process no longer serves as leader",
                 state=self._progress.state.value,
@@ -378,6 +403,9 @@ class SidecarDataPlane:
                 self._metrics.observe_append("commit", time.monotonic() - sending)
         self._states[shard.shard_id] = result.state
         self._machine.store.answered()
+        if result.mark is not None:
+            self.last_commit_at = committed = time.time()
+            self._machine.cutover.committed(committed)
         if result.mark is None:  # every member was settled by what the state held
             return
         lower, upper = result.mark.lower, result.mark.upper
@@ -390,9 +418,28 @@ class SidecarDataPlane:
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         """The snapshot of ``collection`` as this release reads it (with ``_ts`` and
-        ``_diff``); an unreachable blob store is a state (503), as for appends."""
+        ``_diff``); an unreachable blob store is a state (503), as for appends. During a
+        cut-over to this process a read of a collection its release replaces waits for the
+        catalog switch, as an append does (until then the catalog names the old release's
+        shard, and the replacement lacks the old leader's last appends); past the wait, a
+        read of the old shard this release cannot make is refused for a retry
+        (MigratingError, 503). Any other collection is read at once."""
+        builtin = self._builtin(collection)
+        check = self._machine.check
+        if check is None or builtin.global_id in check.replacement_shards:
+            self._await_cutover()  # what the release reads of it is in its replacement shard
         try:
             table = self._snapshot(collection, as_of)
+        except MigrationRefusedError as exc:
+            if self._machine.leadership is None or self._machine.appending() is not None:
+                raise
+            # A leader before its switch reads the old release's shard: what this release
+            # cannot read of it (a REWRITE's type change) it reads once switched.
+            raise MigratingError(
+                f"process {self._config.process_id} is migrating: it reads {collection} once "
+                f"its catalog switch committed ({exc.message})",
+                collection=collection,
+            ) from exc
         except BlobUnreachableError as exc:
             self._machine.store.failed(exc)
             raise

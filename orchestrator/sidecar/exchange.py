@@ -73,6 +73,9 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     #: Most rows one append may carry, in any format (413 past it, counted while parsing).
     max_append_rows: int = MAX_APPEND_ROWS
+    #: Seconds a stopping server lets the requests it is answering finish (a read streaming
+    #: its rows, an append waiting for its commit) before it closes their connections.
+    drain_timeout: float = 10.0
 
 
 def refusal(error: str, message: str) -> bytes:
@@ -97,6 +100,10 @@ class Exchange:
     #: Runs the application on a worker thread: an environ in, (status, headers, body) out.
     call: Callable[[dict[str, Any]], Any]
     secure: bool = False
+    #: Told when a request begins (True) and when it is answered or dropped (False).
+    answering: Callable[[bool], None] = lambda _busy: None
+    #: Whether the server still takes requests (False: stopping, it drains those it has).
+    taking: Callable[[], bool] = lambda: True
     _conn: h11.Connection = attrs.field(init=False)
     _loop: asyncio.AbstractEventLoop = attrs.field(init=False)
 
@@ -129,6 +136,17 @@ class Exchange:
         request = await self._request()
         if request is None:
             return False
+        if not self.taking():
+            await self._refuse("stopping", "the process is stopping: ask another sidecar")
+            return False
+        self.answering(True)
+        try:
+            return await self._answered(request)
+        finally:
+            self.answering(False)
+
+    async def _answered(self, request: h11.Request) -> bool:
+        """Answer ``request``; whether the connection may carry another."""
         unacceptable = _unacceptable(request, self.limits.max_header_bytes)
         if unacceptable is not None:
             await self._refuse(*unacceptable)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from orchestrator.pace import PaceWatch
 from orchestrator.process_node import WAITING_FOR_BOOTSTRAP
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
+from orchestrator.sidecar.cutover import Cutover
 from orchestrator.sidecar.health import Health
 from orchestrator.sidecar.journal import SidecarJournal
 from orchestrator.sidecar.maintenance import LeaderMaintenance
@@ -80,6 +82,7 @@ class SidecarMachine:
         self.store = BlobStoreHealth(metrics)
         self.journal = SidecarJournal(config, release, connection, log)
         self._maintenance = LeaderMaintenance(config, metrics, self.journal.event, self.store)
+        self.cutover = Cutover(metrics, config.deploy_generation)
         self._retry = CasRetry(on_retry=metrics.count_cas_retry)
         self.ctx: MigrationContext | None = None
         self._pace: PaceWatch | None = None
@@ -89,11 +92,16 @@ class SidecarMachine:
         self.check: CheckResult | None = None
         self._checked_at: tuple[int | None, int | None] | None = None
         self.epoch: int | None = None
+        #: The promotion target as the last evaluation read it (a cut-over to this process
+        #: when it names our generation and we do not serve yet).
+        self.promotion: int | None = None
         self._ready_recorded = False
         self._joined = False
         self._auto_promoted = False
         #: Something changed (a watch, a reconnect, a repaired node): evaluate again.
         self.pending = False
+        # The leadership whose catalog switch committed: its appends go on while it finishes.
+        self._switched: election_mod.Leadership | None = None
 
     # -- wiring -----------------------------------------------------------------------------
 
@@ -112,6 +120,7 @@ class SidecarMachine:
             engine=self._config.engine,
             spark=self._config.spark,
             pacer=pacer,
+            on_switched=self._appends_go_on,
             finalize_after=self._config.finalize_after,
             rollback_from=self._rollback_from,
             discard_writes_to=frozenset(self._config.discard_writes_to),
@@ -123,6 +132,23 @@ class SidecarMachine:
             on_change=self._inbox,
         )
         self.pending = True
+
+    def appending(self) -> election_mod.Leadership | None:
+        """The leadership whose appends go on now (any thread): serving, or migrating past
+        its catalog switch (the catalog names the shards it serves; what is left of the
+        migration goes on beside the appends, as a serving leader's finalization does)."""
+        leadership, state = self.leadership, self._progress.state
+        if leadership is None:
+            return None
+        if state is State.SERVING or (state is State.MIGRATING and self._switched is leadership):
+            return leadership
+        return None
+
+    def _appends_go_on(self) -> None:
+        """The migration's catalog switch committed (MigrationContext.on_switched)."""
+        self._switched = self.leadership
+        self.cutover.appending(time.time())
+        self._progress.wake()
 
     def paused(self) -> bool:
         """Whether the operator paused this generation's long steps (catalog-upgrade pause)."""
@@ -231,7 +257,7 @@ class SidecarMachine:
         consensus = self._connection.consensus
         assert consensus is not None and self._election is not None
         generation = self._config.deploy_generation
-        promotion = election_mod.read_promotion(consensus)
+        promotion = self.promotion = election_mod.read_promotion(consensus)
         epoch = election_mod.read_epoch(consensus)
         unreadable: CorruptStateError | None = None
         try:
@@ -283,7 +309,7 @@ class SidecarMachine:
             if not self.check.bootstrap:  # a bootstrapping takeover promotes itself
                 self._promote(self._config.deploy_generation)
             self._auto_promoted = True
-            promotion = election_mod.read_promotion(consensus)
+            promotion = self.promotion = election_mod.read_promotion(consensus)
         self.health.recover("evaluate", leading=self.leadership is not None)
         if self._should_take_over(promotion):
             self._take_over()
@@ -322,6 +348,7 @@ class SidecarMachine:
         )
         if leadership is None:
             return
+        took_over = time.time()
         self.leadership = leadership
         self._leader_session = self._connection.session()
         self.journal.led = True
@@ -331,6 +358,8 @@ class SidecarMachine:
         self.log = self.log.bind(epoch=leadership.epoch)
         structlog.contextvars.bind_contextvars(epoch=leadership.epoch)
         self.log.info("leader", epoch=leadership.epoch)
+        asked = None if self.check.bootstrap else self._promotion_request()
+        self.cutover.took_over(None if asked is None else asked.requested_at, took_over)
         self._progress.begin_migration()
         self._progress.set_state(State.MIGRATING, phase="migrating")
         self._complete_migration(leadership)
@@ -356,11 +385,19 @@ class SidecarMachine:
             seconds=round(result.seconds, 3),
         )
         assert self.check is not None
-        self.journal.record_upgrade(
-            leadership, result, self.check.catalog_version, self._progress.end_migration()
-        )
+        entered = self._progress.end_migration()
+        self.cutover.phases(entered)
+        self.journal.record_upgrade(leadership, result, self.check.catalog_version, entered)
         self._progress.set_state(State.SERVING)
+        self.cutover.serving(time.time())
         self.finalize()
+
+    def _promotion_request(self) -> election_mod.Promotion | None:
+        """The promotion node (for its time), or None when it cannot be read now."""
+        try:
+            return election_mod.read_promotion_request(self._connection.require())
+        except (ConnectionLostError, CorruptStateError):
+            return None
 
     def _migrate(self, leadership: election_mod.Leadership) -> LeaderResult:
         """``migrate_as_leader``, re-run after a lost connection (every step is idempotent)."""

@@ -62,6 +62,7 @@ class SidecarMetrics:
     step_eta: Gauge = attrs.field(init=False)
     step_paused: Gauge = attrs.field(init=False)
     step_progressed: Gauge = attrs.field(init=False)
+    cutover_seconds: Gauge = attrs.field(init=False)
     # The rows of the last step report (-1: none): a change moves the progress timestamp.
     _step_rows: int = attrs.field(default=-1, init=False)
 
@@ -98,6 +99,12 @@ class SidecarMetrics:
         )
         self.deploy_generation = Gauge(
             "catalog_upgrade_deploy_generation", "This process's deploy generation", registry=r
+        )
+        self.cutover_seconds = Gauge(
+            "catalog_upgrade_cutover_seconds",
+            "The write gap of the promotion this leader took over by: from the old leader's "
+            "last append committed to this leader's first (0 until known)",
+            registry=r,
         )
         self.phase_seconds = Histogram(
             "catalog_upgrade_migration_phase_seconds",

@@ -229,6 +229,7 @@ class Sidecar:
             now = time.monotonic()
             if now >= next_heartbeat:
                 self._publish()
+                machine.cutover.settle(self.connection.consensus, self._log)
                 if machine.health.unreadable is not None:
                     machine.pending = True  # look again: the bad node may be repaired
                 next_heartbeat = now + self.config.heartbeat_interval
@@ -263,11 +264,12 @@ class Sidecar:
             self._log.warning("unknown_message", message=repr(message))
 
     def _shutdown(self) -> None:
-        """Step down, deregister and disconnect; a successor can take over at once."""
+        """Step down, let the requests being answered finish (a read streaming its rows, an
+        append settling), then deregister and disconnect; a successor can take over at once."""
         self.machine.stop_election()
+        self.http.stop()
         ended = self.progress.state in (State.FENCED, State.FAILED)
         self.connection.close(deregister=not ended)
-        self.http.stop()
         self._log.info("stopped", state=self.progress.state.value)
 
     def _finish(self, state: State, exc: BaseException) -> None:
@@ -292,12 +294,16 @@ class Sidecar:
             self.progress.settle(state)
             return
         self.progress.set_state(state, phase=state.value)
+        # The next leader's cut-over counts its write gap from the last commit.
+        last_commit = self.dataplane.last_commit_at
+        committed: dict[str, Any] = {} if last_commit is None else {"last_commit_at": last_commit}
         with contextlib.suppress(CatalogError):
             self.machine.journal.event(
                 state.value,
                 version=str(self.release.version),
                 deploy_generation=self.config.deploy_generation,
                 error=error,
+                **committed,
             )
 
 

@@ -7,6 +7,7 @@ for the main thread, measures each migration phase (a histogram per phase) and c
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,15 +37,29 @@ class Progress:
         self._migration: list[tuple[str, float]] | None = None
         #: The long step under way (a REWRITE copy), as its pacer reports it.
         self.step: StepProgress | None = None
+        self._changed = threading.Condition()
 
     def set_state(self, state: State, *, phase: str | None = None) -> None:
         """Enter ``state`` (and ``phase``, by default the state's own name); published."""
         changed = state is not self.state
-        self.state = state
+        with self._changed:
+            self.state = state
+            self._changed.notify_all()
         self._metrics.set_state(state.value)
         self.enter_phase(phase or state.value)
         if changed:
             log.info("state", state=state.value)
+
+    def wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Whether ``done`` holds, once it does or ``timeout`` seconds passed (any thread);
+        looked at again at each change of state and each :meth:`wake`."""
+        with self._changed:
+            return self._changed.wait_for(done, timeout)
+
+    def wake(self) -> None:
+        """Something a waiter of :meth:`wait_until` looks at changed."""
+        with self._changed:
+            self._changed.notify_all()
 
     def settle(self, state: State) -> None:
         """Take ``state`` without publishing it (a process that never registered)."""

@@ -30,6 +30,7 @@ from catalog.errors import (
     ForbiddenError,
     IdempotencyKeyInProgressError,
     IdempotencyKeyReusedError,
+    MigratingError,
     MigrationRefusedError,
     NoShardError,
     NotLeaderError,
@@ -118,6 +119,10 @@ ERRORS: Final[tuple[Refusal, ...]] = (
             "after `Retry-After`", error=ConnectionLostError),
     Refusal("too-many-connections", S.SERVICE_UNAVAILABLE, "the server holds its most "
             "connections", HTTP),
+    Refusal("stopping", S.SERVICE_UNAVAILABLE, "the process is stopping (it drains the "
+            "requests it is answering): ask another sidecar", HTTP),
+    _own(MigratingError, S.SERVICE_UNAVAILABLE, "a read the new leader answers once its "
+         "migration switched the catalog (a cut-over): retry"),
     _own(BusyError, S.GATEWAY_TIMEOUT, "the process did not handle a promotion in time"),
     Refusal("http-version-not-supported", S.HTTP_VERSION_NOT_SUPPORTED, "anything but HTTP/1.0 "
             "and 1.1", HTTP),

@@ -71,6 +71,9 @@ class SidecarHttpServer:
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
     _workers: ThreadPoolExecutor | None = attrs.field(default=None, init=False)
     _open: set[asyncio.Task[Any]] = attrs.field(factory=set, init=False)
+    #: Requests being answered (their application call, and a streamed answer to its end).
+    _busy: int = attrs.field(default=0, init=False)
+    _idle: asyncio.Event | None = attrs.field(default=None, init=False)
     _app: SidecarApp | None = attrs.field(default=None, init=False)
 
     @property
@@ -122,13 +125,16 @@ class SidecarHttpServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening, let the requests being answered finish (at most the limits'
+        ``drain_timeout``: a read in flight when a leader steps down reaches its last row),
+        then close every connection."""
         loop, stopping = self._loop, self._stopping
         if loop is None or stopping is None:
             return
         self._loop = None
         loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=self.limits.drain_timeout + 5)
         if self._workers is not None:
             self._workers.shutdown(wait=False, cancel_futures=True)
 
@@ -152,10 +158,18 @@ class SidecarHttpServer:
             limit=self.limits.max_header_bytes,
             backlog=_BACKLOG,  # asyncio listens again, with 100 unless told
         )
+        self._idle = asyncio.Event()
+        self._idle.set()
         ready.set()
         async with server:
             await self._stopping.wait()
             server.close()
+            if self._busy:
+                log.info("http_draining", requests=self._busy)
+                try:
+                    await asyncio.wait_for(self._idle.wait(), self.limits.drain_timeout)
+                except TimeoutError:
+                    log.warning("http_drain_timed_out", requests=self._busy)
             for task in list(self._open):
                 task.cancel()
             await asyncio.gather(*self._open, return_exceptions=True)
@@ -177,13 +191,24 @@ class SidecarHttpServer:
         self._open.add(task)
         try:
             exchange = Exchange(
-                reader, writer, self.limits, self._call, secure=self.ssl_context is not None
-            )
+                reader, writer, self.limits, self._call, secure=self.ssl_context is not None,
+                answering=self._answering, taking=lambda: self._loop is not None,
+            )  # fmt: skip
             await exchange.serve()
         except asyncio.CancelledError:
             writer.close()  # the server stops: end quietly (asyncio logs a task cancelled here)
         finally:
             self._open.discard(task)
+
+    def _answering(self, busy: bool) -> None:
+        """A request of some connection begins (True) or is answered (False): what a
+        stopping server drains."""
+        self._busy += 1 if busy else -1
+        if self._idle is not None:
+            if self._busy:
+                self._idle.clear()
+            else:
+                self._idle.set()
 
     async def _call(self, environ: dict[str, Any]) -> Any:
         assert self._app is not None, "started"

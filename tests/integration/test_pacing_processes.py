@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
+from orchestrator.testing.examples import ROLES, roles
 from support.browser import HeadlessChromium
-from support.sidecars import ROLES, Launch, cli, roles
+from support.sidecars import Launch, cli
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

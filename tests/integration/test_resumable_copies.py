@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 from catalog.errors import EXIT_OK
-from support.sidecars import ROLES, Launch, SidecarProcess, cli, roles
+from orchestrator.testing.examples import ROLES, roles
+from support.sidecars import Launch, SidecarProcess, cli
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -41,28 +40,6 @@ def release_file(version: str, directory: Path = RELEASES) -> Path:
     """The release file of ``version`` in ``directory`` (the example history by default):
     ``0.10.0`` -> ``v0_10_0.py``."""
     return directory / f"v{version.replace('.', '_')}.py"
-
-
-#: The example history's collection 0.11.0 rewrites (its ids turn into strings).
-ROLES = "mz_catalog.mz_roles"
-
-
-def roles(start: int, count: int) -> pa.Table:
-    """``count`` rows of 0.10.0's ``mz_roles`` with ids from ``start`` (as Arrow)."""
-    from catalog.release import load_release
-
-    schema = load_release(release_file("0.10.0")).builtin(ROLES).schema  # type: ignore[union-attr]
-    ids = pa.array(range(start, start + count), pa.int64())
-    return pa.table(
-        {
-            "id": ids,
-            "oid": pa.array(range(start, start + count), pa.uint32()),
-            "name": pa.compute.cast(ids, pa.string()),
-            "inherit": pa.array([True] * count),
-            "vars": pa.nulls(count, schema.field("vars").type),
-        },
-        schema=schema,
-    )
 
 
 def read_rows(process: SidecarProcess, collection: str) -> list[dict[str, Any]]:

@@ -279,3 +279,41 @@ def test_a_refusal_is_a_staged_close_so_a_client_still_sending_reads_it(
     assert status == 413 and json.loads(body)["error"] == "body-too-large", body
     assert headers["connection"] == "close"
     assert api.appended == []
+
+
+def test_a_stopping_server_finishes_what_it_is_sending_and_refuses_new_requests() -> None:
+    """A read streaming when the server stops (a leader stepping down) reaches its last row;
+    a new request on a kept connection gets ``503 stopping`` (the client asks another
+    sidecar), new connections are refused, and the stop returns once the read is done."""
+    import pyarrow as pa
+
+    api = ScriptedApi()
+    api.table = pa.table({"id": pa.array(range(8_000_000), pa.int64())})
+    server = SidecarHttpServer(api, limits=FAST).start()
+    host, _, port = server.address.rpartition(":")
+    kept = http.client.HTTPConnection(host, int(port), timeout=5)
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().read() == b"ok\n"
+    reader = http.client.HTTPConnection(host, int(port), timeout=10)
+    reader.request("GET", "/read?collection=s.t",
+                   headers={"Accept": "application/vnd.apache.arrow.stream"})  # fmt: skip
+    answer = reader.getresponse()  # the rows stay unread: the server is held sending them
+    assert answer.status == 200
+    stopping = threading.Thread(target=server.stop)
+    stopping.start()
+    deadline = time.monotonic() + 5
+    while True:  # the listener closes once the stop reached the server's loop
+        try:
+            connect(server, timeout=1).close()
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "the server still takes connections"
+        time.sleep(0.05)
+    kept.request("GET", "/healthz")
+    refused = kept.getresponse()
+    assert refused.status == 503
+    assert json.loads(refused.read())["error"] == "stopping"
+    assert stopping.is_alive(), "the stop waits for the read"
+    assert pa.ipc.open_stream(answer.read()).read_all().equals(api.table)
+    stopping.join(timeout=10)
+    assert not stopping.is_alive()
