@@ -355,7 +355,6 @@ class _Append:
         self._before_send = before_send
         self._on_unknown = on_unknown
         self._held = [known] if known is not None else []
-        self._attempts = 0
         self._lost: _Batches | None = None  # the attempt whose answer was lost
 
     def run(self, retry: Callable[..., AppendResult]) -> AppendResult:
@@ -372,7 +371,6 @@ class _Append:
         return result
 
     def _attempt(self) -> AppendResult:
-        self._attempts += 1
         if self._before_read is not None:
             self._before_read()
         state = self._held.pop() if self._held else self._shard.state()

@@ -22,9 +22,6 @@ from orchestrator.migrate import (
 )
 from orchestrator.sidecar.exchange import ServerLimits
 
-DEFAULT_HTTP = "127.0.0.1:0"
-
-
 DEFAULT_BLOB_DIR = Path("var") / "blob"
 
 

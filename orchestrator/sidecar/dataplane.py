@@ -419,22 +419,20 @@ class SidecarDataPlane:
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         """The snapshot of ``collection`` as this release reads it (with ``_ts`` and
         ``_diff``); an unreachable blob store is a state (503), as for appends. During a
-        cut-over to this process a read of a collection its release replaces waits for the
-        catalog switch, as an append does (until then the catalog names the old release's
-        shard, and the replacement lacks the old leader's last appends); past the wait, a
-        read of the old shard this release cannot make is refused for a retry
-        (MigratingError, 503). Any other collection is read at once."""
-        builtin = self._builtin(collection)
-        check = self._machine.check
-        if check is None or builtin.global_id in check.replacement_shards:
-            self._await_cutover()  # what the release reads of it is in its replacement shard
+        cut-over to this process a read waits for the catalog switch, as an append does:
+        until then the catalog names the old release's shards (a replacement still lacks
+        the old leader's last appends), and a read served meanwhile would take the CPU the
+        migration needs. Past the wait, a read of an old shard this release cannot make is
+        refused for a retry (MigratingError, 503)."""
+        self._await_cutover()
         try:
             table = self._snapshot(collection, as_of)
         except MigrationRefusedError as exc:
-            if self._machine.leadership is None or self._machine.appending() is not None:
+            promoted = self._machine.promotion == self._config.deploy_generation
+            if not (promoted or self._machine.leadership) or self._machine.appending():
                 raise
-            # A leader before its switch reads the old release's shard: what this release
-            # cannot read of it (a REWRITE's type change) it reads once switched.
+            # Before its switch the catalog names the old release's shards: what this
+            # release cannot read of them (a REWRITE's type change) it reads once switched.
             raise MigratingError(
                 f"process {self._config.process_id} is migrating: it reads {collection} once "
                 f"its catalog switch committed ({exc.message})",

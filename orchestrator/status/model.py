@@ -12,19 +12,6 @@ from orchestrator.events import UpgradeEvent
 from orchestrator.process_node import ProcessNode
 from orchestrator.status.stage import upgrade_stage
 
-
-def _opt_int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _opt_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 #: One registered process, as its ephemeral ``processes/<id>`` node says (the one value).
 ProcessStatus = ProcessNode
 

@@ -115,10 +115,6 @@ class ZooKeeperEnsemble:
         log.info("ensemble_started", hosts=self.hosts, leader=self.leader())
         return self
 
-    def stop_member(self, number: int) -> None:
-        """Stop server ``number`` (SIGTERM)."""
-        self.member(number).stop()
-
     def kill_member(self, number: int) -> None:
         """SIGKILL server ``number``, as a crash would."""
         self.member(number).kill()

@@ -49,10 +49,6 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-#: The environment variable PySpark reads for a Spark Connect server (``--spark-remote``).
-SPARK_REMOTE_ENV: Final = "SPARK_REMOTE"
-
-
 def is_remote(master: str) -> bool:
     """Whether ``master`` names a Spark Connect server (``sc://HOST:PORT``) rather than a
     master this process starts an application on."""
