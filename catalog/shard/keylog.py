@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -201,6 +201,24 @@ class _Cache:
         self._held = 0
         self._lock = threading.Lock()
         self._segments: OrderedDict[tuple[str, str], _Marks] = OrderedDict()
+        # One loader per segment: concurrent appends that miss it wait for one read.
+        self._loading: dict[tuple[str, str], threading.Lock] = {}
+
+    def load(self, where: tuple[str, str], read: Callable[[], _Marks]) -> _Marks:
+        """The segment at ``where``, read once however many threads ask at the same time."""
+        found = self.get(where)
+        if found is not None:
+            return found
+        with self._lock:
+            loading = self._loading.setdefault(where, threading.Lock())
+        with loading:
+            found = self.get(where)
+            if found is None:
+                found = read()
+                self.put(where, found)
+        with self._lock:
+            self._loading.pop(where, None)
+        return found
 
     def get(self, where: tuple[str, str]) -> _Marks | None:
         with self._lock:
@@ -233,11 +251,13 @@ class KeyLog:
 
     def _marks(self, segment: KeySegment) -> _Marks:
         where = (self.blob.uri, segment.key(self.shard_id))
-        found = _CACHE.get(where)
-        if found is None:
-            found = _Marks.decode(self.blob.get_bytes(where[1]))
-            _CACHE.put(where, found)
-        return found
+        return _CACHE.load(where, lambda: _Marks.decode(self.blob.get_bytes(where[1])))
+
+    def warm(self, segments: Sequence[KeySegment]) -> None:
+        """Read ``segments`` into the process's cache ahead of the look-ups that need them
+        (a new leader's first keyed appends would otherwise read them all, each)."""
+        for segment in segments:
+            self._marks(segment)
 
     def find(self, segments: Sequence[KeySegment], key_prefix: str) -> WriteMark | None:
         """The newest mark whose id starts with ``key_prefix`` (``k`` + 16 hex digits), if a

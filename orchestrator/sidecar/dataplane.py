@@ -16,6 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Final
 
 import pyarrow as pa
+import structlog
 
 from catalog.environment import read_catalog
 from catalog.errors import (
@@ -45,6 +46,7 @@ from catalog.shard import (
     WriteMark,
     append_rows,
     find_schema_id,
+    read_states,
     update_schema,
     written_as,
 )
@@ -65,6 +67,8 @@ from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar
 from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
+
+log = structlog.get_logger(__name__)
 
 PROMOTE_TIMEOUT = 30.0
 #: Seconds an append waits, during a cut-over to this process, for it to serve: what it
@@ -224,6 +228,27 @@ class SidecarDataPlane:
                 table = rows_to_table(body, builtin.schema, max_rows)
             self._metrics.observe_append("parse", time.monotonic() - parsing)
             return self._group(builtin).submit(Pending(identity, table))
+
+    def warm(self) -> None:
+        """Ahead of a promotion, in the background: read into the process's cache the key
+        logs of the shards this process would append to once it leads (the catalog's, and
+        its own replacements), so its first keyed appends do not each read them. Best
+        effort: a failure only leaves the cache cold."""
+        threading.Thread(target=self._warm, name="warm-key-logs", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            consensus, blob = self._connection.require(), self._machine.blob
+            found = read_catalog(consensus)
+            check = self._machine.check
+            ids = {ref.shard_id for ref in found[0].collections.values()} if found else set()
+            ids |= set(check.replacement_shards.values()) if check is not None else set()
+            states = read_states(consensus, sorted(ids))
+            for shard_id, state in states.items():
+                if state is not None and state.writes.segments:
+                    self._shard(consensus, blob, shard_id).keys.warm(state.writes.segments)
+        except Exception as exc:  # a cold cache is slower, never wrong
+            log.debug("key_logs_not_warmed", error=repr(exc))
 
     def _await_cutover(self) -> None:
         """While this process's generation is promoted and it does not serve yet (it takes

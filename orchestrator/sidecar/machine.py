@@ -100,6 +100,9 @@ class SidecarMachine:
         self._auto_promoted = False
         #: Something changed (a watch, a reconnect, a repaired node): evaluate again.
         self.pending = False
+        #: Called each time a check leaves the process ready (the data plane warms its
+        #: caches for a promotion then).
+        self.on_ready: Callable[[], None] = lambda: None
         # The leadership whose catalog switch committed: its appends go on while it finishes.
         self._switched: election_mod.Leadership | None = None
 
@@ -322,6 +325,7 @@ class SidecarMachine:
         self._progress.plan = self.check.summary()
         waiting = self.check.bootstrap and not self._config.auto_promote
         self._progress.set_state(State.READY, phase=WAITING_FOR_BOOTSTRAP if waiting else None)
+        self.on_ready()
         if not self._ready_recorded:
             self._ready_recorded = True
             self.journal.event(

@@ -97,6 +97,7 @@ class Sidecar:
             self.progress,
             self._inbox.put,
         )
+        self.machine.on_ready = self.dataplane.warm
         self.http = configured_server(
             self.dataplane,
             config.http_host,
