@@ -9,7 +9,10 @@ or counted twice and at most one slice is redone.
 
 A slice holds about :func:`slice_rows` rows: at least :data:`CHECKPOINT_MIN_ROWS` (each commit
 costs a ZooKeeper transaction, and on Spark a job) and otherwise a :data:`CHECKPOINT_FRACTION`
-of the copy, which bounds what a crash makes a restart redo.
+of the copy, which bounds what a crash makes a restart redo. The first slice reaches past the
+source's ``since`` (times below it may have been moved up to it by compaction), and the
+serving leader keeps that ``since`` below every prepared copy's upper
+(:mod:`orchestrator.migrate.frontiers`), so a restart resumes by time.
 """
 
 from __future__ import annotations

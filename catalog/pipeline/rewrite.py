@@ -221,6 +221,9 @@ def copy_shard(
         if not plan.by_diff:
             refs = source.batches(plan.source)
             end = next_checkpoint(refs, plan.lower, goal, rows, slice_batches)
+            # Past the source's since: times below it may have moved up to it (compaction),
+            # so they are copied in one slice, and no checkpoint falls among them.
+            end = max(end, min(goal, plan.source.since + 1))
             plan = attrs.evolve(plan, end=end)
         out = produce(plan)
         # The source's write ledger travels with its data: an append whose answer was lost
