@@ -1,9 +1,10 @@
 """Copies that resume, with real sidecars on a real ZooKeeper: a read-only process copying a
-REWRITE (0.10.0 -> 0.11.0 rewrites mz_roles) of 2M rows on arrow, 1M on Spark (its transform
-runs at about 30k rows a second here), is SIGKILLed at two points of its copy. Each restart
-starts its progress at the last checkpoint, not at 0, so it redoes at most a tenth of the
-copy; once promoted, its leader serves every row once. Meanwhile the leader moves its
-shards' frontiers forward every second."""
+REWRITE (0.10.0 -> 0.11.0 rewrites mz_roles) is SIGKILLed mid-copy: twice in 2M rows on
+arrow, once in 600k rows on Spark (its transform runs at about 30k rows a second here).
+Each restart starts its progress at the last checkpoint, not at 0, so it redoes at most the
+slice it interrupted; once promoted, its leader serves every row once. Meanwhile the leader
+moves its shards' frontiers forward every few seconds. (`benchmarks/bench_resume.py` kills a
+4M-row copy on each engine and measures the fraction redone.)"""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 from catalog.errors import EXIT_OK
+from catalog.pipeline.checkpoints import slice_rows
 from orchestrator.testing.examples import ROLES, roles
 from support.sidecars import Launch, SidecarProcess, cli
 from support.zookeeper import ZkEnv
@@ -22,11 +24,12 @@ from support.zookeeper import ZkEnv
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 #: Rows, and rows per append (one batch each, as a collection's history holds), by engine.
-ROWS = {"arrow": (2_000_000, 100_000), "spark": (1_000_000, 50_000)}
+ROWS = {"arrow": (2_000_000, 100_000), "spark": (600_000, 30_000)}
 #: Rows per second: a copy of about 5 s a run, slow enough to be killed at chosen points
 #: however fast the machine, and its progress seen (a process reports it every second).
 RATE = "400000"
-KILL_AT = (0.3, 0.65)
+#: Where each engine's copy is killed, as fractions of its rows.
+KILL_AT = {"arrow": (0.3, 0.65), "spark": (0.5,)}
 
 
 def progress(node: Mapping[str, Any]) -> dict[str, int]:
@@ -35,7 +38,7 @@ def progress(node: Mapping[str, Any]) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("engine", ["arrow", pytest.param("spark", marks=pytest.mark.spark)])
-def test_a_copy_killed_twice_resumes_from_its_checkpoints(
+def test_a_killed_copy_resumes_from_its_last_checkpoint(
     launch: Launch, zk_env: ZkEnv, engine: str
 ) -> None:
     rows, append = ROWS[engine]
@@ -53,7 +56,7 @@ def test_a_copy_killed_twice_resumes_from_its_checkpoints(
         return launch("0.11.0", 2, "green", extra=extra)
 
     green = start_green()
-    for fraction in KILL_AT:
+    for fraction in KILL_AT[engine]:
         def past(node: Mapping[str, Any], at: float = fraction) -> bool:
             return progress(node).get("rows_done", 0) >= at * rows
 
@@ -73,7 +76,10 @@ def test_a_copy_killed_twice_resumes_from_its_checkpoints(
         assert resumed["rows_total"] == rows
         redone = reached - resumed["rows_done"]
         print(f"\n{engine}: killed at {reached:,} rows, resumed at {resumed['rows_done']:,}")
-        assert redone <= 0.1 * rows, f"the restart redoes {redone:,} of {rows:,} rows"
+        # At most the slice the kill interrupted (a batch per core at least, on Spark), and
+        # the rows the copy got through after its last report.
+        slice_ = max(slice_rows(rows), 2 * append if engine == "spark" else append)
+        assert redone <= slice_ + append, f"the restart redoes {redone:,} of {rows:,} rows"
 
     green.wait_state("ready", timeout=240)
     done = cli("promote", "--deploy-generation", "2", "--wait", "120",
