@@ -81,6 +81,9 @@ class CopyPlan:
     target: ShardState
     #: The source time this attempt copies up to (a checkpoint); None: the source's upper.
     end: int | None = None
+    #: The batches the copy read below ``lower`` are all still in the source: none of their
+    #: rows was moved by compaction, so times still tell what the target holds.
+    unmoved: bool = False
 
     @property
     def lower(self) -> int:
@@ -98,7 +101,7 @@ class CopyPlan:
         already copied may carry a time at or above ``lower``, so the delta cannot be selected
         by time: it is the transformed source minus what the target holds.
         """
-        return self.lower > 0 and self.source.since >= self.lower
+        return self.lower > 0 and self.source.since >= self.lower and not self.unmoved
 
 
 def _plan_copy(source: Shard, target: Shard, goal: int | None = None) -> CopyPlan | None:
@@ -213,18 +216,22 @@ def copy_shard(
         log.info("copy_resumed", source=source.shard_id, target=target.shard_id, at=first.lower)
     plan: CopyPlan | None = None
 
+    read: set[str] = set()  # the source batches this copy's slices read
+
     def attempt() -> int | None:
         nonlocal plan
         plan = _plan_copy(source, target, goal)
         if plan is None:
             return None
+        if read and read <= {r.name for r in source.batches(plan.source)}:
+            # Every batch the earlier slices read is still there: compaction moved no row
+            # they copied, whatever ``since`` says.
+            plan = attrs.evolve(plan, unmoved=True)
         if not plan.by_diff:
             refs = source.batches(plan.source)
             end = next_checkpoint(refs, plan.lower, goal, rows, slice_batches)
-            # Past the source's since: times below it may have moved up to it (compaction),
-            # so they are copied in one slice, and no checkpoint falls among them.
-            end = max(end, min(goal, plan.source.since + 1))
             plan = attrs.evolve(plan, end=end)
+            read.update(r.name for r in refs if r.lower < end and r.upper > plan.lower)
         out = produce(plan)
         # The source's write ledger travels with its data: an append whose answer was lost
         # before the switch is still recognised by its id on the replacement shard.
