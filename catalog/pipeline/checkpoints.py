@@ -9,10 +9,11 @@ or counted twice and at most one slice is redone.
 
 A slice holds about :func:`slice_rows` rows: at least :data:`CHECKPOINT_MIN_ROWS` (each commit
 costs a ZooKeeper transaction, and on Spark a job) and otherwise a :data:`CHECKPOINT_FRACTION`
-of the copy, which bounds what a crash makes a restart redo. The first slice reaches past the
-source's ``since`` (times below it may have been moved up to it by compaction), and the
-serving leader keeps that ``since`` below every prepared copy's upper
-(:mod:`orchestrator.migrate.frontiers`), so a restart resumes by time.
+of the copy, which bounds what a crash makes a restart redo. The serving leader keeps the
+source's ``since`` below every prepared copy's upper (:mod:`orchestrator.migrate.frontiers`),
+so compaction moves no copied row past a checkpoint and a restart resumes by time (one
+whose source ``since`` had passed its first checkpoint before the hold copies by difference:
+:attr:`catalog.pipeline.rewrite.CopyPlan.by_diff`).
 """
 
 from __future__ import annotations

@@ -184,6 +184,52 @@ def test_a_copy_that_crashed_resumes_from_its_last_checkpoint(
     assert row.column("label").to_pylist() == expected.column("label").to_pylist()
 
 
+def fails_past(last_id: int) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """``to_target``, except that it fails on a row past ``last_id`` (a copy that dies)."""
+
+    def transform(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if pc.max(batch.column("id")).as_py() > last_id:
+            raise ValueError("the copy dies here")
+        return to_target(batch)
+
+    return transform
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_on_spark_a_copy_that_failed_resumes_from_its_last_checkpoint(
+    world: tuple[Consensus, dict[int, Shard]], spark: SparkSessionProvider
+) -> None:
+    """On Spark, a slice is a job: a copy whose fourth job fails has committed three; the next
+    copy starts there (its progress too) and the target ends with every row once."""
+    consensus, sources = world
+    blob = sources[SMALL].blob
+    source = Shard(consensus, blob, new_shard_id())
+    source.create(SOURCE)
+    batches, total = 12, 12 * PER_BATCH  # 600k rows: six slices of two batches (two cores)
+    for n in range(batches):
+        ids = pa.array(range(n * PER_BATCH, (n + 1) * PER_BATCH), pa.int64())
+        table = pa.table({"id": ids, "name": pc.cast(ids, pa.string())}, schema=SOURCE)
+        source.compare_and_append(with_updates(table, n, 1), n, n + 1)
+    target = Shard(consensus, blob, new_shard_id())
+    target.create(TARGET)
+    engine = SparkEngine(spark)
+    with pytest.raises(Exception, match="the copy dies here"):
+        engine.copy_transformed(source, target, [fails_past(350_000)], TARGET, fence=None)
+    checkpoint = target.state().upper * PER_BATCH
+    assert checkpoint == 300_000, "three slices of 100k rows committed"
+    reports, report = recorder()
+    pacer = Pacer(report=report, every=0.0)
+    pacer.begin("rewrite", "s.t")
+    copied = engine.copy_transformed(source, target, [to_target], TARGET, fence=None, pacer=pacer)
+    pacer.end()
+    assert copied == total - checkpoint, "no row copied twice"
+    assert next(p for _, p in reports if p.rows_total).rows_done == checkpoint
+    table = consolidate(target.snapshot())
+    assert table.num_rows == total
+    assert pc.count_distinct(table.column("id")).as_py() == total
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_on_spark_progress_comes_from_the_jobs_tasks(
