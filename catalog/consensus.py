@@ -57,6 +57,7 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
+from catalog.multiread import MultiReader
 from catalog.zkerrors import CONNECTION_ERRORS as CONNECTION_ERRORS  # the home: zkerrors
 from catalog.zkerrors import access_denied, translated
 
@@ -193,6 +194,10 @@ class Consensus:
     max_request_bytes: int = attrs.field(factory=request_budget)
     # Large requests whose connection dropped: what the server may refuse as too long.
     _drops: LenErrorWatch = attrs.field(factory=LenErrorWatch, init=False, repr=False)
+    _reader: MultiReader = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._reader = MultiReader(self.client)
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -231,33 +236,31 @@ class Consensus:
         found = self.get(key)
         return None if found is None else (found.json(), found.version)
 
+    def sync(self) -> None:
+        """Bring this session's server up to the ensemble's leader: a read after it sees
+        every write that committed before it (ZooKeeper's reads are otherwise only as new as
+        the server the session talks to)."""
+        with translated("a sync", self.root):
+            self.client.sync(self.root)
+
     def get_many(self, keys: Sequence[str]) -> dict[str, Versioned | None]:
-        """Read many keys with pipelined async calls (one round trip, not one per key)."""
+        """Read many keys in few requests (:mod:`catalog.multiread`), not one per key."""
         started = time.perf_counter()
-        asyncs = [(key, self.client.get_async(self.path(key))) for key in keys]
         out: dict[str, Versioned | None] = {}
         try:
             with translated("a batched read", keys[0] if keys else ""):
-                self._gather(asyncs, out)
+                found = self._reader.read([self.path(key) for key in keys])
         finally:
             self._observe("get_many", started)
+        for key, read in zip(keys, found, strict=True):
+            out[key] = None if read is None else Versioned(
+                value=read[0],
+                version=read[1].version,
+                created=read[1].ctime / 1000,
+                key=key,
+                modified=read[1].mtime / 1000,
+            )  # fmt: skip
         return out
-
-    @staticmethod
-    def _gather(asyncs: list[tuple[str, Any]], out: dict[str, Versioned | None]) -> None:
-        for key, result in asyncs:
-            try:
-                data, stat = result.get()
-            except NoNodeError:
-                out[key] = None
-            else:
-                out[key] = Versioned(
-                    value=data,
-                    version=stat.version,
-                    created=stat.ctime / 1000,
-                    key=key,
-                    modified=stat.mtime / 1000,
-                )
 
     def children(self, key: str) -> list[str]:
         """Child names of ``key`` (empty when it does not exist), sorted."""

@@ -78,9 +78,14 @@ class MigrationEntry:
     def to_json(self) -> dict[str, object]:
         return attrs.asdict(self)
 
+    def sort_key(self) -> tuple[str, str, int, str]:
+        """The order ``order=True`` gives, as one tuple: sorting thousands of entries by it
+        is several times faster than by attrs' field-by-field comparisons."""
+        return (self.global_id, self.version, self.deploy_generation, self.shard_id)
+
 
 def _entry_table(entries: Iterable[MigrationEntry]) -> pa.Table:
-    rows = sorted(set(entries))
+    rows = sorted(set(entries), key=MigrationEntry.sort_key)
     return pa.Table.from_pydict(
         {
             "global_id": [e.global_id for e in rows],
@@ -137,7 +142,7 @@ class MigrationShard:
                 row["global_id"], row["version"], row["deploy_generation"], row["shard_id"]
             )
             out.append(entry)  # one per distinct entry, whatever its multiplicity
-        return sorted(out)
+        return sorted(out, key=MigrationEntry.sort_key)
 
     def read_live(self) -> tuple[list[MigrationEntry], ShardState | None]:
         """Every live entry and the shard state they were read from (None: no shard yet), for
@@ -177,7 +182,7 @@ class MigrationShard:
 
         Entries already live are skipped, so a retry after a lost answer never duplicates.
         """
-        wanted = sorted(set(entries))
+        wanted = sorted(set(entries), key=MigrationEntry.sort_key)
 
         def build(live: list[MigrationEntry]) -> tuple[list[MigrationEntry], int]:
             present = set(live)
@@ -235,6 +240,7 @@ class MigrationShard:
         *,
         origins: Mapping[str, Origin] | None = None,
         fence: Fence | None = None,
+        seen: dict[str, ShardState] | None = None,
     ) -> dict[str, str]:
         """Reuse or create one replacement shard per global id in ``wanted``; global id -> shard.
 
@@ -250,11 +256,13 @@ class MigrationShard:
         another catalog (the collection replaced or evolved since) is left to the leader's
         retraction and a new one is made (default creator), recording its origin. So one key
         may have several live entries, one per origin, and a plan never resumes a shard that was
-        not made from its own source.
+        not made from its own source. With ``origins``, ``seen`` (if given) gets the state of each
+        shard returned, as this call read it (so a caller need not read them again).
         """
         if not wanted:
             return {}
         self.ensure(fence=fence)
+        states_read: dict[str, ShardState] = {}
         creator = create_shard or self._create_shard(fence)
         created: dict[str, str] = {}
 
@@ -262,7 +270,7 @@ class MigrationShard:
 
         def rows(state: ShardState) -> Rows | None:
             found = self._reusable(
-                _every(self._entries_of(state), version, generation, wanted), origins
+                _every(self._entries_of(state), version, generation, wanted), origins, states_read
             )
             missing = sorted(gid for gid in wanted if gid not in found)
             mapping.clear()
@@ -292,6 +300,7 @@ class MigrationShard:
             # orphan collection that sealed one in between makes the append fail (a guard moved,
             # or the check below) and run again.
             states = read_states(self.consensus, [created[g] for g in missing])
+            states_read.update({sid: st for sid, st in states.items() if st is not None})
             collected = [
                 sid for sid, st in states.items() if st is None or st.sealed or st.finalized
             ]
@@ -310,6 +319,8 @@ class MigrationShard:
             return attrs.evolve(plain, retryable=(*plain.retryable, ShardGuardMovedError))
 
         append_rows(self.shard, rows, fence=fence, retry=retry)
+        if seen is not None and origins is not None:
+            seen.update({sid: states_read[sid] for sid in mapping.values() if sid in states_read})
         orphans = sorted(sid for gid, sid in created.items() if mapping.get(gid) != sid)
         if orphans and create_shard is None:
             for shard_id in orphans:
@@ -325,16 +336,21 @@ class MigrationShard:
         return mapping
 
     def _reusable(
-        self, candidates: Mapping[str, list[str]], origins: Mapping[str, Origin] | None
+        self,
+        candidates: Mapping[str, list[str]],
+        origins: Mapping[str, Origin] | None,
+        states_read: dict[str, ShardState],
     ) -> dict[str, str]:
         """The shard to reuse per global id among its entries' ``candidates``: the first (by
         shard id) without ``origins``; with them, the first whose state records the wanted
-        origin (a shard made from another catalog is never reused, nor one gone)."""
+        origin (a shard made from another catalog is never reused, nor one gone). The states
+        read go into ``states_read``."""
         if origins is None:
             return {gid: shard_ids[0] for gid, shard_ids in candidates.items()}
         states = read_states(
             self.consensus, [sid for shard_ids in candidates.values() for sid in shard_ids]
         )
+        states_read.update({sid: st for sid, st in states.items() if st is not None})
         found: dict[str, str] = {}
         for gid, shard_ids in candidates.items():
             for shard_id in shard_ids:
@@ -392,7 +408,7 @@ def _every(
     ``wanted``, by global id, smallest first."""
     keep = set(wanted)
     out: dict[str, list[str]] = {}
-    for entry in sorted(entries):
+    for entry in sorted(entries, key=MigrationEntry.sort_key):
         if (entry.version, entry.deploy_generation) == (version, generation) and (
             entry.global_id in keep
         ):
@@ -406,7 +422,7 @@ def _exactly(
     """The entries of exactly ``(version, generation)`` by global id; the smallest shard id wins
     should a global id ever have two (the append protocol never writes that)."""
     out: dict[str, MigrationEntry] = {}
-    for entry in sorted(entries):
+    for entry in sorted(entries, key=MigrationEntry.sort_key):
         if entry.version == version and entry.deploy_generation == generation:
             out.setdefault(entry.global_id, entry)
     return out

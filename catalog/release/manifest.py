@@ -313,8 +313,20 @@ class Release:
     #: that evolves a collection before rewriting it finds the schema the rewrite's transform
     #: was written against (:func:`catalog.release.planning.rewrite_steps`).
     previous: Release | None = attrs.field(default=None, eq=False, repr=False)
+    # Look-ups by name, built once: a leader asks for each of a thousand collections.
+    _by_name: dict[str, Builtin] = attrs.field(init=False, eq=False, repr=False)
+    _migrations_by_name: dict[str, tuple[Migration, ...]] = attrs.field(
+        init=False, eq=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
+        by_name: dict[str, list[Migration]] = {}
+        for migration in self.migrations:
+            by_name.setdefault(migration.name, []).append(migration)
+        object.__setattr__(self, "_by_name", {b.name: b for b in self.builtins})
+        object.__setattr__(
+            self, "_migrations_by_name", {n: tuple(ms) for n, ms in by_name.items()}
+        )
         if self.previous is not None and (
             not isinstance(self.previous, Release) or not self.previous.version < self.version
         ):
@@ -350,7 +362,11 @@ class Release:
 
     def builtin(self, name: str) -> Builtin | None:
         """The builtin called ``schema_name.object_name``, if this release has it."""
-        return next((b for b in self.builtins if b.name == name), None)
+        return self._by_name.get(name)
+
+    def migrations_of(self, name: str) -> tuple[Migration, ...]:
+        """The instructions for the collection called ``name``, in declared order."""
+        return self._migrations_by_name.get(name, ())
 
     def ancestors(self) -> Iterator[Release]:
         """The releases this one was made from, newest first (``previous``, its previous...)."""

@@ -4,6 +4,7 @@ switch with the finalization queue in one fenced transaction, then retraction of
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import attrs
 import structlog
@@ -121,7 +122,8 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         ctx.on_phase(PHASE_REPLACEMENTS)
     # A suspended or superseded leader stops before each step; the fence stops it within one.
     leadership.check()
-    replacements = ensure_shards(ctx, wanted, catalog, fence=fence)
+    prepared: dict[str, ShardState] = {}  # the replacement shards' states, as ensured
+    replacements = ensure_shards(ctx, wanted, catalog, fence=fence, seen=prepared)
     leadership.check()
     known = dict(shards)  # the states as last read or written: every later step starts here
     evolved = expand_all(
@@ -133,6 +135,9 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     )
     leadership.check()
     copy_rewrites(ctx, plan_, catalog, replacements, fence=fence)
+    for m in plan_.migrations:  # their copies moved these shards' uppers
+        if m.mechanism is Mechanism.REWRITE:
+            prepared.pop(replacements[m.global_id], None)
     leadership.check()
 
     # One transaction: the switch and the finalization queue of what it un-references.
@@ -171,7 +176,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
     # unreferenced shards are queued, but finalized only once it is final.
     queued = queue_ops(ctx, unreferenced)
     if catalog.version != new_state.version:
-        pending = _pending_upgrade(ctx, leadership, catalog, replacements)
+        pending = _pending_upgrade(ctx, leadership, catalog, replacements, prepared)
         queued.append(pending_write_op(pending, -1))
     # Kept schemas live in their own nodes: written before the switch that names them, and
     # those it no longer names retired after it (catalog.environment).
@@ -222,11 +227,14 @@ def _pending_upgrade(
     leadership: Leadership,
     catalog: CatalogState,
     replacements: dict[str, str],
+    prepared: Mapping[str, ShardState],
 ) -> PendingUpgrade:
-    """What the switch from ``catalog`` records: the upgrade stays reversible until final."""
+    """What the switch from ``catalog`` records: the upgrade stays reversible until final.
+    ``prepared``: replacement shards' states known to be current (the rest are read)."""
     now = time.time()
     moved = {gid: sid for gid, sid in replacements.items() if gid in catalog.collections}
-    uppers = read_shard_states(ctx, set(moved.values())) if moved else {}
+    unknown = {sid for sid in moved.values() if sid not in prepared}
+    uppers = {**prepared, **(read_shard_states(ctx, unknown) if unknown else {})}
     since = Version.parse(catalog.version)
     replaced = {
         gid: ReplacedCollection(

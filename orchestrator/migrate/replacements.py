@@ -15,7 +15,7 @@ import structlog
 from catalog.consensus import Fence
 from catalog.environment import CatalogState
 from catalog.release import Mechanism, Plan
-from catalog.shard import Origin
+from catalog.shard import Origin, ShardState
 from orchestrator.migrate.context import PHASE_REWRITE, MigrationContext
 
 log = structlog.get_logger(__name__)
@@ -37,10 +37,12 @@ def ensure_shards(
     catalog: CatalogState | None,
     *,
     fence: Fence | None,
+    seen: dict[str, ShardState] | None = None,
 ) -> dict[str, str]:
     """The replacement shard of each of ``wanted`` keyed by this process's (version,
     generation) and made from ``catalog`` (None: an empty environment): found, or created with
-    its schema and origin and recorded in the migration shard.
+    its schema and origin and recorded in the migration shard. ``seen`` (if given) gets their
+    states as read on the way.
 
     A shard prepared from an earlier catalog (another release was promoted in between and
     replaced or evolved the collection) is not reused: its copy holds another source's rows up
@@ -53,6 +55,7 @@ def ensure_shards(
         dict(wanted),
         origins={gid: origin_in(catalog, gid) for gid in wanted},
         fence=fence,
+        seen=seen,
     )
 
 

@@ -53,6 +53,7 @@ from orchestrator.migrate.context import (
     LeaderResult,
     MigrationContext,
 )
+from orchestrator.migrate.durable import read_shard_states
 
 __all__ = ["RollbackPlan", "inverse_chain", "plan_rollback", "rollback_as_leader"]
 
@@ -66,8 +67,8 @@ def inverse_chain(release: Release, name: str, since: Version) -> list[Transform
     ``since``: one for each replacement or rewrite after ``since``, newest first; None when
     one of them declares none."""
     steps = sorted(
-        (m for m in release.migrations
-         if m.name == name and m.version > since
+        (m for m in release.migrations_of(name)
+         if m.version > since
          and m.mechanism in (Mechanism.REPLACEMENT, Mechanism.REWRITE)),
         key=lambda m: m.version,
         reverse=True,
@@ -169,8 +170,15 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
     carry: dict[str, CarryBack] = {}
     discarded: dict[str, int] = {}
     lost: list[str] = []
+    # Every state this plan looks at, in one batched read (a thousand collections are a
+    # thousand shards on each side).
+    states = read_shard_states(
+        ctx,
+        {ref.shard_id for ref in added.values()}
+        | {sid for r in pending.replaced.values() for sid in (r.from_shard, r.to_shard)},
+    )
     for ref in sorted(added.values(), key=lambda r: r.name):
-        written = _written(ctx, ctx.shard(ref.shard_id), ref.name, 0)
+        written = _written(ctx, ctx.shard(ref.shard_id), states[ref.shard_id], ref.name, 0)
         if written is None:
             continue
         updates, _upper = written
@@ -180,8 +188,8 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
             lost.append(ref.name)
     for gid, replaced in sorted(pending.replaced.items()):
         target = ctx.shard(replaced.to_shard)
-        lower = carried_to(ctx.shard(replaced.from_shard).state(), replaced)
-        written = _written(ctx, target, replaced.name, lower)
+        lower = carried_to(states[replaced.from_shard], replaced)
+        written = _written(ctx, target, states[replaced.to_shard], replaced.name, lower)
         if written is None:
             continue
         updates, upper = written
@@ -212,12 +220,12 @@ def plan_rollback(ctx: MigrationContext, pending: PendingUpgrade) -> RollbackPla
 
 
 def _written(
-    ctx: MigrationContext, shard: Shard, name: str, lower: int
+    ctx: MigrationContext, shard: Shard, state: ShardState, name: str, lower: int
 ) -> tuple[pa.Table, int] | None:
-    """What the pending upgrade wrote to ``shard`` from ``lower`` on, consolidated, and the
-    upper it was read to (None: nothing). Reading it is a long step (``carry``): its progress
-    shown, held by a throttle or a pause."""
-    state = shard.state()
+    """What the pending upgrade wrote to ``shard`` (its ``state`` as read once the old
+    leader was fenced) from ``lower`` on, consolidated, and the upper it was read to (None:
+    nothing). Reading it is a long step (``carry``): its progress shown, held by a throttle or
+    a pause."""
     if state.upper <= lower:
         return None
     from catalog.pipeline.updates import read_updates

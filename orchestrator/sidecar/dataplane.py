@@ -22,7 +22,9 @@ from catalog.environment import read_catalog
 from catalog.errors import (
     BlobUnreachableError,
     BusyError,
+    CatalogError,
     ConnectionLostError,
+    FencedError,
     IdempotencyKeyReusedError,
     LeadershipExpiredError,
     MigratingError,
@@ -113,6 +115,9 @@ class SidecarDataPlane:
         #: When this process last committed an append (wall clock; None: never), what its
         #: exit event records for the next leader's cut-over (orchestrator.sidecar.cutover).
         self.last_commit_at: float | None = None
+        # Set once this leader is fenced by a promotion: it answers reads until its
+        # successor's catalog switch (hand_over).
+        self._handing_over = False
 
     def readiness(self) -> Readiness:
         machine, connection = self._machine, self._connection
@@ -249,6 +254,39 @@ class SidecarDataPlane:
                     self._shard(consensus, blob, shard_id).keys.warm(state.writes.segments)
         except Exception as exc:  # a cold cache is slower, never wrong
             log.debug("key_logs_not_warmed", error=repr(exc))
+
+    def hand_over(self) -> bool:
+        """This leader was fenced by a promotion: it goes on answering reads, through the
+        catalog, while the catalog is at its release's version (until a successor of another
+        release switches it). Each read first syncs with ZooKeeper's leader and reads the
+        catalog (:meth:`_readable`), so it sees every append acknowledged before it, whoever
+        made it: a client that follows the leader reads without a gap. True when the catalog
+        is at this release's version now."""
+        self._handing_over = True
+        refused: CatalogError | None
+        try:
+            refused = self._readable()
+        except ConnectionLostError as exc:
+            refused = exc
+        if refused is not None:
+            log.info("not_handing_over", reason=refused.message)
+        return refused is None
+
+    def _readable(self) -> FencedError | None:
+        """During a hand-over: None while the catalog (read after a ``sync``) is at this
+        process's release, else why a read goes to the successor."""
+        consensus = self._connection.require()
+        consensus.sync()
+        found = read_catalog(consensus)
+        version = None if found is None else found[0].version
+        if version == str(self._release.version):
+            return None
+        return FencedError(
+            f"process {self._config.process_id} was fenced by a promotion, and the catalog "
+            f"is at version {version} now: read through its successor",
+            deploy_generation=self._config.deploy_generation,
+            catalog_version=version,
+        )
 
     def _await_cutover(self) -> None:
         """While this process's generation is promoted and it does not serve yet (it takes
@@ -449,6 +487,8 @@ class SidecarDataPlane:
         the old leader's last appends), and a read served meanwhile would take the CPU the
         migration needs. Past the wait, a read of an old shard this release cannot make is
         refused for a retry (MigratingError, 503)."""
+        if self._handing_over:
+            return self._read_handing_over(collection, as_of)
         self._await_cutover()
         try:
             table = self._snapshot(collection, as_of)
@@ -468,6 +508,29 @@ class SidecarDataPlane:
             raise
         self._machine.store.answered()
         return table
+
+    def _read_handing_over(self, collection: str, as_of: int | None) -> pa.Table:
+        """A read during a hand-over (:meth:`hand_over`): served through the catalog while it
+        is at this release's version, else refused as fenced, for the client to follow the
+        successor."""
+        try:
+            refused = self._readable()
+        except ConnectionLostError as exc:
+            refused = FencedError(
+                f"process {self._config.process_id} was fenced by a promotion and cannot "
+                f"read its catalog ({exc.message}): read through its successor",
+                deploy_generation=self._config.deploy_generation,
+            )
+        if refused is not None:
+            raise refused
+        try:
+            return self._snapshot(collection, as_of)
+        except MigrationRefusedError as exc:
+            raise FencedError(
+                f"process {self._config.process_id} was fenced by a promotion: read "
+                f"{collection} through its successor ({exc.message})",
+                deploy_generation=self._config.deploy_generation,
+            ) from exc
 
     def _snapshot(self, collection: str, as_of: int | None) -> pa.Table:
         builtin = self._builtin(collection)
@@ -512,7 +575,7 @@ class SidecarDataPlane:
         consensus = self._connection.require()
         blob = self._machine.blob
         check = self._machine.check
-        if self._machine.leadership is None and check is not None:
+        if self._machine.leadership is None and check is not None and not self._handing_over:
             shard_id = check.replacement_shards.get(builtin.global_id)
             if shard_id is not None:
                 return self._shard(consensus, blob, shard_id)

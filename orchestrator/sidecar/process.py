@@ -42,7 +42,7 @@ from orchestrator import election as election_mod
 from orchestrator.process_node import ProcessMode, ProcessNode
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.dataplane import SidecarDataPlane
+from orchestrator.sidecar.dataplane import CUTOVER_HOLD_SECONDS, SidecarDataPlane
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
@@ -265,13 +265,46 @@ class Sidecar:
             self._log.warning("unknown_message", message=repr(message))
 
     def _shutdown(self) -> None:
-        """Step down, let the requests being answered finish (a read streaming its rows, an
-        append settling), then deregister and disconnect; a successor can take over at once."""
+        """Step down, hand over to a successor (a leader fenced by a promotion), let the
+        requests being answered finish (a read streaming its rows, an append settling), then
+        deregister and disconnect; a successor can take over at once."""
         self.machine.stop_election()
+        if self.progress.state is State.FENCED and self.machine.journal.led:
+            self._hand_over()
         self.http.stop()
         ended = self.progress.state in (State.FENCED, State.FAILED)
         self.connection.close(deregister=not ended)
         self._log.info("stopped", state=self.progress.state.value)
+
+    def _hand_over(self) -> None:
+        """A leader fenced by a promotion answers reads until its successor serves
+        (:meth:`SidecarDataPlane.hand_over`), at most
+        :data:`~orchestrator.sidecar.dataplane.CUTOVER_HOLD_SECONDS`, the time the successor
+        holds requests for: a reader that follows the leader sees no gap. Watched, as
+        ``promote --wait`` watches; a successor that fails or is fenced ends it too."""
+        consensus = self.connection.consensus
+        if consensus is None:
+            return
+        started = time.monotonic()
+        try:
+            target = election_mod.read_promotion(consensus)
+        except CatalogError:
+            return
+        if target is None or target <= self.config.deploy_generation:
+            return
+        if not self.dataplane.hand_over():
+            return
+        try:
+            election_mod.wait_promoted(consensus, target, timeout=CUTOVER_HOLD_SECONDS)
+            outcome = "serving"
+        except CatalogError as exc:
+            outcome = exc.message
+        self._log.info(
+            "handed_over",
+            successor=target,
+            outcome=outcome,
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     def _finish(self, state: State, exc: BaseException) -> None:
         """Record why the process ends (node and event) before it exits."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadArgumentsError
+from kazoo.exceptions import BadArgumentsError, UnimplementedError
 
 from catalog.consensus import (
     MAX_VALUE_BYTES,
@@ -28,6 +29,7 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
+from catalog.multiread import PATHS_PER_REQUEST
 from catalog.retry import CasRetry
 from support.zookeeper import ZkEnv, kazoo_client
 
@@ -105,12 +107,55 @@ def test_oversized_value_is_refused_before_writing(store: Consensus) -> None:
     assert store.get("big") is None
 
 
-def test_get_many_pipelines_reads(store: Consensus) -> None:
-    """A batched read returns every key, None for missing ones."""
-    store.commit([Create(f"k{i}", str(i).encode()) for i in range(50)])
-    found = store.get_many([f"k{i}" for i in range(52)])
-    assert found["k7"] is not None and found["k7"].value == b"7"
-    assert found["k51"] is None
+def test_get_many_reads_every_key_in_few_requests(store: Consensus) -> None:
+    """A batched read returns every key in order, None for missing ones, across several
+    multiRead requests, each with its own version and times."""
+    count = 2 * PATHS_PER_REQUEST + 7
+    store.commit_chunked([Create(f"k{i}", str(i).encode()) for i in range(count)])
+    store.cas("k7", b"seven", 0)
+    store.commit([Create("empty")])
+    keys = [f"k{i}" for i in range(count + 2)] + ["empty"]
+    found = store.get_many(keys)
+    assert list(found) == keys
+    values = {k: None if v is None else v.value for k, v in found.items()}
+    assert all(values[f"k{i}"] == str(i).encode() for i in range(count) if i != 7)
+    seven = found["k7"]
+    assert seven is not None and (seven.value, seven.version) == (b"seven", 1)
+    assert seven.modified >= seven.created > 0
+    assert found[f"k{count}"] is None and found[f"k{count + 1}"] is None
+    assert found["empty"] is not None and found["empty"].value == b""
+
+
+def test_a_server_without_multi_read_is_read_key_by_key(
+    zk_env: ZkEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that answers multiRead as unimplemented (before ZooKeeper 3.6) is read with
+    pipelined reads from then on, with the same answers."""
+    client = kazoo_client(zk_env.hosts)
+    client.start(timeout=15)
+    try:
+        store = Consensus(client, zk_env.root)
+        store.ensure()
+        store.commit([Create(f"old{i}", b"v") for i in range(3)])
+        sent = client._call
+        refused = []
+
+        def old_server(request: Any, answer: Any) -> Any:
+            if request.type == 22:  # what a 3.5 server answers to multiRead
+                refused.append(request)
+                answer.set_exception(UnimplementedError())
+                return None
+            return sent(request, answer)
+
+        monkeypatch.setattr(client, "_call", old_server)
+        keys = ["old0", "old1", "old2", "none"]
+        for _ in range(2):
+            found = store.get_many(keys)
+            assert [None if f is None else f.value for f in found.values()] == [b"v"] * 3 + [None]
+        assert len(refused) == 1  # asked once, then never again
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_threads_racing_cas_lose_no_increment(zk_env: ZkEnv, store: Consensus) -> None:
