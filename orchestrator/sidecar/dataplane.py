@@ -266,7 +266,7 @@ class SidecarDataPlane:
         refused: CatalogError | None
         try:
             refused = self._readable()
-        except ConnectionLostError as exc:
+        except CatalogError as exc:  # ZooKeeper unreachable, the catalog unreadable
             refused = exc
         if refused is not None:
             log.info("not_handing_over", reason=refused.message)
@@ -515,7 +515,7 @@ class SidecarDataPlane:
         successor."""
         try:
             refused = self._readable()
-        except ConnectionLostError as exc:
+        except CatalogError as exc:  # ZooKeeper unreachable, the catalog unreadable
             refused = FencedError(
                 f"process {self._config.process_id} was fenced by a promotion and cannot "
                 f"read its catalog ({exc.message}): read through its successor",

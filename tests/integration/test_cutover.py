@@ -44,6 +44,10 @@ def cutover_line(process: SidecarProcess, wait: float = 15.0) -> dict[str, objec
 def test_promotions_and_rollbacks_in_a_row_cost_clients_no_error(
     launch: Launch, zk_env: ZkEnv
 ) -> None:
+    """Two upgrades and two rollbacks in a row, three writers and a reader following the
+    leader: no error reaches them, every acknowledged append is read back once, the old
+    leader hands its reads over until its successor serves, and the successor's ``cutover``
+    line and gauge tell the write gap."""
     never = ["--finalize-after", "never"]
     leader = launch(V1, 1, "g1", auto_promote=True, extra=never)
     leader.wait_state("serving")
@@ -64,6 +68,9 @@ def test_promotions_and_rollbacks_in_a_row_cost_clients_no_error(
         clients.stop()
         assert clients.errors == [], clients.errors
         assert leader.wait_exit() == EXIT_FENCED
+        handed = [json.loads(line) for line in leader.log_file.read_text().splitlines()
+                  if '"handed_over"' in line]  # fmt: skip
+        assert [(e["successor"], e["outcome"]) for e in handed] == [(generation, "serving")]
         assert clients.acked and clients.reads
         read = SidecarClient(urls[1]).read_rows(TABLES)
         ids = Counter(r["id"] for r in read)
