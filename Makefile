@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What the demo needs (the product and its client), not the test and dev tools.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test check packages lint typecheck docs unit integration bench soak clean zookeeper s3 \
 	spark-cluster prometheus-rule
@@ -11,9 +13,15 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./client -e '.[test,dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml client/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ./client -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m orchestrator.testing.demo
 
 # The whole suite, in parallel workers (tests/support/parallel.py): most of a test's time is
