@@ -1,0 +1,64 @@
+"""The manual's one page list (the nav) and its generated figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+
+def _hook(name: str) -> ModuleType:
+    """A hook module of the build, loaded as MkDocs loads it: from its file."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / "hooks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pages, values = _hook("pages"), _hook("values")
+
+
+def _nav() -> list[str]:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
+    return [next(iter(entry.values())) for entry in config["nav"]]
+
+
+def test_every_page_is_in_the_nav_once_and_every_nav_entry_is_a_page() -> None:
+    nav = _nav()
+    assert len(nav) == len(set(nav))
+    assert sorted(nav) == sorted(p.name for p in DOCS.glob("*.md"))
+
+
+def test_every_page_but_home_says_what_it_holds() -> None:
+    for name in _nav():
+        if name != "index.md":
+            assert pages.description(DOCS / name), name
+
+
+def test_the_readme_points_to_the_manual_and_keeps_no_page_list() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/index.md" in readme
+    assert not re.findall(r"\]\(docs/(?!index\.md)[\w-]+\.md\)", readme)
+
+
+def test_every_figure_marker_names_something() -> None:
+    markers = re.compile(r"<!-- (default|count|appends) ([^ ]+) -->")
+    found = [m for page in DOCS.glob("*.md") for m in markers.finditer(page.read_text())]
+    assert found
+    for match in found:
+        assert values._value(match.group(1), match.group(2))
+
+
+def test_a_default_is_read_from_the_code() -> None:
+    from orchestrator.sidecar.exchange import ServerLimits
+
+    assert values.default("orchestrator.sidecar.exchange:ServerLimits.workers") == (
+        ServerLimits().workers
+    )
