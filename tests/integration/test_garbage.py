@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from kazoo.client import KazooClient
 
@@ -19,6 +20,7 @@ from catalog.shard import DIFF, TS, Shard
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
+    check_read_only,
     collect_garbage,
     compact_due,
     finalize_pending,
@@ -218,3 +220,65 @@ def test_scheduled_compaction_picks_long_and_old_schema_shards_and_leaves_big_on
     assert shard.state().batch_count == 1
     assert sorted(shard.snapshot().column("id").to_pylist()) == [0, 1, 2, 3]
     assert compact_due(ctx, catalog, None, min_batches=0) == []  # turned off
+
+
+def test_a_prepared_copy_holds_its_source_since_below_its_checkpoint(env: Env) -> None:
+    """A read-only copy of a REWRITE holds the source's ``since`` below the copy's upper (its
+    checkpoint), so a restarted copy, and the delta copy at promotion, go on by time: the
+    serving leader's frontier sweep stops there, and follows the copy as it catches up. A copy
+    prepared but not started holds ``since`` where it is."""
+    v1 = Release("1.0.0", [Builtin("mz_catalog", "t", "table", "s1", SCHEMA)])
+    strings = pa.schema([pa.field("id", pa.string(), nullable=False)])
+
+    def to_strings(batch: pa.RecordBatch) -> pa.RecordBatch:
+        ids = pc.cast(batch.column("id"), pa.string())
+        return pa.RecordBatch.from_arrays([ids], schema=strings)
+
+    v2 = Release(
+        "1.1.0",
+        [Builtin("mz_catalog", "t", "table", "s1", strings)],
+        [Migration("1.1.0", "mz_catalog", "t", "table", Mechanism.REWRITE, transform=to_strings)],
+        previous=v1,
+    )
+    leader = bootstrap(env, v1)
+    found = read_catalog(leader.consensus)
+    assert found is not None
+    source = leader.shard(found[0].collections["s1"].shard_id)
+    for i in range(1, 6):
+        append(source, i)
+    green = env.ctx(v2, 2)
+    check_read_only(green)  # copies the source up to its upper: 5 rows
+    copy = leader.shard(fresh_entry(green, 2))
+    copied = copy.state().upper
+    assert copied == source.state().upper
+    for i in range(6, 9):
+        append(source, i)
+    assert advance_frontiers(leader, found[0], None) == 1
+    assert source.state().since == copied - 1  # not past what the copy read
+    check_read_only(green)  # a restart: goes on by time from its checkpoint
+    assert sorted(copy.snapshot().column("id").to_pylist()) == [str(i) for i in range(1, 9)]
+    assert advance_frontiers(leader, found[0], None) == 1
+    assert source.state().since == source.state().upper - 1 == copy.state().upper - 1
+
+    fresh = ctx_with_new_copy(env, v2, 3, leader)
+    assert fresh.shard(fresh_entry(fresh, 3)).state().upper == 0
+    append(source, 9)
+    assert advance_frontiers(leader, found[0], None) == 0  # held where it is: not started
+
+
+def ctx_with_new_copy(env: Env, release: Release, generation: int, leader: Any) -> Any:
+    """A process of ``release`` at ``generation`` whose copy is prepared but not started (its
+    replacement shard created and recorded, nothing copied)."""
+    from orchestrator.migrate.replacements import ensure_shards
+
+    found = read_catalog(leader.consensus)
+    assert found is not None
+    ctx = env.ctx(release, generation)
+    schema = release.builtins[0].schema
+    ensure_shards(ctx, {"s1": schema}, found[0], fence=None)
+    return ctx
+
+
+def fresh_entry(ctx: Any, generation: int) -> str:
+    (entry,) = [e for e in ctx.migration_shard().entries() if e.deploy_generation == generation]
+    return entry.shard_id
