@@ -34,7 +34,7 @@ test: $(STAMP) packages lint typecheck docs
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not quiet" --durations=25
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope -m quiet --durations=10
 
-# Before each commit: lint, types, import contracts and the pure-logic tests. Budget: 2 minutes.
+# Before each commit: lint, dead code, types, import contracts and the pure-logic tests. Budget: 2 minutes.
 check: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q -n 2 tests/unit
 
@@ -46,6 +46,7 @@ packages:
 lint: $(STAMP)
 	$(BIN)/ruff check catalog client orchestrator tests benchmarks docs/hooks
 	$(BIN)/lint-imports
+	$(BIN)/vulture
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
