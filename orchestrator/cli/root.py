@@ -80,7 +80,21 @@ class _Commands(click.Group):
         module = COMMAND_MODULES.get(cmd_name)
         if module is not None and cmd_name not in self.commands:
             importlib.import_module(f"{__package__}.{module}")
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            show_variables(command)
+        return command
+
+
+def show_variables(command: click.Command) -> None:
+    """``--help`` names the environment variable of each option that has one, in this
+    command and the commands under it."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.envvar:
+            param.show_envvar = True
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            show_variables(sub)
 
 
 @click.group(
@@ -88,7 +102,10 @@ class _Commands(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="catalog-upgrade", prog_name="catalog-upgrade")
-@click.option("--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL")
+@click.option(
+    "--log-level", default="INFO", show_default=True, envvar="CATALOG_UPGRADE_LOG_LEVEL",
+    show_envvar=True,
+)
 @click.option("--log-json/--no-log-json", default=None, help="JSON logs (default: when not a TTY).")
 def main(log_level: str, log_json: bool | None) -> None:
     """Safe schema upgrades of builtin catalog collections during blue-green deployments."""

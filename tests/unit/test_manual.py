@@ -62,3 +62,33 @@ def test_a_default_is_read_from_the_code() -> None:
     assert values.default("orchestrator.sidecar.exchange:ServerLimits.workers") == (
         ServerLimits().workers
     )
+
+
+def test_help_names_the_variable_of_every_option_that_has_one() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    reference = _hook("clireference")
+    runner = CliRunner()
+    checked = 0
+    for name, command in reference.commands():
+        if command.hidden:
+            continue
+        shown = " ".join(runner.invoke(main, [*name.split(), "--help"]).output.split())
+        for param in command.params:
+            if getattr(param, "envvar", None):
+                assert f"env var: {param.envvar}" in shown, (name, param.name)
+                checked += 1
+    assert checked > 50  # every command that connects has several
+
+
+def test_the_cli_page_lists_every_variable_the_product_reads() -> None:
+    reference = _hook("clireference")
+    table = reference.variables()
+    assert "CATALOG_UPGRADE_ZK`" in table and "CATALOG_UPGRADE_CONNECT_TIMEOUT" in table
+    read = set(re.findall(r"CATALOG_UPGRADE_[A-Z_]+[A-Z]", table))
+    sources = "\n".join(p.read_text() for p in (ROOT / "orchestrator").rglob("*.py"))
+    sources += "\n".join(p.read_text() for p in (ROOT / "catalog").rglob("*.py"))
+    named = set(re.findall(r'"(CATALOG_UPGRADE_[A-Z_]+[A-Z])"', sources))
+    assert named <= read, named - read
