@@ -1,6 +1,6 @@
 """The scenario file format: TOML, validated completely before anything runs.
 
-A scenario names the release history it uses and lists steps (``scenarios/README.md`` documents
+A scenario names the release history it uses and lists steps (``docs/scenarios.md`` documents
 every action and field)::
 
     name = "blue-green happy path"
