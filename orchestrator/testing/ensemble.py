@@ -15,7 +15,6 @@ from its quorum, and :meth:`ZooKeeperEnsemble.rejoin` heals it. Needs root, ``ip
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -23,6 +22,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError, ConfigurationError
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zktls import ServerTls
@@ -168,18 +168,21 @@ class ZooKeeperEnsemble:
         """Return once every member serves at the same moment, one as leader and the rest as
         followers: after a heal and a restart the members that came back first may still be
         electing or syncing when the last one answers."""
-        deadline = time.monotonic() + timeout
         modes: dict[int, str | None] = {}
-        while time.monotonic() < deadline:
-            modes = {n: self._mode_or_none(n) for n in range(1, self.size + 1)}
+
+        def look(_watch: Watch) -> bool | NotYet:
+            modes.update({n: self._mode_or_none(n) for n in range(1, self.size + 1)})
             roles = sorted(str(mode) for mode in modes.values())
-            if roles == ["follower"] * (self.size - 1) + ["leader"] or roles == ["standalone"]:
-                return
-            time.sleep(0.2)
-        raise ConfigurationError(
-            f"the ensemble {self.hosts} did not settle within {timeout:.0f}s (modes: {modes})",
-            hosts=self.hosts,
-        )
+            settled = roles == ["follower"] * (self.size - 1) + ["leader"]
+            return True if settled or roles == ["standalone"] else NOT_YET
+
+        try:
+            wait_until(look, timeout, safety=0.2)  # four-letter words: nothing to watch
+        except WaitTimeout:
+            raise ConfigurationError(
+                f"the ensemble {self.hosts} did not settle within {timeout:.0f}s (modes: {modes})",
+                hosts=self.hosts,
+            ) from None
 
     def _mode_or_none(self, number: int) -> str | None:
         try:

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import socket
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -24,6 +23,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
+from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.quorum import four_letter_word
 from orchestrator.testing.child import ChildProcess
 from orchestrator.zktls import ServerTls
@@ -260,8 +260,8 @@ class EmbeddedZooKeeper:
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Return once the server reports a mode (standalone, leader or follower)."""
         assert self._child.launched, "launch() first"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def look(_watch: Watch) -> bool | NotYet:
             if not self._child.running:
                 raise ConfigurationError(
                     f"ZooKeeper exited with code {self._child.returncode} while starting on "
@@ -269,12 +269,16 @@ class EmbeddedZooKeeper:
                     hosts=self.hosts,
                 )
             # `ruok` answers imok before the server can serve; `srvr` reports a Mode only then.
-            if "Mode:" in self.four_letter_word("srvr", timeout=0.5):
-                log.info("zookeeper_started", hosts=self.hosts, data_dir=str(self.data_dir))
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise ConfigurationError(f"ZooKeeper did not answer on {self.hosts} within {timeout:.0f}s")
+            return True if "Mode:" in self.four_letter_word("srvr", timeout=0.5) else NOT_YET
+
+        try:
+            wait_until(look, timeout, safety=0.1)  # four-letter words: nothing to watch
+        except WaitTimeout:
+            self.stop()
+            raise ConfigurationError(
+                f"ZooKeeper did not answer on {self.hosts} within {timeout:.0f}s"
+            ) from None
+        log.info("zookeeper_started", hosts=self.hosts, data_dir=str(self.data_dir))
 
     def four_letter_word(self, word: str, timeout: float = 1.0) -> str:
         """A four-letter word to this server (over TLS when it serves TLS)."""
