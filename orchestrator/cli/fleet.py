@@ -161,11 +161,11 @@ def _watch(surveyor: Any, chosen: Any, as_json: bool, interval: float) -> None:
 
 def _serve(surveyor: Any, address: str, access: dict[str, Any]) -> None:
     from orchestrator.cli.servers import serve_until_stopped
-    from orchestrator.fleet.server import FleetApi, fleet_page
+    from orchestrator.fleet.server import fleet_api, fleet_page
     from orchestrator.sidecar.server import configured_server, parse_address
 
     host, port = parse_address(address)
-    server = configured_server(FleetApi(surveyor), host, port, page=fleet_page, **access)
+    server = configured_server(fleet_api(surveyor), host, port, page=fleet_page, **access)
     scheme = "https" if access.get("http_tls_cert") else "http"
     serve_until_stopped(server, f"fleet page on {scheme}://{{address}}/")
 

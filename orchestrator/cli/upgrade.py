@@ -337,11 +337,11 @@ def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
 def _serve_status(address: str, zk: str, env: str, access: dict[str, Any]) -> None:
     from orchestrator.cli.servers import serve_until_stopped
     from orchestrator.sidecar.server import configured_server, parse_address
-    from orchestrator.sidecar.statusonly import StatusOnlyApi
+    from orchestrator.sidecar.statusonly import status_only_api
     from orchestrator.zk import open_consensus
 
     host, port = parse_address(address)
     scheme = "https" if access.get("http_tls_cert") else "http"
     with open_consensus(zk, env) as consensus:
-        server = configured_server(StatusOnlyApi(consensus), host, port, **access)
+        server = configured_server(status_only_api(consensus), host, port, **access)
         serve_until_stopped(server, f"status page of environment {env} on {scheme}://{{address}}/")

@@ -7,8 +7,9 @@ product's HTTP server (orchestrator.sidecar.server) with the same limits, tokens
     GET /healthz, /readyz
 
 A survey is shared by the requests of one second (the page polls, Prometheus scrapes). Writes
-(append, promote, finalize) are refused as from a read-only process: ``fleet finalize`` is a
-command, run by someone who means it.
+(append, promote, finalize) are refused as from a read-only process, by the one show-only API
+(:mod:`orchestrator.sidecar.showonly`): ``fleet finalize`` is a command, run by someone who
+means it.
 """
 
 from __future__ import annotations
@@ -18,30 +19,42 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-import pyarrow as pa
 from werkzeug.wrappers import Response
 
-from catalog.errors import NotLeaderError
 from orchestrator.fleet.metrics import metrics_text
 from orchestrator.fleet.page import FLEET_PAGE
 from orchestrator.fleet.report import FleetReport
 from orchestrator.fleet.surveyor import Surveyor
-from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.sidecar.showonly import ShowOnlyApi
 from orchestrator.status.web import PAGE_TYPE
 
-__all__ = ["FleetApi", "fleet_page"]
+__all__ = ["FleetShows", "fleet_api", "fleet_page"]
 
 #: Requests within this many seconds of a survey share it.
 SHARED_FOR: Final = 1.0
+#: Where to go for what ``fleet --serve`` refuses.
+ELSEWHERE: Final = {
+    "promote": "catalog-upgrade promote --env NAME",
+    "finalize": "catalog-upgrade fleet finalize",
+    "append": "through an environment's leader sidecar",
+    "read rows": "an environment's sidecar",
+    "history": "catalog-upgrade history --env NAME",
+}
 
 
 def fleet_page() -> Response:
     return Response(FLEET_PAGE, content_type=PAGE_TYPE, headers={"Cache-Control": "no-store"})
 
 
-class FleetApi:
-    """A :class:`~orchestrator.sidecar.http.SidecarApi` of the fleet ``surveyor`` reads."""
+def fleet_api(surveyor: Surveyor) -> ShowOnlyApi:
+    """The API of ``fleet --serve``: the fleet ``surveyor`` reads, shown only."""
+    return ShowOnlyApi(FleetShows(surveyor), "fleet", ELSEWHERE)
+
+
+class FleetShows:
+    """The fleet ``surveyor`` reads: its report (shared for :data:`SHARED_FOR`), its
+    readiness and its metrics."""
 
     def __init__(self, surveyor: Surveyor) -> None:
         self._surveyor = surveyor
@@ -68,36 +81,8 @@ class FleetApi:
         return self.report().to_json()
 
     def history_json(self) -> list[dict[str, Any]]:
-        raise self._refusal("history (catalog-upgrade history --env NAME)")
+        """The fleet has no one history: the API refuses it, naming ``history --env``."""
+        return []
 
     def metrics_text(self) -> bytes:
         return self._metrics()
-
-    def promote(
-        self, deploy_generation: int | None, requested_by: str | None = None
-    ) -> Mapping[str, Any]:
-        raise self._refusal("promote (catalog-upgrade promote --env NAME)")
-
-    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]:
-        raise self._refusal("finalize (catalog-upgrade fleet finalize)")
-
-    def append(
-        self,
-        collection: str,
-        body: bytes,
-        idempotency_key: str | None = None,
-        *,
-        arrow: bool = False,
-        max_rows: int = MAX_APPEND_ROWS,
-    ) -> Mapping[str, Any]:
-        raise self._refusal("append (through an environment's leader sidecar)")
-
-    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
-        raise self._refusal("read rows (an environment's sidecar)")
-
-    def refused(self, error: str) -> None:
-        """Refusals are not counted: the fleet's metrics are the fleet's."""
-
-    @staticmethod
-    def _refusal(what: str) -> NotLeaderError:
-        return NotLeaderError(f"fleet --serve only shows the fleet: {what}", state="fleet")

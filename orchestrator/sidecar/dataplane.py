@@ -58,7 +58,7 @@ from orchestrator.process_node import FINAL_STATES
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
-from orchestrator.sidecar.http import MAX_APPEND_ROWS
+from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
@@ -181,17 +181,10 @@ class SidecarDataPlane:
         )
         return answer.to_json()
 
-    def append(
-        self,
-        collection: str,
-        body: bytes,
-        idempotency_key: str | None = None,
-        *,
-        arrow: bool = False,
-        max_rows: int = MAX_APPEND_ROWS,
-    ) -> Mapping[str, Any]:
-        """Append the rows of ``body`` (JSON lines, or with ``arrow`` an Arrow IPC stream) to
-        ``collection`` exactly once; at most ``max_rows`` of them (TooManyRowsError).
+    def append(self, request: AppendRequest) -> Mapping[str, Any]:
+        """Append the rows of the request's ``body`` (JSON lines, or with ``arrow`` an Arrow
+        IPC stream) to its ``collection`` exactly once; at most ``max_rows`` of them
+        (TooManyRowsError).
 
         The append's identity is recorded in the shard's write ledger with the rows, so a lost
         answer is resolved by it. With ``idempotency_key`` the identity derives from the key
@@ -201,6 +194,9 @@ class SidecarDataPlane:
         another body is refused (IdempotencyKeyReusedError). Concurrent requests with one key
         take turns (:class:`~orchestrator.sidecar.idempotency.KeyedRequests`).
         """
+        collection, body, idempotency_key = (
+            request.collection, request.body, request.idempotency_key
+        )  # fmt: skip
         self._await_cutover()
         leadership = self._machine.appending()
         state = self._progress.state
@@ -227,10 +223,10 @@ class SidecarDataPlane:
                     store.answered()
                     return _answer(collection, shard, first, replayed=True)
             parsing = time.monotonic()
-            if arrow:
-                table = stream_to_table(body, builtin.schema, max_rows)
+            if request.arrow:
+                table = stream_to_table(body, builtin.schema, request.max_rows)
             else:
-                table = rows_to_table(body, builtin.schema, max_rows)
+                table = rows_to_table(body, builtin.schema, request.max_rows)
             self._metrics.observe_append("parse", time.monotonic() - parsing)
             return self._group(builtin).submit(Pending(identity, table))
 

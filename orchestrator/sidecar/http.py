@@ -91,6 +91,21 @@ class HttpError(CatalogError):
 Page = Callable[[], Response]
 
 
+@attrs.frozen
+class AppendRequest:
+    """One ``POST /append``: what the HTTP layer hands the data plane (one value, so the
+    API's implementations share its shape)."""
+
+    collection: str
+    body: bytes
+    #: The ``Idempotency-Key`` header, if sent.
+    idempotency_key: str | None = None
+    #: The body is an Arrow IPC stream (else JSON lines).
+    arrow: bool = False
+    #: The most rows one append may carry (``--http-max-append-rows``).
+    max_rows: int = MAX_APPEND_ROWS
+
+
 class SidecarApi(Protocol):
     """What the HTTP server needs from the sidecar; every method is safe from any thread."""
 
@@ -108,15 +123,7 @@ class SidecarApi(Protocol):
 
     def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]: ...
 
-    def append(
-        self,
-        collection: str,
-        body: bytes,
-        idempotency_key: str | None = None,
-        *,
-        arrow: bool = False,
-        max_rows: int = MAX_APPEND_ROWS,
-    ) -> Mapping[str, Any]: ...
+    def append(self, request: AppendRequest) -> Mapping[str, Any]: ...
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table: ...
 
@@ -322,7 +329,7 @@ class SidecarApp:
         key = request.headers.get(IDEMPOTENCY_HEADER)
         body = _body(request)
         arrow = _media_type(request) == ARROW_STREAM_TYPE
-        answer = self.api.append(collection, body, key, arrow=arrow, max_rows=self.max_rows)
+        answer = self.api.append(AppendRequest(collection, body, key, arrow, self.max_rows))
         response = json_response(HTTPStatus.OK, answer)
         if answer.get("replayed"):
             response.headers[REPLAYED_HEADER] = "true"

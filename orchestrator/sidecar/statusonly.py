@@ -1,10 +1,8 @@
-"""The API of ``catalog-upgrade status --serve``: the status of one environment, no process.
+"""What ``catalog-upgrade status --serve`` shows: the status of one environment, no process.
 
-It answers what a sidecar's read side answers (the live page, ``/status``, ``/history``,
-``/healthz``, ``/readyz``), through the same server (:mod:`orchestrator.sidecar.server`), so
-with the same limits, TLS and tokens. Everything that writes or needs a process (appends,
-reads of rows, promotion, finalization) is refused as from a read-only process, naming where to
-go instead.
+The live page, ``/status``, ``/history``, ``/healthz`` and ``/readyz`` of a sidecar's read side,
+read from ZooKeeper; :func:`status_only_api` serves them through the one show-only API
+(:mod:`orchestrator.sidecar.showonly`), which refuses everything else.
 """
 
 from __future__ import annotations
@@ -12,20 +10,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from catalog.consensus import Consensus
-from catalog.errors import NotLeaderError
-from orchestrator.sidecar.http import MAX_APPEND_ROWS
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.sidecar.showonly import ShowOnlyApi
 from orchestrator.status.web import history_document, status_document
 
-__all__ = ["StatusOnlyApi"]
+__all__ = ["StatusShows", "status_only_api"]
+
+#: Where to go for what ``status --serve`` refuses.
+ELSEWHERE = {
+    "promote": "catalog-upgrade promote, or a sidecar's POST /promote",
+    "finalize": "catalog-upgrade finalize",
+    "append": "through the leader's sidecar",
+    "read rows": "a sidecar's GET /read, or catalog-upgrade read",
+}
 
 
-class StatusOnlyApi:
-    """A :class:`~orchestrator.sidecar.http.SidecarApi` of the status of ``consensus``'s
-    environment."""
+def status_only_api(consensus: Consensus) -> ShowOnlyApi:
+    """The API of ``status --serve`` over ``consensus``'s environment."""
+    return ShowOnlyApi(StatusShows(consensus), "status", ELSEWHERE)
+
+
+class StatusShows:
+    """The status of ``consensus``'s environment, as a sidecar's read side shows it."""
 
     def __init__(self, consensus: Consensus) -> None:
         self._consensus = consensus
@@ -42,32 +49,3 @@ class StatusOnlyApi:
 
     def metrics_text(self) -> bytes:
         return b""
-
-    def promote(
-        self, deploy_generation: int | None, requested_by: str | None = None
-    ) -> Mapping[str, Any]:
-        raise self._refusal("promote (catalog-upgrade promote, or a sidecar's POST /promote)")
-
-    def finalize(self, expect_version: str | None, requested_by: str) -> Mapping[str, Any]:
-        raise self._refusal("finalize (catalog-upgrade finalize)")
-
-    def append(
-        self,
-        collection: str,
-        body: bytes,
-        idempotency_key: str | None = None,
-        *,
-        arrow: bool = False,
-        max_rows: int = MAX_APPEND_ROWS,
-    ) -> Mapping[str, Any]:
-        raise self._refusal("append (through the leader's sidecar)")
-
-    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
-        raise self._refusal("read rows (a sidecar's GET /read, or catalog-upgrade read)")
-
-    def refused(self, error: str) -> None:
-        """Refusals are not counted: this server has no metrics."""
-
-    @staticmethod
-    def _refusal(what: str) -> NotLeaderError:
-        return NotLeaderError(f"status --serve only shows the status: {what}", state="status")

@@ -9,6 +9,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import FencedError
+from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
 
@@ -62,29 +63,22 @@ class ScriptedApi:
         self.finalized.append((expect_version, requested_by))
         return {"already_final": expect_version == "final", "version": expect_version}
 
-    def append(
-        self,
-        collection: str,
-        body: bytes,
-        idempotency_key: str | None = None,
-        *,
-        arrow: bool = False,
-        max_rows: int = 0,
-    ) -> Mapping[str, Any]:
+    def append(self, request: AppendRequest) -> Mapping[str, Any]:
         if self.append_error is not None:
             raise self.append_error
         if self.append_errors:
             raise self.append_errors.pop(0)
-        self.formats.append((arrow, max_rows))
+        collection, body = request.collection, request.body
+        self.formats.append((request.arrow, request.max_rows))
         self.appended.append((collection, body))
-        self.keys.append(idempotency_key)
+        self.keys.append(request.idempotency_key)
         return {
             "collection": collection,
             "shard_id": "sh-scripted",
             "rows": body.count(b"\n"),
             "ts": 2,
             "upper": 3,
-            "replayed": idempotency_key == "seen",
+            "replayed": request.idempotency_key == "seen",
         }
 
     def refused(self, error: str) -> None:

@@ -9,19 +9,20 @@ from typing import Any
 import pytest
 
 from catalog.errors import NotLeaderError
-from orchestrator.fleet.server import FleetApi
-from orchestrator.sidecar.statusonly import StatusOnlyApi
+from orchestrator.fleet.server import fleet_api
+from orchestrator.sidecar.http import AppendRequest
+from orchestrator.sidecar.statusonly import status_only_api
 
 REFUSED: dict[str, Callable[[Any], Any]] = {
     "promote": lambda api: api.promote(2, "ops"),
     "finalize": lambda api: api.finalize("0.11.0", "ops"),
-    "append": lambda api: api.append("mz_tables", b'{"id": 1}\n', "key-1"),
+    "append": lambda api: api.append(AppendRequest("mz_tables", b'{"id": 1}\n', "key-1")),
     "read rows": lambda api: api.read_table("mz_tables", None),
 }
 # Neither refusal touches the collaborators: none is given.
 SERVERS = {
-    "status": StatusOnlyApi(consensus=None),  # type: ignore[arg-type]
-    "fleet": FleetApi.__new__(FleetApi),
+    "status": status_only_api(consensus=None),  # type: ignore[arg-type]
+    "fleet": fleet_api(surveyor=None),  # type: ignore[arg-type]
 }
 
 
@@ -37,4 +38,4 @@ def test_writes_and_row_reads_are_refused_naming_where_to_go(server: str, operat
 
 def test_the_fleet_refuses_the_history_that_the_status_server_serves() -> None:
     with pytest.raises(NotLeaderError, match=r"history \(catalog-upgrade history --env NAME\)"):
-        FleetApi.__new__(FleetApi).history_json()
+        fleet_api(surveyor=None).history_json()  # type: ignore[arg-type]
