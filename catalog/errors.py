@@ -171,7 +171,7 @@ class CorruptStateError(ConsensusError):
 
 
 class BlobError(CatalogError):
-    """Blob storage failed (catalog.blobfaults sorts a store's failures into the kinds below)."""
+    """Blob storage failed (catalog.blob.faults sorts a store's failures into the kinds below)."""
 
 
 class BlobUnreachableError(BlobError):

@@ -10,7 +10,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from catalog.blob import BlobStore
-from catalog.bloburi import agreed_uri
+from catalog.blob.uri import agreed_uri
 from catalog.consensus import Consensus, Fence
 from catalog.environment import read_catalog
 from catalog.errors import (

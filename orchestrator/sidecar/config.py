@@ -8,7 +8,7 @@ from pathlib import Path
 
 import attrs
 
-from catalog.bloburi import agreed_uri, check_uri, local_uri, normalize_uri
+from catalog.blob.uri import agreed_uri, check_uri, local_uri, normalize_uri
 from catalog.errors import (
     BadInputError,
 )

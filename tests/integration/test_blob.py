@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from catalog.blob import TEMP_MARKER, BlobStore
+from catalog.blob.s3 import GIVE_UP_SECONDS, STALL_TIMEOUT
 from catalog.errors import BadInputError, BlobError, BlobUnreachableError, CorruptBlobError
-from catalog.s3 import GIVE_UP_SECONDS, STALL_TIMEOUT
 
 pytestmark = pytest.mark.integration
 

@@ -15,6 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
+from catalog.blob.s3 import GIVE_UP_SECONDS
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import (
@@ -26,7 +27,6 @@ from catalog.errors import (
     BlobUnreachableError,
     CorruptBlobError,
 )
-from catalog.s3 import GIVE_UP_SECONDS
 from catalog.shard import Shard
 from orchestrator.testing.s3server import EmbeddedS3
 from support.objectstore import BUCKET, ObjectStore

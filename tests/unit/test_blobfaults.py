@@ -1,12 +1,12 @@
-"""What a blob store's failure means (catalog.blobfaults) and what a blob URI may carry
-(catalog.bloburi): pure logic, on the messages pyarrow's S3, GCS and local file systems give."""
+"""What a blob store's failure means (catalog.blob.faults) and what a blob URI may carry
+(catalog.blob.uri): pure logic, on the messages pyarrow's S3, GCS and local file systems give."""
 
 from __future__ import annotations
 
 import pytest
 
-from catalog.blobfaults import DENIED, MISSING, NO_BUCKET, OTHER, UNREACHABLE, blob_error, fault_of
-from catalog.bloburi import agreed_uri, check_uri, redacted
+from catalog.blob.faults import DENIED, MISSING, NO_BUCKET, OTHER, UNREACHABLE, blob_error, fault_of
+from catalog.blob.uri import agreed_uri, check_uri, redacted
 from catalog.errors import (
     EXIT_BAD_INPUT,
     BlobBucketMissingError,

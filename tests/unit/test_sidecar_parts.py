@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog.bloburi import agreed_uri, normalize_uri
+from catalog.blob.uri import agreed_uri, normalize_uri
 from catalog.errors import BadInputError, ConfigurationError
 from catalog_client.jsonforms import jsonable
 from orchestrator.sidecar import (

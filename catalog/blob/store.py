@@ -16,9 +16,9 @@ A blob that is missing, truncated or not valid Parquet is reported on read as
 :class:`~catalog.errors.CorruptBlobError` naming the key. Parquet files are written with page
 checksums, which are verified on read, so flipped bytes are caught too. A store that does not
 answer, refuses the credentials or lacks the bucket is never reported so: every failure goes
-through :mod:`catalog.blobfaults` (unreachable, denied, bucket missing, missing).
+through :mod:`catalog.blob.faults` (unreachable, denied, bucket missing, missing).
 
-An ``s3://BUCKET/PREFIX`` store is opened by :mod:`catalog.s3` (its endpoint from
+An ``s3://BUCKET/PREFIX`` store is opened by :mod:`catalog.blob.s3` (its endpoint from
 ``--blob-endpoint``/``CATALOG_UPGRADE_BLOB_ENDPOINT`` or the URI's query, credentials from the
 AWS chain only, a client that fails in seconds when the store does not answer).
 """
@@ -40,15 +40,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
-from catalog.blobfaults import blob_error, is_transport
-from catalog.bloburi import check_uri
+from catalog.blob.faults import blob_error, is_transport
+from catalog.blob.s3 import open_s3
+from catalog.blob.uri import check_uri
 from catalog.errors import (
     BadInputError,
     BlobBucketMissingError,
     BlobMissingError,
     CorruptBlobError,
 )
-from catalog.s3 import open_s3
 
 __all__ = ["ENDPOINT_ENV", "TEMP_MARKER", "BlobInfo", "BlobStore"]
 

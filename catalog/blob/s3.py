@@ -1,6 +1,6 @@
 """Opening an ``s3://BUCKET/PREFIX`` blob store: a client that gives up on an unanswering store
 within seconds, at the endpoint named by the caller or the URI's query, credentials from the
-standard AWS chain only (the URI never carries them: catalog.bloburi)."""
+standard AWS chain only (the URI never carries them: catalog.blob.uri)."""
 
 from __future__ import annotations
 
