@@ -44,7 +44,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.testing.followers import FollowingClients, longest_gap
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect, consensus_for
+from orchestrator.zookeeper.clients import close, connect, consensus_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Rows in the collection the reader reads.

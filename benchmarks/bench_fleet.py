@@ -46,7 +46,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.migrate import MigrationContext, check_read_only, migrate_as_leader
 from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HISTORY = Path(__file__).resolve().parents[1] / "scenarios" / "releases"

@@ -56,7 +56,7 @@ from orchestrator.migrate import (
 )
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -36,7 +36,7 @@ from orchestrator.process_node import ProcessNode
 from orchestrator.testing.examples import ROLES, release_file, roles
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect, consensus_for
+from orchestrator.zookeeper.clients import close, connect, consensus_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
 APPEND = 100_000

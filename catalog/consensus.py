@@ -281,7 +281,7 @@ class Consensus:
 
         The shared parent of every environment (``/catalog-upgrade``) is created open, so that
         a secured environment does not lock the others out; everything below gets the client's
-        default ACL (``orchestrator.zkauth``)."""
+        default ACL (``orchestrator.zookeeper.credentials``)."""
         with translated("creating paths", keys[0] if keys else ""):
             if not self.client.exists(ROOT):
                 with contextlib.suppress(NodeExistsError):

@@ -83,7 +83,7 @@ def _collection(
 ) -> Iterator[tuple[Any, Any]]:
     """The collection's shard and the engine chosen for it, while connected to ZooKeeper."""
     from catalog.pipeline import collection_shard, engine_for
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     with open_consensus(data.zk, data.env) as consensus:
         shard = collection_shard(consensus, collection, data.blob_uri)
@@ -298,7 +298,7 @@ def _compact_until_retired(
 
     from catalog.pipeline import collection_shard, engine_for
     from orchestrator.retire import RetireOutcome, compact_until_retired
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     class RowsPerSecond(ProgressColumn):
         def render(self, task: Task) -> Text:

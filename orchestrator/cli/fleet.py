@@ -46,7 +46,7 @@ def _fleet_options(func: F) -> F:
 def _surveyor(fleet_file: Path | None, zk: str, timeout: float | None, **kept: Any) -> Any:
     from orchestrator.fleet.ensembles import FleetFile
     from orchestrator.fleet.surveyor import Surveyor
-    from orchestrator.zk import default_connect_timeout
+    from orchestrator.zookeeper.clients import default_connect_timeout
 
     fleet = FleetFile.load(fleet_file) if fleet_file is not None else FleetFile.single(zk)
     return Surveyor(fleet, timeout or default_connect_timeout(), **kept)

@@ -118,7 +118,7 @@ def _apply(
     from catalog.errors import BadInputError
     from orchestrator.pace import change_pace
     from orchestrator.process_node import read_processes
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
     with open_consensus(zk, env) as consensus:

@@ -97,7 +97,7 @@ def plan_command(
 def _with_rows(report: ValidationReport, zk: str, env: str) -> ValidationReport:
     """``report`` with each data-dependent cost's rows in the environment (``--rows``)."""
     from orchestrator.drift import collection_rows
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     with open_consensus(zk, env) as consensus:
         return report.with_rows(collection_rows(consensus))

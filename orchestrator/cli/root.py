@@ -114,9 +114,9 @@ def main(log_level: str, log_json: bool | None) -> None:
 
 def _credential_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Check a credential source at once (exit 2 naming it) and make it this process's (and
-    its children's): every ZooKeeper client reads it (orchestrator.zk.new_client)."""
+    its children's): every ZooKeeper client reads it (orchestrator.zookeeper.clients.new_client)."""
     from catalog.errors import BadInputError
-    from orchestrator.zkauth import AUTH_ENV, READ_AUTH_ENV, read_credential
+    from orchestrator.zookeeper.credentials import AUTH_ENV, READ_AUTH_ENV, read_credential
 
     if not value:
         return
@@ -129,8 +129,8 @@ def _credential_option(ctx: click.Context, param: click.Parameter, value: str | 
 
 def _export(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Make a TLS file option this process's (and its children's): every ZooKeeper client
-    reads it and checks the files (orchestrator.zktls, exit 2 naming a bad one)."""
-    from orchestrator.zktls import CA_ENV, CERT_ENV, KEY_ENV
+    reads it and checks the files (orchestrator.zookeeper.tls, exit 2 naming a bad one)."""
+    from orchestrator.zookeeper.tls import CA_ENV, CERT_ENV, KEY_ENV
 
     if value:
         names = {"zk_tls_ca": CA_ENV, "zk_tls_cert": CERT_ENV, "zk_tls_key": KEY_ENV}

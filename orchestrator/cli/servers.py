@@ -64,7 +64,7 @@ def zookeeper(
     """Run a real ZooKeeper server, or an ensemble, in the foreground (from pyspark's jars)."""
     from orchestrator.testing.ensemble import ZooKeeperEnsemble
     from orchestrator.testing.zkserver import EmbeddedZooKeeper
-    from orchestrator.zktls import ServerTls
+    from orchestrator.zookeeper.tls import ServerTls
 
     if (tls_keystore is None) != (tls_truststore is None):
         raise click.UsageError("--tls-keystore and --tls-truststore go together")

@@ -64,7 +64,7 @@ def promote_command(
     import socket
 
     from orchestrator.election import promote, wait_promoted
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
     with open_consensus(zk, env) as consensus:
@@ -114,7 +114,7 @@ def finalize_command(
 
     from orchestrator.migrate import request_finalization
     from orchestrator.migrate.finalization import wait_finalized
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     who = requested_by or f"{getpass.getuser()}@{socket.gethostname()}"
     with open_consensus(zk, env) as consensus:
@@ -184,7 +184,7 @@ def status_command(
 
     from orchestrator.render.status import render_table
     from orchestrator.status import UpgradeStatus, read_status, watch_status
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     if coverage and watch:
         raise click.UsageError("--coverage reads every shard's batches: not with --watch")
@@ -257,8 +257,8 @@ def secure_command(zk: str, env: str) -> None:
     from catalog.consensus import env_root
     from catalog.errors import BadInputError
     from orchestrator.events import record_event
-    from orchestrator.zk import open_consensus
-    from orchestrator.zkauth import ZkAuth, secure_tree
+    from orchestrator.zookeeper.clients import open_consensus
+    from orchestrator.zookeeper.credentials import ZkAuth, secure_tree
 
     auth = ZkAuth.from_environment()
     if auth is None:
@@ -290,7 +290,7 @@ def history_command(as_json: bool, as_lines: bool, zk: str, env: str) -> None:
 
     from orchestrator.history import read_history
     from orchestrator.render.history import render_history
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     with open_consensus(zk, env) as consensus:
         rows = read_history(consensus)
@@ -321,7 +321,7 @@ def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
     from catalog.release import load_release
     from orchestrator.drift import check_drift
     from orchestrator.render.drift import render_drift
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     release = load_release(release_ref)
     with open_consensus(zk, env) as consensus:
@@ -338,7 +338,7 @@ def _serve_status(address: str, zk: str, env: str, access: dict[str, Any]) -> No
     from orchestrator.cli.servers import serve_until_stopped
     from orchestrator.sidecar.server import configured_server, parse_address
     from orchestrator.sidecar.statusonly import status_only_api
-    from orchestrator.zk import open_consensus
+    from orchestrator.zookeeper.clients import open_consensus
 
     host, port = parse_address(address)
     scheme = "https" if access.get("http_tls_cert") else "http"

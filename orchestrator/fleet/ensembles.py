@@ -31,9 +31,9 @@ from kazoo.client import KazooClient
 
 from catalog.errors import BadInputError
 from orchestrator.fleet.rules import Thresholds
-from orchestrator.zk import DEFAULT_SESSION_TIMEOUT, check_hosts, new_client
-from orchestrator.zkauth import ZkAuth, read_credential
-from orchestrator.zktls import ZkTls
+from orchestrator.zookeeper.clients import DEFAULT_SESSION_TIMEOUT, check_hosts, new_client
+from orchestrator.zookeeper.credentials import ZkAuth, read_credential
+from orchestrator.zookeeper.tls import ZkTls
 
 _ENSEMBLE_KEYS: Final = frozenset(
     {"name", "zk", "auth", "read_auth", "tls_ca", "tls_cert", "tls_key"}

@@ -24,7 +24,7 @@ from catalog.errors import EXIT_OK, EXIT_UNEXPECTED, BadInputError, CatalogError
 from orchestrator.fleet.ensembles import Ensemble
 from orchestrator.fleet.report import FleetEntry, FleetReport
 from orchestrator.migrate import request_finalization
-from orchestrator.zk import close, consensus_for
+from orchestrator.zookeeper.clients import close, consensus_for
 
 __all__ = ["FinalizeOutcome", "check_version", "finalize_all", "finalize_targets"]
 

@@ -45,7 +45,7 @@ from orchestrator.fleet.model import EnvironmentRow, GreenGeneration, LeaderView
 from orchestrator.history import UpgradeRecord
 from orchestrator.process_node import ProcessNode, decode_processes
 from orchestrator.status.read import HEAD_KEYS, Heads, Readable, process_warnings
-from orchestrator.zk import close, why_unreachable
+from orchestrator.zookeeper.clients import close, why_unreachable
 
 __all__ = ["EnsembleSurvey", "survey"]
 

@@ -20,7 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from orchestrator.fleet.ensembles import Ensemble, FleetFile
 from orchestrator.fleet.read import EnsembleSurvey, survey
 from orchestrator.fleet.report import EVERYTHING, FleetFilter, FleetReport
-from orchestrator.zk import close
+from orchestrator.zookeeper.clients import close
 
 log = structlog.get_logger(__name__)
 

@@ -47,7 +47,7 @@ from orchestrator.scenario.sidecars import Sidecars
 from orchestrator.scenario.target import ZooKeeperTarget
 from orchestrator.scenario.workload import Workload, leaders_of
 from orchestrator.testing.harness import SidecarProcess
-from orchestrator.zk import reconnect_retry
+from orchestrator.zookeeper.clients import reconnect_retry
 
 
 @attrs.define

@@ -23,7 +23,7 @@ from orchestrator.process_node import process_key
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.states import Stopping
-from orchestrator.zk import close, new_client
+from orchestrator.zookeeper.clients import close, new_client
 
 
 class SidecarConnection:
@@ -67,9 +67,10 @@ class SidecarConnection:
     def connect(self, stopping: threading.Event) -> KazooClient:
         """Connect, waiting until ZooKeeper answers or ``stopping`` is set (Stopping).
 
-        kazoo's own connection retry (:func:`orchestrator.zk.reconnect_retry`) does the backoff;
-        this only waits for the first CONNECTED, staying responsive to SIGTERM, and says every
-        so often that the hosts do not answer.
+        kazoo's own connection retry
+        (:func:`orchestrator.zookeeper.clients.reconnect_retry`) does the backoff; this only
+        waits for the first CONNECTED, staying responsive to SIGTERM, and says every so often
+        that the hosts do not answer.
         """
         config = self._config
         client = new_client(config.zk, session_timeout=config.session_timeout)

@@ -48,7 +48,7 @@ from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.server import configured_server
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
-from orchestrator.zk import consensus_for
+from orchestrator.zookeeper.clients import consensus_for
 
 log = structlog.get_logger(__name__)
 

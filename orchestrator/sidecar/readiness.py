@@ -9,7 +9,7 @@ from catalog.pipeline.pacing import StepProgress
 from orchestrator.process_node import READY_STATES
 from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.states import State
-from orchestrator.zk import why_unreachable
+from orchestrator.zookeeper.clients import why_unreachable
 
 
 def _ready_in(step: StepProgress | None) -> str:

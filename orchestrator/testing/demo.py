@@ -42,7 +42,7 @@ from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
 from orchestrator.testing.harness import SidecarExited, SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 
 ENV = "demo"
 DEFAULT_RELEASES = Path(__file__).resolve().parents[2] / "scenarios" / "releases"

@@ -25,7 +25,7 @@ from catalog.errors import BadInputError, ConfigurationError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
-from orchestrator.zktls import ServerTls
+from orchestrator.zookeeper.tls import ServerTls
 
 __all__ = ["ZooKeeperEnsemble"]
 

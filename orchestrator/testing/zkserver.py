@@ -24,9 +24,9 @@ import structlog
 
 from catalog.errors import ConfigurationError
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
-from orchestrator.quorum import four_letter_word
 from orchestrator.testing.child import ChildProcess
-from orchestrator.zktls import ServerTls
+from orchestrator.zookeeper.quorum import four_letter_word
+from orchestrator.zookeeper.tls import ServerTls
 
 if TYPE_CHECKING:
     from orchestrator.testing.netns import Namespace
@@ -132,7 +132,7 @@ class EmbeddedZooKeeper:
     peer_hosts: tuple[str, ...] = ()
     # The network namespace it runs in (orchestrator.testing.netns), where a cut isolates it.
     netns: Namespace | None = None
-    # Clients connect with TLS only (orchestrator.zktls), on ``port``.
+    # Clients connect with TLS only (orchestrator.zookeeper.tls), on ``port``.
     tls: ServerTls | None = None
     # Extra JVM system properties, e.g. ``-Djute.maxbuffer=100000`` (tests of small limits).
     jvm_options: tuple[str, ...] = ()

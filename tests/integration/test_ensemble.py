@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_FENCED
 from orchestrator.testing.ensemble import ZooKeeperEnsemble
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 from support.sidecars import SidecarProcess, cli, json_lines, sidecars
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.quiet]

@@ -37,7 +37,7 @@ from catalog_client import SidecarClient
 from orchestrator.election import promote
 from orchestrator.testing import harness
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
-from orchestrator.zkauth import Credential, ZkAuth, secure_tree
+from orchestrator.zookeeper.credentials import Credential, ZkAuth, secure_tree
 from support.browser import HeadlessChromium
 from support.migrations import Env, bootstrap, upgrade
 from support.sidecars import RELEASES, cli, release_file

@@ -164,7 +164,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.pipeline import SparkConfig, copy_transformed
 from catalog.shard import Shard
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 
 NEW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("label", pa.string())])
 

@@ -25,7 +25,7 @@ from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import BatchRef, body_key, change_ops, read_states, shard_key
 from orchestrator.migrate import check_read_only, migrate_as_leader
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, connect
+from orchestrator.zookeeper.clients import close, connect
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
 

@@ -1,4 +1,5 @@
-"""A secured environment on a real ZooKeeper: digest credentials and ACLs (orchestrator.zkauth).
+"""A secured environment on a real ZooKeeper: digest credentials and ACLs
+(orchestrator.zookeeper.credentials).
 
 A sidecar started with ``--zk-auth`` creates every node readable and writable by its
 credential only (plus reads for ``--zk-read-auth``): a plain client can neither read nor write
@@ -18,8 +19,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from catalog.consensus import env_root
-from orchestrator.zk import close, connect, new_client
-from orchestrator.zkauth import Credential, ZkAuth
+from orchestrator.zookeeper.clients import close, connect, new_client
+from orchestrator.zookeeper.credentials import Credential, ZkAuth
 from support.sidecars import SidecarProcess, cli, sidecars
 from support.zookeeper import ZkEnv
 

@@ -1,4 +1,4 @@
-"""TLS to a real ZooKeeper (orchestrator.zktls): the embedded server serves clients over TLS
+"""TLS to a real ZooKeeper (orchestrator.zookeeper.tls): the embedded server serves clients over TLS
 only, with certificates the test's own CA issues; the CLI and a sidecar connect with
 --zk-tls-ca/--zk-tls-cert/--zk-tls-key; a client that does not trust the server's CA, or speaks
 plain TCP, is refused; bad certificate files exit 2 naming the file."""
@@ -13,8 +13,8 @@ import pytest
 
 from catalog_client import SidecarClient
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import close, new_client
-from orchestrator.zktls import ServerTls, ZkTls
+from orchestrator.zookeeper.clients import close, new_client
+from orchestrator.zookeeper.tls import ServerTls, ZkTls
 from support.pki import CertificateAuthority, Identity
 from support.sidecars import SidecarProcess, cli, release_file, sidecars
 

@@ -13,8 +13,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from catalog.errors import ConfigurationError
-from orchestrator.quorum import four_letter_word
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, find_java, free_port
+from orchestrator.zookeeper.quorum import four_letter_word
 from support.zookeeper import (
     ENV_VAR,
     ZkEnv,

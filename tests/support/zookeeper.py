@@ -25,7 +25,7 @@ from kazoo.client import KazooClient
 from catalog.consensus import Consensus
 from catalog.environment import CONTAINER_KEYS
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
-from orchestrator.zk import reconnect_retry
+from orchestrator.zookeeper.clients import reconnect_retry
 
 ENV_VAR = "CATALOG_UPGRADE_TEST_ZK"
 DOCKER_IMAGE = "zookeeper:3.9"
@@ -56,8 +56,8 @@ class ZkEnv:
 
 def kazoo_client(hosts: str, *, timeout: float = 10.0, **options: Any) -> KazooClient:
     """An unstarted test client of ``hosts`` with a ``timeout`` s session, reconnecting as the
-    sidecars do (orchestrator.zk.reconnect_retry): kazoo's default backs off to an hour, so
-    after an outage of a few seconds its next attempt could be half a minute away."""
+    sidecars do (orchestrator.zookeeper.clients.reconnect_retry): kazoo's default backs off to
+    an hour, so after an outage of a few seconds its next attempt could be half a minute away."""
     return KazooClient(
         hosts=hosts, timeout=timeout, connection_retry=reconnect_retry(timeout), **options
     )

@@ -17,7 +17,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from catalog.budget import JUTE_MAXBUFFER_ENV
 from orchestrator.cli import main
 from orchestrator.sidecar.http import ROUTES
-from orchestrator.zk import CONNECT_TIMEOUT_VAR
+from orchestrator.zookeeper.clients import CONNECT_TIMEOUT_VAR
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 # Variables the code reads itself, not through a click option.

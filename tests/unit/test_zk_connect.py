@@ -1,4 +1,5 @@
-"""orchestrator.zk: connection errors name the hosts and map onto the documented exit codes."""
+"""orchestrator.zookeeper.clients: connection errors name the hosts and map onto the
+documented exit codes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from catalog.consensus import env_root
 from catalog.errors import EXIT_BAD_INPUT, EXIT_UNEXPECTED, BadInputError, ConnectionLostError
 from orchestrator.cli import main
-from orchestrator.zk import close, connect, new_client, open_consensus
+from orchestrator.zookeeper.clients import close, connect, new_client, open_consensus
 
 
 def closed_port() -> str:

@@ -25,9 +25,9 @@ from kazoo.retry import KazooRetry
 from catalog.consensus import Consensus, env_root
 from catalog.errors import BadInputError, ConnectionLostError
 from orchestrator.failpoints import CrashFailpoint, LostAnswerFailpoint
-from orchestrator.quorum import describe_quorum, probe_servers
-from orchestrator.zkauth import ZkAuth
-from orchestrator.zktls import ZkTls
+from orchestrator.zookeeper.credentials import ZkAuth
+from orchestrator.zookeeper.quorum import describe_quorum, probe_servers
+from orchestrator.zookeeper.tls import ZkTls
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0
@@ -68,9 +68,10 @@ def new_client(
 ) -> KazooClient:
     """An unstarted client for ``zk``; BadInputError (exit 2) for a malformed string.
 
-    With credentials (``auth``, else ``CATALOG_UPGRADE_ZK_AUTH``: orchestrator.zkauth) the client
-    authenticates and creates every node with the secured environment's ACL; with TLS
-    (``tls``, else ``CATALOG_UPGRADE_ZK_TLS_*``: orchestrator.zktls) it connects over TLS.
+    With credentials (``auth``, else ``CATALOG_UPGRADE_ZK_AUTH``:
+    orchestrator.zookeeper.credentials) the client authenticates and creates every node with
+    the secured environment's ACL; with TLS (``tls``, else ``CATALOG_UPGRADE_ZK_TLS_*``:
+    orchestrator.zookeeper.tls) it connects over TLS.
     """
     if not zk or not zk.strip():
         raise BadInputError("empty ZooKeeper connection string: pass --zk HOST:PORT", zk=zk)
@@ -164,8 +165,8 @@ def connect(
 
 
 def why_unreachable(zk: str, timeout: float = 1.0) -> str:
-    """What each server of ``zk`` says about itself (orchestrator.quorum): "no quorum: 1 of 3
-    server(s) running, none serving (...)"; '' when the string names no server."""
+    """What each server of ``zk`` says about itself (orchestrator.zookeeper.quorum): "no
+    quorum: 1 of 3 server(s) running, none serving (...)"; '' when the string names no server."""
     tls = ZkTls.from_environment()
     probes = probe_servers(zk, timeout=timeout, context=tls.context() if tls else None)
     return describe_quorum(probes)
