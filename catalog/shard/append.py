@@ -42,11 +42,11 @@ from catalog.errors import (
     WriteOutcomeUnknownError,
 )
 from catalog.retry import CasRetry
-from catalog.shard.access import ShardAccess
 from catalog.shard.expansion import written_as
 from catalog.shard.ledger import Carry, WriteMark, record
 from catalog.shard.listing import BatchListing
 from catalog.shard.ops import finalized_error
+from catalog.shard.shard_access import ShardAccess
 from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error
 from catalog.shard.updates import checked_batch, time_bounds
 

@@ -24,8 +24,8 @@ from catalog.errors import (
 )
 from catalog.schema.restore import fill_hidden_nulls
 from catalog.shard import read
-from catalog.shard.access import ShardAccess
 from catalog.shard.ops import finalized_error
+from catalog.shard.shard_access import ShardAccess
 from catalog.shard.state import (
     BatchRef,
     CompactionResult,

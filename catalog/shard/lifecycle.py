@@ -24,9 +24,9 @@ from catalog.errors import (
     ConnectionLostError,
     ShardError,
 )
-from catalog.shard.access import ShardAccess
 from catalog.shard.listing import blob_prefix
 from catalog.shard.ops import finalized_error
+from catalog.shard.shard_access import ShardAccess
 from catalog.shard.state import (
     GC_GRACE_SECONDS,
     LEASE_PREFIX,

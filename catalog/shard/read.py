@@ -31,8 +31,8 @@ from catalog.schema import (
 )
 from catalog.schema.restore import restore_table
 from catalog.schema.walk import as_data_type
-from catalog.shard.access import ShardAccess
 from catalog.shard.ops import finalized_error
+from catalog.shard.shard_access import ShardAccess
 from catalog.shard.state import (
     READ_ATTEMPTS,
     BatchRef,

@@ -141,7 +141,7 @@ def read_command(
 
     from catalog.errors import BadInputError
     from catalog.shard import TS
-    from orchestrator.sidecar.rows import json_lines
+    from orchestrator.sidecar.ndjson import json_lines
 
     arrow = output_format == "arrow"
     if arrow and output is None:
@@ -202,7 +202,7 @@ def read_command(
     else:
         limited = f" (--limit {limit})" if limit is not None else ""
         shown = f"{table.num_rows} rows{limited} (engine {chosen.name})"
-    from orchestrator.render.rows import render_rows
+    from orchestrator.render.row_table import render_rows
 
     title = f"{collection} as of {time_read if time_read is not None else '-'}"
     Console().print(render_rows(table, title, shown))

@@ -21,6 +21,7 @@ A scenario passes only if every step held and no process exited without a step e
 from __future__ import annotations
 
 from orchestrator.scenario.files import load_all, run_files, run_scenario
+from orchestrator.scenario.multisets import compare, row_multiset
 from orchestrator.scenario.results import (
     FAULT_ACTIONS,
     AppendRecord,
@@ -28,7 +29,6 @@ from orchestrator.scenario.results import (
     StepFailed,
     StepResult,
 )
-from orchestrator.scenario.rows import compare, row_multiset
 from orchestrator.scenario.runner import ScenarioRun
 from orchestrator.scenario.target import ZooKeeperTarget
 

@@ -34,11 +34,11 @@ from orchestrator.scenario.format.steps import (
     ThrottleStep,
     WaitStep,
 )
+from orchestrator.scenario.multisets import compare, json_default, row_multiset
 from orchestrator.scenario.results import (
     AppendRecord,
     StepFailed,
 )
-from orchestrator.scenario.rows import compare, json_default, row_multiset
 from orchestrator.testing.forkserver import fork_server
 from orchestrator.testing.harness import child_environment
 

@@ -32,8 +32,8 @@ from orchestrator.sidecar.config import (
     default_process_id,
     resolve_blob_uri,
 )
+from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.process import Sidecar, run_sidecar
-from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import State
 
 __all__ = [

@@ -39,7 +39,7 @@ class SidecarConfig:
     # Where to write the address the server bound once it serves (port 0: the kernel's).
     http_address_file: str | None = None
     # POST /promote and /append need the token in this file, and reads need it or the read
-    # token (orchestrator.sidecar.access); without one, only a loopback listener is allowed
+    # token (orchestrator.sidecar.authorization); without one, only a loopback listener is allowed
     # unless http_insecure.
     http_token_file: str | None = None
     http_read_token_file: str | None = None

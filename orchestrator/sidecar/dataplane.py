@@ -63,10 +63,10 @@ from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar_readiness
-from orchestrator.sidecar.rows import rows_to_table
 from orchestrator.sidecar.states import Promote, State
 from orchestrator.status.web import history_document, status_document
 

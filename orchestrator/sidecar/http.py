@@ -47,14 +47,14 @@ from catalog.errors import (
     CatalogError,
 )
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
-from orchestrator.sidecar.access import AccessPolicy
+from orchestrator.sidecar.authorization import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.ipc import stream_chunks
 from orchestrator.sidecar.jsonvalues import loads
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.sidecar.ndjson import json_lines
 from orchestrator.sidecar.readiness import Readiness
 from orchestrator.sidecar.refusals import body_of, refusal_named, refusal_of
-from orchestrator.sidecar.rows import json_lines
 from orchestrator.status.web import page_response
 
 log = structlog.get_logger(__name__)

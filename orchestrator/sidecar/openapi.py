@@ -15,7 +15,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
-from orchestrator.sidecar.access import OPEN, ROLES
+from orchestrator.sidecar.authorization import OPEN, ROLES
 from orchestrator.sidecar.http import POST_TYPES, REPLAYED_HEADER, ROUTES
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.refusals import ERRORS, HTTP

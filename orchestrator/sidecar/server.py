@@ -24,7 +24,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError, ConfigurationError
-from orchestrator.sidecar.access import AccessPolicy
+from orchestrator.sidecar.authorization import AccessPolicy
 from orchestrator.sidecar.exchange import Exchange, ServerLimits, call_app, refusal
 from orchestrator.sidecar.http import Page, SidecarApi, SidecarApp
 from orchestrator.sidecar.openapi import openapi_document

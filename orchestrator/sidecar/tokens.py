@@ -1,4 +1,5 @@
-"""Bearer tokens of the sidecar's HTTP credentials (the roles are orchestrator.sidecar.access).
+"""Bearer tokens of the sidecar's HTTP credentials (the roles are in
+orchestrator.sidecar.authorization).
 
 A token lives in a file (``--http-token-file``, ``--http-read-token-file``): one token of at
 least 16 printable ASCII characters. A :class:`TokenFile` reads it again whenever the file

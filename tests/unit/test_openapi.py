@@ -6,7 +6,7 @@ from __future__ import annotations
 from openapi_spec_validator import validate
 
 from catalog_client import SidecarClient
-from orchestrator.sidecar.access import OPEN, ROLES
+from orchestrator.sidecar.authorization import OPEN, ROLES
 from orchestrator.sidecar.http import ROUTES
 from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document
 from orchestrator.sidecar.refusals import ERRORS

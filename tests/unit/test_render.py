@@ -8,7 +8,7 @@ from rich.console import Console, RenderableType
 
 from orchestrator.drift import CollectionRow, Drift, DriftReport
 from orchestrator.render.drift import render_drift
-from orchestrator.render.rows import render_rows
+from orchestrator.render.row_table import render_rows
 
 #: Text that rich would read as markup: a closing tag with nothing to close raises.
 MARKUP = "[/oops] [bold]x"

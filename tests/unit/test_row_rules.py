@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.release import load_release_dir
-from orchestrator.scenario.invariants.rows import RowRules
+from orchestrator.scenario.invariants.acknowledged import RowRules
 from orchestrator.scenario.invariants.view import TrackedRows
 
 RELEASES = load_release_dir(Path(__file__).resolve().parents[2] / "scenarios" / "releases")

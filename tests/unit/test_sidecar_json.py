@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.errors import BadInputError, TooManyRowsError
-from orchestrator.sidecar import rows as rows_module
+from orchestrator.sidecar import ndjson as rows_module
 from orchestrator.sidecar.jsonvalues import writable
-from orchestrator.sidecar.rows import json_lines, rows_to_table
+from orchestrator.sidecar.ndjson import json_lines, rows_to_table
 
 SCHEMA = pa.schema(
     [

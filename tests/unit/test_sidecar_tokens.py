@@ -11,7 +11,7 @@ import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
 from catalog_client import SidecarClient
-from orchestrator.sidecar.access import AccessPolicy
+from orchestrator.sidecar.authorization import AccessPolicy
 from orchestrator.sidecar.server import SidecarHttpServer
 from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
 from support.api import ScriptedApi

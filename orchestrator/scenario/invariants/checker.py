@@ -17,8 +17,8 @@ from catalog.environment import (
 )
 from catalog.release import Release
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_children
+from orchestrator.scenario.invariants.acknowledged import RowRules
 from orchestrator.scenario.invariants.durable import DurableRules
-from orchestrator.scenario.invariants.rows import RowRules
 from orchestrator.scenario.invariants.view import (
     INVARIANTS,
     DurableView,

@@ -27,8 +27,8 @@ prefix: the command that reproduces it and its steps as a scenario file."""
 
 from __future__ import annotations
 
-from orchestrator.scenario.simulate.rows import appendable_collections
 from orchestrator.scenario.simulate.run import simulate
+from orchestrator.scenario.simulate.traced_rows import appendable_collections
 from orchestrator.scenario.simulate.values import (
     FAULT_KINDS,
     SimulationConfig,

@@ -14,7 +14,7 @@ from catalog.release import Version
 from orchestrator.process_node import ProcessState
 from orchestrator.scenario import StepFailed
 from orchestrator.scenario.simulate.moves import UpgradeMoves
-from orchestrator.scenario.simulate.rows import discarded_by_rollback, make_rows
+from orchestrator.scenario.simulate.traced_rows import discarded_by_rollback, make_rows
 from orchestrator.scenario.simulate.values import Member, WalkFailed
 from orchestrator.scenario.simulate.walk_core import WalkModel
 

@@ -9,7 +9,7 @@ import attrs
 
 from catalog.release import Version
 from orchestrator.scenario import StepFailed
-from orchestrator.scenario.simulate.rows import make_rows
+from orchestrator.scenario.simulate.traced_rows import make_rows
 from orchestrator.scenario.simulate.walk_core import WalkModel
 
 

@@ -21,7 +21,7 @@ from orchestrator.scenario import StepFailed, ZooKeeperTarget
 from orchestrator.scenario.acting import acting_run
 from orchestrator.scenario.format import ReleaseIndex
 from orchestrator.scenario.invariants import Violation, describe
-from orchestrator.scenario.simulate.rows import appendable_collections
+from orchestrator.scenario.simulate.traced_rows import appendable_collections
 from orchestrator.scenario.simulate.values import (
     READ_ONLY_KINDS,
     SimulationConfig,
