@@ -1,8 +1,9 @@
 """MkDocs hook: the home page's list of pages, written from the nav.
 
-The nav in ``mkdocs.yml`` is the one page list. Each page says what it holds in its front
-matter (``description:``); the home page's ``<!-- pages -->`` becomes the nav's pages, in order,
-each with its description. A page without one fails the build.
+The nav in ``mkdocs.yml`` is the one page list, in sections by reader (what it is, integrate,
+operate, contribute). Each page says what it holds in its front matter (``description:``); the
+home page's ``<!-- pages -->`` becomes the nav's sections and pages, in order, each with its
+description. A page without one fails the build.
 """
 
 from __future__ import annotations
@@ -21,13 +22,18 @@ def on_page_markdown(markdown: str, config: Any, **_: Any) -> str:
 
 
 def page_list(nav: list[Any]) -> str:
-    lines = []
+    """The nav's pages, each section (a path for one kind of reader) under its heading."""
+    lines: list[str] = []
     for entry in nav:
-        ((title, path),) = entry.items()
-        if path == "index.md":
-            continue
-        lines.append(f"- [{title}]({path}): {description(DOCS / path)}")
-    return "\n".join(lines)
+        ((title, value),) = entry.items()
+        if isinstance(value, list):
+            lines += ["", f"## {title}", ""]
+            for page in value:
+                ((name, path),) = page.items()
+                lines.append(f"- [{name}]({path}): {description(DOCS / path)}")
+        elif value != "index.md":
+            lines.append(f"- [{title}]({value}): {description(DOCS / value)}")
+    return "\n".join(lines).strip()
 
 
 def description(path: Path) -> str:

@@ -26,14 +26,34 @@ pages, values = _hook("pages"), _hook("values")
 
 
 def _nav() -> list[str]:
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
-    return [next(iter(entry.values())) for entry in config["nav"]]
+    """The nav's pages, sections flattened."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+    pages_: list[str] = []
+    for entry in config["nav"]:
+        value = next(iter(entry.values()))
+        pages_ += [next(iter(p.values())) for p in value] if isinstance(value, list) else [value]
+    return pages_
+
+
+class _Loader(yaml.SafeLoader):
+    """mkdocs.yml's tags (a Python name for the Mermaid fence) read as plain strings."""
+
+
+_Loader.add_multi_constructor(
+    "tag:yaml.org,2002:python/", lambda loader, suffix, node: loader.construct_scalar(node)
+)
 
 
 def test_every_page_is_in_the_nav_once_and_every_nav_entry_is_a_page() -> None:
     nav = _nav()
     assert len(nav) == len(set(nav))
     assert sorted(nav) == sorted(p.name for p in DOCS.glob("*.md"))
+
+
+def test_the_nav_has_a_path_per_reader() -> None:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+    sections = [next(iter(e)) for e in config["nav"] if isinstance(next(iter(e.values())), list)]
+    assert sections == ["What it is", "Integrate", "Operate", "Contribute"]
 
 
 def test_every_page_but_home_says_what_it_holds() -> None:
