@@ -8,10 +8,12 @@ the page is typed by hand, so a figure cannot drift from what a script wrote.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 MARKER = "<!-- benchmark figures -->"
+VERDICTS = "<!-- benchmark verdicts -->"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
@@ -23,6 +25,8 @@ CUTOVER_FIGURES = "<!-- cutover figures -->"
 def on_page_markdown(markdown: str, **_: Any) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, figures(RESULTS))
+    if VERDICTS in markdown:
+        markdown = markdown.replace(VERDICTS, verdicts())
     if CUTOVER_TIMELINE in markdown or CUTOVER_FIGURES in markdown:
         run = _latest(RESULTS / "cutover.json")
         markdown = markdown.replace(CUTOVER_TIMELINE, cutover_timeline(run))
@@ -36,6 +40,41 @@ def _latest(path: Path) -> dict[str, Any] | None:
         return None
     runs = json.loads(path.read_text())
     return runs[list(runs)[-1]] if runs else None
+
+
+def verdicts() -> str:
+    """Each target of ``benchmarks/targets.py`` with the figure last measured and its verdict."""
+    targets = _targets()
+    lines = ["| figure | target | measured | verdict |", "| --- | ---: | ---: | --- |"]
+    for target in targets.TARGETS:
+        value = target.measured(RESULTS)
+        sign = "<=" if target.at_most else ">="
+        shown = "not run" if value is None else f"{_number(value)} {target.unit}"
+        verdict = "" if value is None else ("met" if target.met(value) else "**missed**")
+        lines.append(
+            f"| {target.name} (`{target.results}`) | {sign} {_number(target.bound)} "
+            f"{target.unit} | {shown} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def _targets() -> Any:
+    """``benchmarks/targets.py``, loaded from its file as the build loads its hooks."""
+    import importlib.util
+
+    path = RESULTS.parent / "targets.py"
+    spec = importlib.util.spec_from_file_location("benchmark_targets", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # attrs resolves the module of its classes
+    spec.loader.exec_module(module)
+    return module
+
+
+def _number(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
 
 
 def cutover_timeline(run: dict[str, Any] | None) -> str:
