@@ -98,7 +98,7 @@ class MultiReader:
         return self._pipelined(paths)
 
     def _multi(self, paths: Sequence[str]) -> list[Found]:
-        chroot = self._client.chroot or ""
+        chroot = (self._client.chroot or "").rstrip("/")
         pending = []
         for start in range(0, len(paths), PATHS_PER_REQUEST):
             chunk = tuple(chroot + p for p in paths[start : start + PATHS_PER_REQUEST])

@@ -126,6 +126,28 @@ def test_get_many_reads_every_key_in_few_requests(store: Consensus) -> None:
     assert found["empty"] is not None and found["empty"].value == b""
 
 
+def test_a_batched_read_under_a_chroot_reads_the_chrooted_nodes(zk_env: ZkEnv) -> None:
+    """A client whose connection string names a chroot (``HOST:PORT/PATH``) reads the nodes
+    under it, in one multiRead as in pipelined reads."""
+    outside = kazoo_client(zk_env.hosts)
+    outside.start(timeout=15)
+    outside.ensure_path("/chrooted")
+    client = kazoo_client(f"{zk_env.hosts}/chrooted")
+    client.start(timeout=15)
+    try:
+        store = Consensus(client, zk_env.root)
+        store.ensure()
+        store.commit([Create("inside", b"v")])
+        assert outside.get(f"/chrooted{zk_env.root}/inside")[0] == b"v"
+        found = store.get_many(["inside", "absent"])
+        assert found["inside"] is not None and found["inside"].value == b"v"
+        assert found["absent"] is None
+    finally:
+        for each in (client, outside):
+            each.stop()
+            each.close()
+
+
 def test_a_server_without_multi_read_is_read_key_by_key(
     zk_env: ZkEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
