@@ -10,7 +10,8 @@ leader). Measured per promotion:
 
 * ``write_gap_ms``: the longest stretch with no append acknowledged, across the writers;
 * ``read_gap_ms``: the longest stretch with no read answered; ``read_wait_ms``: the longest a
-  read took (a read is whole: its own time is in the gap);
+  read took (a read is whole: its own time is in the gap); ``read_before_ms``: the longest a
+  read took in the second before, with no promotion (what a read costs under this load);
 * ``leader_write_gap_ms`` and ``timeline``: the new leader's own account, from its ``cutover``
   log line (``catalog_upgrade_cutover_seconds``): from the old leader's last commit to its
   first, and each mark of the promotion in seconds after the target was written;
@@ -173,7 +174,7 @@ def run_pair(
                 [f"http://{leader.http}", f"http://{green.http}"], pair.collection,
                 pair.read_collection, pair.row, writers=writers, first=first,
             ).start()  # fmt: skip
-            time.sleep(1.0)  # the clients settle on the serving leader
+            time.sleep(2.0)  # the clients settle on the serving leader
             began = time.monotonic()
             promote(consensus, generation, requested_by="bench_cutover")
             wait_promoted(consensus, generation, timeout=300)
@@ -195,6 +196,9 @@ def run_pair(
                 "read_gap_ms": gap_ms([answered for _, answered in clients.reads], *window),
                 "read_wait_ms": round(1000 * max(
                     (b - a for a, b in clients.reads if b >= window[0]), default=0.0), 1),
+                "read_before_ms": round(1000 * max(
+                    (b - a for a, b in clients.reads if window[0] - 1.0 <= b < window[0]),
+                    default=0.0), 1),
                 "promote_ms": round(1000 * (promoted - began), 1),
                 "appends": len(clients.acked),
                 "reads": len(clients.reads),
@@ -225,7 +229,7 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             figures: dict[str, Any] = {}
             for field in ("write_gap_ms", "leader_write_gap_ms", "read_gap_ms",
-                          "read_wait_ms", "promote_ms"):  # fmt: skip
+                          "read_wait_ms", "read_before_ms", "promote_ms"):  # fmt: skip
                 values = [r[field] for r in some if r[field] is not None]
                 if not values:
                     continue

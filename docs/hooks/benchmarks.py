@@ -99,7 +99,8 @@ def cutover_figures(run: dict[str, Any] | None) -> str:
     if not summary:
         return "(`bench_cutover.py` has not run yet)"
     fields = [("write gap", "write_gap_ms"), ("leader's", "leader_write_gap_ms"),
-              ("read wait", "read_wait_ms"), ("promote", "promote_ms")]  # fmt: skip
+              ("read wait", "read_wait_ms"), ("before", "read_before_ms"),
+              ("promote", "promote_ms")]  # fmt: skip
     lines = [
         "| run | n | " + " | ".join(name for name, _ in fields) + " | errors | once |",
         "| --- | ---: |" + " ---: |" * len(fields) + " ---: | --- |",
