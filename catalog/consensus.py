@@ -2,7 +2,7 @@
 
 Layout: every key is a znode below the environment root ``/catalog-upgrade/<env>``; a value is
 the znode's data (compact JSON) and its *version* is the znode's data version. The rules of
-docs/design.md section 4 are enforced here:
+docs/design-state.md are enforced here:
 
 * every change is a compare-and-set on a znode version (``cas``) or a multi-op transaction of
   several (``commit``): nothing is read-modify-written without a version check;

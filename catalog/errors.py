@@ -94,7 +94,7 @@ class MigrationRefusedError(CatalogError):
 
 
 class SchemaIncompatibleError(MigrationRefusedError):
-    """A schema change breaks a rule of docs/design.md section 6.
+    """A schema change breaks a rule of docs/design-evolution.md.
 
     ``rule`` is a stable id (e.g. ``type-changed``), ``path`` the dotted field path (``s.items.x``),
     ``old``/``new`` the types involved and ``suggestion`` a fix an engineer can apply.

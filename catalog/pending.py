@@ -1,4 +1,4 @@
-"""The pending upgrade: an environment upgraded but not finalized (docs/design.md section 5).
+"""The pending upgrade: an environment upgraded but not finalized (docs/design-upgrade.md).
 
 The leader that switches the catalog from release Vp to release V writes, in the same
 transaction, the ``pending`` node: where the catalog came from (the whole previous catalog, so a

@@ -265,7 +265,7 @@ def check_backward_compatible(old: pa.DataType | pa.Schema, new: pa.DataType | p
 
 
 def is_backward_compatible(old: pa.DataType | pa.Schema, new: pa.DataType | pa.Schema) -> bool:
-    """True when ``new`` follows the evolution rules of docs/design.md section 6 from ``old``."""
+    """True when ``new`` follows the evolution rules of docs/design-evolution.md from ``old``."""
     try:
         check_backward_compatible(old, new)
     except SchemaIncompatibleError:

@@ -3,7 +3,7 @@
 A field's type may move to a wider one when every value of the old type has exactly one value of
 the new type that equals it (so old batches are cast when read, on either engine, and the
 result is the same bits). Each allowed step has a rule id, shown in refusals and in
-docs/design.md section 6; any other change of a type stays ``type-changed``. Widenings compose:
+docs/design-evolution.md; any other change of a type stays ``type-changed``. Widenings compose:
 ``int8 -> int64`` is allowed because each step of the ladder is.
 """
 

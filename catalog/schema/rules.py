@@ -68,7 +68,7 @@ _AT_END = "add it as a nullable field at the end under a new name"
 
 _SUGGESTIONS = types.MappingProxyType(
     {
-        RULE_TYPE_CHANGED: f"keep the old type or widen it losslessly (docs/design.md section 6); "
+        RULE_TYPE_CHANGED: f"keep the old type or widen it losslessly (docs/design-evolution.md); "
         f"for another one {_AT_END}, {_OTHER}",
         RULE_NULLABILITY_TIGHTENED: f"keep the field nullable, {_OTHER}",
         RULE_FIELD_REORDERED: f"keep the existing order (new fields go at the end), {_OTHER}",

@@ -1,4 +1,4 @@
-"""The read-only and leader migration algorithms of docs/design.md section 5.
+"""The read-only and leader migration algorithms of docs/design-upgrade.md.
 
 A process runs ``check_read_only`` first (every process, leader or not), then, once elected,
 ``migrate_as_leader`` with its :class:`~orchestrator.election.Leadership`. The writes each makes:

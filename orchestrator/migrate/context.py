@@ -94,7 +94,7 @@ class MigrationContext:
 
 @attrs.frozen(hash=False)
 class CheckResult:
-    """Outcome of the read-only run (step 3 of docs/design.md section 5)."""
+    """Outcome of the read-only run (step 3 of docs/design-upgrade.md)."""
 
     bootstrap: bool
     catalog_version: str | None

@@ -1,4 +1,4 @@
-"""Finalization: the end of an upgrade's reversible window (docs/design.md section 5).
+"""Finalization: the end of an upgrade's reversible window (docs/design-upgrade.md).
 
 Two steps, so a crash anywhere leaves a state a restart completes:
 

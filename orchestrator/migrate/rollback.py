@@ -1,4 +1,4 @@
-"""Rollback: promoting the release a pending upgrade came from (docs/design.md section 5).
+"""Rollback: promoting the release a pending upgrade came from (docs/design-upgrade.md).
 
 While an upgrade from Vp to V is pending (``catalog.pending``), Vp may be started at a newer
 deploy generation and promoted the usual blue-green way. Its leader serves what Vp served:

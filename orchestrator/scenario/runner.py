@@ -235,7 +235,7 @@ class ScenarioRun:
             ) from None
 
     def _confirm_readyz(self, process: SidecarProcess, deadline: float) -> None:
-        """The node says ready/serving: /readyz must agree (docs/design.md section 8)."""
+        """The node says ready/serving: /readyz must agree (docs/design-contract.md)."""
         limit = max(deadline, time.monotonic() + READYZ_GRACE)
         while True:
             answer = process.request("GET", "/readyz?verbose", timeout=2.0)

@@ -22,7 +22,7 @@ change the state; they put a message in the inbox (a ``SimpleQueue``, safe from 
 and the main thread acts on it. Data-plane requests (``/append``, ``/read``, ``/status``) run on
 HTTP threads: they only read the state and use ZooKeeper through the thread-safe kazoo client.
 
-Exit codes are those of docs/design.md section 8: 0 after SIGTERM/SIGINT, 2 bad configuration
+Exit codes are those of docs/design-contract.md: 0 after SIGTERM/SIGINT, 2 bad configuration
 (nothing written), 3 fenced, 4 migration refused, 1 anything unexpected."""
 
 from __future__ import annotations

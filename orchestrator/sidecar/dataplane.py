@@ -302,7 +302,7 @@ class SidecarDataPlane:
         """Why a process that does not lead refuses an append. While the epoch still names it
         (it lost its session while leading and rejoins the election, or it is taking over),
         the environment has a serving leader again within the session timeout plus 1 s
-        (docs/design.md, section 8): 503 with Retry-After, a pause to wait out. Otherwise it
+        (docs/design-contract.md): 503 with Retry-After, a pause to wait out. Otherwise it
         is read-only: 409, append through the leader the epoch names."""
         led = self._machine.journal.led
         try:
@@ -610,7 +610,7 @@ def write_outcome(
         ) from exc
     except LeadershipExpiredError as exc:
         # A session that expired ended the leadership, not a successor: the process
-        # takes it back (docs/design.md, section 8), so the client waits, as above.
+        # takes it back (docs/design-contract.md), so the client waits, as above.
         if sent():
             raise
         raise WritesPausedError(

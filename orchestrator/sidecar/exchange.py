@@ -52,7 +52,7 @@ _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"c
 
 @attrs.frozen
 class ServerLimits:
-    """What one client may hold of the server (``sidecar --http-*``; docs/design.md section 8)."""
+    """What one client may hold of the server (``sidecar --http-*``; docs/design-contract.md)."""
 
     #: Worker threads running the application (an append waiting for its group commit holds
     #: one); requests beyond them wait on the loop.

@@ -1,6 +1,6 @@
 """The sidecar's HTTP API: health, readiness, status, metrics, promotion and the data plane.
 
-Endpoints (docs/design.md section 8)::
+Endpoints (docs/design-contract.md)::
 
     GET  /healthz                      200 while the process runs
     GET  /readyz[?verbose]             200 only in state ready or serving, else 503;

@@ -4,7 +4,7 @@
 the environment's catalog, epoch, promotion target, process nodes, shard states, finalization
 queue and event log in two pipelined round trips (never one per collection), into the frozen
 :class:`UpgradeStatus`. ``UpgradeStatus.to_json()`` is the ``status --json`` contract of
-docs/design.md section 8 (plus extra fields); :func:`orchestrator.render.status.render_table` is the
+docs/design-contract.md (plus extra fields); :func:`orchestrator.render.status.render_table` is the
 terminal view;
 :func:`watch_status` drives ``status --watch`` from ZooKeeper watches with a 1 s refresh.
 

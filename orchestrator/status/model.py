@@ -133,7 +133,7 @@ class UpgradeStatus:
     finalization: Finalization | None = None  # None: not bootstrapped
 
     def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` document (docs/design.md section 8, plus extra fields), with
+        """The ``status --json`` document (docs/design-contract.md, plus extra fields), with
         where the upgrade is now (``upgrade``, :mod:`orchestrator.status.stage`)."""
         document = {
             "environment": self.environment,

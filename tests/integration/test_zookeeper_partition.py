@@ -1,6 +1,6 @@
 """The sidecar leader when the ZooKeeper server holding its session is cut from the quorum.
 
-The contract (docs/design.md, section 8): a cut server stops serving only once it notices it
+The contract (docs/design-contract.md): a cut server stops serving only once it notices it
 lost its peers (``syncLimit`` x ``tickTime``); a session on it that is shorter than that expires
 on the majority first. The leader then steps down, takes its leadership back with a new session
 at a new epoch, and serves again; its clients meanwhile get 503 with ``Retry-After``, never 409

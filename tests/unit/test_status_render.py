@@ -145,7 +145,7 @@ def test_empty_environment_renders_one_clear_line() -> None:
 
 
 def test_json_contract_fields() -> None:
-    """Every field docs/design.md section 8 names is present, with the leader as a process."""
+    """Every field docs/design-contract.md names is present, with the leader as a process."""
     document = big_status(3).to_json()
     assert set(document["catalog"]) >= {"version", "deploy_generation", "epoch"}
     leader = document["leader"]

@@ -274,7 +274,7 @@ class FaultMoves:
         while its clients still reach it: it must stop serving and the majority answer (the
         step checks both); a write goes through the majority; healed, it rejoins.
 
-        The contract (docs/design.md, section 8): the sidecar leader keeps its leadership
+        The contract (docs/design-contract.md): the sidecar leader keeps its leadership
         when its session moves to the majority in time; when the cut server held its session
         and the session expired first, it steps down and a leader of its generation serves
         again (appends meanwhile answer 503 with Retry-After, never 409)."""
