@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import attrs
 import structlog
+from kazoo.exceptions import NoNodeError
 
 from catalog.blob import BlobInfo
 from catalog.consensus import (
@@ -192,12 +193,8 @@ def lease(
             raise finalized_error(current)
         yield Lease(shard_id=shard.shard_id, key=key, holder=holder)
     finally:
-        # Sent, not awaited: the reader's answer does not wait for a ZooKeeper write. Later
-        # requests of this session see the lease gone (a session's requests are ordered); a
-        # finalizer of another session waits for it as for any lease; a lost delete leaves the
-        # ephemeral node to the session's end.
-        with contextlib.suppress(*CONNECTION_ERRORS):
-            shard.consensus.client.delete_async(shard.consensus.path(key))
+        with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
+            shard.consensus.client.delete(shard.consensus.path(key))
 
 
 def held_since(shard: ShardAccess) -> int | None:
