@@ -8,7 +8,11 @@ build writes it:
 * ``<!-- count scenarios/releases/v*.py -->``: how many files a pattern names, from the
   repository's root;
 * ``<!-- appends 16 -->``: what ``bench_appends.py`` measured for that many one-row NDJSON
-  clients on a local store, its last such run (acknowledged appends a second, and p99).
+  clients on a local store, its last such run (acknowledged appends a second, and p99);
+* ``<!-- result spark_connect.json:speedup .1f -->``: one figure of a results file, by its
+  path of keys. ``@last`` is a file's last run, ``[clients=16,format=arrow]`` the first entry
+  of a list whose fields match. An optional format spec follows any marker (``,.0f``,
+  ``.1%``, or ``MiB`` for a count of bytes).
 
 A marker that names nothing fails the build, as a broken link does.
 """
@@ -25,19 +29,47 @@ import attrs
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-_MARKER = re.compile(r"<!-- (default|count|appends) ([^ ]+) -->")
+_MARKER = re.compile(r"<!-- (default|count|appends|result) ([^ ]+)(?: ([^ ]+))? -->")
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    return _MARKER.sub(lambda m: _value(m.group(1), m.group(2)), markdown)
+    return _MARKER.sub(lambda m: _value(m.group(1), m.group(2), m.group(3)), markdown)
 
 
-def _value(kind: str, name: str) -> str:
+def _value(kind: str, name: str, spec: str | None = None) -> str:
     if kind == "default":
-        return _cell(default(name))
+        return _formatted(default(name), spec)
     if kind == "count":
         return str(len(list(ROOT.glob(name))))
+    if kind == "result":
+        return _formatted(result(name), spec)
     return appends(int(name))
+
+
+_SELECTOR = re.compile(r"^([^\[]*)(?:\[([^\]]+)\])?$")
+
+
+def result(name: str) -> Any:
+    """``file.json:key.key[field=value].key``: one figure of ``benchmarks/results``."""
+    file, _, path = name.partition(":")
+    value: Any = json.loads((RESULTS / file).read_text())
+    for part in path.split("."):
+        match = _SELECTOR.match(part)
+        if match is None:
+            raise ValueError(f"{name}: cannot read {part!r}")
+        key, selector = match.groups()
+        if key == "@last":
+            value = value[list(value)[-1]]
+        elif key:
+            value = value[key]
+        if selector:
+            wanted = dict(pair.split("=", 1) for pair in selector.split(","))
+            value = next(
+                entry
+                for entry in value
+                if all(str(entry.get(k)) == v for k, v in wanted.items())
+            )
+    return value
 
 
 def default(name: str) -> Any:
@@ -71,6 +103,15 @@ def appends(clients: int) -> str:
                     f"{run['cpu_count']} cores, p99 {level['p99_ms']:g} ms"
                 )
     raise ValueError(f"appends.json has no local run of {clients} one-row NDJSON clients")
+
+
+def _formatted(value: Any, spec: str | None) -> str:
+    """``value`` by a format spec; ``MiB`` writes a count of bytes in mebibytes."""
+    if spec is None:
+        return _cell(value)
+    if spec == "MiB":
+        return f"{value / 2**20:g} MiB"
+    return format(value, spec)
 
 
 def _cell(value: Any) -> str:

@@ -31,9 +31,17 @@ from catalog.errors import (
 )
 from catalog.shard import WriteMark
 
-__all__ = ["IDEMPOTENCY_HEADER", "MAX_KEY_LENGTH", "KeyedRequests", "WriteIdentity"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "IN_PROGRESS_WAIT_SECONDS",
+    "MAX_KEY_LENGTH",
+    "KeyedRequests",
+    "WriteIdentity",
+]
 
 MAX_KEY_LENGTH = 255
+#: How long a request waits for another request of its key to end before it is refused (409).
+IN_PROGRESS_WAIT_SECONDS = 30.0
 _PREFIX = "k"
 
 #: The request header that names an append (one home: the HTTP layer reads it by this name).
@@ -81,7 +89,7 @@ class KeyedRequests:
     key. A second request with the key waits (up to ``wait`` seconds) for the first to end,
     then looks its key up like any retry; past the wait it is refused (409, in progress)."""
 
-    def __init__(self, wait: float = 30.0) -> None:
+    def __init__(self, wait: float = IN_PROGRESS_WAIT_SECONDS) -> None:
         self._wait = wait
         self._lock = threading.Lock()
         self._held: dict[str, threading.Event] = {}

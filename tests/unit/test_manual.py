@@ -69,11 +69,22 @@ def test_the_readme_points_to_the_manual_and_keeps_no_page_list() -> None:
 
 
 def test_every_figure_marker_names_something() -> None:
-    markers = re.compile(r"<!-- (default|count|appends) ([^ ]+) -->")
-    found = [m for page in DOCS.glob("*.md") for m in markers.finditer(page.read_text())]
+    found = [m for page in DOCS.glob("*.md") for m in values._MARKER.finditer(page.read_text())]
     assert found
     for match in found:
-        assert values._value(match.group(1), match.group(2))
+        assert values._value(*match.groups()) not in ("", "None")
+
+
+def test_a_result_is_read_by_its_path_of_keys() -> None:
+    import json
+
+    runs = json.loads((values.RESULTS / "appends.json").read_text())
+    local = [run for run in runs.values() if run.get("store") == "local"][-1]
+    level = next(lv for lv in local["levels"] if (lv["format"], lv["clients"]) == ("arrow", 16))
+    name = "appends.json:current.levels[format=arrow,clients=16].step_ms.parse"
+    assert values.result(name) == level["step_ms"]["parse"]
+    assert values._value("result", "cutover.json:@last.summary", None)
+    assert values._value("result", "spark_connect.json:speedup", ".1f").count(".") == 1
 
 
 def test_a_default_is_read_from_the_code() -> None:
@@ -127,3 +138,22 @@ def test_every_benchmark_target_reads_a_measured_figure() -> None:
     assert len(targets.TARGETS) >= 20
     for target in targets.TARGETS:
         assert target.measured() is not None, target.name
+
+
+#: A measured figure typed into prose: a latency, a rate, a ratio or a percentage. Such a
+#: figure comes from a results file through a marker (``<!-- result ... -->``) instead.
+_TYPED_FIGURE = re.compile(
+    r"\b\d[\d,.]*\s?(?:ms|rows/s|appends/s|appends a second|MiB/s|MB/s)\b"
+    r"|\b\d+(?:\.\d+)?x\b|\bp(?:50|99) \d|\b\d+(?:\.\d+)?%"
+)
+
+
+def test_no_measured_figure_is_typed_into_prose() -> None:
+    typed = []
+    for page in sorted(DOCS.glob("*.md")):
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # sample output
+        text = re.sub(r"`[^`]*`", "", text)  # commands and sample lines
+        text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+        typed += [f"{page.name}: {m.group(0)}" for m in _TYPED_FIGURE.finditer(text)]
+    assert not typed, typed
+
