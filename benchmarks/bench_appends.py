@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 from kazoo.client import KazooClient
 
+import provenance
 from catalog.release import load_release
 from catalog_client import SidecarClient, SidecarError
 from orchestrator.logs import configure_logging
@@ -249,18 +250,14 @@ def main() -> None:
             sidecar.terminate()
             sidecar.wait_exit(10)
             zookeeper.stop()
-    out = RESULTS / "appends.json"
-    previous = json.loads(out.read_text()) if out.exists() else {}
-    previous[args.label] = {
+    entry = provenance.record_labelled(RESULTS / "appends.json", args.label, {
         "cpu_count": os.cpu_count(),
         "store": args.store,
         "seconds_per_level": args.seconds,
         "zookeeper_multis_per_s": multis,
         "levels": results,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    out.write_text(json.dumps(previous, indent=2) + "\n")
-    print(json.dumps({args.label: previous[args.label]}))
+    })
+    print(json.dumps({args.label: entry}))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import provenance
 from catalog_client import SidecarClient
 from orchestrator.election import promote, wait_promoted
 from orchestrator.logs import configure_logging
@@ -262,9 +263,7 @@ def main() -> None:
                                     zookeeper.hosts, work)  # fmt: skip
         finally:
             zookeeper.stop()
-    out = RESULTS / "cutover.json"
-    previous = json.loads(out.read_text()) if out.exists() else {}
-    previous[args.label] = {
+    entry = provenance.record_labelled(RESULTS / "cutover.json", args.label, {
         "cpu_count": os.cpu_count(),
         "writers": args.writers,
         "summary": summary(results),
@@ -280,10 +279,8 @@ def main() -> None:
              "detours": ", ".join(f"{k} x{v}" for k, v in sorted(r["detours"].items()))}
             for r in results
         ],
-    }
-    RESULTS.mkdir(exist_ok=True)
-    out.write_text(json.dumps(previous, indent=2) + "\n")
-    print(json.dumps({args.label: previous[args.label]["summary"]}, indent=2))
+    })
+    print(json.dumps({args.label: entry["summary"]}, indent=2))
 
 
 if __name__ == "__main__":

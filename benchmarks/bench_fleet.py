@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import provenance
 from bench_orchestrator import lead
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, Create, env_root
@@ -217,8 +218,7 @@ def main() -> None:
         "bootstrap_seconds": round(bootstrap_seconds, 1),
         "cpu_count": os.cpu_count(),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / args.output).write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(RESULTS / args.output, result)
     print(json.dumps(result))
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import provenance
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.procstat import Peaks, rss_kib, thread_count
@@ -119,8 +120,7 @@ def main() -> None:
         "rss_mib_before": round(rss / 1024, 1),
         "peak_rss_mib": round(peaks.rss_kib / 1024, 1),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "http.json").write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(RESULTS / "http.json", result)
     print(json.dumps(result))
 
 

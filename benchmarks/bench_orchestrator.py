@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import pyarrow as pa
 
+import provenance
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, SetData
 from catalog.environment import read_catalog
@@ -319,8 +320,7 @@ def main() -> None:
         finally:
             if server is not None:
                 server.stop()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "orchestrator.json").write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(RESULTS / "orchestrator.json", result)
     print(json.dumps(result))
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kazoo.client import KazooClient
 
+import provenance
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.pipeline import copy_transformed
@@ -93,8 +94,7 @@ def main() -> None:
         "rows_per_s": {name: round(total / seconds) for name, seconds in best.items()},
         "paced_of_plain": round(best["paced"] / best["plain"], 3),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(RESULTS, result)
     print(json.dumps(result))
 
 

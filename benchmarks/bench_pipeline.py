@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from kazoo.client import KazooClient
 
+import provenance
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.pipeline import (
@@ -357,8 +358,7 @@ def main() -> int:
     configure_logging("WARNING")  # stdout carries only the JSON result
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as work:
         result = run(args, Path(work))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(args.output, result)
     print(json.dumps(result))
     return 0
 

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import provenance
 from catalog.release import load_release
 from catalog_client import SidecarClient
 from orchestrator.logs import configure_logging
@@ -119,8 +120,7 @@ def main() -> None:
         "rows_per_s": {name: round(total / seconds) for name, seconds in best.items()},
         "arrow_of_plain": round(best["arrow"] / best["plain"], 2),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(RESULTS, result)
     print(json.dumps(result))
 
 

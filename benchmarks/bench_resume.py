@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+import provenance
 from orchestrator.election import promote, wait_promoted
 from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
@@ -132,13 +133,12 @@ def main() -> None:
                 results.append(result)
         finally:
             zookeeper.stop()
-    out = RESULTS / "resume.json"
-    previous = json.loads(out.read_text()) if out.exists() else {}
-    previous[args.label] = {"cpu_count": os.cpu_count(), "kill_at": args.kill_at,
-                            "engines": results}  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    out.write_text(json.dumps(previous, indent=2) + "\n")
-    print(json.dumps({args.label: previous[args.label]}, indent=2))
+    entry = provenance.record_labelled(
+        RESULTS / "resume.json",
+        args.label,
+        {"cpu_count": os.cpu_count(), "kill_at": args.kill_at, "engines": results},
+    )
+    print(json.dumps({args.label: entry}, indent=2))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from kazoo.client import KazooClient
 
+import provenance
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.environment import CONTAINER_KEYS
@@ -345,8 +346,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="shard-io-") as work:
         result = run(args.batches, args.rows, args.repeat, Path(work), args.scattered)
     output = args.output or (RESULTS_SCATTERED if args.scattered else RESULTS)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(output, result)
     print(json.dumps(result))
     return 0
 

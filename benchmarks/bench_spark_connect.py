@@ -30,6 +30,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+import provenance
 from bench_pipeline import build, zookeeper
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
@@ -113,8 +114,7 @@ def main() -> int:
     configure_logging("WARNING")  # stdout carries only the JSON result
     with tempfile.TemporaryDirectory(prefix="bench-spark-connect-") as work:
         result = run(args, Path(work))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(args.output, result)
     print(json.dumps(result))
     return 0
 

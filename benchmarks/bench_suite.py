@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,17 +29,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
 #: The suite's budget on the two-core machine of the figures (docs/design.md, "Testing").
 BUDGET_SECONDS = 15 * 60
-
-
-def _commit() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return found.stdout.strip() or "unknown"
 
 
 def _file_of(case: ET.Element) -> str:
@@ -83,13 +76,7 @@ def measure(workers: int, extra: list[str]) -> dict[str, Any]:
         key=lambda row: -float(row["seconds"]),  # type: ignore[arg-type]
     )
     return {
-        "run": {
-            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-            "commit": _commit(),
-            "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python "
-            f"{platform.python_version()}",
-            "workers": workers,
-        },
+        "run": {**provenance.run(), "workers": workers},
         "wall_seconds": round(wall, 1),
         "budget_seconds": BUDGET_SECONDS,
         "verdict": "met" if wall <= BUDGET_SECONDS and exit_code == 0 else "missed",

@@ -27,6 +27,7 @@ from pathlib import Path
 import attrs
 import pyarrow as pa
 
+import provenance
 from catalog.release import Builtin, Mechanism, Migration, Release, validate
 from orchestrator.logs import configure_logging
 
@@ -181,8 +182,7 @@ def main() -> int:
         "python": platform.python_version(),
         "seed": args.seed,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    result = provenance.record(args.output, result)
     print(json.dumps(result))
     return 0 if report.ok else 1
 

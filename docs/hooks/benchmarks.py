@@ -14,6 +14,7 @@ from typing import Any
 
 MARKER = "<!-- benchmark figures -->"
 VERDICTS = "<!-- benchmark verdicts -->"
+RUNS = "<!-- benchmark runs -->"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
@@ -27,6 +28,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(MARKER, figures(RESULTS))
     if VERDICTS in markdown:
         markdown = markdown.replace(VERDICTS, verdicts())
+    if RUNS in markdown:
+        markdown = markdown.replace(RUNS, runs(RESULTS))
     if CUTOVER_TIMELINE in markdown or CUTOVER_FIGURES in markdown:
         run = _latest(RESULTS / "cutover.json")
         markdown = markdown.replace(CUTOVER_TIMELINE, cutover_timeline(run))
@@ -58,12 +61,35 @@ def verdicts() -> str:
     return "\n".join(lines)
 
 
+def runs(results: Path) -> str:
+    """What ran each results file (each run of a file of labelled runs): date, commit, machine."""
+    provenance = _benchmark_module("provenance")
+    lines = ["| results | run | date, commit, machine |", "| --- | --- | --- |"]
+    for path in sorted(results.glob("*.json")):
+        data = json.loads(path.read_text())
+        for name, run in _labelled(data).items():
+            shown = f"`{name}`" if name else ""
+            lines.append(f"| `{path.name}` | {shown} | {provenance.label(run, path, name)} |")
+    return "\n".join(lines)
+
+
+def _labelled(data: Any) -> dict[str | None, Any]:
+    """The runs of a results file: its labelled runs, or the file itself as one run."""
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        return dict(data)
+    return {None: data}
+
+
 def _targets() -> Any:
-    """``benchmarks/targets.py``, loaded from its file as the build loads its hooks."""
+    return _benchmark_module("targets")
+
+
+def _benchmark_module(name: str) -> Any:
+    """A module of ``benchmarks/``, loaded from its file as the build loads its hooks."""
     import importlib.util
 
-    path = RESULTS.parent / "targets.py"
-    spec = importlib.util.spec_from_file_location("benchmark_targets", path)
+    path = RESULTS.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # attrs resolves the module of its classes
@@ -136,6 +162,7 @@ def _render(data: Any, depth: int = 0) -> str:
         return _rows(data) if all(isinstance(d, dict) for d in data) else _cell(data)
     if not isinstance(data, dict):
         return _cell(data)
+    data = {k: v for k, v in data.items() if k != "run"}  # the runs table shows it
     scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
     nested = {k: v for k, v in data.items() if isinstance(v, (dict, list))}
     parts = []

@@ -157,3 +157,12 @@ def test_no_measured_figure_is_typed_into_prose() -> None:
         typed += [f"{page.name}: {m.group(0)}" for m in _TYPED_FIGURE.finditer(text)]
     assert not typed, typed
 
+
+
+def test_every_results_file_names_what_ran() -> None:
+    hook = _hook("benchmarks")
+    table = hook.runs(hook.RESULTS)
+    rows = table.splitlines()[2:]
+    for path in hook.RESULTS.glob("*.json"):
+        assert f"`{path.name}`" in table
+    assert all(re.search(r"\| \d{4}-\d{2}-\d{2}, [0-9a-f]{7}", row) for row in rows), rows

@@ -1,0 +1,85 @@
+"""What ran a benchmark: the date, the commit and the machine, recorded beside its figures.
+
+Every script writes :func:`run` under ``"run"`` in its results (a labelled run keeps it in its
+own entry), and the benchmark page names each file's run by :func:`label`. A run
+recorded before scripts wrote theirs is named by the git commit that recorded it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def commit() -> str:
+    """The checkout's short commit, ``+changes`` when its tracked files differ from it."""
+    found = _git("rev-parse", "--short", "HEAD")
+    if not found:
+        return "unknown"
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+    return found + ("+changes" if dirty else "")
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def run() -> dict[str, str]:
+    """This run's date (UTC), commit and machine."""
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "commit": commit(),
+        "machine": machine(),
+    }
+
+
+def record(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """Writes ``result`` to ``path`` with this run first; returns what it wrote."""
+    written = {"run": run(), **result}
+    _write(path, written)
+    return written
+
+
+def record_labelled(path: Path, name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Writes ``entry`` with this run as the run ``name`` of ``path``, keeping its other runs."""
+    runs = json.loads(path.read_text()) if path.exists() else {}
+    runs[name] = {"run": run(), **entry}
+    _write(path, runs)
+    return runs[name]
+
+
+def _write(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2) + "\n")
+
+
+def label(results: Any, path: Path | None = None, name: str | None = None) -> str:
+    """What ran ``results`` (the run ``name`` of ``path``, or the whole file): its recorded run,
+    or else the date and commit of the git commit that recorded it."""
+    recorded = results.get("run") if isinstance(results, dict) else None
+    if isinstance(recorded, dict) and "commit" in recorded:
+        return f"{recorded['date']}, {recorded['commit']}, {recorded['machine']}"
+    cores = results.get("cpu_count") if isinstance(results, dict) else None
+    machine_ = f", {cores} cores" if cores else ""
+    if path is not None:
+        # A labelled run: the commit that added its label; a whole file: its last commit.
+        pick = ["--reverse", f"-S{json.dumps(name)}: {{"] if name else ["-1"]
+        found = _git("log", *pick, "--format=%cs, %h (git)", "--", str(path)).split("\n")[0]
+        if found:
+            return found + machine_
+    return "not recorded" + machine_
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
