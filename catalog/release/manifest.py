@@ -4,9 +4,10 @@ Value objects validated at construction, so an invalid release can never exist."
 
 from __future__ import annotations
 
+import bisect
 import enum
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -135,14 +136,13 @@ class Builtin:
     retain_data: bool = attrs.field(default=False, validator=_check_bool)
     #: ``schema_name.object_name``: how collections are named everywhere.
     name: str = attrs.field(init=False, eq=False, repr=False)
+    #: Stable hash of the canonical schema (see :func:`catalog.schema.fingerprint`), derived
+    #: once: a builtin unchanged across releases is one object, compared once per pair.
+    fingerprint: str = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "name", f"{self.schema_name}.{self.object_name}")
-
-    @property
-    def fingerprint(self) -> str:
-        """Stable hash of the canonical schema (see :func:`catalog.schema.fingerprint`)."""
-        return fingerprint(self.schema)
+        object.__setattr__(self, "fingerprint", fingerprint(self.schema))
 
 
 @attrs.frozen
@@ -318,6 +318,9 @@ class Release:
     _migrations_by_name: dict[str, tuple[Migration, ...]] = attrs.field(
         init=False, eq=False, repr=False
     )
+    # The ancestors oldest first, and their versions: a path's look-up is a bisection.
+    _lineage: tuple[Release, ...] = attrs.field(init=False, eq=False, repr=False)
+    _lineage_versions: tuple[Version, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         by_name: dict[str, list[Migration]] = {}
@@ -337,6 +340,9 @@ class Release:
                 field="previous",
                 version=str(self.version),
             )
+        lineage = () if self.previous is None else (*self.previous._lineage, self.previous)
+        object.__setattr__(self, "_lineage", lineage)
+        object.__setattr__(self, "_lineage_versions", tuple(r.version for r in lineage))
         reject_duplicates(self.version, [b.global_id for b in self.builtins], "global_id")
         reject_duplicates(self.version, [b.name for b in self.builtins], "name")
         seen: dict[tuple[Version, str], Migration] = {}
@@ -368,12 +374,10 @@ class Release:
         """The instructions for the collection called ``name``, in declared order."""
         return self._migrations_by_name.get(name, ())
 
-    def ancestors(self) -> Iterator[Release]:
-        """The releases this one was made from, newest first (``previous``, its previous...)."""
-        release = self.previous
-        while release is not None:
-            yield release
-            release = release.previous
+    def ancestor_before(self, version: Version) -> Release | None:
+        """The newest release this one was made from that is older than ``version``."""
+        index = bisect.bisect_left(self._lineage_versions, version)
+        return self._lineage[index - 1] if index else None
 
     def fingerprints(self) -> dict[str, str]:
         """Fingerprint of every builtin, by GlobalId (what the catalog stores)."""

@@ -300,11 +300,11 @@ def _schema_before(
 ) -> pa.Schema | None:
     """``name``'s schema in the newest ancestor of ``target`` older than ``version``, when that
     ancestor is not older than ``floor`` (the last instruction before ``version``)."""
-    for release in target.ancestors():
-        if release.version < version:
-            builtin = release.builtin(name)
-            return None if release.version < floor or builtin is None else builtin.schema
-    return None
+    release = target.ancestor_before(version)
+    if release is None or release.version < floor:
+        return None
+    builtin = release.builtin(name)
+    return None if builtin is None else builtin.schema
 
 
 # Precedence by member (an Enum's ``.value`` costs a descriptor call: validation merges often).
