@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import provenance
+from catalog_client import Answer
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess
 from orchestrator.testing.procstat import Peaks, rss_kib, thread_count
@@ -35,15 +36,15 @@ RELEASE = Path(__file__).resolve().parents[1] / "scenarios" / "releases" / "v0_1
 COLLECTION = "mz_catalog.mz_tables"
 
 
-def timed(calls: int, call: Callable[[int], int]) -> dict[str, float]:
+def timed(calls: int, call: Callable[[int], Answer]) -> dict[str, float]:
     """``calls`` calls, one after another; their latency in ms (each must answer 200)."""
     seconds = []
     for n in range(calls):
         started = time.perf_counter()
-        status = call(n)
+        answer = call(n)
         seconds.append(time.perf_counter() - started)
-        if status != 200:
-            raise AssertionError(f"call {n} answered {status}")
+        if answer.status != 200:
+            raise AssertionError(f"call {n} answered {answer.status}: {answer.body[:500]!r}")
         time.sleep(0.01)
     ms = sorted(s * 1000 for s in seconds)
     return {
@@ -54,10 +55,10 @@ def timed(calls: int, call: Callable[[int], int]) -> dict[str, float]:
 
 
 def measure(sidecar: SidecarProcess, probes: int, appends: int, offset: int) -> dict[str, Any]:
-    def healthz(_n: int) -> int:
-        return sidecar.request("GET", "/healthz", timeout=10).status
+    def healthz(_n: int) -> Answer:
+        return sidecar.request("GET", "/healthz", timeout=10)
 
-    def append(n: int) -> int:
+    def append(n: int) -> Answer:
         row = {"id": f"b{offset + n}", "oid": 900000 + offset + n, "schema_id": "u3",
                "name": f"bench{offset + n}", "owner_id": "u1"}  # fmt: skip
         return sidecar.request(
@@ -66,7 +67,7 @@ def measure(sidecar: SidecarProcess, probes: int, appends: int, offset: int) -> 
             json.dumps(row).encode() + b"\n",
             timeout=10,
             headers={"Content-Type": "application/x-ndjson"},
-        ).status
+        )
 
     return {"healthz_ms": timed(probes, healthz), "append_ms": timed(appends, append)}
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 import pyarrow as pa
 import structlog
 
-from catalog.environment import read_catalog
+from catalog.environment import CatalogState, read_catalog
 from catalog.errors import (
     BlobUnreachableError,
     BusyError,
@@ -259,25 +259,31 @@ class SidecarDataPlane:
         made it: a client that follows the leader reads without a gap. True when the catalog
         is at this release's version now."""
         self._handing_over = True
-        refused: CatalogError | None
         try:
-            refused = self._readable()
-        except CatalogError as exc:  # ZooKeeper unreachable, the catalog unreadable
-            refused = exc
-        if refused is not None:
+            self._readable()
+        except FencedError as refused:
             log.info("not_handing_over", reason=refused.message)
-        return refused is None
+            return False
+        return True
 
-    def _readable(self) -> FencedError | None:
-        """During a hand-over: None while the catalog (read after a ``sync``) is at this
-        process's release, else why a read goes to the successor."""
-        consensus = self._connection.require()
-        consensus.sync()
-        found = read_catalog(consensus)
+    def _readable(self) -> CatalogState:
+        """During a hand-over: the catalog (read after a ``sync``) while it is at this
+        process's release; else FencedError, why a read goes to the successor (the catalog
+        moved on, or cannot be read: ZooKeeper unreachable)."""
+        try:
+            consensus = self._connection.require()
+            consensus.sync()
+            found = read_catalog(consensus)
+        except CatalogError as exc:
+            raise FencedError(
+                f"process {self._config.process_id} was fenced by a promotion and cannot "
+                f"read its catalog ({exc.message}): read through its successor",
+                deploy_generation=self._config.deploy_generation,
+            ) from exc
         version = None if found is None else found[0].version
-        if version == str(self._release.version):
-            return None
-        return FencedError(
+        if found is not None and version == str(self._release.version):
+            return found[0]
+        raise FencedError(
             f"process {self._config.process_id} was fenced by a promotion, and the catalog "
             f"is at version {version} now: read through its successor",
             deploy_generation=self._config.deploy_generation,
@@ -509,18 +515,9 @@ class SidecarDataPlane:
         """A read during a hand-over (:meth:`hand_over`): served through the catalog while it
         is at this release's version, else refused as fenced, for the client to follow the
         successor."""
+        catalog = self._readable()
         try:
-            refused = self._readable()
-        except CatalogError as exc:  # ZooKeeper unreachable, the catalog unreadable
-            refused = FencedError(
-                f"process {self._config.process_id} was fenced by a promotion and cannot "
-                f"read its catalog ({exc.message}): read through its successor",
-                deploy_generation=self._config.deploy_generation,
-            )
-        if refused is not None:
-            raise refused
-        try:
-            return self._snapshot(collection, as_of)
+            return self._snapshot(collection, as_of, catalog)
         except MigrationRefusedError as exc:
             raise FencedError(
                 f"process {self._config.process_id} was fenced by a promotion: read "
@@ -528,9 +525,13 @@ class SidecarDataPlane:
                 deploy_generation=self._config.deploy_generation,
             ) from exc
 
-    def _snapshot(self, collection: str, as_of: int | None) -> pa.Table:
+    def _snapshot(
+        self, collection: str, as_of: int | None, catalog: CatalogState | None = None
+    ) -> pa.Table:
+        """``collection`` as of ``as_of`` (its latest when None), through ``catalog`` (read
+        now when None)."""
         builtin = self._builtin(collection)
-        shard = self._shard_of(builtin)
+        shard = self._shard_of(builtin, catalog)
         state = shard.state()
         if as_of is not None and not state.since <= as_of < state.upper:
             raise UnreadableTimeError(
@@ -562,11 +563,11 @@ class SidecarDataPlane:
             )
         return builtin
 
-    def _shard_of(self, builtin: Builtin) -> Shard:
+    def _shard_of(self, builtin: Builtin, catalog: CatalogState | None = None) -> Shard:
         """The shard this process reads and writes for ``builtin``.
 
         A follower reads its own replacement shard where it has one (what it will serve once
-        promoted); otherwise the collection's shard in the catalog.
+        promoted); otherwise the collection's shard in ``catalog`` (read now when None).
         """
         consensus = self._connection.require()
         blob = self._machine.blob
@@ -575,8 +576,10 @@ class SidecarDataPlane:
             shard_id = check.replacement_shards.get(builtin.global_id)
             if shard_id is not None:
                 return self._shard(consensus, blob, shard_id)
-        found = read_catalog(consensus)
-        ref = found[0].collections.get(builtin.global_id) if found else None
+        if catalog is None:
+            found = read_catalog(consensus)
+            catalog = found[0] if found else None
+        ref = catalog.collections.get(builtin.global_id) if catalog else None
         if ref is None:
             raise NoShardError(
                 f"collection {builtin.name} has no shard yet (environment not bootstrapped, or "
