@@ -220,9 +220,10 @@ class Shard:
         reader_schema: pa.Schema | None = None,
         *,
         timeout: float | None = None,
+        state: ShardState | None = None,
     ) -> pa.Table:
         """The contents as of ``as_of``, consolidated (:func:`catalog.shard.read.snapshot`)."""
-        return read.snapshot(self, as_of, reader_schema, timeout=timeout)
+        return read.snapshot(self, as_of, reader_schema, timeout=timeout, state=state)
 
     def snapshot_of(
         self,
@@ -313,10 +314,15 @@ class Shard:
         lifecycle.discard(self, fence=fence)
 
     def lease(
-        self, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
+        self,
+        holder: str = "",
+        *,
+        as_of: int | None = None,
+        schema_id: int | None = None,
+        state: ShardState | None = None,
     ) -> contextlib.AbstractContextManager[Lease]:
         """Hold a reader lease while the block runs (:func:`catalog.shard.lifecycle.lease`)."""
-        return lifecycle.lease(self, holder, as_of=as_of, schema_id=schema_id)
+        return lifecycle.lease(self, holder, as_of=as_of, schema_id=schema_id, state=state)
 
     def held_since(self) -> int | None:
         """The lowest time a reader lease holds (:func:`catalog.shard.lifecycle.held_since`)."""

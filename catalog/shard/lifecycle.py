@@ -160,7 +160,12 @@ def _wait_for_no_leases(shard: ShardAccess, wait: float | None) -> None:
 
 @contextlib.contextmanager
 def lease(
-    shard: ShardAccess, holder: str = "", *, as_of: int | None = None, schema_id: int | None = None
+    shard: ShardAccess,
+    holder: str = "",
+    *,
+    as_of: int | None = None,
+    schema_id: int | None = None,
+    state: ShardState | None = None,
 ) -> Iterator[Lease]:
     """Hold a reader lease while the block runs: finalization waits until it is released.
 
@@ -168,9 +173,11 @@ def lease(
     coverage (:mod:`catalog.shard.coverage`) counts it as needed while the lease lives.
 
     Raises ShardFinalizedError when the shard is finalized (or being finalized). The lease
-    is an ephemeral znode, so a reader that dies releases it with its session.
+    is an ephemeral znode, so a reader that dies releases it with its session. ``state`` is
+    one the caller read just now (read here when None); the lease carries the state read
+    once it is held, for the reader to read.
     """
-    state = shard.state()
+    state = shard.state() if state is None else state
     if state.finalized:
         raise finalized_error(state)
     # The time this reader reads at (the latest complete one, if not given): ``since`` is
@@ -191,7 +198,7 @@ def lease(
         current = shard.state()
         if current.finalized:
             raise finalized_error(current)
-        yield Lease(shard_id=shard.shard_id, key=key, holder=holder)
+        yield Lease(shard_id=shard.shard_id, key=key, holder=holder, state=current)
     finally:
         with contextlib.suppress(NoNodeError, *CONNECTION_ERRORS):
             shard.consensus.client.delete(shard.consensus.path(key))

@@ -147,6 +147,7 @@ def snapshot(
     reader_schema: pa.Schema | None = None,
     *,
     timeout: float | None = None,
+    state: ShardState | None = None,
 ) -> pa.Table:
     """The shard's contents as of ``as_of`` (default: ``upper - 1``), consolidated.
 
@@ -158,28 +159,29 @@ def snapshot(
     up to ``timeout`` seconds (a data watch, not polling); ``as_of < since`` raises
     ShardError (reason ``compacted``). A finalized shard raises ShardFinalizedError.
     Batches replaced under the read (compaction) make it re-read the state; hold a
-    :meth:`lease` to keep finalization away during long reads.
+    :meth:`lease` to keep finalization away during long reads (and read its ``state``: one
+    read just now, instead of reading it again here).
     """
-    state = shard.state()
+    known: ShardState = shard.state() if state is None else state
 
     def attempt() -> pa.Table:
-        nonlocal state
-        if as_of is not None and as_of >= state.upper and timeout:
-            state = wait_for_upper(shard, as_of, timeout)
-        return _snapshot(shard, state, as_of, reader_schema)
+        nonlocal known
+        if as_of is not None and as_of >= known.upper and timeout:
+            known = wait_for_upper(shard, as_of, timeout)
+        return _snapshot(shard, known, as_of, reader_schema)
 
     def moved(exc: Exception) -> bool:
         """Blobs vanished under the read: retry on the newer state, if there is one."""
-        nonlocal state
+        nonlocal known
         if not isinstance(exc, BlobMissingError):
             return False
         current = shard.state()
         if current.finalized:
             raise finalized_error(current) from exc
-        if current.revision == state.revision:
+        if current.revision == known.revision:
             return False
         shard.log.info("snapshot_state_moved", version=current.revision)
-        state = current
+        known = current
         return True
 
     retry = Retry(

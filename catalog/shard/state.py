@@ -407,3 +407,5 @@ class Lease:
     shard_id: str
     key: str
     holder: str
+    #: The shard's state read once the lease was held: what the reader reads.
+    state: ShardState = attrs.field(eq=False, repr=False)

@@ -544,10 +544,11 @@ class SidecarDataPlane:
                 upper=state.upper,
             )
         reads_with = find_schema_id(state, builtin.schema)
-        with shard.lease(holder=self._config.process_id, as_of=as_of, schema_id=reads_with):
-            if as_of is None and shard.state().upper == 0:
+        holder = self._config.process_id
+        with shard.lease(holder=holder, as_of=as_of, schema_id=reads_with, state=state) as lease:
+            if as_of is None and lease.state.upper == 0:
                 return update_schema(builtin.schema).empty_table()
-            table = shard.snapshot(as_of)
+            table = shard.snapshot(as_of, state=lease.state)
         source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
         if not source.equals(builtin.schema):
             table = migrate_batch(table, source, builtin.schema, projection=True)
