@@ -234,7 +234,7 @@ def main() -> None:
             http_token_file=token_file, extra=tuple(os.environ.get("BENCH_EXTRA", "").split()),
         )  # fmt: skip
         try:
-            sidecar.wait_ready()
+            sidecar.wait_serving(zookeeper.hosts)
             url = f"http://{sidecar.http}"
             run_level(url, "ndjson", 2, 2.0, 1, token)  # warm up
             multis = zookeeper_multis_per_s(zookeeper.hosts, args.seconds)

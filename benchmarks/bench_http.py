@@ -93,7 +93,7 @@ def main() -> None:
             extra=["--http-header-timeout", "600", "--http-idle-timeout", "600"],
         )  # fmt: skip
         try:
-            sidecar.wait_ready()
+            sidecar.wait_serving(zookeeper.hosts)
             measure(sidecar, 20, 20, 0)  # warm up
             threads, rss = thread_count(sidecar.pid), rss_kib(sidecar.pid)
             quiet = measure(sidecar, args.probes, args.appends, 1000)

@@ -75,7 +75,7 @@ def main() -> None:
             extra=("--http-max-body", str(256 * 1024 * 1024)),
         )  # fmt: skip
         try:
-            sidecar.wait_ready()
+            sidecar.wait_serving(zookeeper.hosts)
             client = SidecarClient(f"http://{sidecar.http}", timeout=600, retry_deadline=120)
             shard = client.append(COLLECTION, rows(0, args.rows)).shard_id  # waits until serving
             began = time.perf_counter()

@@ -32,6 +32,7 @@ from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WR
 from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.forkserver import ENTRY, ForkedProcess, fork_server
 from orchestrator.testing.netns import Namespace
+from orchestrator.zookeeper.clients import close, connect
 
 __all__ = [
     "SidecarExited",
@@ -404,6 +405,16 @@ class SidecarProcess:
     def wait_state(self, client: KazooClient, *states: str, timeout: float = 30.0) -> ProcessNode:
         """The process node once its state is one of ``states``."""
         return self.wait_node(client, lambda node: node.state in states, timeout)
+
+    def wait_serving(self, zk: str, timeout: float = 60.0) -> ProcessNode:
+        """The process node once it serves, on a ZooKeeper client of its own: what to wait
+        for before appending to an ``--auto-promote`` process, which is ready (read-only)
+        before it bootstraps."""
+        client = connect(zk)
+        try:
+            return self.wait_state(client, "serving", timeout=timeout)
+        finally:
+            close(client)
 
     def describe(self) -> str:
         state = "paused" if self.paused else ("running" if self.running else "exited")
