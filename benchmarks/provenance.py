@@ -18,12 +18,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: What a run's figures depend on: a change here, not yet committed, marks the commit.
+_CODE = ("catalog", "client", "orchestrator", "benchmarks", "scenarios", "pyproject.toml")
+
+
 def commit() -> str:
-    """The checkout's short commit, ``+changes`` when its tracked files differ from it."""
+    """The checkout's short commit, ``+changes`` when its code differs from it."""
     found = _git("rev-parse", "--short", "HEAD")
     if not found:
         return "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+    dirty = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", *_CODE, ":!benchmarks/results"
+    )
     return found + ("+changes" if dirty else "")
 
 
