@@ -12,7 +12,7 @@ build writes it:
 * ``<!-- result spark_connect.json:speedup .1f -->``: one figure of a results file, by its
   path of keys. ``@last`` is a file's last run, ``[clients=16,format=arrow]`` the first entry
   of a list whose fields match. An optional format spec follows any marker (``,.0f``,
-  ``.1%``, or ``MiB`` for a count of bytes).
+  ``.1%``, or a unit: ``KiB``, ``MiB`` for bytes, ``min``, ``h`` for seconds).
 
 A marker that names nothing fails the build, as a broken link does.
 """
@@ -105,12 +105,22 @@ def appends(clients: int) -> str:
     raise ValueError(f"appends.json has no local run of {clients} one-row NDJSON clients")
 
 
+#: Specs that write a count of bytes or seconds in a larger unit.
+_UNITS = {
+    "KiB": ("KiB", 2**10),
+    "MiB": ("MiB", 2**20),
+    "min": ("minutes", 60),
+    "h": ("hours", 3600),
+}
+
+
 def _formatted(value: Any, spec: str | None) -> str:
-    """``value`` by a format spec; ``MiB`` writes a count of bytes in mebibytes."""
+    """``value`` by a format spec, or in one of :data:`_UNITS`."""
     if spec is None:
         return _cell(value)
-    if spec == "MiB":
-        return f"{value / 2**20:g} MiB"
+    if spec in _UNITS:
+        unit, size = _UNITS[spec]
+        return f"{value / size:g} {unit}"
     return format(value, spec)
 
 
