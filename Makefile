@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # What the demo needs (the product and its client), not the test and dev tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test check packages lint typecheck docs unit integration bench soak clean zookeeper s3 \
+.PHONY: demo test check packages lint typecheck docs unit integration bench bench-smoke soak clean zookeeper s3 \
 	spark-cluster prometheus-rule
 
 $(STAMP): pyproject.toml client/pyproject.toml
@@ -89,6 +89,10 @@ soak: $(STAMP)
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 	$(BIN)/python benchmarks/bench_appends.py --store s3 --label s3
+
+# Every benchmark at a tiny size (figures to a temporary directory): none rots unseen.
+bench-smoke: $(STAMP)
+	$(BIN)/python benchmarks/smoke.py
 
 clean:
 	rm -rf $(VENV) var site demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -46,19 +46,30 @@ def run() -> dict[str, str]:
     }
 
 
+#: A directory that takes every results file instead of ``benchmarks/results`` (the smoke
+#: runs of ``benchmarks/smoke.py``: their tiny figures must not replace the real ones).
+RESULTS_DIR_ENV = "BENCH_RESULTS_DIR"
+
+
 def record(path: Path, result: dict[str, Any]) -> dict[str, Any]:
     """Writes ``result`` to ``path`` with this run first; returns what it wrote."""
     written = {"run": run(), **result}
-    _write(path, written)
+    _write(_redirected(path), written)
     return written
 
 
 def record_labelled(path: Path, name: str, entry: dict[str, Any]) -> dict[str, Any]:
     """Writes ``entry`` with this run as the run ``name`` of ``path``, keeping its other runs."""
+    path = _redirected(path)
     runs = json.loads(path.read_text()) if path.exists() else {}
     runs[name] = {"run": run(), **entry}
     _write(path, runs)
     return runs[name]
+
+
+def _redirected(path: Path) -> Path:
+    directory = os.environ.get(RESULTS_DIR_ENV)
+    return Path(directory) / path.name if directory else path
 
 
 def _write(path: Path, value: Any) -> None:
