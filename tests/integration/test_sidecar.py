@@ -71,7 +71,9 @@ def test_only_a_process_asked_to_bootstraps_an_empty_environment(
     assert "wait for a bootstrap" in table.stdout and "--deploy-generation 2" in table.stdout
     blue = bootstrap(launch)
     assert blue.wait_state("serving")["epoch"] == 1
-    node = green.wait_state("ready")  # checked again against the new catalog: a plain green
+    # Checked again against the new catalog: a plain green (its node says ready before that,
+    # while it waits for the bootstrap, so wait for the phase too).
+    node = green.wait_node(lambda n: n.get("state") == "ready" and n.get("phase") == "ready")
     assert node["phase"] == "ready" and node["plan"]["from"] == V1
     cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name, "--deploy-generation", "2")
     assert green.wait_state("serving")["mode"] == "leader"
