@@ -275,19 +275,19 @@ class SidecarDataPlane:
             consensus.sync()
             found = read_catalog(consensus)
         except CatalogError as exc:
-            raise FencedError(
-                f"process {self._config.process_id} was fenced by a promotion and cannot "
-                f"read its catalog ({exc.message}): read through its successor",
-                deploy_generation=self._config.deploy_generation,
-            ) from exc
+            raise self._handed_on(f"cannot read its catalog ({exc.message})") from exc
         version = None if found is None else found[0].version
         if found is not None and version == str(self._release.version):
             return found[0]
-        raise FencedError(
-            f"process {self._config.process_id} was fenced by a promotion, and the catalog "
-            f"is at version {version} now: read through its successor",
+        raise self._handed_on(f"the catalog is at version {version} now", catalog_version=version)
+
+    def _handed_on(self, why: str, **fields: Any) -> FencedError:
+        """Why a read during a hand-over goes to the successor: the one wording of it."""
+        return FencedError(
+            f"process {self._config.process_id} was fenced by a promotion, and {why}: read "
+            "through its successor",
             deploy_generation=self._config.deploy_generation,
-            catalog_version=version,
+            **fields,
         )
 
     def _await_cutover(self) -> None:
@@ -519,11 +519,7 @@ class SidecarDataPlane:
         try:
             return self._snapshot(collection, as_of, catalog)
         except MigrationRefusedError as exc:
-            raise FencedError(
-                f"process {self._config.process_id} was fenced by a promotion: read "
-                f"{collection} through its successor ({exc.message})",
-                deploy_generation=self._config.deploy_generation,
-            ) from exc
+            raise self._handed_on(f"cannot read {collection} ({exc.message})") from exc
 
     def _snapshot(
         self, collection: str, as_of: int | None, catalog: CatalogState | None = None
