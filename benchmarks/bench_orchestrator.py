@@ -108,7 +108,11 @@ def releases(collections: int) -> tuple[Release, Release]:
 
 def lead(consensus: Consensus, ctx: MigrationContext, *, bootstrap: bool) -> Any:
     election = LeaderElection(
-        consensus, ctx.process_id, ctx.deploy_generation, on_change=lambda _e: None
+        consensus,
+        ctx.process_id,
+        ctx.deploy_generation,
+        release=str(ctx.version),
+        on_change=lambda _e: None,
     )
     election.start()
     if not bootstrap:

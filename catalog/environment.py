@@ -146,6 +146,16 @@ class CatalogState:
     #: The generation whose leader switched the catalog to this version (a takeover moves
     #: ``deploy_generation`` only); None in catalogs of earlier releases.
     version_generation: int | None = None
+    #: The release the generation ``deploy_generation`` runs: the taker's version, bound by
+    #: the takeover that moved the catalog to it (a generation stands for one release,
+    #: ``orchestrator.fencing.release_fence``). None in catalogs of earlier releases.
+    generation_release: str | None = None
+
+    @property
+    def release_of_generation(self) -> str:
+        """The release ``deploy_generation`` runs (``version`` when not recorded: a catalog of
+        an earlier release)."""
+        return self.version if self.generation_release is None else self.generation_release
 
     @property
     def upgraded_at_generation(self) -> int:
@@ -173,13 +183,20 @@ class CatalogState:
                 if self.version_generation is None
                 else {"version_generation": self.version_generation}
             ),
+            **(
+                {}
+                if self.generation_release is None
+                else {"generation_release": self.generation_release}
+            ),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CatalogState:
         final = data.get("finalized")
         since = data.get("version_generation")
+        bound = data.get("generation_release")
         return cls(
+            generation_release=None if bound is None else str(bound),
             finalized=None if final is None else Finalized(**final),
             version_generation=None if since is None else int(since),
             version=data["version"],

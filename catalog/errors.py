@@ -69,6 +69,12 @@ class ConfigurationError(BadInputError):
     """The environment or the machine is not set up as required (Java missing, blob URI differs)."""
 
 
+class GenerationTakenError(ConfigurationError):
+    """A process was started at a deploy generation that already runs another release: a
+    generation stands for one release (``orchestrator.fencing.release_fence``), so it may
+    neither lead nor wait to; the fix is a new generation."""
+
+
 # --- exit code 3: fenced ---------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Upgrade history: one row per upgrade of an environment (``catalog-upgrade history``).
 
 A leader that finishes its migration appends a record to the ``history`` znode, fenced by its
-epoch, in the same step as its ``migrated`` event: from and to version, generation, who promoted
+epoch, in the same step as its ``migrated`` event (one per generation, never rewritten): from and to version, generation, who promoted
 and when, who took over (process, host), each phase of its migration with its duration, and the
 outcome: ``completed`` (final), ``pending`` (reversible until finalized, when it is amended to
 ``completed`` with who finalized it and when), ``rolled back`` (amended so when the release it
@@ -113,13 +113,18 @@ def read_records(consensus: Consensus) -> tuple[list[UpgradeRecord], int]:
 
 
 def record_upgrade(consensus: Consensus, record: UpgradeRecord, *, fence: Fence) -> None:
-    """Append ``record`` (replacing one of the same generation, a re-run's), fenced; keeps
-    the newest ``KEEP_UPGRADES``."""
+    """Append ``record``, fenced; keeps the newest ``KEEP_UPGRADES``.
+
+    The history is append-only: a generation stands for one release (``orchestrator.fencing``),
+    so its first record stands, and a re-run of its leader (a restart, a successor after a
+    crash) adds nothing and rewrites nothing. Only :func:`amend_record` changes a record's
+    outcome (finalized, rolled back)."""
 
     def attempt() -> None:
         records, version = read_records(consensus)
-        kept = [r for r in records if r.deploy_generation != record.deploy_generation]
-        kept = [*kept, record][-KEEP_UPGRADES:]
+        if any(r.deploy_generation == record.deploy_generation for r in records):
+            return
+        kept = [*records, record][-KEEP_UPGRADES:]
         value = encode_json([r.to_json() for r in kept])
         op = Create(HISTORY_KEY, value) if version < 0 else SetData(HISTORY_KEY, value, version)
         consensus.commit([op], fence=fence)

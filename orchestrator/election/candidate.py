@@ -24,7 +24,8 @@ log = structlog.get_logger(__name__)
 
 
 class LeaderElection:
-    """One process's candidacy in the election of its deploy generation.
+    """One process's candidacy in the election of its deploy generation, for the version of
+    its ``release`` (a takeover binds the generation to it).
 
     ``start`` joins; ``try_take_over`` becomes leader when this process is the lowest candidate
     of the promotion target's generation; ``step_down`` releases leadership at once; ``stop``
@@ -41,9 +42,10 @@ class LeaderElection:
         process_id: str,
         deploy_generation: int,
         *,
+        release: str,
         on_change: Callable[[ElectionEvent], None],
     ) -> None:
-        self._candidacy = Candidacy(consensus, process_id, deploy_generation)
+        self._candidacy = Candidacy(consensus, process_id, deploy_generation, release)
         self._takeover = Takeover(self._candidacy)
         self._worker = ElectionWorker(self._candidacy, on_change)
 

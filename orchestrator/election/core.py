@@ -48,10 +48,13 @@ class Candidacy:
         consensus: Consensus,
         process_id: str,
         deploy_generation: int,
+        release: str,
     ) -> None:
         self.consensus = consensus
         self.process_id = process_id
         self.deploy_generation = deploy_generation
+        #: The version of the release this process runs: a takeover binds the generation to it.
+        self.release = release
         self.client: KazooClient = consensus.client
         self.lock = threading.RLock()
         self.leadership: Leadership | None = None

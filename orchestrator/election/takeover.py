@@ -40,7 +40,7 @@ from orchestrator.election.values import (
     promotion_of,
 )
 from orchestrator.events import record_event
-from orchestrator.fencing import generation_fence
+from orchestrator.fencing import generation_fence, release_fence
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,8 @@ class Takeover:
         Returns the Leadership (the same one when already leading), or None when another
         candidate is first, our generation is not promoted, or the session is suspended. With
         ``bootstrap`` (the environment is empty), an absent promotion target is first set to our
-        generation. Raises FencedError when a newer generation is promoted or in the catalog.
+        generation. Raises FencedError when a newer generation is promoted or in the catalog,
+        GenerationTakenError when our generation runs another release.
         """
         c = self._candidacy
         with c.lock:
@@ -118,6 +119,11 @@ class Takeover:
         )
         if fenced is not None:
             raise fenced
+        # The catalog read here is checked by the commit below (same generation), or moved to
+        # ours and bound to our release by it: a generation never leads for two releases.
+        taken = release_fence(c.deploy_generation, c.release, catalog, promoted=target)
+        if taken is not None:
+            raise taken
         if target < c.deploy_generation:
             return None
         names = c.consensus.children(candidate_key(c.deploy_generation))
@@ -160,7 +166,9 @@ class Takeover:
             if catalog.deploy_generation == c.deploy_generation:
                 ops.append(Check(CATALOG_KEY, catalog_found.version))
             else:
-                moved = attrs.evolve(catalog, deploy_generation=c.deploy_generation)
+                moved = attrs.evolve(
+                    catalog, deploy_generation=c.deploy_generation, generation_release=c.release
+                )
                 ops.append(catalog_write_op(moved, catalog_found.version))
         ops.append(Check(PROMOTION_KEY, promotion.version))
         ops.append(Check(candidate, stat.version))

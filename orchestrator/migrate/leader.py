@@ -75,6 +75,7 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
         updated_at=time.time(),
         finalized=Finalized(leadership.deploy_generation, time.time(), "bootstrap"),
         version_generation=leadership.deploy_generation,
+        generation_release=str(ctx.version),
     )
     ctx.on_phase(PHASE_SWITCH)
     ctx.consensus.commit([catalog_write_op(state, -1)], fence=leadership.fence)
@@ -169,6 +170,7 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
             if catalog.version == str(ctx.version)
             else leadership.deploy_generation
         ),
+        generation_release=str(ctx.version),
     )
     referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
     unreferenced = sorted(catalog.shard_ids() - referenced)

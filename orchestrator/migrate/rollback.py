@@ -330,6 +330,7 @@ def rollback_as_leader(
         blob_uri=catalog.blob_uri,
         updated_at=time.time(),
         version_generation=leadership.deploy_generation,
+        generation_release=str(ctx.version),
     )
     dropped = sorted(catalog.shard_ids() - restored.shard_ids() - {MIGRATION_SHARD_ID})
     from orchestrator.migrate.cleanup import queue_ops

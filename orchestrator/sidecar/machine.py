@@ -30,7 +30,7 @@ from catalog.pipeline.pacing import Pacer
 from catalog.release import Release
 from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
-from orchestrator.fencing import generation_fence
+from orchestrator.fencing import generation_fence, release_fence
 from orchestrator.migrate import (
     CheckResult,
     LeaderResult,
@@ -132,6 +132,7 @@ class SidecarMachine:
             consensus,
             self._config.process_id,
             self._config.deploy_generation,
+            release=str(self._release.version),
             on_change=self._inbox,
         )
         self.pending = True
@@ -300,6 +301,13 @@ class SidecarMachine:
             return
         if unreadable is not None:
             raise unreadable
+        # A generation stands for one release: a process of another release at the catalog's
+        # generation never leads, nor waits to (exit 2, naming a new generation).
+        taken = release_fence(
+            generation, str(self._release.version), catalog, promoted=promotion
+        )
+        if taken is not None:
+            raise taken
         seen = (found[1] if found else None, self.epoch)
         if self._checked_at != seen or self.check is None:
             self._run_check(seen)

@@ -39,6 +39,7 @@ from catalog.errors import (
 )
 from catalog.release import Release
 from orchestrator import election as election_mod
+from orchestrator.fencing import release_fence
 from orchestrator.process_node import ProcessMode, ProcessNode
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
@@ -202,6 +203,14 @@ class Sidecar:
         consensus.observer = self.metrics.observe_zookeeper
         consensus.before_fenced_write = self.machine.guard(consensus.before_fenced_write)
         found = read_catalog(consensus)
+        taken = release_fence(  # before anything is written (exit 2)
+            self.config.deploy_generation,
+            str(self.release.version),
+            found[0] if found else None,
+            promoted=election_mod.read_promotion(consensus) if found else None,
+        )
+        if taken is not None:
+            raise taken
         blob_uri = resolve_blob_uri(
             self.config.blob, found[0].blob_uri if found else None, self.config.env
         )

@@ -35,6 +35,7 @@ from catalog.errors import (
     CatalogError,
     ConnectionLostError,
     FencedError,
+    GenerationTakenError,
     MigrationRefusedError,
 )
 from orchestrator.cli import main
@@ -100,7 +101,10 @@ def new_candidate(new_client: ClientFactory, zk_env: ZkEnv) -> Iterator[Callable
     made: list[Candidate] = []
 
     def make(
-        process_id: str, generation: int, on_change: Callable[[ElectionEvent], None] | None = None
+        process_id: str,
+        generation: int,
+        on_change: Callable[[ElectionEvent], None] | None = None,
+        release: str = "0.10.0",
     ) -> Candidate:
         client = new_client()
         events: queue.Queue[ElectionEvent] = queue.Queue()
@@ -111,7 +115,8 @@ def new_candidate(new_client: ClientFactory, zk_env: ZkEnv) -> Iterator[Callable
                 on_change(event)
 
         election = LeaderElection(
-            Consensus(client, zk_env.root), process_id, generation, on_change=heard
+            Consensus(client, zk_env.root), process_id, generation, release=release,
+            on_change=heard
         )
         election.start()
         candidate = Candidate(election=election, events=events, client=client)
@@ -185,6 +190,37 @@ def take_over_concurrently(candidates: list[Candidate]) -> list[Leadership | Non
 # --- election ---------------------------------------------------------------------------------
 
 
+def test_a_generation_leads_for_one_release_and_the_takeover_binds_it(
+    store: Consensus, new_candidate: Callable[..., Candidate]
+) -> None:
+    """The takeover that moves the catalog to a generation binds it to the taker's release; a
+    candidate of another release at that generation is refused inside the takeover (the
+    catalog it read is checked by the same commit), and nothing is written."""
+    write_catalog(store, generation=1, version="0.10.0")
+    set_promotion(store, 1)
+    mistaken = new_candidate("p-011", 1, release="0.11.0")
+    before = store.get(CATALOG_KEY)
+    with pytest.raises(GenerationTakenError, match="runs release 0.10.0, not 0.11.0"):
+        mistaken.election.try_take_over(bootstrap=False)
+    after = store.get(CATALOG_KEY)
+    assert before is not None and after is not None and after.version == before.version
+    assert read_epoch(store) is None
+    set_promotion(store, 2)
+    first = new_candidate("p-2", 2, release="0.11.0")
+    assert first.election.try_take_over(bootstrap=False) is not None
+    found = read_catalog(store)
+    assert found is not None
+    assert (found[0].deploy_generation, found[0].generation_release) == (2, "0.11.0")
+    first.election.step_down()
+    other = new_candidate("p-2b", 2, release="0.12.0")
+    with pytest.raises(GenerationTakenError, match="--deploy-generation 3"):
+        other.election.try_take_over(bootstrap=False)
+    other.election.stop()  # a refused process exits (the sidecar, exit 2)
+    same = new_candidate("p-2c", 2, release="0.11.0")
+    assert same.election.try_take_over(bootstrap=False) is not None
+
+
+
 def test_exactly_one_leader_among_four_candidates(
     store: Consensus, new_candidate: Callable[..., Candidate]
 ) -> None:
@@ -247,7 +283,8 @@ def test_bootstrap_promotes_own_generation_and_takes_over(
 def test_takeover_moves_epoch_and_catalog_generation_together(
     store: Consensus, new_candidate: Callable[..., Candidate]
 ) -> None:
-    """The takeover sets epoch+1 and the catalog generation; nothing else in the catalog moves."""
+    """The takeover sets epoch+1 and the catalog generation, bound to the taker's release;
+    nothing else in the catalog moves."""
     before = write_catalog(store, generation=1)
     set_promotion(store, 2)
     leadership = new_candidate("p", 2).election.try_take_over(bootstrap=False)
@@ -255,7 +292,8 @@ def test_takeover_moves_epoch_and_catalog_generation_together(
     found = read_catalog(store)
     assert found is not None
     after, version = found
-    assert after == attrs.evolve(before, deploy_generation=2) and version == 1
+    moved = attrs.evolve(before, deploy_generation=2, generation_release="0.10.0")
+    assert after == moved and version == 1
     epoch = read_epoch(store)
     assert epoch is not None and (epoch.epoch, epoch.deploy_generation) == (1, 2)
 
@@ -286,7 +324,7 @@ def test_takeover_racing_a_catalog_write_changes_nothing_until_retried(
 
     client = new_client()
     election = LeaderElection(
-        RacedConsensus(client, zk_env.root), "p", 2, on_change=lambda _e: None
+        RacedConsensus(client, zk_env.root), "p", 2, release="0.10.1", on_change=lambda _e: None
     )
     election.start()
     try:
@@ -657,7 +695,8 @@ def test_takeover_whose_answer_was_lost_is_adopted_not_repeated(
             return results
 
     election = LeaderElection(
-        LossyConsensus(new_client(), zk_env.root), "p", 2, on_change=lambda _e: None
+        LossyConsensus(new_client(), zk_env.root), "p", 2, release="0.10.0",
+        on_change=lambda _e: None
     )
     election.start()
     try:

@@ -222,6 +222,64 @@ def test_sigterm_of_leader_hands_over_to_same_generation(launch: Launch) -> None
     assert took < 2.5, f"takeover took {took:.2f} s"
 
 
+# --- a generation stands for one release -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_another_release_at_the_serving_generation_never_upgrades_on_a_restart(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
+    """0.10.0 leads generation 1; 0.11.0 started at generation 1 by mistake exits 2 at once,
+    naming the fix, and writes nothing; the leader's routine restart (SIGTERM, then the same
+    command) finds the catalog as it was: nobody promoted 0.11.0, so nothing upgraded."""
+    blue = bootstrap(launch, "blue-1")
+    before = tree_digest(zk_client, f"{zk_env.root}/catalog")
+    mistaken = launch(V2, 1, "green-1")
+    assert mistaken.wait_exit() == EXIT_BAD_INPUT
+    said = mistaken.log_file.read_text()
+    assert "runs release 0.10.0, not 0.11.0" in said and "--deploy-generation 2" in said
+    assert zk_client.exists(f"{zk_env.root}/processes/green-1") is None
+    blue.signal(signal.SIGTERM)
+    assert blue.wait_exit() == EXIT_OK
+    again = launch(V1, 1, "blue-1b")
+    assert again.wait_state("serving")["mode"] == "leader"
+    assert launch(V2, 1, "green-1b").wait_exit() == EXIT_BAD_INPUT
+    assert tree_digest(zk_client, f"{zk_env.root}/catalog") == before
+    status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
+    assert (status["catalog"]["version"], status["catalog"]["deploy_generation"]) == (V1, 1)
+    rows = json.loads(cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name).stdout)
+    assert [(r["deploy_generation"], r["to_version"], r["outcome"]) for r in rows] == [
+        (1, V1, "bootstrapped")
+    ]
+
+
+@pytest.mark.slow
+def test_two_releases_waiting_at_one_generation_the_taker_binds_it(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    """0.11.0 and 0.12.0 both wait read-only at generation 2 (neither is refused before a
+    takeover: the catalog is at 1). Promoted, the first candidate leads and binds generation 2
+    to 0.11.0; the other exits 2, and the leader's restart leaves 0.11.0 serving."""
+    blue = bootstrap(launch, "blue-1")
+    green = launch(V2, 2, "green-2")
+    green.wait_state("ready")
+    other = launch("0.12.0", 2, "other-2")
+    other.wait_state("ready")
+    promoted = cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name,
+                   "--deploy-generation", "2", "--wait", "30")  # fmt: skip
+    assert promoted.returncode == EXIT_OK, promoted.stderr
+    assert green.wait_state("serving")["mode"] == "leader"
+    assert blue.wait_exit() == EXIT_FENCED
+    assert other.wait_exit() == EXIT_BAD_INPUT
+    assert "runs release 0.11.0, not 0.12.0" in other.log_file.read_text()
+    green.signal(signal.SIGTERM)
+    assert green.wait_exit() == EXIT_OK
+    again = launch(V2, 2, "green-2b")
+    assert again.wait_state("serving")["mode"] == "leader"
+    status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
+    assert (status["catalog"]["version"], status["catalog"]["deploy_generation"]) == (V2, 2)
+
+
 @pytest.mark.slow
 def test_stale_generation_exits_fenced(
     launch: Launch, zk_client: KazooClient, zk_env: ZkEnv

@@ -98,6 +98,7 @@ class Env:
             Consensus(self.client, self.root),
             ctx.process_id,
             ctx.deploy_generation,
+            release=str(ctx.version),
             on_change=lambda _event: None,
         )
         election.start()
