@@ -289,6 +289,14 @@ class WritesPausedError(CatalogError):
     code = "writes-paused"
 
 
+class CompactionBehindError(CatalogError):
+    """An append to a shard whose merges fell behind: it lists the hard cap of batches
+    (``catalog.shard.merges.STOP_BATCHES``), so reads would slow down; nothing was written,
+    retry after ``Retry-After`` with the same key."""
+
+    code = "compaction-behind"
+
+
 class BusyError(CatalogError):
     """The process did not handle a request in time (its main loop is busy migrating)."""
 

@@ -1,16 +1,16 @@
 """Upgrade history: one row per upgrade of an environment (``catalog-upgrade history``).
 
 A leader that finishes its migration appends a record to the ``history`` znode, fenced by its
-epoch, in the same step as its ``migrated`` event (one per generation, never rewritten): from and to version, generation, who promoted
-and when, who took over (process, host), each phase of its migration with its duration, and the
-outcome: ``completed`` (final), ``pending`` (reversible until finalized, when it is amended to
-``completed`` with who finalized it and when), ``rolled back`` (amended so when the release it
-came from was promoted back) or ``rollback`` (that promotion). The znode keeps the newest
-``KEEP_UPGRADES`` records (about 400 bytes each), so it stays far below ZooKeeper's node limit.
-Only leaders write it (the read-only rule); the upgrades that never got a leader are read from
-the event logs instead: a generation refused by its read-only processes (outcome ``refused``,
-with the rule and reason), fenced or failed, or promoted and then overtaken by a newer promotion
-(``aborted``).
+epoch, in the same step as its ``migrated`` event (one per generation, never rewritten): from
+and to version, generation, who promoted and when, who took over (process, host), each phase of
+its migration with its duration, and the outcome: ``completed`` (final), ``pending`` (reversible
+until finalized, when it is amended to ``completed`` with who finalized it and when), ``rolled
+back`` (amended so when the release it came from was promoted back) or ``rollback`` (that
+promotion). The znode keeps the newest ``KEEP_UPGRADES`` records (about 400 bytes each), so it
+stays far below ZooKeeper's node limit. Only leaders write it (the read-only rule); the upgrades
+that never got a leader are read from the event logs instead: a generation refused by its read-
+only processes (outcome ``refused``, with the rule and reason), fenced or failed, or promoted
+and then overtaken by a newer promotion (``aborted``).
 """
 
 from __future__ import annotations

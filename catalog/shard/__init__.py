@@ -53,6 +53,7 @@ from catalog.shard.handle import Shard
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, KeySegment
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.listing import blob_prefix
+from catalog.shard.merges import MERGE_FANOUT, SLOW_DOWN_BATCHES, STOP_BATCHES
 from catalog.shard.ops import (
     clear_contraction_op,
     contract_op,
@@ -90,7 +91,10 @@ __all__ = [
     "KEY_RETENTION_SECONDS",
     "LEASE_PREFIX",
     "MAX_ROLLUPS",
+    "MERGE_FANOUT",
     "ROLLUP_THRESHOLD",
+    "SLOW_DOWN_BATCHES",
+    "STOP_BATCHES",
     "TS",
     "WRITE_MEMORY",
     "AppendResult",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -59,9 +59,16 @@ class Paced(Protocol):
 
 
 def compact(
-    shard: ShardAccess, *, fence: Fence | None = None, pacer: Paced | None = None
+    shard: ShardAccess,
+    *,
+    fence: Fence | None = None,
+    pacer: Paced | None = None,
+    select: Callable[[Sequence[BatchRef]], Sequence[BatchRef]] | None = None,
 ) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
+
+    ``select``: merge only the batches it picks of the state's (a merge of the write path,
+    :func:`catalog.shard.merges.merge_plan`); fewer than two picked merge nothing.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
     sortable. The blob is written, then the state CAS replaces exactly the input batches;
@@ -72,6 +79,10 @@ def compact(
     each schema's batches are read; a throttle or a pause holds it before anything is written.
     """
     state, inputs = compaction_inputs(shard)
+    if select is not None:
+        inputs = list(select(inputs))
+        if len(inputs) < 2:
+            return CompactionResult(False, 0, None, state)
     if not inputs:
         return CompactionResult(True, 0, None, state)
     target = state.live_schema

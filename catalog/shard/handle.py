@@ -22,7 +22,7 @@ from catalog.consensus import Check, Consensus, Fence
 from catalog.environment import SHARDS_KEY
 from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
-from catalog.shard import append, compact, lifecycle, read
+from catalog.shard import append, compact, lifecycle, merges, read
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, is_keyed
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op
@@ -290,6 +290,12 @@ class Shard:
     ) -> CompactionResult:
         """Merge every batch into one (:func:`catalog.shard.compact.compact`)."""
         return compact.compact(self, fence=fence, pacer=pacer)
+
+    def merge(self, *, fence: Fence | None = None) -> CompactionResult:
+        """Merge the batches the write path's policy picks
+        (:func:`catalog.shard.merges.merge_plan`) into one; ``applied`` is False when none
+        were due (or another compaction replaced them first)."""
+        return compact.compact(self, fence=fence, select=merges.merge_plan)
 
     def commit_compaction(
         self,

@@ -52,7 +52,7 @@ from catalog.shard import (
     update_schema,
     written_as,
 )
-from orchestrator.election import read_epoch
+from orchestrator.election import Leadership, read_epoch
 from orchestrator.migrate import request_finalization
 from orchestrator.process_node import FINAL_STATES
 from orchestrator.sidecar.config import SidecarConfig
@@ -62,6 +62,7 @@ from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
 from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.machine import SidecarMachine
+from orchestrator.sidecar.merger import Merger
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.objectstore import BlobStoreHealth
@@ -111,6 +112,12 @@ class SidecarDataPlane:
         self._leader_shards: tuple[object, dict[str, str]] = (None, {})
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
+        )
+        self._merger = Merger(
+            metrics,
+            self._merging,
+            lambda shard_id: self._shard(connection.require(), machine.blob, shard_id),
+            self._merged,
         )
         #: When this process last committed an append (wall clock; None: never), what its
         #: exit event records for the next leader's cut-over (orchestrator.sidecar.cutover).
@@ -421,8 +428,11 @@ class SidecarDataPlane:
                 )
             for member, refusal in waits:
                 member.settle(None, refusal)
-            remaining[:] = still
-            if not still:
+            behind = self._merger.refusal(name, shard.shard_id, state) if still else None
+            for member in still if behind is not None else ():
+                member.settle(None, behind)
+            remaining[:] = still if behind is None else []
+            if not remaining:
                 return None
             return Rows(
                 pa.concat_tables(tables),
@@ -449,6 +459,7 @@ class SidecarDataPlane:
         try:
             with self._outcome(lambda: sent):
                 shard = self._append_retry(lambda: self._resolve(leadership, builtin))
+                self._merger.slow_down(shard.shard_id, self._states.get(shard.shard_id))
                 known = self._states.get(shard.shard_id)
                 result = append_rows(
                     shard,
@@ -467,6 +478,7 @@ class SidecarDataPlane:
             if sending:  # the last attempt's compare-and-set, answered or not
                 self._metrics.observe_append("commit", time.monotonic() - sending)
         self._states[shard.shard_id] = result.state
+        self._merger.committed(name, shard.shard_id, result.state)
         self._machine.store.answered()
         if result.mark is not None:
             self.last_commit_at = committed = time.time()
@@ -480,6 +492,18 @@ class SidecarDataPlane:
         for member in remaining:
             mark = WriteMark(member.identity.write_id, lower, upper, member.table.num_rows)
             member.settle(_answer(name, shard, mark, replayed=False), None)
+
+    def _merging(self) -> Leadership | None:
+        """The leadership the write path's merges write under: a serving leader's."""
+        leadership = self._machine.leadership
+        return leadership if self._progress.state is State.SERVING else None
+
+    def _merged(self, shard_id: str, state: ShardState) -> None:
+        """A merge committed ``state``: the next commit starts from it unless a commit
+        left a newer one (stale is safe, as for commits: the compare-and-set refuses it)."""
+        known = self._states.get(shard_id)
+        if known is None or known.version < state.version:
+            self._states[shard_id] = state
 
     def read_table(self, collection: str, as_of: int | None) -> pa.Table:
         """The snapshot of ``collection`` as this release reads it (with ``_ts`` and

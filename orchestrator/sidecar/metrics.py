@@ -63,6 +63,9 @@ class SidecarMetrics:
     step_paused: Gauge = attrs.field(init=False)
     step_progressed: Gauge = attrs.field(init=False)
     cutover_seconds: Gauge = attrs.field(init=False)
+    shard_batches: Gauge = attrs.field(init=False)
+    merge_lag: Gauge = attrs.field(init=False)
+    merges: Counter = attrs.field(init=False)
     # The rows of the last step report (-1: none): a change moves the progress timestamp.
     _step_rows: int = attrs.field(default=-1, init=False)
 
@@ -188,6 +191,26 @@ class SidecarMetrics:
         self.blob_store_failures = Counter(
             "catalog_upgrade_blob_store_failures",
             "Blob store operations that failed because the store did not answer",
+            registry=r,
+        )
+        self.shard_batches = Gauge(
+            "catalog_upgrade_shard_batches",
+            "Live batches of the shard a collection is appended to, after the leader's last "
+            "commit or merge (a read opens each; appends slow down and then stop at the "
+            "thresholds of catalog.shard.merges)",
+            ["collection"],
+            registry=r,
+        )
+        self.merge_lag = Gauge(
+            "catalog_upgrade_merge_lag_seconds",
+            "How long the oldest merge a collection's shard is due has waited (0: none due)",
+            ["collection"],
+            registry=r,
+        )
+        self.merges = Counter(
+            "catalog_upgrade_merges",
+            "Merges of the write path committed, by collection",
+            ["collection"],
             registry=r,
         )
         self.schema_batches = Gauge(

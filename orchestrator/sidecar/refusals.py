@@ -25,6 +25,7 @@ from catalog.errors import (
     BlobUnreachableError,
     BusyError,
     CatalogError,
+    CompactionBehindError,
     ConnectionLostError,
     FencedError,
     ForbiddenError,
@@ -115,6 +116,9 @@ ERRORS: Final[tuple[Refusal, ...]] = (
          "takeover, a pause): retry after `Retry-After` with the same key"),
     _own(BlobUnreachableError, S.SERVICE_UNAVAILABLE, "the blob store does not answer: retry "
          "after `Retry-After` with the same key"),
+    _own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
+         "appends (it lists the hard cap of batches): retry after `Retry-After` with the same "
+         "key"),
     Refusal("zookeeper-unreachable", S.SERVICE_UNAVAILABLE, "ZooKeeper does not answer: retry "
             "after `Retry-After`", error=ConnectionLostError),
     Refusal("too-many-connections", S.SERVICE_UNAVAILABLE, "the server holds its most "

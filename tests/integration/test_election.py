@@ -200,7 +200,7 @@ def test_a_generation_leads_for_one_release_and_the_takeover_binds_it(
     set_promotion(store, 1)
     mistaken = new_candidate("p-011", 1, release="0.11.0")
     before = store.get(CATALOG_KEY)
-    with pytest.raises(GenerationTakenError, match="runs release 0.10.0, not 0.11.0"):
+    with pytest.raises(GenerationTakenError, match=r"runs release 0\.10\.0, not 0\.11\.0"):
         mistaken.election.try_take_over(bootstrap=False)
     after = store.get(CATALOG_KEY)
     assert before is not None and after is not None and after.version == before.version

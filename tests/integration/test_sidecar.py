@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,8 @@ from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from catalog.migration import MigrationShard
-from catalog.shard import Shard
+from catalog.shard import STOP_BATCHES, Shard
+from catalog.shard.merges import steady_bound
 from orchestrator.testing.zkserver import free_port
 from support.sidecars import (
     ROOT,
@@ -622,14 +624,15 @@ def test_serving_leader_collects_unreferenced_blobs(launch: Launch, tmp_path: Pa
 def test_serving_leader_compacts_long_batch_lists_and_exports_coverage(
     launch: Launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
 ) -> None:
-    """With --compact-min-batches 4 the leader's sweep compacts a collection that five appends
-    left with five batches (reads unchanged), and /metrics reports its batches by schema."""
+    """With --compact-min-batches 3 the leader's sweep compacts a collection that three appends
+    left with three batches (fewer than the write path merges: catalog.shard.merges), reads
+    unchanged, and /metrics reports its batches by schema."""
     leader = launch(
         V1, 1, "blue-compact", auto_promote=True,
-        extra=["--gc-grace", "2", "--compact-min-batches", "4"],
+        extra=["--gc-grace", "2", "--compact-min-batches", "3"],
     )  # fmt: skip
     leader.wait_state("serving")
-    for i in range(5):
+    for i in range(3):
         row = {**TABLE_ROWS[0], "id": f"u{i}", "oid": 20000 + i, "name": f"t{i}"}
         status, body = leader.http("POST", f"/append?collection={TABLES}", lines([row]))
         assert status == 200, body
@@ -641,7 +644,7 @@ def test_serving_leader_compacts_long_batch_lists_and_exports_coverage(
     assert shard.state().batch_count == 1, leader.log_tail()
     status, body = leader.http("GET", f"/read?collection={TABLES}")
     assert status == 200 and sorted(r["name"] for r in json_lines(body)) == [
-        f"t{i}" for i in range(5)
+        f"t{i}" for i in range(3)
     ]
     series = f'catalog_upgrade_schema_batches{{collection="{TABLES}",schema_id="0"}} 1.0'
     while time.monotonic() < deadline:
@@ -649,6 +652,67 @@ def test_serving_leader_compacts_long_batch_lists_and_exports_coverage(
             break
         time.sleep(0.2)
     assert series.encode() in leader.http("GET", "/metrics")[1]
+
+
+@pytest.mark.slow
+def test_sustained_small_appends_keep_a_shard_within_its_merge_bound(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path
+) -> None:
+    """Four clients append one row each in a loop, with the sweep's compaction off: the
+    write path merges as batches arrive, so the shard never lists more batches than the
+    hard cap (a commit past it is refused, 503 compaction-behind, and retried), settles within
+    the policy's bound, and reads every row once."""
+    leader = launch(V1, 1, "blue-merge", auto_promote=True, extra=["--compact-min-batches", "0"])
+    leader.wait_state("serving")
+    done: list[int] = []
+    behind: list[int] = []
+    failures: list[tuple[int, bytes]] = []
+
+    def writer(client: int) -> None:
+        for i in range(60):
+            n = client * 1000 + i
+            row = {**TABLE_ROWS[0], "id": f"u{n}", "oid": 20000 + n, "name": f"t{n}"}
+            for _attempt in range(50):
+                status, body = leader.http("POST", f"/append?collection={TABLES}", lines([row]))
+                if status != 503 or json.loads(body)["error"] != "compaction-behind":
+                    break
+                behind.append(n)  # nothing written: retried, as a client does
+                time.sleep(0.2)
+            if status == 200:
+                done.append(n)
+            else:
+                failures.append((status, body))
+
+    threads = [threading.Thread(target=writer, args=(c,)) for c in range(4)]
+    for thread in threads:
+        thread.start()
+    first = None
+    most = 0
+    while any(t.is_alive() for t in threads):
+        catalog = read_catalog(Consensus(zk_client, zk_env.root))
+        assert catalog is not None
+        ref = catalog[0].by_name()[TABLES]
+        shard = Shard(Consensus(zk_client, zk_env.root),
+                      BlobStore.from_uri(str(tmp_path / "blob")), ref.shard_id)  # fmt: skip
+        first = shard
+        most = max(most, shard.state().batch_count)
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join()
+    assert not failures, failures[:3]
+    assert first is not None and len(done) == 240
+    # The hard cap holds by construction; under load a merge may lag past the slow-down.
+    assert most <= STOP_BATCHES, most
+    deadline = time.monotonic() + 20
+    while first.state().batch_count > steady_bound(240) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert first.state().batch_count <= steady_bound(240), leader.log_tail()
+    status, body = leader.http("GET", f"/read?collection={TABLES}")
+    names = sorted(r["name"] for r in json_lines(body) if r["name"].startswith("t"))
+    assert status == 200 and names == sorted(f"t{n}" for n in done)
+    metrics = leader.http("GET", "/metrics")[1].decode()
+    assert f'catalog_upgrade_merges_total{{collection="{TABLES}"}}' in metrics
+    assert f'catalog_upgrade_shard_batches{{collection="{TABLES}"}}' in metrics
 
 
 # --- authenticated HTTP ----------------------------------------------------------------------

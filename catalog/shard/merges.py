@@ -1,0 +1,88 @@
+"""The merge policy: which of a shard's batches the write path merges next, and the bounds that
+follow from it.
+
+Every append adds one batch, and a read opens every batch the state lists, so a read's cost
+follows the write rate unless batches are merged as they arrive. The policy is size-tiered,
+like Materialize persist's Spine: a batch's *level* is ``floor(log_F(rows))`` with
+``F = MERGE_FANOUT``. Looking from the newest batch back, the newest run of batches of level
+``L`` or below is merged once it holds ``F`` batches of level ``L`` (the lowest such level
+first). The output holds at least ``F^(L+1)`` rows, one level up, so at rest each level holds
+fewer than ``F`` batches and a shard of ``n`` rows lists at most
+``(F - 1) * (floor(log_F n) + 1)`` batches (:func:`steady_bound`): logarithmic in its size,
+whatever the write rate. Each row is rewritten about ``log_F n`` times.
+
+Merges run in the background (``orchestrator.sidecar.merger``); when they fall behind, writers
+feel it before readers do (RocksDB's level-0 triggers): past ``SLOW_DOWN_BATCHES`` a commit
+first waits for the shard's merge, and at ``STOP_BATCHES`` (the hard cap) an append is refused
+with 503 ``compaction-behind`` until the merge catches up. A batch list longer than the slow-down
+threshold (a shard written before this policy, or after a long outage) is merged from its
+largest batch on, so it comes back under the cap in one merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from catalog.shard.listing import BatchRef
+
+__all__ = [
+    "MERGE_FANOUT",
+    "SLOW_DOWN_BATCHES",
+    "STOP_BATCHES",
+    "level",
+    "merge_plan",
+    "steady_bound",
+]
+
+#: F: how many batches of one level make the next level's batch.
+MERGE_FANOUT: Final = 4
+#: Live batches of a shard past which a commit first waits for the shard's merge.
+SLOW_DOWN_BATCHES: Final = 40
+#: Live batches at which an append is refused (503 ``compaction-behind``): the hard cap.
+STOP_BATCHES: Final = 64
+
+
+def level(rows: int, fanout: int = MERGE_FANOUT) -> int:
+    """``floor(log_fanout(rows))``, 0 for an empty or one-row batch (integers only)."""
+    found, size = 0, fanout
+    while rows >= size:
+        found += 1
+        size *= fanout
+    return found
+
+
+def steady_bound(rows: int, fanout: int = MERGE_FANOUT) -> int:
+    """The most batches a shard of ``rows`` rows lists once its merges caught up."""
+    return (fanout - 1) * (level(rows, fanout) + 1)
+
+
+def merge_plan(
+    batches: Sequence[BatchRef],
+    *,
+    fanout: int = MERGE_FANOUT,
+    cap: int = SLOW_DOWN_BATCHES,
+) -> tuple[BatchRef, ...]:
+    """The batches to merge next into one (empty: nothing is due).
+
+    ``batches`` in any order; they are taken oldest first by their upper time (appends are
+    in time order, a merge's output keeps its inputs' latest time), so a merge always takes a
+    contiguous newest run and its output's times do not straddle an older batch's.
+    """
+    if len(batches) < 2:
+        return ()
+    ordered = sorted(batches, key=lambda b: b.upper)
+    if len(ordered) > cap:
+        # Over the slow-down threshold: everything newer than the largest batch at once (all
+        # of it when the largest is the newest), back under the cap in one merge.
+        largest = max(range(len(ordered)), key=lambda i: (ordered[i].rows, -i))
+        run = ordered[largest + 1 :]
+        return tuple(run if len(run) >= 2 else ordered)
+    levels = [level(b.rows, fanout) for b in ordered]
+    for lowest in sorted(set(levels)):
+        start = len(ordered)
+        while start > 0 and levels[start - 1] <= lowest:
+            start -= 1
+        if sum(1 for found in levels[start:] if found == lowest) >= fanout:
+            return tuple(ordered[start:])
+    return ()

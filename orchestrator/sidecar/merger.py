@@ -1,0 +1,168 @@
+"""The write path's merges and their back-pressure: after each commit the leader asks for its
+shard's next merge (the policy of :mod:`catalog.shard.merges`), which one background thread
+runs, fenced by the leadership; a writer whose shard lists too many batches waits for that
+merge, or is refused at the hard cap.
+
+A merge is a compaction of some of a shard's batches (:meth:`catalog.shard.Shard.merge`): its
+output is written before the compare-and-set that swaps it for its inputs, appends that landed
+meanwhile are kept, and the inputs are left to the garbage collection, so a crash at any point
+leaves at most an unreferenced blob. A merge that loses a race to another compaction, or whose
+leadership ended, changes nothing; the leader's maintenance sweep still compacts what is left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+import structlog
+
+from catalog.errors import CatalogError, CompactionBehindError
+from catalog.shard import (
+    MERGE_FANOUT,
+    SLOW_DOWN_BATCHES,
+    STOP_BATCHES,
+    Shard,
+    ShardState,
+)
+from catalog.shard.merges import merge_plan
+from orchestrator.election import Leadership
+from orchestrator.sidecar.metrics import SidecarMetrics
+
+log = structlog.get_logger(__name__)
+
+#: Seconds a commit over the slow-down threshold waits for its shard's merge at most.
+SLOW_DOWN_WAIT_SECONDS: Final = 2.0
+#: Merges of one shard in a row before the thread looks at the other shards due.
+_ROUNDS: Final = 8
+
+
+@attrs.define
+class _Due:
+    collection: str
+    since: float  # monotonic time the merge was first asked for
+
+
+class Merger:
+    """Runs the merges the write path asks for, one at a time, on its own thread.
+
+    ``leading`` returns the leadership merges may write under now (None: not serving);
+    ``shard`` opens a shard by id; ``on_merged`` hears each merged state (the writer's cache
+    of the state its next commit starts from).
+    """
+
+    def __init__(
+        self,
+        metrics: SidecarMetrics,
+        leading: Callable[[], Leadership | None],
+        shard: Callable[[str], Shard],
+        on_merged: Callable[[str, ShardState], None],
+    ) -> None:
+        self._metrics = metrics
+        self._leading = leading
+        self._shard = shard
+        self._on_merged = on_merged
+        self._changed = threading.Condition()
+        self._due: dict[str, _Due] = {}
+        self._running: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def committed(self, collection: str, shard_id: str, state: ShardState) -> None:
+        """A commit left ``state``: export its batch count and ask for its merge if one is due."""
+        count = state.batch_count
+        self._metrics.shard_batches.labels(collection=collection).set(count)
+        if count < MERGE_FANOUT:
+            return
+        if not state.rollups and not merge_plan(state.batches):
+            return  # every batch listed inline, and the policy picks none
+        with self._changed:
+            due = self._due.setdefault(shard_id, _Due(collection, time.monotonic()))
+            lag = time.monotonic() - due.since
+            self._metrics.merge_lag.labels(collection=collection).set(round(lag, 3))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def refusal(
+        self, collection: str, shard_id: str, state: ShardState
+    ) -> CompactionBehindError | None:
+        """The refusal of a commit onto ``state`` (the state the commit's compare-and-set
+        expects), or None: at the hard cap a commit would pass it, so its appends are refused
+        (nothing written) and the shard's merge is asked for. Asked on every attempt's state,
+        so no commit ever leaves more than :data:`STOP_BATCHES` batches."""
+        count = state.batch_count
+        if count < STOP_BATCHES:
+            return None
+        self.committed(collection, shard_id, state)
+        return CompactionBehindError(
+            f"collection {collection}: its shard lists {count} batches, the most appends may "
+            "leave (merges fell behind the appends); retry with the same key",
+            collection=collection,
+            batches=count,
+            limit=STOP_BATCHES,
+            retry_after=1,
+        )
+
+    def slow_down(self, shard_id: str, state: ShardState | None) -> None:
+        """Before a commit to a shard last seen at ``state`` (None: not seen yet): over the
+        slow-down threshold, wait for the shard's merge, at most
+        :data:`SLOW_DOWN_WAIT_SECONDS` (the appends queued meanwhile join the next group)."""
+        if state is None or state.batch_count <= SLOW_DOWN_BATCHES:
+            return
+        deadline = time.monotonic() + SLOW_DOWN_WAIT_SECONDS
+        with self._changed:
+            while shard_id in self._due or self._running == shard_id:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                if not self._due:
+                    self._thread = None  # the next commit that finds one due starts one
+                    return
+                shard_id = min(self._due, key=lambda k: self._due[k].since)
+                due = self._due.pop(shard_id)
+                self._running = shard_id
+            try:
+                self._merge(shard_id, due.collection)
+            except (CatalogError, OSError) as exc:  # the sweep compacts what is left
+                log.warning("merge_failed", shard=shard_id, error=repr(exc))
+            except Exception:  # a defect must not kill the writer's merges for good
+                log.exception("merge_crashed", shard=shard_id)
+            finally:
+                with self._changed:
+                    self._running = None
+                    if shard_id not in self._due:
+                        self._metrics.merge_lag.labels(collection=due.collection).set(0)
+                    self._changed.notify_all()
+
+    def _merge(self, shard_id: str, collection: str) -> None:
+        shard = self._shard(shard_id)
+        for _ in range(_ROUNDS):
+            leadership = self._leading()
+            if leadership is None:
+                return
+            leadership.check()
+            started = time.monotonic()
+            result = shard.merge(fence=leadership.fence)
+            if not result.applied:
+                return
+            self._on_merged(shard_id, result.state)
+            self._metrics.merges.labels(collection=collection).inc()
+            self._metrics.shard_batches.labels(collection=collection).set(
+                result.state.batch_count
+            )
+            log.info(
+                "merged", shard=shard_id, inputs=result.inputs,
+                batches=result.state.batch_count,
+                seconds=round(time.monotonic() - started, 3),
+            )  # fmt: skip
+            if not merge_plan(shard.batches(result.state)):
+                return

@@ -1,0 +1,93 @@
+"""The write path's merge policy (catalog.shard.merges): pure logic, no shard."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.shard.listing import BatchRef
+from catalog.shard.merges import (
+    MERGE_FANOUT,
+    SLOW_DOWN_BATCHES,
+    STOP_BATCHES,
+    level,
+    merge_plan,
+    steady_bound,
+)
+
+_names = itertools.count()
+
+
+def batch(rows: int, upper: int) -> BatchRef:
+    return BatchRef(f"b{next(_names)}", 0, rows, upper - 1, upper)
+
+
+def settle(batches: list[BatchRef]) -> tuple[list[BatchRef], int]:
+    """Merge as the policy says until it picks nothing; the batches left and rows rewritten."""
+    rewritten = 0
+    while picked := merge_plan(batches):
+        assert len(picked) >= 2
+        names = {b.name for b in picked}
+        rows = sum(b.rows for b in picked)
+        rewritten += rows
+        upper = max(b.upper for b in picked)
+        batches = [b for b in batches if b.name not in names] + [batch(rows, upper)]
+    return batches, rewritten
+
+
+def test_levels_are_powers_of_the_fanout() -> None:
+    assert [level(r, 4) for r in (0, 1, 3, 4, 15, 16, 63, 64)] == [0, 0, 0, 1, 1, 2, 2, 3]
+    assert steady_bound(1, 4) == 3 and steady_bound(1_000_000, 4) == 3 * 10
+
+
+def test_thresholds_order_the_bound_below_the_slow_down_below_the_cap() -> None:
+    """Up to 16M rows (beyond what a sidecar compacts, COMPACT_MAX_ROWS) the steady bound is
+    below the slow-down threshold: writers are held back only when merges fall behind."""
+    assert steady_bound(4**12) < SLOW_DOWN_BATCHES < STOP_BATCHES
+
+
+def test_one_row_appends_stay_logarithmic_and_rows_are_rewritten_log_times() -> None:
+    batches: list[BatchRef] = []
+    rewritten = 0
+    most = 0
+    for t in range(1, 20_001):
+        batches, rows = settle([*batches, batch(1, t)])
+        rewritten += rows
+        most = max(most, len(batches))
+        assert len(batches) <= steady_bound(t), (t, len(batches))
+    assert sum(b.rows for b in batches) == 20_000
+    assert most <= steady_bound(20_000)
+    # Each row is rewritten about log_F(n) times (7.1 for 20,000 rows at F = 4).
+    assert rewritten / 20_000 <= level(20_000) + 1
+
+
+def test_a_merge_takes_the_newest_run_never_an_older_batch_past_a_newer() -> None:
+    old = batch(10_000, 1)
+    small = [batch(1, t) for t in range(2, 2 + MERGE_FANOUT)]
+    picked = merge_plan([*small, old])  # any order in
+    assert set(picked) == set(small)
+    assert merge_plan([old, *small[:-1]]) == ()  # one short of the fanout: nothing
+
+
+def test_a_list_over_the_slow_down_threshold_comes_back_under_it_in_one_merge() -> None:
+    big = batch(1_000_000, 1)
+    many = [batch(1, t) for t in range(2, 2 + SLOW_DOWN_BATCHES + 10)]
+    picked = merge_plan([big, *many])
+    assert set(picked) == set(many)
+    left, _ = settle([big, *many])
+    assert len(left) <= steady_bound(1_000_000 + len(many))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=5_000), min_size=1, max_size=300))
+def test_any_append_sizes_stay_within_the_steady_bound(sizes: list[int]) -> None:
+    """Whatever the size of each append, once merged the list is within the bound."""
+    batches: list[BatchRef] = []
+    total = 0
+    for t, rows in enumerate(sizes, start=1):
+        total += rows
+        batches, _ = settle([*batches, batch(rows, t)])
+        assert len(batches) <= steady_bound(total), (sizes[:t], len(batches))
+        assert sum(b.rows for b in batches) == total
