@@ -30,6 +30,8 @@ SMOKE: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("bench_http.py", ("--idle", "20", "--slow", "20", "--probes", "20", "--appends", "10"),
      "http.json"),
     ("bench_appends.py", ("--seconds", "0.3", "--label", "smoke"), "appends.json"),
+    ("bench_sustained.py", ("--minutes", "0.1", "--interval", "3", "--writers", "2",
+                            "--idle-reads", "10", "--large-rows", "5000"), "sustained.json"),
     ("bench_fleet.py", ("--environments", "10", "--repeats", "1"), "fleet.json"),
     ("bench_orchestrator.py", ("--collections", "20", "--batches", "10", "--runs", "1",
                                "--skip-failover"), "orchestrator.json"),

@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from catalog.shard.merges import STOP_BATCHES
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -77,6 +79,20 @@ def _redone(engine: str) -> Callable[[dict[str, Any]], float]:
     return figure
 
 
+def _sustained(writers: int, field: str) -> Callable[[dict[str, Any]], float]:
+    """The worst minute of ``bench_sustained.py``'s phase with ``writers`` one-row writers."""
+
+    def figure(data: dict[str, Any]) -> float:
+        phase = next(p for p in data["phases"] if p["writers"] == writers)
+        return float(max(m["small"][field] for m in phase["minutes"]))
+
+    return figure
+
+
+def _sustained_batches(data: dict[str, Any]) -> float:
+    return float(max(max(m["batches"].values()) for p in data["phases"] for m in p["minutes"]))
+
+
 TARGETS: tuple[Target, ...] = (
     Target("validate.json", "validate, 500 releases x 200 builtins", lambda d: d["seconds"],
            10, True, "s"),
@@ -122,6 +138,14 @@ TARGETS: tuple[Target, ...] = (
            10, True, "%"),
     Target("resume.json", "a 4M-row copy's redo after a kill, Spark", _redone("spark"),
            10, True, "%"),
+    Target("sustained.json", "1,000-row read p99 under 4 one-row writers (worst minute)",
+           _sustained(4, "p99_ms"), 50, True, "ms"),
+    Target("sustained.json", "batches of a shard under sustained appends (most)",
+           _sustained_batches, STOP_BATCHES, True, "batches"),
+    Target("sustained.json", "ZooKeeper writes per idle read",
+           lambda d: d["idle"]["zookeeper_writes_per_read"], 0, True, "writes"),
+    Target("sustained.json", "idle 1,000-row read against pyarrow reading its files",
+           lambda d: d["idle"]["read_of_pyarrow"], 1.3, True, "x"),
     Target("suite.json", "make test's pytest part", lambda d: d["wall_seconds"] / 60,
            15, True, "min"),
 )  # fmt: skip

@@ -91,3 +91,22 @@ def test_any_append_sizes_stay_within_the_steady_bound(sizes: list[int]) -> None
         batches, _ = settle([*batches, batch(rows, t)])
         assert len(batches) <= steady_bound(total), (sizes[:t], len(batches))
         assert sum(b.rows for b in batches) == total
+
+
+def test_the_alert_fires_past_the_slow_down_threshold_and_names_the_cap() -> None:
+    """The alert's thresholds are the policy's: it fires past the slow-down threshold, before
+    appends are refused at the cap it names."""
+    from pathlib import Path
+
+    import yaml
+
+    rules = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "deploy/prometheus/alerts.yaml").read_text()
+    )
+    alert = next(
+        r for g in rules["groups"] for r in g["rules"]
+        if r.get("alert") == "CatalogUpgradeShardBatchesHigh"
+    )  # fmt: skip
+    assert alert["expr"].endswith(f"> {SLOW_DOWN_BATCHES}")
+    said = " ".join(alert["annotations"]["description"].split())
+    assert f"over {SLOW_DOWN_BATCHES} batches" in said and f"at {STOP_BATCHES} appends" in said
