@@ -48,7 +48,6 @@ RELEASE = Path(__file__).resolve().parents[1] / "scenarios" / "releases" / "v0_1
 SMALL, LARGE = "mz_catalog.mz_tables", "mz_catalog.mz_roles"
 _release = load_release(RELEASE)
 SMALL_SCHEMA = _release.builtin(SMALL).schema  # type: ignore[union-attr]
-LARGE_SCHEMA = _release.builtin(LARGE).schema  # type: ignore[union-attr]
 
 
 def small_rows(first: int, count: int) -> pa.Table:
@@ -264,7 +263,7 @@ def phase(
 ) -> dict[str, Any]:
     load = Load(url, writers, args.ndjson_rows, first)
     load.start()
-    minutes = []
+    minutes: list[dict[str, Any]] = []
     most = {SMALL: 0, LARGE: 0}
     ended = time.monotonic() + args.minutes * 60
     try:
