@@ -15,8 +15,11 @@ Clocks differ between machines and blob stores, so the grace is measured on ZooK
   recording the next candidates, fenced: a superseded leader deletes nothing) and records the
   rest as new candidates.
 
-A shard with reader leases is skipped (a reader may be on blobs a compaction just replaced),
-and so is one being finalized (finalization deletes its blobs itself).
+A shard with per-read leases is skipped (a reader may be on blobs a compaction just replaced),
+and so is one being finalized (finalization deletes its blobs itself). A shard with reader
+registrations (``catalog.shard.readers``: one per reading process, no write per read) takes one
+more sweep: the blobs due are *doomed* with the zxid of the state that no longer names them,
+and deleted once every registration says its reads under way read that state or a newer one.
 
 The same sweep retires what finalization leaves: shard tombstones (a finalized state without
 batches, kept so a late reader learns "finalized" rather than "not found") once they are
@@ -29,7 +32,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import attrs
 import structlog
+from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import Create, Delete, Fence, Op, SetData, decode_json, decoding, encode_json
 from catalog.environment import (
@@ -41,7 +46,15 @@ from catalog.environment import (
     read_catalog,
 )
 from catalog.errors import VersionMismatchError
-from catalog.shard import GC_GRACE_SECONDS, delete_ops, read_stored
+from catalog.shard import (
+    GC_GRACE_SECONDS,
+    LEASE_PREFIX,
+    body_key,
+    delete_ops,
+    read_stored,
+    shard_key,
+)
+from catalog.shard.readers import Registration, registration_of
 from orchestrator.migrate.context import MigrationContext
 
 __all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
@@ -68,10 +81,63 @@ def zookeeper_now(ctx: MigrationContext, fence: Fence | None) -> float:
     return float(stat.mtime) / 1000.0
 
 
-def _candidates(data: bytes, key: str) -> tuple[float, list[str]]:
-    raw: Any = decode_json(data, key)
-    with decoding(key, "garbage candidates"):
-        return float(raw["seen_at"]), [str(k) for k in raw["candidates"]]
+@attrs.frozen
+class _Record:
+    """A shard's ``gc/<shard_id>`` node: the candidates first seen at ``seen_at``, and the
+    blobs already doomed, waiting for every reader registration to have read a state of zxid
+    ``doomed_at`` or newer."""
+
+    seen_at: float
+    candidates: tuple[str, ...]
+    doomed: tuple[str, ...] = ()
+    doomed_at: int = 0
+
+    @classmethod
+    def decode(cls, data: bytes, key: str) -> _Record:
+        raw: Any = decode_json(data, key)
+        with decoding(key, "garbage candidates"):
+            return cls(
+                float(raw["seen_at"]),
+                tuple(str(k) for k in raw["candidates"]),
+                tuple(str(k) for k in raw.get("doomed", ())),
+                int(raw.get("doomed_at", 0)),
+            )
+
+    def encode(self) -> bytes:
+        value: dict[str, Any] = {"seen_at": self.seen_at, "candidates": list(self.candidates)}
+        if self.doomed:
+            value |= {"doomed": list(self.doomed), "doomed_at": self.doomed_at}
+        return encode_json(value)
+
+
+def _readers(ctx: MigrationContext, shard_key: str) -> tuple[bool, list[Registration]]:
+    """Whether a per-read lease holds the shard, and its reader registrations."""
+    client = ctx.consensus.client
+    leased = False
+    found: list[Registration] = []
+    for child in ctx.consensus.children(shard_key):
+        if not child.startswith(LEASE_PREFIX):
+            continue
+        key = f"{shard_key}/{child}"
+        try:
+            data, stat = client.get(ctx.consensus.path(key))
+        except NoNodeError:
+            continue  # released meanwhile
+        registration = registration_of(key, data, int(stat.mzxid))
+        if registration is None:
+            leased = True
+        else:
+            found.append(registration)
+    return leased, found
+
+
+def _state_zxid(ctx: MigrationContext, shard_id: str) -> int:
+    """The newest mzxid of the shard's state nodes now: a reader whose state read came after
+    it reads this state or a newer one."""
+    client = ctx.consensus.client
+    keys = (shard_key(shard_id), body_key(shard_id))
+    stats = [client.exists(ctx.consensus.path(k)) for k in keys]
+    return max((int(s.mzxid) for s in stats if s is not None), default=0)
 
 
 def _sweep_shard(
@@ -79,33 +145,49 @@ def _sweep_shard(
 ) -> list[str]:
     shard = ctx.shard(shard_id)
     key = f"{GC_KEY}/{shard_id}"
-    if shard.leases():
+    leased, registrations = _readers(ctx, shard.key)
+    if leased:
         return []
     # A blob committed after the state read is listed too, but referenced by the next
     # sweep's read: never deleted.
     state, blobs = shard.unreferenced_blobs()
     if state is None or state.finalized:
         return []  # gone, or finalization deletes its blobs itself
+    seen_in = _state_zxid(ctx, shard_id)
     unreferenced = sorted(i.key for i in blobs)
     found = ctx.consensus.get(key)
     if found is None:
         if unreferenced:
-            value = encode_json({"seen_at": now, "candidates": unreferenced[:_MAX_CANDIDATES]})
-            ctx.consensus.commit([Create(key, value)], fence=fence)
+            record = _Record(now, tuple(unreferenced[:_MAX_CANDIDATES]))
+            ctx.consensus.commit([Create(key, record.encode())], fence=fence)
         return []
-    seen_at, candidates = _candidates(found.value, key)
-    if now - seen_at < grace:
+    record = _Record.decode(found.value, key)
+    # Doomed blobs go once every registered reader has read a state that no longer names them.
+    still = set(unreferenced)
+    ready = not registrations or min(r.reads_after for r in registrations) >= record.doomed_at
+    deleting = sorted(set(record.doomed) & still) if ready else []
+    waiting = () if ready else record.doomed
+    doomed_at = record.doomed_at
+    if now - record.seen_at >= grace:
+        expired = sorted(set(record.candidates) & still)
+        if registrations:  # readers may be on them: doomed now, deleted at a later sweep
+            waiting, doomed_at = tuple(sorted({*waiting, *expired})), seen_in
+        else:
+            deleting = sorted({*deleting, *expired})
+        doomed_or_gone = set(record.candidates) | set(deleting) | set(waiting)
+        fresh = tuple(k for k in unreferenced if k not in doomed_or_gone)[:_MAX_CANDIDATES]
+        record = _Record(now, fresh, waiting, doomed_at)
+    elif not deleting and not (ready and record.doomed):
         return []
-    doomed = sorted(set(candidates) & set(unreferenced))
-    fresh = [k for k in unreferenced if k not in set(candidates)][:_MAX_CANDIDATES]
+    else:
+        record = attrs.evolve(record, doomed=waiting)
     # Record first (fenced): a leader that was superseded meanwhile deletes nothing.
-    if fresh:
-        value = encode_json({"seen_at": now, "candidates": fresh})
-        ctx.consensus.commit([SetData(key, value, found.version)], fence=fence)
+    if record.candidates or record.doomed:
+        ctx.consensus.commit([SetData(key, record.encode(), found.version)], fence=fence)
     else:
         ctx.consensus.commit([Delete(key, found.version)], fence=fence)
-    ctx.blob.delete_many(doomed)
-    return doomed
+    ctx.blob.delete_many(deleting)
+    return deleting
 
 
 def retire_leftovers(

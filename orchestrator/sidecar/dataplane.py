@@ -52,6 +52,7 @@ from catalog.shard import (
     update_schema,
     written_as,
 )
+from catalog.shard.readers import ReaderRegistry
 from orchestrator.election import Leadership, read_epoch
 from orchestrator.migrate import request_finalization
 from orchestrator.process_node import FINAL_STATES
@@ -119,6 +120,11 @@ class SidecarDataPlane:
             lambda shard_id: self._shard(connection.require(), machine.blob, shard_id),
             self._merged,
         )
+        # Reads at the latest time hold the process's registration of their shard
+        # (catalog.shard.readers), on the connection it was made on; and the schema each
+        # shard was last read with (what the registration tells coverage).
+        self._registry: tuple[object, ReaderRegistry] | None = None
+        self._reads_with: dict[str, int | None] = {}
         #: When this process last committed an append (wall clock; None: never), what its
         #: exit event records for the next leader's cut-over (orchestrator.sidecar.cutover).
         self.last_commit_at: float | None = None
@@ -551,9 +557,40 @@ class SidecarDataPlane:
         """``collection`` as of ``as_of`` (its latest when None), through ``catalog`` (read
         now when None)."""
         builtin = self._builtin(collection)
-        shard = self._shard_of(builtin, catalog)
+        leadership = self._machine.appending() if catalog is None else None
+        if leadership is not None:  # the serving leader knows its shards: no catalog read
+            shard = self._resolve(leadership, builtin)
+        else:
+            shard = self._shard_of(builtin, catalog)
+        if as_of is None:  # the process's registration: nothing written per read
+            reads_with = self._reads_with.get(shard.shard_id)
+            with self._readers(shard).reading(shard, reads_with) as state:
+                self._reads_with[shard.shard_id] = find_schema_id(state, builtin.schema)
+                if state.upper == 0:
+                    return update_schema(builtin.schema).empty_table()
+                table = shard.snapshot(None, state=state)
+        else:
+            table = self._snapshot_at(shard, builtin, as_of)
+        source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
+        if not source.equals(builtin.schema):
+            table = migrate_batch(table, source, builtin.schema, projection=True)
+        return table
+
+    def _readers(self, shard: Shard) -> ReaderRegistry:
+        """This process's reader registrations on ``shard``'s ZooKeeper connection."""
+        registry = self._registry
+        if registry is None or registry[0] is not shard.consensus:
+            registry = (shard.consensus, ReaderRegistry(shard.consensus, self._config.process_id))
+            if self._registry is not None:
+                self._registry[1].stop()
+            self._registry = registry
+        return registry[1]
+
+    def _snapshot_at(self, shard: Shard, builtin: Builtin, as_of: int) -> pa.Table:
+        """A read at an explicit time, under a per-read lease holding ``since`` below it."""
+        collection = builtin.name
         state = shard.state()
-        if as_of is not None and not state.since <= as_of < state.upper:
+        if not state.since <= as_of < state.upper:
             raise UnreadableTimeError(
                 f"as_of {as_of} is outside the times {collection} can be read at: "
                 f"[{state.since}, {state.upper}) (below: compacted; from the upper on: not "
@@ -566,13 +603,7 @@ class SidecarDataPlane:
         reads_with = find_schema_id(state, builtin.schema)
         holder = self._config.process_id
         with shard.lease(holder=holder, as_of=as_of, schema_id=reads_with, state=state) as lease:
-            if as_of is None and lease.state.upper == 0:
-                return update_schema(builtin.schema).empty_table()
-            table = shard.snapshot(as_of, state=lease.state)
-        source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
-        if not source.equals(builtin.schema):
-            table = migrate_batch(table, source, builtin.schema, projection=True)
-        return table
+            return shard.snapshot(as_of, state=lease.state)
 
     def _builtin(self, collection: str) -> Builtin:
         builtin = self._release.builtin(collection)

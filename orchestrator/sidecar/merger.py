@@ -1,7 +1,8 @@
 """The write path's merges and their back-pressure: after each commit the leader asks for its
-shard's next merge (the policy of :mod:`catalog.shard.merges`), which one background thread
-runs, fenced by the leadership; a writer whose shard lists too many batches waits for that
-merge, or is refused at the hard cap.
+shard's next merge (the policy of :mod:`catalog.shard.merges`), which a thread of that shard
+runs in the background, fenced by the leadership (at most :data:`MERGES_AT_ONCE` at a time);
+a writer whose shard lists too many batches waits for that merge, or is refused at the hard
+cap.
 
 A merge is a compaction of some of a shard's batches (:meth:`catalog.shard.Shard.merge`): its
 output is written before the compare-and-set that swaps it for its inputs, appends that landed
@@ -36,7 +37,9 @@ log = structlog.get_logger(__name__)
 
 #: Seconds a commit over the slow-down threshold waits for its shard's merge at most.
 SLOW_DOWN_WAIT_SECONDS: Final = 2.0
-#: Merges of one shard in a row before the thread looks at the other shards due.
+#: Merges running at once, whatever the number of shards appended to.
+MERGES_AT_ONCE: Final = 4
+#: Merges of one shard in a row before its thread looks whether one is still asked for.
 _ROUNDS: Final = 8
 
 
@@ -47,7 +50,8 @@ class _Due:
 
 
 class Merger:
-    """Runs the merges the write path asks for, one at a time, on its own thread.
+    """Runs the merges the write path asks for: one thread for each shard with a merge due,
+    so a large collection's long merge never holds up a small one's.
 
     ``leading`` returns the leadership merges may write under now (None: not serving);
     ``shard`` opens a shard by id; ``on_merged`` hears each merged state (the writer's cache
@@ -66,9 +70,11 @@ class Merger:
         self._shard = shard
         self._on_merged = on_merged
         self._changed = threading.Condition()
+        #: Shards with a merge asked for and not started yet.
         self._due: dict[str, _Due] = {}
-        self._running: str | None = None
-        self._thread: threading.Thread | None = None
+        #: The thread of each shard that has one (it ends when no merge is due).
+        self._threads: dict[str, threading.Thread] = {}
+        self._slots = threading.BoundedSemaphore(MERGES_AT_ONCE)
 
     def committed(self, collection: str, shard_id: str, state: ShardState) -> None:
         """A commit left ``state``: export its batch count and ask for its merge if one is due."""
@@ -82,10 +88,12 @@ class Merger:
             due = self._due.setdefault(shard_id, _Due(collection, time.monotonic()))
             lag = time.monotonic() - due.since
             self._metrics.merge_lag.labels(collection=collection).set(round(lag, 3))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
-                self._thread.start()
-            self._changed.notify_all()
+            if shard_id not in self._threads:
+                thread = threading.Thread(
+                    target=self._run, args=(shard_id,), name=f"merge-{shard_id}", daemon=True
+                )
+                self._threads[shard_id] = thread
+                thread.start()
 
     def refusal(
         self, collection: str, shard_id: str, state: ShardState
@@ -115,30 +123,29 @@ class Merger:
             return
         deadline = time.monotonic() + SLOW_DOWN_WAIT_SECONDS
         with self._changed:
-            while shard_id in self._due or self._running == shard_id:
+            while shard_id in self._threads:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
                 self._changed.wait(left)
 
-    def _run(self) -> None:
+    def _run(self, shard_id: str) -> None:
         while True:
             with self._changed:
-                if not self._due:
-                    self._thread = None  # the next commit that finds one due starts one
+                due = self._due.pop(shard_id, None)
+                if due is None:
+                    del self._threads[shard_id]  # the next commit that finds one due starts one
+                    self._changed.notify_all()
                     return
-                shard_id = min(self._due, key=lambda k: self._due[k].since)
-                due = self._due.pop(shard_id)
-                self._running = shard_id
             try:
-                self._merge(shard_id, due.collection)
+                with self._slots:
+                    self._merge(shard_id, due.collection)
             except (CatalogError, OSError) as exc:  # the sweep compacts what is left
                 log.warning("merge_failed", shard=shard_id, error=repr(exc))
             except Exception:  # a defect must not kill the writer's merges for good
                 log.exception("merge_crashed", shard=shard_id)
             finally:
                 with self._changed:
-                    self._running = None
                     if shard_id not in self._due:
                         self._metrics.merge_lag.labels(collection=due.collection).set(0)
                     self._changed.notify_all()

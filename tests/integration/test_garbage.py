@@ -17,6 +17,7 @@ from catalog.blob import BlobStore
 from catalog.environment import read_catalog
 from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import DIFF, TS, Shard
+from catalog.shard.readers import ReaderRegistry
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
@@ -282,3 +283,53 @@ def ctx_with_new_copy(env: Env, release: Release, generation: int, leader: Any) 
 def fresh_entry(ctx: Any, generation: int) -> str:
     (entry,) = [e for e in ctx.migration_shard().entries() if e.deploy_generation == generation]
     return entry.shard_id
+
+
+def test_a_read_under_a_registration_keeps_its_blobs_and_since_and_writes_nothing(
+    env: Env,
+) -> None:
+    """Reads through a process's registration (catalog.shard.readers) write nothing after the
+    first; a compaction's inputs a read under way is on are doomed, not deleted, until a
+    heartbeat says that read is over; since never passes a read under way; an idle
+    registration is dropped, so finalization is not held."""
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    shard = ctx.shard(found[0].collections["s1"].shard_id)
+    for i in range(4):
+        append(shard, i)
+    readers = ReaderRegistry(ctx.consensus, "reader-1")
+    with readers.reading(shard, None) as state:  # the first read registers: one write
+        assert state.batch_count == 4
+    client, path = ctx.consensus.client, ctx.consensus.path(shard.key)
+    (registration,) = shard.leases()
+    before = (client.exists(path).cversion, client.exists(ctx.consensus.path(registration)).version)
+    for _ in range(20):
+        with readers.reading(shard, None) as state:
+            ids = shard.snapshot(None, state=state).column("id").to_pylist()
+            assert sorted(ids) == [0, 1, 2, 3]
+    # No lease made or dropped (the children's version) and the registration not rewritten.
+    after = (client.exists(path).cversion, client.exists(ctx.consensus.path(registration)).version)
+    assert after == before
+
+    with readers.reading(shard, None) as under_way:
+        inputs = shard.referenced_keys(under_way)
+        assert shard.compact().applied
+        start = zookeeper_now(ctx, None)
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # first seen
+        wait_grace(ctx, start)
+        readers.heartbeat()  # the read is still under way: reads_after stays behind
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # doomed, kept
+        readers.heartbeat()
+        assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
+        assert all(ctx.blob.exists(k) for k in inputs)
+        assert advance_frontiers(ctx, found[0], None) == 1
+        assert shard.state().since <= under_way.upper - 1  # never past the read
+        table = shard.snapshot(None, state=under_way)
+        assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3]
+    readers.heartbeat()  # no read under way now: its own write stands for reads_after
+    assert sorted(collect_garbage(ctx, None, grace_seconds=GRACE)) == sorted(inputs)
+    assert sorted(shard.snapshot().column("id").to_pylist()) == [0, 1, 2, 3]
+    readers.heartbeat()  # unused since the last one: the registration goes
+    assert shard.leases() == []
+
