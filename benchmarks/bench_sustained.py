@@ -7,13 +7,14 @@ First, idle: ``--idle-reads`` Arrow reads of the small collection, timed, next t
 reading the shard's Parquet files in this process, and the ZooKeeper writes each read makes
 (the server's zxid before and after, less the process's own heartbeats over the same time).
 
-Then, for each count of ``--writers`` (4, then 16), ``--minutes`` minutes of: that many
-clients appending one row each to the small collection in a loop, one client appending
-NDJSON bodies of ``--ndjson-rows`` rows to the large one, and one reader reading both in
-turns. Every ``--interval`` seconds (a minute) it records the reads' p50 and p99, the
-batches each shard lists (its state in ZooKeeper), the merge lag (``/metrics``) and the
-appends per second. Prints one JSON object and writes it to
-``benchmarks/results/sustained.json``; the targets are in ``benchmarks/targets.py``.
+Then, for each count of ``--writers`` (4, then 16), ``--minutes`` minutes of: that many clients
+appending one row each to the small collection in a loop (it grows: each minute records the rows
+read), one client appending NDJSON bodies of ``--ndjson-rows`` rows to a third collection (so
+the large read stays its size), and one reader reading both in turns. Every ``--interval``
+seconds (a minute) it records the reads' p50 and p99, the batches each shard lists (its state in
+ZooKeeper), the merge lag (``/metrics``) and the appends per second. Prints one JSON object and
+writes it to ``benchmarks/results/sustained.json``; the targets are in
+``benchmarks/targets.py``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from orchestrator.testing.zkserver import EmbeddedZooKeeper
 RESULTS = Path(__file__).resolve().parent / "results" / "sustained.json"
 RELEASE = Path(__file__).resolve().parents[1] / "scenarios" / "releases" / "v0_10_0.py"
 SMALL, LARGE = "mz_catalog.mz_tables", "mz_catalog.mz_roles"
+#: What the NDJSON writer appends to: its own collection, so the large read stays its size.
+BULK = "mz_catalog.mz_databases"
 _release = load_release(RELEASE)
 SMALL_SCHEMA = _release.builtin(SMALL).schema  # type: ignore[union-attr]
 
@@ -71,6 +74,14 @@ def large_lines(first: int, count: int) -> bytes:
     return b"".join(
         json.dumps({"id": n, "oid": n % 4_000_000_000, "name": f"role-{n}",
                     "inherit": bool(n % 2)}).encode() + b"\n"
+        for n in range(first, first + count)
+    )  # fmt: skip
+
+
+def bulk_lines(first: int, count: int) -> bytes:
+    return b"".join(
+        json.dumps({"id": f"u{n}", "oid": n % 4_000_000_000, "name": f"db-{n}",
+                    "owner_id": "u1"}).encode() + b"\n"
         for n in range(first, first + count)
     )  # fmt: skip
 
@@ -107,6 +118,8 @@ class Load:
         self.appends = 0
         self.refused = 0
         self.reads: dict[str, list[float]] = {SMALL: [], LARGE: []}
+        #: Rows the last read of each collection returned (the small one grows).
+        self.rows: dict[str, int] = {SMALL: 0, LARGE: 0}
         self.threads = [
             *(threading.Thread(target=self._one_row, daemon=True) for _ in range(writers)),
             threading.Thread(target=self._ndjson, daemon=True),
@@ -145,8 +158,8 @@ class Load:
     def _ndjson(self) -> None:
         client = SidecarClient(self._url, timeout=60, retry_deadline=60)
         while not self.stop.is_set():
-            body = large_lines(self._number(self._ndjson_rows), self._ndjson_rows)
-            client.append_body(LARGE, body, content_type="application/x-ndjson")
+            body = bulk_lines(self._number(self._ndjson_rows), self._ndjson_rows)
+            client.append_body(BULK, body, content_type="application/x-ndjson")
             with self._lock:
                 self.appends += 1
 
@@ -155,10 +168,11 @@ class Load:
         while not self.stop.is_set():
             for collection in (SMALL, LARGE):
                 started = time.perf_counter()
-                client.read(collection)
+                read = client.read(collection).num_rows
                 took = time.perf_counter() - started
                 with self._lock:
                     self.reads[collection].append(took)
+                    self.rows[collection] = read
 
 
 def main() -> None:
@@ -280,6 +294,8 @@ def phase(
                 "minute": len(minutes) + 1,
                 "small": percentiles(reads[SMALL]),
                 "large": percentiles(reads[LARGE]),
+                "rows": dict(zip(("small", "large"), (load.rows[SMALL], load.rows[LARGE]),
+                                 strict=True)),
                 "batches": {"small": most[SMALL], "large": most[LARGE]},
                 "merge_lag_s": max(
                     (v for k, v in lag.items() if k.startswith("catalog_upgrade_merge_lag")),

@@ -2,14 +2,17 @@
 follow from it.
 
 Every append adds one batch, and a read opens every batch the state lists, so a read's cost
-follows the write rate unless batches are merged as they arrive. The policy is size-tiered,
-like Materialize persist's Spine: a batch's *level* is ``floor(log_F(rows))`` with
-``F = MERGE_FANOUT``. Looking from the newest batch back, the newest run of batches of level
-``L`` or below is merged once it holds ``F`` batches of level ``L`` (the lowest such level
-first). The output holds at least ``F^(L+1)`` rows, one level up, so at rest each level holds
-fewer than ``F`` batches and a shard of ``n`` rows lists at most
-``(F - 1) * (floor(log_F n) + 1)`` batches (:func:`steady_bound`): logarithmic in its size,
-whatever the write rate. Each row is rewritten about ``log_F n`` times.
+follows the write rate unless batches are merged as they arrive. The policy is size-tiered, like
+Materialize persist's Spine: a batch's *level* is ``floor(log_F(rows / R))`` with ``F =
+MERGE_FANOUT`` and ``R = MERGE_FLOOR_ROWS`` (every batch under ``R * F`` rows is level 0),
+raised to the level of any newer batch (so levels never rise toward the newest). Looking from
+the newest batch back, the newest run of batches of level ``L`` or below is merged once it holds
+``F`` batches of level ``L`` (the lowest such level first). Above level 0 the output holds at
+least ``R * F^(L+1)`` rows, one level up, so at rest each level holds fewer than ``F`` batches
+and a shard of ``n`` rows lists at most ``(F - 1) * (floor(log_F(n / R)) + 1)`` batches
+(:func:`steady_bound`): logarithmic in its size, whatever the write rate. A row is rewritten
+about ``log_F(n / R)`` times above level 0, and while in level 0 at most once every ``F - 1``
+appends.
 
 Merges run in the background (``orchestrator.sidecar.merger``); when they fall behind, writers
 feel it before readers do (RocksDB's level-0 triggers): past ``SLOW_DOWN_BATCHES`` a commit
@@ -28,6 +31,7 @@ from catalog.shard.listing import BatchRef
 
 __all__ = [
     "MERGE_FANOUT",
+    "MERGE_FLOOR_ROWS",
     "SLOW_DOWN_BATCHES",
     "STOP_BATCHES",
     "level",
@@ -37,6 +41,10 @@ __all__ = [
 
 #: F: how many batches of one level make the next level's batch.
 MERGE_FANOUT: Final = 4
+#: Batches under ``MERGE_FLOOR_ROWS * F`` rows are all level 0: a small collection lists a few
+#: batches, not one a level from its very first rows (a read opens each; rewriting a few
+#: hundred small rows is cheap).
+MERGE_FLOOR_ROWS: Final = 256
 #: Live batches of a shard past which a commit first waits for the shard's merge.
 SLOW_DOWN_BATCHES: Final = 40
 #: Live batches at which an append is refused (503 ``compaction-behind``): the hard cap.
@@ -44,8 +52,9 @@ STOP_BATCHES: Final = 64
 
 
 def level(rows: int, fanout: int = MERGE_FANOUT) -> int:
-    """``floor(log_fanout(rows))``, 0 for an empty or one-row batch (integers only)."""
-    found, size = 0, fanout
+    """``floor(log_fanout(rows / MERGE_FLOOR_ROWS))``, 0 below ``MERGE_FLOOR_ROWS * fanout``
+    rows (integers only)."""
+    found, size = 0, MERGE_FLOOR_ROWS * fanout
     while rows >= size:
         found += 1
         size *= fanout
@@ -78,7 +87,12 @@ def merge_plan(
         largest = max(range(len(ordered)), key=lambda i: (ordered[i].rows, -i))
         run = ordered[largest + 1 :]
         return tuple(run if len(run) >= 2 else ordered)
+    # A batch's effective level is the highest of its own and every newer batch's: an older
+    # batch smaller than a newer one counts at that one's level, so levels never rise toward
+    # the newest and each holds fewer than F batches at rest.
     levels = [level(b.rows, fanout) for b in ordered]
+    for i in range(len(levels) - 2, -1, -1):
+        levels[i] = max(levels[i], levels[i + 1])
     for lowest in sorted(set(levels)):
         start = len(ordered)
         while start > 0 and levels[start - 1] <= lowest:
