@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import pyarrow as pa
@@ -64,11 +65,14 @@ def compact(
     fence: Fence | None = None,
     pacer: Paced | None = None,
     select: Callable[[Sequence[BatchRef]], Sequence[BatchRef]] | None = None,
+    turn: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
 
     ``select``: merge only the batches it picks of the state's (a merge of the write path,
-    :func:`catalog.shard.merges.merge_plan`); fewer than two picked merge nothing.
+    :func:`catalog.shard.merges.merge_plan`); fewer than two picked merge nothing. ``turn``:
+    held around the commit only (the shard's writer's turn, so the commit never races its
+    appends), which then starts from a state read inside it.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
     sortable. The blob is written, then the state CAS replaces exactly the input batches;
@@ -111,7 +115,12 @@ def compact(
         # Consolidation flattens structs: values go back under null parents before Parquet.
         merged = fill_hidden_nulls(merged)
         shard.blob.put_batch(output.key(shard.shard_id), merged)
-    result = commit_compaction(shard, state, inputs, [output] if output else [], fence=fence)
+    outputs = [output] if output else []
+    if turn is None:
+        result = commit_compaction(shard, state, inputs, outputs, fence=fence)
+    else:
+        with turn():
+            result = commit_compaction(shard, shard.state(), inputs, outputs, fence=fence)
     if result.applied:
         shard.log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
     return result

@@ -291,11 +291,16 @@ class Shard:
         """Merge every batch into one (:func:`catalog.shard.compact.compact`)."""
         return compact.compact(self, fence=fence, pacer=pacer)
 
-    def merge(self, *, fence: Fence | None = None) -> CompactionResult:
+    def merge(
+        self,
+        *,
+        fence: Fence | None = None,
+        turn: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    ) -> CompactionResult:
         """Merge the batches the write path's policy picks
-        (:func:`catalog.shard.merges.merge_plan`) into one; ``applied`` is False when none
-        were due (or another compaction replaced them first)."""
-        return compact.compact(self, fence=fence, select=merges.merge_plan)
+        (:func:`catalog.shard.merges.merge_plan`) into one, its commit inside ``turn``;
+        ``applied`` is False when none were due (or another compaction replaced them first)."""
+        return compact.compact(self, fence=fence, select=merges.merge_plan, turn=turn)
 
     def commit_compaction(
         self,

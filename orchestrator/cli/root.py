@@ -14,6 +14,7 @@ import click
 
 from catalog.errors import CatalogError
 from orchestrator.logs import configure_logging
+from orchestrator.zookeeper import DEFAULT_ZK
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -207,7 +208,7 @@ def zk_connection_options(func: F) -> F:
         "--zk",
         "zk",
         envvar="CATALOG_UPGRADE_ZK",
-        default="127.0.0.1:2181",
+        default=DEFAULT_ZK,
         show_default=True,
         help="ZooKeeper connection string.",
     )(func)

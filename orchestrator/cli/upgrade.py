@@ -70,8 +70,9 @@ def promote_command(
     with open_consensus(zk, env) as consensus:
         waits = {} if register_wait is None else {"register_wait": register_wait}
         promote(
-            consensus, deploy_generation, requested_by=who, before_deploy=before_deploy, **waits
-        )
+            consensus, deploy_generation, requested_by=who, before_deploy=before_deploy,
+            on_waiting=lambda what: click.echo(what, err=True), **waits,
+        )  # fmt: skip
         click.echo(f"generation {deploy_generation} promoted in environment {env}")
         if wait_seconds is not None:
             wait_promoted(consensus, deploy_generation, wait_seconds)

@@ -66,6 +66,7 @@ def promote(
     requested_by: str,
     before_deploy: bool = False,
     register_wait: float = REGISTER_WAIT_SECONDS,
+    on_waiting: Callable[[str], None] | None = None,
 ) -> None:
     """Set the promotion target to ``deploy_generation`` (idempotent for the current target).
 
@@ -77,8 +78,9 @@ def promote(
     ``generation-not-running``: a typo would fence the serving leader with nobody to take
     over), unless ``before_deploy`` says the operator promotes ahead of its processes on
     purpose, or it takes the target back to the catalog's own generation; a process that is
-    starting is waited for up to ``register_wait`` seconds first. A generation below 1 is
-    BadInputError, and nothing is written.
+    starting is waited for up to ``register_wait`` seconds first (0: refused at once, as the
+    sidecar's ``POST /promote`` does), and ``on_waiting`` hears at once what is awaited. A
+    generation below 1 is BadInputError, and nothing is written.
     """
     if deploy_generation < 1:
         raise BadInputError(
@@ -110,7 +112,7 @@ def promote(
         if target == deploy_generation:
             return False
         if not before_deploy and not (taking_back and deploy_generation == current):
-            _refuse_not_running(consensus, deploy_generation, register_wait)
+            _refuse_not_running(consensus, deploy_generation, register_wait, on_waiting)
         _refuse_past_pending(consensus, deploy_generation)
         value = Promotion(deploy_generation, requested_by, time.time(), target).encode()
         if promoted is None:
@@ -139,9 +141,14 @@ def promote(
             )
 
 
-def _refuse_not_running(consensus: Consensus, deploy_generation: int, wait: float) -> None:
+def _refuse_not_running(
+    consensus: Consensus,
+    deploy_generation: int,
+    wait: float,
+    on_waiting: Callable[[str], None] | None,
+) -> None:
     """Refuse to promote a generation no process registered (its node or its candidacy)
-    within ``wait`` seconds."""
+    within ``wait`` seconds; ``on_waiting`` hears once that it waits, and for what."""
     from orchestrator.process_node import read_processes
 
     def registered() -> bool:
@@ -151,9 +158,16 @@ def _refuse_not_running(consensus: Consensus, deploy_generation: int, wait: floa
         ) or bool(consensus.children(candidate_key(deploy_generation)))
 
     deadline = time.monotonic() + wait
+    told = False
     while not registered():
         if time.monotonic() >= deadline:
             break
+        if not told and on_waiting is not None:
+            on_waiting(
+                f"no process of generation {deploy_generation} is registered yet: waiting up "
+                f"to {wait:g} s for one to start (--register-wait)"
+            )
+            told = True
         time.sleep(_REGISTER_POLL)
     else:
         return

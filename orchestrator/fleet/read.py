@@ -101,7 +101,7 @@ def survey(
                     + (f": {servers}" if servers else "")
                 ) from exc
         try:
-            rows = _Reader(client, ensemble.name, read_at, timeout).read()
+            rows = _Reader(client, ensemble.name, read_at, timeout, ensemble.zk).read()
         finally:
             if own:
                 close(client)
@@ -122,6 +122,8 @@ class _Reader:
     ensemble: str
     read_at: float
     timeout: float
+    #: The ensemble's connection string (the commands a row prints name it).
+    zk: str
 
     def read(self) -> list[EnvironmentRow]:
         try:
@@ -176,6 +178,7 @@ class _Reader:
         return [
             _row(
                 self.ensemble,
+                self.zk,
                 name,
                 self.read_at,
                 {
@@ -295,6 +298,7 @@ def _endings(found: Mapping[str, Versioned | None], running: set[int]) -> list[s
 
 def _row(
     ensemble: str,
+    zk: str,
     env: str,
     read_at: float,
     heads_found: Mapping[str, Versioned | None],
@@ -332,7 +336,7 @@ def _row(
     elif catalog is not None:
         finalization = "final"
         since = None if catalog.finalized is None else catalog.finalized.at
-    warnings = process_warnings(processes)
+    warnings = process_warnings(processes, env, zk)
     if history_warning:
         warnings.append(history_warning)
     versions = {p.version for p in processes}

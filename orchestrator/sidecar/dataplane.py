@@ -114,10 +114,14 @@ class SidecarDataPlane:
         self._append_retry = CasRetry(
             max_attempts=20, deadline=5.0, on_retry=metrics.count_cas_retry
         )
+        # The writer's turn on each shard: a commit of appends, or a merge's commit.
+        self._turns: dict[str, threading.Lock] = {}
+        self._turns_lock = threading.Lock()
         self._merger = Merger(
             metrics,
             self._merging,
             lambda shard_id: self._shard(connection.require(), machine.blob, shard_id),
+            self._turn,
             self._merged,
         )
         # Reads at the latest time hold the process's registration of their shard
@@ -466,17 +470,18 @@ class SidecarDataPlane:
             with self._outcome(lambda: sent):
                 shard = self._append_retry(lambda: self._resolve(leadership, builtin))
                 self._merger.slow_down(shard.shard_id, self._states.get(shard.shard_id))
-                known = self._states.get(shard.shard_id)
-                result = append_rows(
-                    shard,
-                    rows,
-                    fence=leadership.fence,
-                    retry=lambda: self._append_retry,
-                    before_read=before_read,
-                    before_send=before_send,
-                    known=known,
-                    on_unknown=on_unknown,
-                )
+                with self._turn_of(shard.shard_id):
+                    known = self._states.get(shard.shard_id)
+                    result = append_rows(
+                        shard,
+                        rows,
+                        fence=leadership.fence,
+                        retry=lambda: self._append_retry,
+                        before_read=before_read,
+                        before_send=before_send,
+                        known=known,
+                        on_unknown=on_unknown,
+                    )
         except BaseException:
             self._states.clear()  # re-read before the next pre-check and commit
             raise
@@ -503,6 +508,21 @@ class SidecarDataPlane:
         """The leadership the write path's merges write under: a serving leader's."""
         leadership = self._machine.leadership
         return leadership if self._progress.state is State.SERVING else None
+
+    @contextlib.contextmanager
+    def _turn(self, shard_id: str) -> Iterator[None]:
+        """The writer's turn on ``shard_id`` for a merge's commit: no commit of appends runs
+        meanwhile, and the next one reads the state the merge left."""
+        with self._turn_of(shard_id):
+            try:
+                yield
+            finally:
+                self._states.pop(shard_id, None)
+
+    def _turn_of(self, shard_id: str) -> threading.Lock:
+        """The lock of the writer's turn on ``shard_id``."""
+        with self._turns_lock:
+            return self._turns.setdefault(shard_id, threading.Lock())
 
     def _merged(self, shard_id: str, state: ShardState) -> None:
         """A merge committed ``state``: the next commit starts from it unless a commit

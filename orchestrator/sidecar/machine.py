@@ -456,9 +456,11 @@ class SidecarMachine:
     # -- promotion --------------------------------------------------------------------------
 
     def _promote(self, generation: int, requested_by: str | None = None) -> None:
+        """Promote on the main thread: it never waits for a process to register (a
+        generation none runs is refused at once, 409 ``generation-not-running``)."""
         consensus = self._connection.require()
         who = requested_by or self._config.process_id
-        election_mod.promote(consensus, generation, requested_by=who)
+        election_mod.promote(consensus, generation, requested_by=who, register_wait=0)
         self.log.info("promoted", target=generation, requested_by=who)
 
     def serve_promote(self, request: Promote) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Final
 
 import attrs
@@ -54,8 +55,9 @@ class Merger:
     so a large collection's long merge never holds up a small one's.
 
     ``leading`` returns the leadership merges may write under now (None: not serving);
-    ``shard`` opens a shard by id; ``on_merged`` hears each merged state (the writer's cache
-    of the state its next commit starts from).
+    ``shard`` opens a shard by id; ``turn`` is the writer's turn on a shard, held around a
+    merge's commit only, so it never races the shard's appends; ``on_merged`` hears each
+    merged state (the writer's cache of the state its next commit starts from).
     """
 
     def __init__(
@@ -63,11 +65,13 @@ class Merger:
         metrics: SidecarMetrics,
         leading: Callable[[], Leadership | None],
         shard: Callable[[str], Shard],
+        turn: Callable[[str], AbstractContextManager[object]],
         on_merged: Callable[[str, ShardState], None],
     ) -> None:
         self._metrics = metrics
         self._leading = leading
         self._shard = shard
+        self._turn = turn
         self._on_merged = on_merged
         self._changed = threading.Condition()
         #: Shards with a merge asked for and not started yet.
@@ -158,7 +162,7 @@ class Merger:
                 return
             leadership.check()
             started = time.monotonic()
-            result = shard.merge(fence=leadership.fence)
+            result = shard.merge(fence=leadership.fence, turn=lambda: self._turn(shard_id))
             if not result.applied:
                 return
             self._on_merged(shard_id, result.state)

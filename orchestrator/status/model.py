@@ -131,12 +131,15 @@ class UpgradeStatus:
     # Nodes whose values are not what their writers write: {"key", "error"} (exit 1)
     errors: tuple[Mapping[str, str], ...] = ()
     finalization: Finalization | None = None  # None: not bootstrapped
+    #: The ZooKeeper connection string it was read through (the commands it prints name it).
+    zookeeper: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` document (docs/design-contract.md, plus extra fields), with
         where the upgrade is now (``upgrade``, :mod:`orchestrator.status.stage`)."""
         document = {
             "environment": self.environment,
+            "zookeeper": self.zookeeper,
             "bootstrapped": self.bootstrapped,
             "read_at": self.read_at,
             "catalog": self.catalog.to_json(),

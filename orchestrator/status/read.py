@@ -34,6 +34,7 @@ from orchestrator.election import EpochInfo
 from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
 from orchestrator.process_node import WAITING_FOR_BOOTSTRAP, decode_processes, process_key
+from orchestrator.status.commands import command, connection_of
 from orchestrator.status.model import (
     CatalogSummary,
     CollectionStatus,
@@ -213,9 +214,12 @@ def read_migration_entries(
     return tuple(sorted(entries, key=attrs.astuple)), None
 
 
-def process_warnings(processes: Sequence[ProcessStatus]) -> list[str]:
+def process_warnings(
+    processes: Sequence[ProcessStatus], environment: str, zk: str | None
+) -> list[str]:
     """What the processes report about the environment: a blob store they cannot reach, drift
-    found by a green process's check (shown as warnings, never fatal)."""
+    found by a green process's check (shown as warnings, never fatal); a command they name
+    acts on ``environment`` through ``zk``."""
     out: list[str] = []
     for process in processes:  # a process that meets an outage of the store says so
         report = process.blob_store
@@ -231,7 +235,8 @@ def process_warnings(processes: Sequence[ProcessStatus]) -> list[str]:
         generations = sorted({p.deploy_generation for p in waiting})
         out.append(
             f"the environment is empty and {len(waiting)} process(es) wait for a bootstrap: "
-            f"`catalog-upgrade promote --deploy-generation {generations[-1]}` makes generation "
+            f"`{command(environment, zk, 'promote', '--deploy-generation', str(generations[-1]))}`"
+            f" makes generation "
             f"{generations[-1]} create it (or start its process with --auto-promote)"
         )
     for process in processes:  # a green process that found drift in its check says so
@@ -308,7 +313,8 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
         shard_exists=found.get(migration_key) is not None,
     )
     warnings = [warning] if warning else []
-    warnings.extend(process_warnings(processes))
+    warnings.extend(process_warnings(processes, _environment_name(consensus),
+                                     connection_of(consensus)))  # fmt: skip
     finalization = None
     if pending is not None:
         state = "pending" if pending.finalizing is None else "finalizing"
@@ -319,6 +325,7 @@ def read_status(consensus: Consensus, *, events: int = DEFAULT_EVENTS) -> Upgrad
     return UpgradeStatus(
         finalization=finalization,
         environment=_environment_name(consensus),
+        zookeeper=connection_of(consensus),
         catalog=summary,
         bootstrapped=catalog is not None or catalog_found is not None,
         leader=leader,

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.status.commands import command
+
 __all__ = ["upgrade_stage"]
 
 _GREEN = ("starting", "checking", "ready")
@@ -34,6 +36,7 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
     """The ``upgrade`` part of a status document: ``stage``, ``from_version``, ``to_version``,
     ``deploy_generation`` (of the target), ``step`` (the long step's progress, if one runs) and
     ``next`` (the command to run, None when there is only to wait or nothing to do)."""
+    environment, zk = str(document.get("environment")), document.get("zookeeper")
     catalog = document.get("catalog") or {}
     version, generation = catalog.get("version"), catalog.get("deploy_generation") or 0
     if not document.get("bootstrapped"):
@@ -54,7 +57,8 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
         step = next((p["progress"] for p in members if p.get("progress")), None)
         if any(p.get("state") == "ready" for p in members):
             return _stage("ready", version, members[0].get("version"), target, step,
-                          f"catalog-upgrade promote --deploy-generation {target}")
+                          command(environment, zk, "promote", "--deploy-generation",
+                                  str(target)))
         return _stage("checking", version, members[0].get("version"), target, step, None)
     # A refused process exits: its refusal stays in the events (kind "failed").
     events: Sequence[Mapping[str, Any]] = document.get("events") or []
@@ -71,8 +75,12 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
     state = finalization.get("state")
     if state in ("pending", "finalizing"):
         to = upgrade.get("version") or version
-        command = f"catalog-upgrade finalize --version {to}" if state == "pending" else None
-        return _stage(state, upgrade.get("from_version"), to, generation, None, command)
+        finalize = (
+            command(environment, zk, "finalize", "--version", str(to))
+            if state == "pending"
+            else None
+        )
+        return _stage(state, upgrade.get("from_version"), to, generation, None, finalize)
     return _stage("final", None, version, generation, None, None)
 
 

@@ -549,6 +549,7 @@ def test_a_promotion_no_process_can_take_is_refused_and_a_mistake_taken_back(
     typo = run_cli(zk_env, "promote", "--deploy-generation", "99", "--register-wait", "0.5")
     assert typo.exit_code == EXIT_REFUSED, typo.output
     assert "no process of generation 99" in typo.output and "--before-deploy" in typo.output
+    assert "waiting up to 0.5 s for one to start" in typo.output  # said at once, not after
     assert read_promotion(store) == 1
     assert run_cli(zk_env, "promote", "--deploy-generation", "5", "--before-deploy").exit_code == 0
     assert run_cli(zk_env, "promote", "--deploy-generation", "5").exit_code == EXIT_OK  # idem

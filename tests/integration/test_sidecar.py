@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import threading
 import time
@@ -280,6 +281,66 @@ def test_two_releases_waiting_at_one_generation_the_taker_binds_it(
     assert again.wait_state("serving")["mode"] == "leader"
     status = json.loads(cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout)
     assert (status["catalog"]["version"], status["catalog"]["deploy_generation"]) == (V2, 2)
+
+
+@pytest.mark.slow
+def test_the_commands_status_prints_act_on_its_environment(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    """Each ``next`` command of status names the environment and the ZooKeeper it was read
+    through (neither is the default here); run as printed, each does what it says there."""
+    blue = bootstrap(launch, "blue-1")
+    green = launch(V2, 2, "green-2", extra=["--finalize-after", "never"])
+    green.wait_state("ready")
+
+    def next_command() -> list[str]:
+        document = json.loads(
+            cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout
+        )
+        printed = document["upgrade"]["next"]
+        assert printed, document["upgrade"]
+        words = shlex.split(printed)
+        assert words[0] == "catalog-upgrade", printed
+        assert ["--env", zk_env.name] == words[words.index("--env") : words.index("--env") + 2]
+        assert ["--zk", zk_env.hosts] == words[words.index("--zk") : words.index("--zk") + 2]
+        return words[1:]
+
+    promote = next_command()
+    assert promote[0] == "promote" and "--deploy-generation" in promote
+    ran = cli(*promote)
+    assert ran.returncode == EXIT_OK, ran.stderr
+    assert green.wait_state("serving")["mode"] == "leader"
+    assert blue.wait_exit() == EXIT_FENCED
+    finalize = next_command()
+    assert finalize[0] == "finalize"
+    ran = cli(*finalize)
+    assert ran.returncode == EXIT_OK, ran.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = json.loads(
+            cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout
+        )
+        if status["upgrade"]["stage"] == "final":
+            break
+        time.sleep(0.3)
+    assert status["upgrade"]["stage"] == "final" and status["upgrade"]["next"] is None
+
+
+def test_http_promote_of_a_generation_no_process_runs_is_refused_at_once(
+    launch: Launch, zk_client: KazooClient, zk_env: ZkEnv
+) -> None:
+    """``POST /promote`` of a generation nobody runs answers 409 ``generation-not-running`` at
+    once (the main thread never waits for a registration), and the target does not move."""
+    blue = bootstrap(launch, "blue-1")
+    started = time.monotonic()
+    status, body = blue.http("POST", "/promote?deploy_generation=7", b"{}")
+    took = time.monotonic() - started
+    answer = json.loads(body)
+    assert status == 409 and answer["rule"] == "generation-not-running", body
+    assert took < 10, f"took {took:.1f} s"  # the register wait is 30 s: not waited
+    promotion = json.loads(zk_client.get(f"{zk_env.root}/promotion")[0])
+    assert promotion["deploy_generation"] == 1
+    assert blue.wait_state("serving")["mode"] == "leader"
 
 
 @pytest.mark.slow

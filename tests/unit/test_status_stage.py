@@ -12,6 +12,8 @@ SERVING = {"id": "blue", "version": "0.10.0", "deploy_generation": 1, "state": "
 
 def document(**fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
+        "environment": "ops2",
+        "zookeeper": "127.0.0.1:2181",
         "bootstrapped": True,
         "catalog": {"version": "0.10.0", "deploy_generation": 1},
         "leader": SERVING,
@@ -41,7 +43,7 @@ def test_each_stage_names_its_versions_and_its_next_command() -> None:
 
     ready = upgrade_stage(document(processes=[SERVING, green("ready"), green("checking")]))
     assert ready["stage"] == "ready" and ready["deploy_generation"] == 2
-    assert ready["next"] == "catalog-upgrade promote --deploy-generation 2"
+    assert ready["next"] == "catalog-upgrade promote --env ops2 --deploy-generation 2"
 
     leader = {**green("migrating"), "registered": True, "progress": copying}
     migrating = upgrade_stage(document(leader=leader, processes=[leader]))
@@ -57,7 +59,7 @@ def test_each_stage_names_its_versions_and_its_next_command() -> None:
     assert (pending["stage"], pending["from_version"], pending["to_version"]) == (
         "pending", "0.10.0", "0.11.0",
     )  # fmt: skip
-    assert pending["next"] == "catalog-upgrade finalize --version 0.11.0"
+    assert pending["next"] == "catalog-upgrade finalize --env ops2 --version 0.11.0"
     finalizing = upgrade_stage(document(finalization={"state": "finalizing", "upgrade": upgrade}))
     assert finalizing["stage"] == "finalizing" and finalizing["next"] is None
 
@@ -71,3 +73,14 @@ def test_each_stage_names_its_versions_and_its_next_command() -> None:
     assert upgrade_stage(document(events=[event]))["stage"] == "refused"
     final_since = document(catalog={"version": "0.12.0", "deploy_generation": 3}, events=[event])
     assert upgrade_stage(final_since)["stage"] == "final"  # a later upgrade went through
+
+
+def test_a_command_names_the_ensemble_when_it_is_not_the_default() -> None:
+    """Pasted from the status of an environment on another ensemble, a command acts there."""
+    ready = upgrade_stage(
+        document(zookeeper="zk1:2181,zk2:2181", environment="ops 2",
+                 processes=[SERVING, green("ready")])
+    )  # fmt: skip
+    assert ready["next"] == (
+        "catalog-upgrade promote --env 'ops 2' --zk zk1:2181,zk2:2181 --deploy-generation 2"
+    )
