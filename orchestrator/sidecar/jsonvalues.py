@@ -231,9 +231,16 @@ def _decimal(precision: int, scale: int, value: Any, path: str) -> decimal.Decim
         raise Refused(path, "type", f"takes a decimal number ({what}), not {_kind(value)}")
     if not number.is_finite():
         raise Refused(path, "out-of-range", f"{value} is not a finite decimal")
+    # Its magnitude first, from the exponent alone: "1e20", "1e999999999" never reach an
+    # arithmetic context (whose precision they would pass).
+    if number != 0 and number.adjusted() >= precision - scale:
+        raise Refused(
+            path, "decimal-precision", f"{value} has more than {precision} digits ({what})"
+        )
     step = decimal.Decimal(1).scaleb(-scale)
     with decimal.localcontext() as context:
         context.prec = max(precision, len(number.as_tuple().digits)) + scale + 2
+        context.traps[decimal.InvalidOperation] = False
         exact = number.quantize(step)
         if exact != number:
             raise Refused(
@@ -251,7 +258,24 @@ def _decimal(precision: int, scale: int, value: Any, path: str) -> decimal.Decim
 def _string(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise Refused(path, "type", f"takes a string, not {_kind(value)}")
+    if not value.isascii():
+        _unicode_text(value, path)
     return value
+
+
+def _unicode_text(value: str, path: str) -> None:
+    """Refuse a string JSON escapes made that is not Unicode text: an unpaired UTF-16
+    surrogate (``"\\ud800"``) has no UTF-8 form, so nothing could store it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        raise Refused(
+            path,
+            "unpaired-surrogate",
+            f"holds an unpaired UTF-16 surrogate \\u{code:04x} at character {exc.start}: "
+            "not Unicode text (escape a character outside the BMP as a pair)",
+        ) from None
 
 
 def _binary(width: int | None, value: Any, path: str) -> bytes:

@@ -76,6 +76,17 @@ def refusal(row: str) -> BadInputError:
         ('{"id": 1, "dec": 12.345}', "dec", "decimal-scale"),
         ('{"id": 1, "dec": "12345.6"}', "dec", "decimal-precision"),
         ('{"id": 1, "dec": "NaN"}', "dec", "out-of-range"),
+        # A decimal's magnitude from its exponent, before any arithmetic context sees it.
+        ('{"id": 1, "dec": "1e20"}', "dec", "decimal-precision"),
+        ('{"id": 1, "dec": 1e20}', "dec", "decimal-precision"),
+        ('{"id": 1, "dec": 1E+999999999}', "dec", "decimal-precision"),
+        ('{"id": 1, "dec": "-1e4"}', "dec", "decimal-precision"),
+        ('{"id": 1, "dec": "1e-999999999"}', "dec", "decimal-scale"),
+        # Strings that are not Unicode text: an unpaired surrogate, at any depth.
+        ('{"id": 1, "s": "\\ud800"}', "s", "unpaired-surrogate"),
+        ('{"id": 1, "s": "a\\udfffb"}', "s", "unpaired-surrogate"),
+        ('{"id": 1, "pt": {"x": 1, "label": "\\udc00"}}', "pt.label", "unpaired-surrogate"),
+        ('{"id": 1, "ikeys": [[1, "\\ud83d"]]}', "ikeys[1]", "unpaired-surrogate"),
         ('{"id": 1, "ts": 9223372036854775807}', "ts", "out-of-range"),
         ('{"id": 1, "tz": "9999-12-31T23:00:00+00:00"}', "tz", "out-of-range"),
         ('{"id": 1, "sec": "2026-01-01T00:00:00.5"}', "sec", "time-precision"),
@@ -243,3 +254,9 @@ def test_a_stored_time_python_cannot_hold_still_reads() -> None:
     table = pa.table({"id": [1, 2], "tz": column})
     lines = [json.loads(line) for line in b"".join(json_lines(table)).splitlines()]
     assert lines == [{"id": 1, "tz": 2**63 - 1}, {"id": 2, "tz": "1970-01-01T00:00:00+00:00"}]
+
+
+def test_a_surrogate_pair_is_one_character_and_an_exponent_a_decimal() -> None:
+    table = parse('{"id": 1, "s": "\\ud83d\\ude00", "dec": "1.5e3"}')
+    assert table.column("s")[0].as_py() == "\U0001f600"
+    assert str(table.column("dec")[0].as_py()) == "1500.00"
