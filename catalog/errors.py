@@ -187,6 +187,14 @@ class BlobUnreachableError(BlobError):
     code = "blob-store-unreachable"
 
 
+class BlobStoreFullError(BlobError):
+    """The blob store takes no more writes now: its file system is full (ENOSPC), over a
+    quota (EDQUOT) or read-only (EROFS). Reads still work; nothing was written: retry the
+    write with the same key once space is freed."""
+
+    code = "blob-store-full"
+
+
 class BlobDeniedError(BlobError, ConfigurationError):
     """The blob store refused our credentials or this operation (exit 2: configuration)."""
 

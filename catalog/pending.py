@@ -23,8 +23,18 @@ from typing import Any, Final
 
 import attrs
 
-from catalog.consensus import Consensus, Create, Op, SetData, decode_json, decoding, encode_json
+from catalog.consensus import (
+    CONNECTION_ERRORS,
+    Consensus,
+    Create,
+    Op,
+    SetData,
+    decode_json,
+    decoding,
+    encode_json,
+)
 from catalog.environment import PENDING_KEY, CatalogState, resolve_kept
+from catalog.errors import ConnectionLostError
 
 __all__ = [
     "FORMAT",
@@ -173,6 +183,17 @@ def read_pending(
     if schemas:
         pending = attrs.evolve(pending, previous=resolve_kept(consensus, pending.previous))
     return pending, found.version
+
+
+def switched_at(consensus: Consensus) -> float | None:
+    """When the pending upgrade was switched to, on ZooKeeper's clock (its node's ``ctime``,
+    in seconds); None when none is pending. Decisions that compare times written by different
+    processes take it, never ``since`` (the switching leader's own clock)."""
+    try:
+        stat = consensus.client.exists(consensus.path(PENDING_KEY))
+    except CONNECTION_ERRORS as exc:
+        raise ConnectionLostError(f"ZooKeeper did not answer for {PENDING_KEY}") from exc
+    return None if stat is None else float(stat.ctime) / 1000.0
 
 
 def pending_write_op(pending: PendingUpgrade, expected_version: int) -> Op:

@@ -12,11 +12,14 @@ kinds that every caller keeps apart:
   operation not allowed to them.
 * **bucket missing** (:class:`~catalog.errors.BlobBucketMissingError`, exit 2).
 * **missing** (:class:`~catalog.errors.BlobMissingError`): the object is not there.
+* **full** (:class:`~catalog.errors.BlobStoreFullError`): the store's file system is full, over a
+  quota or read-only (ENOSPC, EDQUOT, EROFS): it takes no writes now, reads still work.
 * anything else stays a plain :class:`~catalog.errors.BlobError`.
 """
 
 from __future__ import annotations
 
+import errno
 import re
 from typing import Any, Final
 
@@ -25,6 +28,7 @@ from catalog.errors import (
     BlobDeniedError,
     BlobError,
     BlobMissingError,
+    BlobStoreFullError,
     BlobUnreachableError,
 )
 
@@ -32,9 +36,20 @@ UNREACHABLE: Final = "unreachable"
 DENIED: Final = "denied"
 NO_BUCKET: Final = "no-bucket"
 MISSING: Final = "missing"
+FULL: Final = "full"
 OTHER: Final = "other"
 
+#: The errno of a file system that takes no more writes: full, over a quota, read-only.
+_FULL_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
 _PATTERNS: Final = (
+    (
+        FULL,
+        re.compile(
+            r"No space left on device|Disk quota exceeded|Read-only file system",
+            re.IGNORECASE,
+        ),
+    ),
     (
         NO_BUCKET,
         re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|bucket does not exist", re.IGNORECASE),
@@ -64,6 +79,8 @@ _PATTERNS: Final = (
 
 def fault_of(exc: BaseException) -> str:
     """The kind of a file system failure (one of the constants above)."""
+    if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+        return FULL
     if isinstance(exc, FileNotFoundError):
         return MISSING
     if isinstance(exc, PermissionError):
@@ -103,4 +120,12 @@ def blob_error(exc: BaseException, message: str, **details: Any) -> BlobError:
         )
     if kind == MISSING:
         return BlobMissingError(text, **details)
+    if kind == FULL:
+        return BlobStoreFullError(
+            f"blob store full: {text}",
+            suggestion="free space on the blob store (or raise its quota, or make it "
+            "writable); retry the write with the same key",
+            retry_after=5,
+            **details,
+        )
     return BlobError(text, **details)

@@ -141,12 +141,17 @@ def wait_finalized(consensus: Consensus, timeout: float) -> None:
         ) from None
 
 
-def finalization_due(pending: PendingUpgrade, now: float) -> bool:
-    """Whether the leader's timer decides now (a decision taken already stands)."""
+def finalization_due(pending: PendingUpgrade, switched_at: float, now: float) -> bool:
+    """Whether the leader's timer decides now (a decision taken already stands).
+
+    ``switched_at`` and ``now`` are on ZooKeeper's clock (the pending node's ``ctime``,
+    :func:`catalog.pending.switched_at`, and a fresh write's ``mtime``): the window is the
+    duration the switching leader set (``finalize_at - since``), so no host's clock decides,
+    and a successor whose clock runs ahead finalizes nothing early."""
     return (
         pending.finalizing is None
         and pending.finalize_at is not None
-        and now >= pending.finalize_at
+        and now - switched_at >= pending.finalize_at - pending.since
     )
 
 

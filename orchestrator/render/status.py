@@ -135,6 +135,11 @@ def _catalog_table(status: UpgradeStatus) -> Table:
 
     upgrade = status.to_json()["upgrade"]
     row("upgrade", upgrade_text(upgrade))
+    if upgrade.get("why"):
+        rule = f" ({upgrade['rule']})" if upgrade.get("rule") else ""
+        row("why", f"{upgrade['why']}{rule}")
+    if upgrade.get("fix"):
+        row("fix", str(upgrade["fix"]))
     if upgrade["next"]:
         row("next", upgrade["next"])
     row("version", _dash(catalog.version))

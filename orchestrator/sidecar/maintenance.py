@@ -13,7 +13,7 @@ from typing import Any
 from catalog.consensus import Fence
 from catalog.environment import read_catalog
 from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostError, FencedError
-from catalog.pending import PendingUpgrade, read_pending
+from catalog.pending import PendingUpgrade, read_pending, switched_at
 from catalog.shard.coverage import RollupCounts
 from orchestrator.migrate import (
     MigrationContext,
@@ -26,6 +26,7 @@ from orchestrator.migrate import (
     finalize_pending,
     request_finalization,
 )
+from orchestrator.migrate.garbage import zookeeper_now
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.objectstore import BlobStoreHealth
@@ -110,10 +111,14 @@ class LeaderMaintenance:
         decided by anyone; the upgrade finalized now, if any. Feeds the pending gauges."""
         found = read_pending(ctx.consensus)
         pending = None if found is None else found[0]
-        if pending is not None and finalization_due(pending, time.time()):
-            request_finalization(
-                ctx.consensus, requested_by=self._config.process_id, reason="timer"
-            )
+        if pending is not None and pending.finalizing is None and pending.finalize_at is not None:
+            # On ZooKeeper's clock: the switch's, and now (a fenced touch of gc/clock).
+            switched = switched_at(ctx.consensus)
+            now = zookeeper_now(ctx, fence)
+            if switched is not None and finalization_due(pending, switched, now):
+                request_finalization(
+                    ctx.consensus, requested_by=self._config.process_id, reason="timer"
+                )
         done = complete_finalization(ctx, fence) if pending is not None else None
         self._metrics.set_pending(None if done is not None else pending)
         return done

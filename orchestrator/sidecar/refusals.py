@@ -22,6 +22,7 @@ from catalog.errors import (
     BadInputError,
     BlobBucketMissingError,
     BlobDeniedError,
+    BlobStoreFullError,
     BlobUnreachableError,
     BusyError,
     CatalogError,
@@ -116,6 +117,9 @@ ERRORS: Final[tuple[Refusal, ...]] = (
          "takeover, a pause): retry after `Retry-After` with the same key"),
     _own(BlobUnreachableError, S.SERVICE_UNAVAILABLE, "the blob store does not answer: retry "
          "after `Retry-After` with the same key"),
+    _own(BlobStoreFullError, S.SERVICE_UNAVAILABLE, "the blob store's file system is full, "
+         "over a quota or read-only (nothing written; reads still work): retry after "
+         "`Retry-After` with the same key once space is freed"),
     _own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
          "appends (it lists the hard cap of batches): retry after `Retry-After` with the same "
          "key"),

@@ -217,6 +217,9 @@ function upgrade(u) {
       : u.stage === "refused" ? "fix the release: its refusal below names the rule and the fix"
       : "nothing to run: it goes on by itself");
   if (u.next) next.appendChild(el("code", u.next));
+  if (u.why) box.appendChild(el("div", "why: " + u.why + (u.rule ? " (" + u.rule + ")" : ""),
+      "refusal"));
+  if (u.fix) box.appendChild(el("div", "fix: " + u.fix));
   box.appendChild(next);
   return box;
 }

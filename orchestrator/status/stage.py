@@ -35,7 +35,8 @@ _GREEN = ("starting", "checking", "ready")
 def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
     """The ``upgrade`` part of a status document: ``stage``, ``from_version``, ``to_version``,
     ``deploy_generation`` (of the target), ``step`` (the long step's progress, if one runs) and
-    ``next`` (the command to run, None when there is only to wait or nothing to do)."""
+    ``next`` (the command to run, None when there is only to wait or nothing to do); a
+    ``refused`` stage adds ``why``, ``rule`` and ``fix`` from the refusal."""
     environment, zk = str(document.get("environment")), document.get("zookeeper")
     catalog = document.get("catalog") or {}
     version, generation = catalog.get("version"), catalog.get("deploy_generation") or 0
@@ -69,7 +70,13 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
     if refused:
         target = max(p["deploy_generation"] for p in refused)
         release = next(p for p in refused if p["deploy_generation"] == target)
-        return _stage("refused", version, release.get("version"), target, None, None)
+        stage = _stage("refused", version, release.get("version"), target, None, None)
+        error = release.get("error") or {}
+        if isinstance(error, Mapping):  # why, and its fix, where the operator looks first
+            stage["why"] = error.get("message")
+            stage["rule"] = error.get("rule") or error.get("reason")
+            stage["fix"] = error.get("suggestion")
+        return stage
     finalization = document.get("finalization") or {}
     upgrade = finalization.get("upgrade") or {}
     state = finalization.get("state")

@@ -189,6 +189,7 @@ class SidecarProcess:
         http_token_file: Path | None = None,
         netns: Namespace | None = None,
         finalize_after: str | None = "0",
+        exec_environment: Mapping[str, str] | None = None,
     ) -> SidecarProcess:
         """Start one child; its output (stdout and stderr) goes to ``log_path``. With
         ``crash_before_write`` it kills itself before that leader write
@@ -196,7 +197,9 @@ class SidecarProcess:
         ``http_token_file`` the child requires that token and :meth:`request` sends it. With
         ``netns`` it runs in that network namespace: it listens on the namespace's address
         (without a token: ``--http-insecure``, a test's private link) and reaches ZooKeeper,
-        which must then listen on every address, through the host's end of the link."""
+        which must then listen on every address, through the host's end of the link. With
+        ``exec_environment`` (``LD_PRELOAD`` of libfaketime, say) it is exec'd with those
+        variables added, not forked from the fork server (a preload needs an exec)."""
         address_file = None
         if http is None:  # the kernel's port, written back: never one another process took
             address_file = log_path.with_name(f"{log_path.name}.address")
@@ -237,7 +240,7 @@ class SidecarProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         popen: subprocess.Popen[bytes] | ForkedProcess
         with log_path.open("ab") as out:
-            if netns is None:  # the same command, its imports done once by the fork server
+            if netns is None and exec_environment is None:  # imports done once by the fork server
                 popen = fork_server(child_environment()).spawn(
                     command[3:],  # after "python -m orchestrator.cli"
                     env=child_environment(failpoints),
@@ -251,7 +254,7 @@ class SidecarProcess:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=child_environment(failpoints),
+                    env={**child_environment(failpoints), **(exec_environment or {})},
                     cwd=cwd,
                 )
         return cls(

@@ -371,6 +371,12 @@ def test_refused_migration_exits_4_and_status_shows_why(launch: Launch, zk_env: 
     assert [e["process_id"] for e in failed] == ["refused-2"]
     assert failed[0]["error"]["exit_code"] == EXIT_REFUSED
     assert "mz_catalog.mz_tables" in json.dumps(failed[0]["error"])
+    # The reason and its rule at the top of status, not only in the event dump below.
+    assert status["upgrade"]["stage"] == "refused"
+    assert status["upgrade"]["rule"] == "missing-instruction", status["upgrade"]
+    table = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name).stdout
+    head = table[: table.index("deploy generation")]
+    assert "why" in head and "missing-instruction" in head, table
     assert leader.wait_state("serving")["mode"] == "leader"
     done = cli("history", "--json", "--zk", zk_env.hosts, "--env", zk_env.name)
     rows = json.loads(done.stdout)

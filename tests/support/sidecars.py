@@ -98,6 +98,7 @@ class SidecarProcess:
         extra: Sequence[str] = (),
         crash_before_write: int | None = None,
         http_token_file: Path | None = None,
+        exec_environment: Mapping[str, str] | None = None,
     ) -> SidecarProcess:
         sidecar = harness.SidecarProcess.start(
             zk=hosts,
@@ -116,6 +117,7 @@ class SidecarProcess:
             http_token_file=http_token_file,
             cwd=log_dir,
             http=http,
+            exec_environment=exec_environment,
         )
         return cls(sidecar=sidecar, client=client)
 

@@ -56,8 +56,12 @@ def test_a_newer_format_or_a_broken_value_is_corrupt_state_naming_the_key() -> N
 
 
 def test_the_timer_decides_once_due_and_never_without_a_window() -> None:
-    assert not finalization_due(pending(), 199.9)
-    assert finalization_due(pending(), 200.0)
-    assert not finalization_due(pending(finalize_at=None), 10**9)
+    """The window (finalize_at - since, 100 s here) is measured on ZooKeeper's clock from the
+    switch: whatever the hosts' clocks said when they wrote since and finalize_at."""
+    switched = 5_000.0  # ZooKeeper's time of the switch, far from the leader's own "since"
+    assert not finalization_due(pending(), switched, switched + 99.9)
+    assert finalization_due(pending(), switched, switched + 100.0)
+    assert not finalization_due(pending(), switched, 200.0)  # the leader's clock: not used
+    assert not finalization_due(pending(finalize_at=None), switched, 10**9)
     decided = pending(finalizing=Finalizing("x", 1.0, "operator"))
-    assert not finalization_due(decided, 10**9)
+    assert not finalization_due(decided, switched, 10**9)

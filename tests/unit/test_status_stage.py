@@ -71,6 +71,13 @@ def test_each_stage_names_its_versions_and_its_next_command() -> None:
     assert upgrade_stage(document(processes=[SERVING, green("fenced")]))["stage"] == "final"
     event = {"kind": "failed", "deploy_generation": 2, "version": "0.11.0"}  # the process exited
     assert upgrade_stage(document(events=[event]))["stage"] == "refused"
+    # The refusal's reason, rule and fix come with the stage (status shows them first).
+    error = {"message": "mz_catalog.mz_tables changed without an instruction",
+             "rule": "missing-instruction", "suggestion": "add a Migration for it"}
+    why = upgrade_stage(document(events=[{**event, "error": error}]))
+    assert (why["why"], why["rule"], why["fix"]) == (
+        error["message"], "missing-instruction", "add a Migration for it",
+    )  # fmt: skip
     final_since = document(catalog={"version": "0.12.0", "deploy_generation": 3}, events=[event])
     assert upgrade_stage(final_since)["stage"] == "final"  # a later upgrade went through
 
