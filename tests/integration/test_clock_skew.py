@@ -4,8 +4,10 @@ window is measured on ZooKeeper's clock (``orchestrator.migrate.finalization``).
 
 from __future__ import annotations
 
+import datetime
 import glob
 import json
+import re
 import time
 
 import pytest
@@ -58,6 +60,11 @@ def test_a_successor_whose_clock_runs_ahead_does_not_finalize_a_pending_upgrade(
         cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout
     )
     assert status["finalization"]["state"] == "pending", status["finalization"]
+    # Its clock did run ahead (its own log's times), so the old rule would have finalized.
+    stamps = re.findall(r'"timestamp": "([^"]+)Z"', ahead.log_file.read_text())
+    assert stamps, ahead.log_tail()
+    seen = datetime.datetime.fromisoformat(stamps[-1]).replace(tzinfo=datetime.UTC)
+    assert seen.timestamp() > time.time() + 86_400, stamps[-1]
     # The rollback the operator still has: 0.10.0 at a new generation is not refused.
     back = launch(V1, 3, "blue-3", extra=["--rollback-from", str(release_file(V2))])
     assert back.wait_state("ready", timeout=60)["state"] == "ready"
