@@ -8,6 +8,7 @@ include a struct and a list, so nested consolidation is exercised too.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,78 @@ def test_random_histories_read_like_the_model(
     shard.gc_orphans(grace_seconds=0)
     assert shard.gc_orphans(grace_seconds=0) == []
     check_reads(Shard(shard.consensus, shard.blob, shard.shard_id), model)
+
+
+class MergeCrash(Exception):
+    """A merge killed at one of its steps (raised by :class:`CrashingBlob`)."""
+
+
+class CrashingBlob(BlobStore):
+    """A real BlobStore that, armed, dies right after its next batch write: a merge killed
+    between writing its output and committing it."""
+
+    armed: bool = False
+
+    def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> None:
+        super().put_batch(key, table)
+        if self.armed:
+            self.armed = False
+            raise MergeCrash(key)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
+    env: tuple[Consensus, BlobStore], data: st.DataObject
+) -> None:
+    """Any interleaving of commits, write-path merges (catalog.shard.merges), merges killed
+    before reading, after writing their output and after committing it, and reads: every
+    read at every time equals the commits applied in order, and a killed merge leaves only an
+    unreferenced blob."""
+    consensus, plain = env
+    blob = CrashingBlob(filesystem=plain.filesystem, root=plain.root, uri=plain.uri)
+    shard = Shard(consensus, blob, new_shard_id(), rollup_threshold=3, max_rollups=2)
+    shard.create(BASE)
+    model = Model(schema=BASE)
+    steps = data.draw(
+        st.lists(
+            st.sampled_from(["commit", "commit", "commit", "merge", "crash", "read"]),
+            min_size=1,
+            max_size=16,
+        ),
+        label="steps",
+    )
+    for step in steps:
+        if step == "commit":
+            count = data.draw(st.integers(1, 3), label="rows")
+            rows = [
+                {f.name: data.draw(st.sampled_from(values_of(f.name))) for f in model.schema}
+                for _ in range(count)
+            ]
+            diffs = [data.draw(st.sampled_from([1, 1, -1])) for _ in rows]
+            batch = updates(model.schema, rows, [model.upper] * count, diffs)
+            assert shard.compare_and_append(batch, model.upper, model.upper + 1).ok
+            model.updates.extend(zip(rows, [model.upper] * count, diffs, strict=True))
+            model.upper += 1
+        elif step == "merge":
+            listed = shard.state().batch_count
+            result = shard.merge()
+            assert not result.applied or result.state.batch_count < listed
+        elif step == "crash":
+            state = shard.state()
+            blob.armed = True
+            with contextlib.suppress(MergeCrash):  # killed between its output and its commit
+                shard.merge()
+            blob.armed = False
+            assert shard.state().batches == state.batches  # nothing committed
+        else:
+            check_reads(shard, model)
+    check_reads(shard, model)
+    # The killed merges' outputs are unreferenced blobs: collected, and reads unchanged.
+    shard.gc_orphans(grace_seconds=0)
+    check_reads(Shard(shard.consensus, plain, shard.shard_id), model)
+

@@ -27,6 +27,7 @@ from kazoo.exceptions import NoNodeError
 
 from catalog.consensus import env_root
 from catalog.environment import PROCESSES_KEY
+from catalog.shard import LEASE_PREFIX
 from catalog_client import SidecarClient
 from orchestrator.testing import harness
 from orchestrator.testing.forkserver import ForkedProcess, fork_server
@@ -191,8 +192,10 @@ def json_lines(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
-def tree_digest(client: KazooClient, path: str) -> str:
-    """A digest of every znode's path and data below ``path`` ('' when it does not exist)."""
+def tree_digest(client: KazooClient, path: str, *, readers: bool = True) -> str:
+    """A digest of every znode's path and data below ``path`` ('' when it does not exist);
+    without ``readers``, reader leases and registrations (ephemeral ``lease-`` nodes a read
+    holds, catalog.shard.readers) are left out."""
     digest = hashlib.sha256()
 
     def walk(node: str) -> None:
@@ -203,7 +206,8 @@ def tree_digest(client: KazooClient, path: str) -> str:
             return
         digest.update(node.encode() + b"\0" + data + b"\0")
         for child in sorted(children):
-            walk(f"{node}/{child}")
+            if readers or not child.startswith(LEASE_PREFIX):
+                walk(f"{node}/{child}")
 
     if client.exists(path) is None:
         return ""
