@@ -38,6 +38,7 @@ from catalog.errors import (
 )
 from catalog.retry import CasRetry
 from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
+from catalog.zkerrors import access_denied
 from orchestrator.election.values import (
     Promotion,
     candidate_key,
@@ -47,6 +48,7 @@ from orchestrator.election.values import (
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, decode_processes
+from orchestrator.zookeeper.credentials import may_write
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +113,10 @@ def promote(
             raise fenced
         if target == deploy_generation:
             return False
+        # A credential that may not write is told at once, not after the registration wait.
+        target_key = PROMOTION_KEY if promoted is not None else ""
+        if not may_write(consensus.client, consensus.path(target_key)):
+            raise access_denied(target_key or PROMOTION_KEY)
         if not before_deploy and not (taking_back and deploy_generation == current):
             _refuse_not_running(consensus, deploy_generation, register_wait, on_waiting)
         _refuse_past_pending(consensus, deploy_generation)

@@ -21,8 +21,8 @@ from typing import Final
 
 import attrs
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-from kazoo.security import ACL, make_digest_acl
+from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
 from catalog.errors import BadInputError
 from catalog.zkerrors import translated
@@ -128,3 +128,28 @@ def secure_tree(client: KazooClient, root: str, acl: list[ACL]) -> int:
         count += 1
         pending.extend(f"{path}/{child}" for child in children)
     return count
+
+
+def may_write(client: KazooClient, path: str) -> bool:
+    """Whether ``client``'s credentials may write ``path``, from its ACL (read, not tried: a
+    command that would wait before writing learns at once that it never could). An ACL of a
+    scheme this cannot judge (not ``world`` or ``digest``) counts as writable: the write then
+    says."""
+    try:
+        acls, _stat = client.get_acls(path)
+    except NoAuthError:
+        return False
+    except NoNodeError:
+        return True  # nothing there yet: its creation says
+    mine = {
+        make_digest_acl_credential(*credential.split(":", 1))
+        for scheme, credential in getattr(client, "auth_data", ())
+        if scheme == "digest" and ":" in credential
+    }
+    for acl in acls:
+        if not acl.perms & Permissions.WRITE:
+            continue
+        scheme, name = acl.id.scheme, acl.id.id
+        if scheme == "world" or scheme not in ("digest",) or name in mine:
+            return True
+    return False
