@@ -76,6 +76,12 @@ class GroupCommit:
         self._queued = threading.Lock()
         self._turn = threading.Lock()
 
+    @property
+    def queued(self) -> int:
+        """Appends waiting for a commit to take them (not those of the commit under way)."""
+        with self._queued:
+            return len(self._queue)
+
     def submit(self, pending: Pending) -> Mapping[str, Any]:
         """Queue ``pending``, commit or wait for the commit that takes it; its answer."""
         with self._queued:

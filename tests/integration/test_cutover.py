@@ -94,3 +94,48 @@ def test_promotions_and_rollbacks_in_a_row_cost_clients_no_error(
         assert abs(float(gauge.split()[1]) - gap) < 0.002, gauge
         first = clients.next_row
         leader = green
+
+
+def hand_over_lines(process: SidecarProcess) -> list[dict[str, object]]:
+    return [json.loads(line) for line in process.log_file.read_text().splitlines()
+            if '"handed_over"' in line or '"not_handing_over"' in line]  # fmt: skip
+
+
+def test_a_fenced_leader_hands_its_reads_over_to_a_successor_of_its_release(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    """A redeploy of the same release at a new generation: the catalog stays at the old
+    leader's release, so, fenced, it always hands its reads over until the successor serves."""
+    leader = launch(V1, 1, "g1", auto_promote=True)
+    leader.wait_state("serving")
+    green = launch(V1, 2, "g2")
+    green.wait_state("ready", timeout=60)
+    done = cli("promote", "--deploy-generation", "2", "--wait", "60",
+               "--zk", zk_env.hosts, "--env", zk_env.name)  # fmt: skip
+    assert done.returncode == EXIT_OK, done.stderr
+    assert leader.wait_exit() == EXIT_FENCED
+    (line,) = hand_over_lines(leader)
+    assert (line["event"], line["successor"], line["outcome"]) == ("handed_over", 2, "serving")
+
+
+def test_a_fenced_leader_that_wakes_after_the_switch_has_nothing_to_hand_over(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    """The old leader is stopped (SIGSTOP) through the promotion of another release, and woken
+    once the successor switched the catalog: it has nothing to hand over and says why."""
+    leader = launch(V1, 1, "g1", auto_promote=True)
+    leader.wait_state("serving")
+    green = launch(V2, 2, "g2")
+    green.wait_state("ready", timeout=60)
+    leader.sidecar.pause()
+    try:
+        done = cli("promote", "--deploy-generation", "2", "--wait", "60",
+                   "--zk", zk_env.hosts, "--env", zk_env.name)  # fmt: skip
+        assert done.returncode == EXIT_OK, done.stderr
+        assert green.wait_state("serving")["version"] == V2
+    finally:
+        leader.sidecar.resume()
+    assert leader.wait_exit() == EXIT_FENCED
+    (line,) = hand_over_lines(leader)
+    assert line["event"] == "not_handing_over", line
+    assert f"the catalog is at version {V2}" in str(line["reason"]), line

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pytest
@@ -16,6 +16,14 @@ from orchestrator.sidecar.idempotency import WriteIdentity
 
 def pending(n: int, rows: int = 1) -> Pending:
     return Pending(WriteIdentity(f"w{n}"), pa.table({"x": list(range(rows))}))
+
+
+def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait for ``condition`` (what the test synchronizes on, never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.001)
 
 
 def test_appends_arriving_during_a_commit_share_the_next() -> None:
@@ -43,7 +51,7 @@ def test_appends_arriving_during_a_commit_share_the_next() -> None:
     threads += [threading.Thread(target=submit, args=(n,)) for n in range(1, 6)]
     for thread in threads[1:]:
         thread.start()
-    time.sleep(0.2)  # all five queue behind the running commit
+    until(lambda: committer.queued == 5)  # all five queue behind the running commit
     release.set()
     for thread in threads:
         thread.join(5)
@@ -62,9 +70,11 @@ def test_a_failed_commit_settles_every_member_with_its_error() -> None:
 
 def test_groups_respect_the_member_and_row_limits() -> None:
     sizes: list[int] = []
+    taken: list[int] = []
     gate = threading.Event()
 
     def commit(members: Sequence[Pending]) -> None:
+        taken.append(len(members))
         gate.wait(5)
         sizes.append(len(members))
         for m in members:
@@ -76,11 +86,13 @@ def test_groups_respect_the_member_and_row_limits() -> None:
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.2)
+    # Every append is in the first commit or queued behind it before any commit goes on.
+    until(lambda: bool(taken) and taken[0] + committer.queued == 7)
     gate.set()
     for thread in threads:
         thread.join(5)
     assert sum(sizes) == 7 and max(sizes) <= 2  # 3 members would be 12 rows, past 10
+    assert 2 in sizes[1:], sizes  # the queued ones were grouped, two at a time
 
 
 def test_rows_that_fail_the_write_fail_only_their_own_append() -> None:
@@ -118,7 +130,7 @@ def test_rows_that_fail_the_write_fail_only_their_own_append() -> None:
     threads += [threading.Thread(target=submit, args=(n,)) for n in range(1, 5)]
     for thread in threads[1:]:
         thread.start()
-    time.sleep(0.2)
+    until(lambda: committer.queued == 4)
     release.set()
     for thread in threads:
         thread.join(5)
