@@ -66,13 +66,16 @@ def compact(
     pacer: Paced | None = None,
     select: Callable[[Sequence[BatchRef]], Sequence[BatchRef]] | None = None,
     turn: Callable[[], AbstractContextManager[object]] | None = None,
+    consolidate: bool = True,
 ) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
 
     ``select``: merge only the batches it picks of the state's (a merge of the write path,
     :func:`catalog.shard.merges.merge_plan`); fewer than two picked merge nothing. ``turn``:
     held around the commit only (the shard's writer's turn, so the commit never races its
-    appends), which then starts from a state read inside it.
+    appends), which then starts from a state read inside it. Without ``consolidate`` the
+    batches are only concatenated (times kept, nothing sorted: a merge of the write path,
+    whose reads consolidate anyway), at a fraction of the cost.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
     sortable. The blob is written, then the state CAS replaces exactly the input batches;
@@ -95,11 +98,14 @@ def compact(
     tables = read.load(
         shard, state, inputs, target, on_group=None if pacer is None else pacer.advance
     )
-    merged = advance_times(pa.concat_tables(tables), state.since)
-    if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
-        merged, ordered = consolidate_sorted(merged), True
+    if not consolidate:
+        merged, ordered, consolidated = pa.concat_tables(tables), False, False
     else:
-        merged, ordered = sort_rows(consolidate_hashed(merged))
+        merged, consolidated = advance_times(pa.concat_tables(tables), state.since), True
+        if all(is_sortable(f.type) for f in merged.schema if f.name != DIFF):
+            merged, ordered = consolidate_sorted(merged), True
+        else:
+            merged, ordered = sort_rows(consolidate_hashed(merged))
     output: BatchRef | None = None
     if merged.num_rows:
         lower, upper = time_bounds(merged)
@@ -110,7 +116,7 @@ def compact(
             lower,
             upper,
             ordered=ordered,
-            consolidated=True,
+            consolidated=consolidated,
         )
         # Consolidation flattens structs: values go back under null parents before Parquet.
         merged = fill_hidden_nulls(merged)

@@ -298,9 +298,12 @@ class Shard:
         turn: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> CompactionResult:
         """Merge the batches the write path's policy picks
-        (:func:`catalog.shard.merges.merge_plan`) into one, its commit inside ``turn``;
-        ``applied`` is False when none were due (or another compaction replaced them first)."""
-        return compact.compact(self, fence=fence, select=merges.merge_plan, turn=turn)
+        (:func:`catalog.shard.merges.merge_plan`) into one, concatenated (reads consolidate),
+        its commit inside ``turn``; ``applied`` is False when none were due (or another
+        compaction replaced them first)."""
+        return compact.compact(
+            self, fence=fence, select=merges.merge_plan, turn=turn, consolidate=False
+        )
 
     def commit_compaction(
         self,

@@ -28,23 +28,34 @@ from collections.abc import Sequence
 from typing import Final
 
 from catalog.shard.listing import BatchRef
+from catalog.shard.state import ShardState
 
 __all__ = [
+    "MERGE_AFTER_BATCHES",
     "MERGE_FANOUT",
     "MERGE_FLOOR_ROWS",
+    "MERGE_MAX_ROWS",
     "SLOW_DOWN_BATCHES",
     "STOP_BATCHES",
     "level",
+    "live_batches",
     "merge_plan",
     "steady_bound",
 ]
 
 #: F: how many batches of one level make the next level's batch.
-MERGE_FANOUT: Final = 4
+MERGE_FANOUT: Final = 16
 #: Batches under ``MERGE_FLOOR_ROWS * F`` rows are all level 0: a small collection lists a few
 #: batches, not one a level from its very first rows (a read opens each; rewriting a few
 #: hundred small rows is cheap).
 MERGE_FLOOR_ROWS: Final = 256
+#: Batches of this many rows or more are *settled*: the write path merges them no further and
+#: counts them in no threshold (a read of them costs their rows, not their number); the
+#: leader's sweep compacts a shard that lists many (``orchestrator.migrate.compaction``).
+MERGE_MAX_ROWS: Final = 8192
+#: No merge is due before a shard lists this many live batches: below, a read opens a few
+#: more files, and a merge every few one-row appends would cost each append more.
+MERGE_AFTER_BATCHES: Final = 2 * MERGE_FANOUT
 #: Live batches of a shard past which a commit first waits for the shard's merge.
 SLOW_DOWN_BATCHES: Final = 40
 #: Live batches at which an append is refused (503 ``compaction-behind``): the hard cap.
@@ -62,8 +73,18 @@ def level(rows: int, fanout: int = MERGE_FANOUT) -> int:
 
 
 def steady_bound(rows: int, fanout: int = MERGE_FANOUT) -> int:
-    """The most batches a shard of ``rows`` rows lists once its merges caught up."""
-    return (fanout - 1) * (level(rows, fanout) + 1)
+    """The most unsettled batches a shard of ``rows`` rows lists once its merges caught up."""
+    levels = (fanout - 1) * (level(min(rows, MERGE_MAX_ROWS - 1), fanout) + 1)
+    return max(MERGE_AFTER_BATCHES - 1, levels)
+
+
+def live_batches(state: ShardState) -> int:
+    """The batches of ``state`` the thresholds count: every one but the settled (a rollup's
+    batches count unless they hold ``MERGE_MAX_ROWS`` rows on average: listing them one by one
+    would need a read)."""
+    inline = sum(1 for b in state.batches if b.rows < MERGE_MAX_ROWS)
+    rolled = sum(r.batches for r in state.rollups if r.rows < MERGE_MAX_ROWS * r.batches)
+    return inline + rolled
 
 
 def merge_plan(
@@ -78,9 +99,9 @@ def merge_plan(
     in time order, a merge's output keeps its inputs' latest time), so a merge always takes a
     contiguous newest run and its output's times do not straddle an older batch's.
     """
-    if len(batches) < 2:
+    ordered = sorted((b for b in batches if b.rows < MERGE_MAX_ROWS), key=lambda b: b.upper)
+    if len(ordered) < max(2, MERGE_AFTER_BATCHES):
         return ()
-    ordered = sorted(batches, key=lambda b: b.upper)
     if len(ordered) > cap:
         # Over the slow-down threshold: everything newer than the largest batch at once (all
         # of it when the largest is the newest), back under the cap in one merge.
@@ -98,5 +119,18 @@ def merge_plan(
         while start > 0 and levels[start - 1] <= lowest:
             start -= 1
         if sum(1 for found in levels[start:] if found == lowest) >= fanout:
-            return tuple(ordered[start:])
+            return _within_max(ordered[start:])
     return ()
+
+
+def _within_max(run: Sequence[BatchRef]) -> tuple[BatchRef, ...]:
+    """The newest batches of ``run`` whose rows stay within ``MERGE_MAX_ROWS`` (two at least):
+    a merge's output settles at about that size, and no merge is larger."""
+    taken: list[BatchRef] = []
+    rows = 0
+    for batch in reversed(run):
+        if len(taken) >= 2 and rows + batch.rows > MERGE_MAX_ROWS:
+            break
+        taken.append(batch)
+        rows += batch.rows
+    return tuple(reversed(taken))

@@ -24,13 +24,12 @@ import structlog
 
 from catalog.errors import CatalogError, CompactionBehindError
 from catalog.shard import (
-    MERGE_FANOUT,
     SLOW_DOWN_BATCHES,
     STOP_BATCHES,
     Shard,
     ShardState,
 )
-from catalog.shard.merges import merge_plan
+from catalog.shard.merges import MERGE_AFTER_BATCHES, live_batches, merge_plan
 from orchestrator.election import Leadership
 from orchestrator.sidecar.metrics import SidecarMetrics
 
@@ -82,9 +81,9 @@ class Merger:
 
     def committed(self, collection: str, shard_id: str, state: ShardState) -> None:
         """A commit left ``state``: export its batch count and ask for its merge if one is due."""
-        count = state.batch_count
+        count = live_batches(state)
         self._metrics.shard_batches.labels(collection=collection).set(count)
-        if count < MERGE_FANOUT:
+        if count < MERGE_AFTER_BATCHES:
             return
         if not state.rollups and not merge_plan(state.batches):
             return  # every batch listed inline, and the policy picks none
@@ -106,7 +105,7 @@ class Merger:
         expects), or None: at the hard cap a commit would pass it, so its appends are refused
         (nothing written) and the shard's merge is asked for. Asked on every attempt's state,
         so no commit ever leaves more than :data:`STOP_BATCHES` batches."""
-        count = state.batch_count
+        count = live_batches(state)
         if count < STOP_BATCHES:
             return None
         self.committed(collection, shard_id, state)
@@ -123,7 +122,7 @@ class Merger:
         """Before a commit to a shard last seen at ``state`` (None: not seen yet): over the
         slow-down threshold, wait for the shard's merge, at most
         :data:`SLOW_DOWN_WAIT_SECONDS` (the appends queued meanwhile join the next group)."""
-        if state is None or state.batch_count <= SLOW_DOWN_BATCHES:
+        if state is None or live_batches(state) <= SLOW_DOWN_BATCHES:
             return
         deadline = time.monotonic() + SLOW_DOWN_WAIT_SECONDS
         with self._changed:
@@ -168,7 +167,7 @@ class Merger:
             self._on_merged(shard_id, result.state)
             self._metrics.merges.labels(collection=collection).inc()
             self._metrics.shard_batches.labels(collection=collection).set(
-                result.state.batch_count
+                live_batches(result.state)
             )
             log.info(
                 "merged", shard=shard_id, inputs=result.inputs,

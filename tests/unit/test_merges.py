@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from catalog.shard.listing import BatchRef
 from catalog.shard.merges import (
+    MERGE_AFTER_BATCHES,
     MERGE_FANOUT,
     MERGE_FLOOR_ROWS,
+    MERGE_MAX_ROWS,
     SLOW_DOWN_BATCHES,
     STOP_BATCHES,
     level,
@@ -23,6 +25,11 @@ _names = itertools.count()
 
 def batch(rows: int, upper: int) -> BatchRef:
     return BatchRef(f"b{next(_names)}", 0, rows, upper - 1, upper)
+
+
+def live(batches: list[BatchRef]) -> int:
+    """The batches the thresholds count: all but the settled."""
+    return sum(1 for b in batches if b.rows < MERGE_MAX_ROWS)
 
 
 def settle(batches: list[BatchRef]) -> tuple[list[BatchRef], int]:
@@ -42,7 +49,11 @@ def test_levels_are_powers_of_the_fanout_above_the_floor() -> None:
     floor = MERGE_FLOOR_ROWS
     sizes = (0, 1, 4 * floor - 1, 4 * floor, 16 * floor - 1, 16 * floor, 64 * floor)
     assert [level(r, 4) for r in sizes] == [0, 0, 0, 1, 1, 2, 3]
-    assert steady_bound(1, 4) == 3 and steady_bound(floor * 4**6, 4) == 3 * 7
+    # Below the gate no merge is due: a few more files, not a merge every few appends.
+    assert steady_bound(1) == MERGE_AFTER_BATCHES - 1
+    assert steady_bound(1, 64) == 63  # a fanout past the gate: the levels bound it
+    # Settled batches (MERGE_MAX_ROWS rows or more) are merged no further: the bound stops.
+    assert steady_bound(10**12) == steady_bound(MERGE_MAX_ROWS - 1)
 
 
 def test_thresholds_order_the_bound_below_the_slow_down_below_the_cap() -> None:
@@ -58,8 +69,8 @@ def test_one_row_appends_stay_logarithmic_and_rows_are_rewritten_log_times() -> 
     for t in range(1, 20_001):
         batches, rows = settle([*batches, batch(1, t)])
         rewritten += rows
-        most = max(most, len(batches))
-        assert len(batches) <= steady_bound(t), (t, len(batches))
+        most = max(most, live(batches))
+        assert live(batches) <= steady_bound(t), (t, len(batches))
     assert sum(b.rows for b in batches) == 20_000
     assert most <= steady_bound(20_000)
     # A row is rewritten about log_F(n / R) times above level 0, and in level 0 at most once
@@ -69,20 +80,20 @@ def test_one_row_appends_stay_logarithmic_and_rows_are_rewritten_log_times() -> 
 
 
 def test_a_merge_takes_the_newest_run_never_an_older_batch_past_a_newer() -> None:
-    old = batch(100 * MERGE_FLOOR_ROWS, 1)
-    small = [batch(1, t) for t in range(2, 2 + MERGE_FANOUT)]
+    old = batch(MERGE_MAX_ROWS - 1, 1)
+    small = [batch(1, t) for t in range(2, 2 + MERGE_AFTER_BATCHES)]
     picked = merge_plan([*small, old])  # any order in
     assert set(picked) == set(small)
-    assert merge_plan([old, *small[:-1]]) == ()  # one short of the fanout: nothing
+    assert merge_plan([old, *small[:-2]]) == ()  # one short of the gate: nothing
 
 
 def test_a_list_over_the_slow_down_threshold_comes_back_under_it_in_one_merge() -> None:
-    big = batch(1_000_000, 1)
+    big = batch(MERGE_MAX_ROWS // 2, 1)
     many = [batch(1, t) for t in range(2, 2 + SLOW_DOWN_BATCHES + 10)]
     picked = merge_plan([big, *many])
     assert set(picked) == set(many)
     left, _ = settle([big, *many])
-    assert len(left) <= steady_bound(1_000_000 + len(many))
+    assert live(left) <= steady_bound(1_000_000 + len(many))
 
 
 @settings(max_examples=200, deadline=None)
@@ -94,7 +105,10 @@ def test_any_append_sizes_stay_within_the_steady_bound(sizes: list[int]) -> None
     for t, rows in enumerate(sizes, start=1):
         total += rows
         batches, _ = settle([*batches, batch(rows, t)])
-        assert len(batches) <= steady_bound(total), (sizes[:t], len(batches))
+        assert live(batches) <= steady_bound(total), (sizes[:t], len(batches))
+        # Settled batches hold MERGE_MAX_ROWS rows or more each: they cost a read their rows.
+        settled = len(batches) - live(batches)
+        assert settled <= total // MERGE_MAX_ROWS, (settled, total)
         assert sum(b.rows for b in batches) == total
 
 
@@ -115,3 +129,10 @@ def test_the_alert_fires_past_the_slow_down_threshold_and_names_the_cap() -> Non
     assert alert["expr"].endswith(f"> {SLOW_DOWN_BATCHES}")
     said = " ".join(alert["annotations"]["description"].split())
     assert f"over {SLOW_DOWN_BATCHES} batches" in said and f"at {STOP_BATCHES} appends" in said
+
+
+def test_settled_batches_are_merged_no_further_and_count_in_no_threshold() -> None:
+    settled = [batch(MERGE_MAX_ROWS, t) for t in range(1, 4)]
+    small = [batch(1, t) for t in range(10, 10 + MERGE_AFTER_BATCHES)]
+    assert set(merge_plan([*settled, *small])) == set(small)
+    assert merge_plan(settled) == ()
