@@ -240,8 +240,12 @@ function render(s) {
                     ago(p.phase_since), timeline(p)])));
   const box = el("div");
   procs.filter(p => p.error).forEach(p => box.appendChild(refusal(p.id, p.error)));
-  // A process fenced by a promotion is the upgrade working, not a failure.
-  (s.events || []).filter(e => e.error && e.kind !== "fenced").slice(-10).forEach(e =>
+  // A process fenced by a promotion is the upgrade working, not a failure; and a failure of a
+  // generation the catalog has reached since (a later process of it serves, or a newer one
+  // does) is over: only those of generations still ahead of the catalog are shown.
+  const reached = (s.catalog || {}).deploy_generation ?? 0;
+  (s.events || []).filter(e => e.error && e.kind !== "fenced" &&
+      (e.deploy_generation ?? 0) > reached).slice(-10).forEach(e =>
       box.appendChild(refusal((e.process_id || "") + " (" + e.kind + ", " + (e.version || "") +
                               " generation " + (e.deploy_generation ?? "-") + ")", e.error)));
   put("refusals", box.childNodes.length ? box : el("span", "none", "muted"));

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 
 from catalog.errors import EXIT_REFUSED
 from support.browser import HeadlessChromium
-from support.sidecars import SidecarProcess, sidecars
+from support.sidecars import SidecarProcess, cli, sidecars
 from support.zookeeper import ZkEnv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -94,6 +94,25 @@ def test_the_page_renders_updates_live_and_explains_a_refusal(
         assert leader.sidecar.http is not None
         browser.open(f"http://{leader.sidecar.http}/")
         browser.wait_for_text("base-1", "spare-1", "serving")
+
+        # A later process of generation 2 serves (a redeploy of 0.1.0, promoted): the refused
+        # attempt of that generation is over, and leaves the page.
+        browser.open(status_server)
+        browser.wait_for_text("refused-2")
+        later = start("later-2", "0.1.0", 2)
+        later.wait_state("ready")
+        promoted = cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name,
+                       "--deploy-generation", "2", "--wait", "30")  # fmt: skip
+        assert promoted.returncode == 0, promoted.stderr
+        browser.wait_for_text("later-2", "serving")
+        deadline = time.monotonic() + 15
+        while "refused-2" in browser.evaluate(
+            "document.getElementById('refusals').textContent"
+        ) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert "refused-2" not in browser.evaluate(
+            "document.getElementById('refusals').textContent"
+        )
 
 
 def test_before_a_token_one_prompt_and_after_it_every_section(
