@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 from kazoo.client import KazooClient
 
 import provenance
+from bench_reads import rows as small_rows  # the same mz_tables rows, numbered
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.environment import read_catalog
-from catalog.release import load_release
 from catalog.shard import Shard
 from catalog_client import SidecarClient
 from orchestrator.logs import configure_logging
@@ -49,25 +49,6 @@ RELEASE = Path(__file__).resolve().parents[1] / "scenarios" / "releases" / "v0_1
 SMALL, LARGE = "mz_catalog.mz_tables", "mz_catalog.mz_roles"
 #: What the NDJSON writer appends to: its own collection, so the large read stays its size.
 BULK = "mz_catalog.mz_databases"
-_release = load_release(RELEASE)
-SMALL_SCHEMA = _release.builtin(SMALL).schema  # type: ignore[union-attr]
-
-
-def small_rows(first: int, count: int) -> pa.Table:
-    numbers = pa.array(range(first, first + count), pa.uint32())
-    text = pa.compute.cast(numbers, pa.string())
-    return pa.Table.from_arrays(
-        [
-            pa.compute.binary_join_element_wise("t", text, ""),
-            numbers,
-            pa.array(["u3"] * count),
-            pa.compute.binary_join_element_wise("table-", text, ""),
-            pa.array(["u1"] * count),
-            pa.nulls(count, SMALL_SCHEMA.field("privileges").type),
-            pa.nulls(count, pa.string()),
-        ],
-        schema=SMALL_SCHEMA,
-    )
 
 
 def large_lines(first: int, count: int) -> bytes:

@@ -84,6 +84,23 @@ def env(zk_client: KazooClient, zk_env: ZkEnv, tmp_path: Path) -> tuple[Consensu
     return consensus, BlobStore.from_uri(str(tmp_path / "blobs"))
 
 
+def histories(examples: int) -> Any:
+    """Hypothesis settings of these tests: ``examples`` shards each, no deadline (real
+    ZooKeeper and Parquet), a function-scoped environment shared by the examples."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+def draw_rows(data: st.DataObject, schema: pa.Schema, count: int) -> list[dict[str, Any]]:
+    return [
+        {f.name: data.draw(st.sampled_from(values_of(f.name))) for f in schema}
+        for _ in range(count)
+    ]
+
+
 def check_reads(shard: Shard, model: Model) -> dict[int, dict[Any, int]]:
     reads = {}
     for as_of in range(model.since, model.upper):
@@ -93,11 +110,7 @@ def check_reads(shard: Shard, model: Model) -> dict[int, dict[Any, int]]:
     return reads
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@histories(40)
 @given(data=st.data())
 def test_random_histories_read_like_the_model(
     env: tuple[Consensus, BlobStore], data: st.DataObject
@@ -119,10 +132,7 @@ def test_random_histories_read_like_the_model(
         if step == "append":
             width = data.draw(st.integers(1, 3), label="width")
             count = data.draw(st.integers(0, 4), label="rows")
-            rows = [
-                {f.name: data.draw(st.sampled_from(values_of(f.name))) for f in model.schema}
-                for _ in range(count)
-            ]
+            rows = draw_rows(data, model.schema, count)
             times = [data.draw(st.integers(model.upper, model.upper + width - 1)) for _ in rows]
             diffs = [data.draw(st.sampled_from([1, 1, -1, 2])) for _ in rows]
             batch = updates(model.schema, rows, times, diffs)
@@ -179,11 +189,7 @@ class CrashingBlob(BlobStore):
             raise MergeCrash(key)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@histories(30)
 @given(data=st.data())
 def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
     env: tuple[Consensus, BlobStore], data: st.DataObject
@@ -208,10 +214,7 @@ def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
     for step in steps:
         if step == "commit":
             count = data.draw(st.integers(1, 3), label="rows")
-            rows = [
-                {f.name: data.draw(st.sampled_from(values_of(f.name))) for f in model.schema}
-                for _ in range(count)
-            ]
+            rows = draw_rows(data, model.schema, count)
             diffs = [data.draw(st.sampled_from([1, 1, -1])) for _ in rows]
             batch = updates(model.schema, rows, [model.upper] * count, diffs)
             assert shard.compare_and_append(batch, model.upper, model.upper + 1).ok
