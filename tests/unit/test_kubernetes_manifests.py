@@ -54,17 +54,21 @@ def parse(args: list[str]) -> click.Context:
 
 
 def envvars() -> set[str]:
-    """Every environment variable an option of the CLI reads."""
+    """Every environment variable an option of the CLI reads (its commands are loaded on first
+    use, so each is asked for by name, whatever this worker loaded before)."""
     found: set[str] = set()
-    commands: list[click.Command] = [main]
+    commands: list[tuple[click.Command, click.Context]] = [(main, click.Context(main))]
     while commands:
-        command = commands.pop()
+        command, ctx = commands.pop()
         for param in command.params:
             envvar = getattr(param, "envvar", None)
             if isinstance(envvar, str):
                 found.add(envvar)
         if isinstance(command, click.Group):
-            commands += list(command.commands.values())
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
+                commands.append((sub, click.Context(sub, parent=ctx, info_name=name)))
     return found
 
 
