@@ -13,7 +13,8 @@ JSON (every key present; absent values are null)::
      "heartbeat", "started_at", "blob_store": null or {"reachable": false, "since", "error"},
      "progress": null or {"step", "collection", "rows_done", "rows_total", "bytes_done",
                           "bytes_total", "started_at", "updated_at", "rate", "eta_seconds",
-                          "paused", "limit"}}
+                          "paused", "limit"},
+     "clock_offset"}
 
 A value that is not such an object is a :class:`~catalog.errors.CorruptStateError` naming the
 key and what is wrong, never a silently empty process.
@@ -116,6 +117,8 @@ class ProcessNode:
     blob_store: Any = None
     # While it runs a long step: catalog.pipeline.pacing.StepProgress as JSON.
     progress: Any = None
+    # Seconds its clock runs ahead of ZooKeeper's (orchestrator.clock; None: not measured yet).
+    clock_offset: float | None = None
 
     @property
     def process_state(self) -> ProcessState:

@@ -39,6 +39,7 @@ from catalog.environment import (
     PROMOTION_KEY,
 )
 from catalog.errors import EXIT_REFUSED, CorruptStateError
+from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble
 from orchestrator.fleet.model import EnvironmentRow, GreenGeneration, LeaderView
@@ -51,6 +52,9 @@ __all__ = ["EnsembleSurvey", "survey"]
 
 log = structlog.get_logger(__name__)
 
+#: A live process's heartbeat is at most this old (its interval is seconds; a session that
+#: stops writing expires): the margin before our clock counts as ahead of ZooKeeper's.
+_HEARTBEAT_SLACK: Final = 60.0
 #: Read in every environment; the others only where they matter (:func:`_later`).
 _SOMETIMES: Final = (PROMOTION_KEY, HISTORY_KEY)
 _ALWAYS: Final = tuple(key for key in HEAD_KEYS if key not in _SOMETIMES)
@@ -65,6 +69,9 @@ class EnsembleSurvey:
     read_at: float
     seconds: float
     error: str | None = None
+    #: Seconds our clock ran ahead of ZooKeeper's when past the bound (ages were judged on
+    #: ZooKeeper's clock), else None.
+    clock_offset: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +80,7 @@ class EnsembleSurvey:
             "environments": sum(1 for r in self.rows if r.environment is not None),
             "seconds": round(self.seconds, 3),
             "error": self.error,
+            "clock_offset": self.clock_offset,
         }
 
 
@@ -101,7 +109,9 @@ def survey(
                     + (f": {servers}" if servers else "")
                 ) from exc
         try:
-            rows = _Reader(client, ensemble.name, read_at, timeout, ensemble.zk).read()
+            reader = _Reader(client, ensemble.name, read_at, timeout, ensemble.zk)
+            rows = reader.read()
+            read_at = reader.read_at
         finally:
             if own:
                 close(client)
@@ -113,7 +123,7 @@ def survey(
     log.debug(
         "fleet_ensemble_read", ensemble=ensemble.name, environments=len(rows), seconds=seconds
     )
-    return EnsembleSurvey(ensemble, tuple(rows), read_at, seconds)
+    return EnsembleSurvey(ensemble, tuple(rows), read_at, seconds, clock_offset=reader.clock_offset)
 
 
 @attrs.define
@@ -124,6 +134,8 @@ class _Reader:
     timeout: float
     #: The ensemble's connection string (the commands a row prints name it).
     zk: str
+    #: How far our clock runs ahead of ZooKeeper's, when past the bound (:meth:`_judged_at`).
+    clock_offset: float | None = None
 
     def read(self) -> list[EnvironmentRow]:
         try:
@@ -175,6 +187,7 @@ class _Reader:
             for name in names
         }
         later = {name: self._gets(name, _later(values[name], processes[name])) for name in names}
+        self.read_at = self._judged_at(processes)
         return [
             _row(
                 self.ensemble,
@@ -192,6 +205,27 @@ class _Reader:
             )
             for name in names
         ]
+
+    def _judged_at(self, processes: Mapping[str, Mapping[str, Versioned | None]]) -> float:
+        """The time ages are judged at: ours, unless it is off ZooKeeper's clock, as the freshest
+        heartbeat of a live process shows it (written every few seconds, at most
+        :data:`_HEARTBEAT_SLACK` old), by more than the bound processes lead within; then that
+        heartbeat's time, so a reader's skewed clock calls nothing overdue or stuck."""
+        stamps = [v.modified for nodes in processes.values() for v in nodes.values() if v]
+        freshest = max((t for t in stamps if t > 0), default=None)
+        if freshest is None:
+            return self.read_at
+        ahead = self.read_at - freshest
+        if -MAX_CLOCK_OFFSET_SECONDS <= ahead <= MAX_CLOCK_OFFSET_SECONDS + _HEARTBEAT_SLACK:
+            return self.read_at
+        self.clock_offset = round(ahead, 3)
+        log.warning(
+            "fleet_clock_off",
+            ensemble=self.ensemble,
+            seconds_ahead=self.clock_offset,
+            judged="at the freshest heartbeat's time (ZooKeeper's clock)",
+        )
+        return freshest
 
     def _gets(self, env: str, keys: Iterable[str]) -> list[tuple[str, Any]]:
         return [(key, self.client.get_async(f"{ROOT}/{env}/{key}")) for key in keys]

@@ -83,7 +83,8 @@ class FleetReport:
     ) -> FleetReport:
         surveys = tuple(surveys)
         entries = tuple(
-            FleetEntry(row, assess(row, thresholds, read_at))
+            # Each ensemble's rows at its survey's time (ZooKeeper's when ours is off).
+            FleetEntry(row, assess(row, thresholds, survey.read_at))
             for survey in surveys
             for row in survey.rows
         )

@@ -3,8 +3,6 @@ crashed read-only process created but never named."""
 
 from __future__ import annotations
 
-import time
-
 import attrs
 import structlog
 
@@ -23,6 +21,7 @@ from catalog.errors import (
 )
 from catalog.pending import read_pending
 from catalog.shard import ShardState, change_ops, read_stored
+from orchestrator.clock import zookeeper_now
 from orchestrator.migrate.context import MigrationContext
 from orchestrator.process_node import CREATING_STATES, read_processes
 
@@ -138,7 +137,7 @@ def collect_orphan_shards(
     if not candidates:
         return []
     stored = read_stored(consensus, candidates)
-    now = time.time()
+    now = zookeeper_now(consensus, fence)  # the heads' ctime is on ZooKeeper's clock too
     orphans: list[tuple[str, ShardState]] = []
     for shard_id in candidates:
         read = stored[shard_id]

@@ -29,7 +29,6 @@ generations below the catalog's.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import attrs
@@ -55,30 +54,19 @@ from catalog.shard import (
     shard_key,
 )
 from catalog.shard.readers import Registration, registration_of
+from orchestrator.clock import CLOCK_KEY, zookeeper_now
 from orchestrator.migrate.context import MigrationContext
 
-__all__ = ["GC_INTERVAL_SECONDS", "collect_garbage", "zookeeper_now"]
+__all__ = ["GC_INTERVAL_SECONDS", "collect_garbage"]
 
 log = structlog.get_logger(__name__)
 
-CLOCK_KEY = f"{GC_KEY}/clock"
 # A leader sweeps this often (sidecar --gc-interval).
 GC_INTERVAL_SECONDS = 300.0
 # Tombstones of finalized shards are retired after this long (ZooKeeper time).
 TOMBSTONE_RETENTION_SECONDS = 86_400.0
 # Candidates recorded per shard and sweep (the rest wait for the next one).
 _MAX_CANDIDATES = 2000
-
-
-def zookeeper_now(ctx: MigrationContext, fence: Fence | None) -> float:
-    """ZooKeeper's time, in seconds: the ``mtime`` of ``gc/clock`` after touching it."""
-    consensus = ctx.consensus
-    consensus.ensure(GC_KEY)
-    if not consensus.exists(CLOCK_KEY):
-        with contextlib.suppress(VersionMismatchError):  # another sweep created it
-            consensus.commit([Create(CLOCK_KEY, b"")], fence=fence)
-    (stat,) = consensus.commit([SetData(CLOCK_KEY, b"", -1)], fence=fence)
-    return float(stat.mtime) / 1000.0
 
 
 @attrs.frozen
@@ -241,13 +229,13 @@ def collect_garbage(
     found = read_catalog(ctx.consensus)
     if found is None:
         return []
-    now = zookeeper_now(ctx, fence)
+    now = zookeeper_now(ctx.consensus, fence)
     retire_leftovers(ctx, found[0], now, fence, retention_seconds=retention_seconds)
     shards = sorted(found[0].shard_ids() | {MIGRATION_SHARD_ID})
     deleted: list[str] = []
     for shard_id in shards:
         deleted += _sweep_shard(ctx, shard_id, now, grace_seconds, fence)
-    named = set(shards) | {"clock"}
+    named = set(shards) | {CLOCK_KEY.rsplit("/", 1)[1]}
     stale = [c for c in ctx.consensus.children(GC_KEY) if c not in named]
     if stale:
         ctx.consensus.commit_chunked([Delete(f"{GC_KEY}/{c}") for c in stale], fence=fence)

@@ -19,6 +19,7 @@ from catalog.consensus import Consensus, Create, Delete, SetData
 from catalog.environment import PROCESSES_KEY
 from catalog.errors import ConfigurationError, ConnectionLostError, VersionMismatchError
 from catalog.retry import Retry
+from orchestrator.clock import ClockOffset
 from orchestrator.process_node import process_key
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
@@ -47,6 +48,8 @@ class SidecarConnection:
         self._sessions: set[int] = set()
         self._connected = threading.Event()
         self._writes_paused = threading.Event()
+        #: The local clock against ZooKeeper's, measured at each write of the process node.
+        self.clock = ClockOffset()
 
     @property
     def connected(self) -> bool:
@@ -192,7 +195,9 @@ class SidecarConnection:
         if self.consensus is None or not self.registered or not self.connected:
             return
         try:
-            self.consensus.commit([SetData(self.node_key, value(), -1)])
+            before = time.time()
+            (stat,) = self.consensus.commit([SetData(self.node_key, value(), -1)])
+            self.clock.observe(before, time.time(), stat.mtime)
         except VersionMismatchError:  # our session's node vanished: it comes back on reconnect
             self.registered = False
         except ConnectionLostError:

@@ -30,6 +30,7 @@ from catalog.pipeline.pacing import Pacer
 from catalog.release import Release
 from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
+from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.fencing import generation_fence, release_fence
 from orchestrator.migrate import (
     CheckResult,
@@ -98,6 +99,8 @@ class SidecarMachine:
         self._ready_recorded = False
         self._joined = False
         self._auto_promoted = False
+        #: Whether the last evaluation declined to lead for the clock (orchestrator.clock).
+        self.clock_refused = False
         #: Something changed (a watch, a reconnect, a repaired node): evaluate again.
         self.pending = False
         #: Called each time a check leaves the process ready (the data plane warms its
@@ -303,14 +306,15 @@ class SidecarMachine:
             raise unreadable
         # A generation stands for one release: a process of another release at the catalog's
         # generation never leads, nor waits to (exit 2, naming a new generation).
-        taken = release_fence(
-            generation, str(self._release.version), catalog, promoted=promotion
-        )
+        taken = release_fence(generation, str(self._release.version), catalog, promoted=promotion)
         if taken is not None:
             raise taken
         seen = (found[1] if found else None, self.epoch)
         if self._checked_at != seen or self.check is None:
             self._run_check(seen)
+        if self._refuses_for_clock():
+            self.health.recover("evaluate", leading=False)
+            return
         if self._election.candidate is None and not self._joined:
             # Join only once ready to lead; the election's watches drive re-evaluation from now.
             self._election.start()
@@ -352,6 +356,30 @@ class SidecarMachine:
         return promotion == self._config.deploy_generation or (
             promotion is None and self.check.bootstrap and self._config.auto_promote
         )
+
+    def _refuses_for_clock(self) -> bool:
+        """Whether this process's clock is too far from ZooKeeper's to lead (orchestrator.clock).
+        Such a process leaves the election, so that it never stands first and blocks a sound
+        candidate, and joins again (at the back) once its clock agrees."""
+        assert self._election is not None
+        clock = self._connection.clock
+        if not clock.too_far:
+            if self.clock_refused:
+                self.log.info("clock_agrees", offset=clock.offset)
+            self.clock_refused = False
+            return False
+        if not self.clock_refused:
+            self.log.warning(
+                "clock_refuses_to_lead",
+                offset=clock.offset,
+                bound=MAX_CLOCK_OFFSET_SECONDS,
+                fix="synchronize the host's clock (NTP); it leads once the clock agrees",
+            )
+        self.clock_refused = True
+        if self._joined:
+            self._election.step_down()
+            self._joined = False
+        return True
 
     def _take_over(self) -> None:
         assert self._election is not None and self.ctx is not None and self.check is not None

@@ -15,6 +15,7 @@ from catalog.environment import read_catalog
 from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostError, FencedError
 from catalog.pending import PendingUpgrade, read_pending, switched_at
 from catalog.shard.coverage import RollupCounts
+from orchestrator.clock import zookeeper_now
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
@@ -26,7 +27,6 @@ from orchestrator.migrate import (
     finalize_pending,
     request_finalization,
 )
-from orchestrator.migrate.garbage import zookeeper_now
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.objectstore import BlobStoreHealth
@@ -114,7 +114,7 @@ class LeaderMaintenance:
         if pending is not None and pending.finalizing is None and pending.finalize_at is not None:
             # On ZooKeeper's clock: the switch's, and now (a fenced touch of gc/clock).
             switched = switched_at(ctx.consensus)
-            now = zookeeper_now(ctx, fence)
+            now = zookeeper_now(ctx.consensus, fence)
             if switched is not None and finalization_due(pending, switched, now):
                 request_finalization(
                     ctx.consensus, requested_by=self._config.process_id, reason="timer"

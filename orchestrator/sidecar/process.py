@@ -137,6 +137,7 @@ class Sidecar:
             started_at=self._started_at,
             blob_store=self.machine.store.report(),
             progress=None if progress.step is None else progress.step.to_json(),
+            clock_offset=self.connection.clock.published(),
         )
 
     def _encoded_status(self) -> bytes:
@@ -225,6 +226,7 @@ class Sidecar:
         self.connection.consensus = consensus
         self.machine.start(consensus, blob)
         self.connection.register(self._encoded_status)
+        self._publish()  # measures the clock against ZooKeeper's before any takeover
         self._log.info("registered", blob=blob_uri, http=self.http.address)
         return self._loop()
 
@@ -240,8 +242,9 @@ class Sidecar:
             if now >= next_heartbeat:
                 self._publish()
                 machine.cutover.settle(self.connection.consensus, self._log)
-                if machine.health.unreadable is not None:
-                    machine.pending = True  # look again: the bad node may be repaired
+                if machine.health.unreadable is not None or machine.clock_refused:
+                    # Look again: the bad node may be repaired, the clock synchronized.
+                    machine.pending = True
                 next_heartbeat = now + self.config.heartbeat_interval
             if now >= next_finalize:
                 machine.deferring(machine.finalize, "finalize")

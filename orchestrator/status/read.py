@@ -30,6 +30,7 @@ from catalog.errors import (
     ShardError,
 )
 from catalog.pending import PendingUpgrade
+from orchestrator.clock import clock_warning
 from orchestrator.election import EpochInfo
 from orchestrator.election.values import promotion_of
 from orchestrator.events import read_events
@@ -230,6 +231,10 @@ def process_warnings(
                 f"{process.id} reports the blob store unreachable since {when}: "
                 f"{report.get('error')}"
             )
+    for process in processes:  # a clock too far from ZooKeeper's: it refuses to lead
+        skewed = clock_warning(process.id, process.clock_offset)
+        if skewed is not None:
+            out.append(skewed)
     waiting = [p for p in processes if p.phase == WAITING_FOR_BOOTSTRAP]
     if waiting:  # an empty environment that nobody promoted or asked to bootstrap
         generations = sorted({p.deploy_generation for p in waiting})

@@ -18,6 +18,7 @@ from catalog.environment import read_catalog
 from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import DIFF, TS, Shard
 from catalog.shard.readers import ReaderRegistry
+from orchestrator.clock import zookeeper_now
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
@@ -27,7 +28,6 @@ from orchestrator.migrate import (
     finalize_pending,
     migrate_as_leader,
 )
-from orchestrator.migrate.garbage import zookeeper_now
 from support.migrations import Env, bootstrap
 from support.zookeeper import ZkEnv
 
@@ -66,7 +66,7 @@ def append(shard: Shard, *ids: int) -> None:
 
 
 def wait_grace(ctx: MigrationContext, since: float) -> None:
-    while zookeeper_now(ctx, None) - since < GRACE:
+    while zookeeper_now(ctx.consensus, None) - since < GRACE:
         time.sleep(0.2)
 
 
@@ -88,7 +88,7 @@ def test_unreferenced_blobs_go_after_the_grace_never_while_leased(env: Env) -> N
     orphan = f"shards/{shard.shard_id}/{uuid.uuid4().hex}.parquet"
     ctx.blob.put_batch(orphan, rows(9, ts=1))
 
-    start = zookeeper_now(ctx, None)
+    start = zookeeper_now(ctx.consensus, None)
     assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # first seen now
     assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # not for long enough
     wait_grace(ctx, start)
@@ -118,7 +118,7 @@ def test_compaction_inputs_stay_readable_until_the_grace_and_go_after_it(env: En
     assert shard.compact().applied
     assert all(ctx.blob.exists(k) for k in inputs), "inputs deleted under a reader"
     assert sorted(shard.snapshot_of(before).column("id").to_pylist()) == [0, 1, 2, 3, 4]
-    start = zookeeper_now(ctx, None)
+    start = zookeeper_now(ctx.consensus, None)
     assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
     wait_grace(ctx, start)
     with shard.lease(holder="reader"):
@@ -137,7 +137,7 @@ def test_a_blob_whose_cas_lands_after_it_was_seen_unreferenced_is_kept(env: Env)
     seen: list[float] = []
 
     def sweep_between_blob_and_cas() -> None:
-        seen.append(zookeeper_now(ctx, None))
+        seen.append(zookeeper_now(ctx.consensus, None))
         assert collect_garbage(ctx, None, grace_seconds=GRACE) == []
 
     store.hook = sweep_between_blob_and_cas
@@ -315,7 +315,7 @@ def test_a_read_under_a_registration_keeps_its_blobs_and_since_and_writes_nothin
     with readers.reading(shard, None) as under_way:
         inputs = shard.referenced_keys(under_way)
         assert shard.compact().applied
-        start = zookeeper_now(ctx, None)
+        start = zookeeper_now(ctx.consensus, None)
         assert collect_garbage(ctx, None, grace_seconds=GRACE) == []  # first seen
         wait_grace(ctx, start)
         readers.heartbeat()  # the read is still under way: reads_after stays behind
@@ -332,4 +332,3 @@ def test_a_read_under_a_registration_keeps_its_blobs_and_since_and_writes_nothin
     assert sorted(shard.snapshot().column("id").to_pylist()) == [0, 1, 2, 3]
     readers.heartbeat()  # unused since the last one: the registration goes
     assert shard.leases() == []
-

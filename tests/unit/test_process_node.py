@@ -42,7 +42,7 @@ def test_round_trip_keeps_every_field() -> None:
     assert set(json.loads(data)) == {
         "id", "version", "deploy_generation", "mode", "state", "phase", "phase_since", "plan",
         "error", "host", "pid", "session", "epoch", "http", "heartbeat", "started_at",
-        "blob_store", "progress",
+        "blob_store", "progress", "clock_offset",
     }  # fmt: skip
 
 
