@@ -225,7 +225,7 @@ class SidecarDataPlane:
             )
         builtin = self._builtin(collection)
         identity = WriteIdentity.of(idempotency_key, body)
-        with self._keyed.turn(identity):
+        with self._keyed.turn(identity) as turn:
             store = self._machine.store
             store.refuse_writes()  # fail fast during an outage: nothing is tried, nothing lands
             prefix = identity.key_prefix
@@ -245,7 +245,9 @@ class SidecarDataPlane:
             else:
                 table = rows_to_table(body, builtin.schema, request.max_rows)
             self._metrics.observe_append("parse", time.monotonic() - parsing)
-            return self._group(builtin).submit(Pending(identity, table))
+            group, pending = self._group(builtin), Pending(identity, table)
+            turn.lasts_until(pending.when_settled)  # past the deadline, the key stays taken
+            return group.submit(pending)
 
     def warm(self) -> None:
         """Ahead of a promotion, in the background: read into the process's cache the key

@@ -1,13 +1,18 @@
 """Group commit: appends to one collection that arrive while a commit is in flight go into the
 next commit together, one blob and one fenced ZooKeeper multi for the group.
 
-Each request thread queues its append and takes its turn at the commit lock; a thread that gets
-the turn commits everything queued (its own append and those that came while the previous commit
-ran, up to ``max_members`` appends and ``max_rows`` rows) and hands each its answer; a thread
-whose append someone else committed just returns that answer. So one client pays one commit, and
-many clients share each. Every append keeps its own write id (its own mark in the ledger, its
-own idempotency record) and its own answer; a group lands whole or not at all, so a lost answer
-is resolved by any member's identity for all.
+Each request thread queues its append and waits for its answer. One committer thread per
+collection, started by the first append that finds none running, commits everything queued
+(up to ``max_members`` appends and ``max_rows`` rows) and hands each its answer, until the queue
+is empty. So one client pays one commit, and many clients share each. Every append keeps its own
+write id (its own mark in the ledger, its own idempotency record) and its own answer; a group
+lands whole or not at all, so a lost answer is resolved by any member's identity for all.
+
+An append waits for its commit at most :data:`APPEND_DEADLINE_SECONDS`: a commit held by a
+stalled blob store or ZooKeeper goes on in the background, and the request answers 503
+``outcome-unknown`` (:class:`AppendOutcomeUnknownError`). Its outcome is then what the commit
+does: a retry with the same ``Idempotency-Key`` waits for that commit (the key stays taken until
+it ends, orchestrator.sidecar.idempotency) and gets its answer, or writes it if it failed.
 """
 
 from __future__ import annotations
@@ -15,16 +20,28 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pyarrow as pa
 import structlog
 
-from catalog.errors import BadInputError
+from catalog.errors import BadInputError, CatalogError
 from orchestrator.sidecar.idempotency import WriteIdentity
 
-__all__ = ["GroupCommit", "Pending"]
+__all__ = ["APPEND_DEADLINE_SECONDS", "AppendOutcomeUnknownError", "GroupCommit", "Pending"]
+
+#: The longest an append waits for its commit before it answers 503 ``outcome-unknown``.
+APPEND_DEADLINE_SECONDS: Final = 15.0
+
+
+class AppendOutcomeUnknownError(CatalogError):
+    """An append whose commit did not end within :data:`APPEND_DEADLINE_SECONDS` (a stalled
+    blob store or ZooKeeper): it may still land. Retry after ``Retry-After`` with the same
+    ``Idempotency-Key``: the retry gets the commit's answer, and never writes the rows twice."""
+
+    code = "outcome-unknown"
+
 
 log = structlog.get_logger(__name__)
 
@@ -46,13 +63,37 @@ class Pending:
     answer: Mapping[str, Any] | None = None
     error: BaseException | None = None
     done: threading.Event = attrs.field(factory=threading.Event)
+    _settled: list[Callable[[], None]] = attrs.field(factory=list)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     def settle(self, answer: Mapping[str, Any] | None, error: BaseException | None) -> None:
-        self.answer, self.error = answer, error
-        self.done.set()
+        with self._lock:
+            self.answer, self.error = answer, error
+            self.done.set()
+            then, self._settled = self._settled, []
+        for callback in then:
+            callback()
 
-    def result(self) -> Mapping[str, Any]:
-        self.done.wait()
+    def when_settled(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the append is settled (now, when it is already)."""
+        with self._lock:
+            if not self.done.is_set():
+                self._settled.append(callback)
+                return
+        callback()
+
+    def result(self, deadline: float | None = None) -> Mapping[str, Any]:
+        """The answer, or the commit's error; AppendOutcomeUnknownError when ``deadline``
+        seconds pass first (the commit goes on)."""
+        if not self.done.wait(deadline):
+            raise AppendOutcomeUnknownError(
+                f"the append's commit did not end within {deadline:g} s (a stalled blob store "
+                "or ZooKeeper): it may still land; retry after Retry-After with the same "
+                "Idempotency-Key to learn its outcome",
+                write_id=self.identity.write_id if self.identity.key_prefix else None,
+                deadline_seconds=deadline,
+                retry_after=5,
+            )
         if self.error is not None:
             raise self.error
         assert self.answer is not None
@@ -74,7 +115,8 @@ class GroupCommit:
         self._max_rows = max_rows
         self._queue: list[Pending] = []
         self._queued = threading.Lock()
-        self._turn = threading.Lock()
+        #: Whether a committer thread runs (it ends when it finds the queue empty).
+        self._draining = False
 
     @property
     def queued(self) -> int:
@@ -82,14 +124,26 @@ class GroupCommit:
         with self._queued:
             return len(self._queue)
 
-    def submit(self, pending: Pending) -> Mapping[str, Any]:
-        """Queue ``pending``, commit or wait for the commit that takes it; its answer."""
+    def submit(
+        self, pending: Pending, deadline: float | None = APPEND_DEADLINE_SECONDS
+    ) -> Mapping[str, Any]:
+        """Queue ``pending`` and wait for its commit, at most ``deadline`` seconds; its answer
+        (:meth:`Pending.result`)."""
         with self._queued:
             self._queue.append(pending)
-        while not pending.done.is_set():
-            with self._turn:
-                if pending.done.is_set():
-                    break
+            start, self._draining = not self._draining, True
+        if start:
+            threading.Thread(target=self._drain, name="group-commit", daemon=True).start()
+        return pending.result(deadline)
+
+    def _drain(self) -> None:
+        """The committer: commit the queue, group by group, until it is empty."""
+        try:
+            while True:
+                with self._queued:
+                    if not self._queue:
+                        self._draining = False
+                        return
                 group = self._take()
                 try:
                     self._commit(group)
@@ -102,7 +156,10 @@ class GroupCommit:
                             member.settle(None, _as_refusal(exc))
                     if not isinstance(exc, Exception):
                         raise
-        return pending.result()
+        except BaseException:
+            with self._queued:
+                self._draining = False
+            raise
 
     def _commit_alone(self, group: Sequence[Pending]) -> None:
         """Each unsettled member of ``group`` in a commit of its own: the group's write failed

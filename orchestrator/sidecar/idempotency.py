@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -35,6 +35,7 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "IN_PROGRESS_WAIT_SECONDS",
     "MAX_KEY_LENGTH",
+    "KeyTurn",
     "KeyedRequests",
     "WriteIdentity",
 ]
@@ -84,6 +85,20 @@ class WriteIdentity:
             )
 
 
+class KeyTurn:
+    """A request's turn with its key. :meth:`lasts_until` keeps the key taken after the request
+    ends, until its append is settled: a request that answered ``outcome-unknown`` leaves a
+    commit under way, and a retry must wait for it rather than write the rows again."""
+
+    def __init__(self) -> None:
+        self.until: Callable[[Callable[[], None]], None] | None = None
+
+    def lasts_until(self, when_settled: Callable[[Callable[[], None]], None]) -> None:
+        """Release the key through ``when_settled(release)`` (the append's
+        :meth:`~orchestrator.sidecar.groupcommit.Pending.when_settled`)."""
+        self.until = when_settled
+
+
 class KeyedRequests:
     """The requests with an ``Idempotency-Key`` under way in this process: one at a time per
     key. A second request with the key waits (up to ``wait`` seconds) for the first to end,
@@ -95,10 +110,11 @@ class KeyedRequests:
         self._held: dict[str, threading.Event] = {}
 
     @contextlib.contextmanager
-    def turn(self, identity: WriteIdentity) -> Iterator[None]:
+    def turn(self, identity: WriteIdentity) -> Iterator[KeyTurn]:
         key = identity.key_prefix
+        turn = KeyTurn()
         if key is None:
-            yield
+            yield turn
             return
         while True:
             with self._lock:
@@ -112,9 +128,16 @@ class KeyedRequests:
                     f"after {self._wait:g} s; retry later",
                     retry_after=1,
                 )
-        try:
-            yield
-        finally:
+
+        def release() -> None:
             with self._lock:
                 del self._held[key]
             mine.set()
+
+        try:
+            yield turn
+        finally:
+            if turn.until is None:
+                release()
+            else:
+                turn.until(release)

@@ -42,6 +42,7 @@ from catalog.errors import (
     UnreadableTimeError,
     WritesPausedError,
 )
+from orchestrator.sidecar.groupcommit import AppendOutcomeUnknownError
 
 __all__ = ["APPLICATION", "ERRORS", "HTTP", "Refusal", "body_of", "refusal_named", "refusal_of"]
 
@@ -123,6 +124,9 @@ ERRORS: Final[tuple[Refusal, ...]] = (
     _own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
          "appends (it lists the hard cap of batches): retry after `Retry-After` with the same "
          "key"),
+    _own(AppendOutcomeUnknownError, S.SERVICE_UNAVAILABLE, "an append whose commit did not "
+         "end within its deadline (a stalled store): it may still land; retry after "
+         "`Retry-After` with the same key to learn its outcome"),
     Refusal("zookeeper-unreachable", S.SERVICE_UNAVAILABLE, "ZooKeeper does not answer: retry "
             "after `Retry-After`", error=ConnectionLostError),
     Refusal("too-many-connections", S.SERVICE_UNAVAILABLE, "the server holds its most "

@@ -18,6 +18,7 @@ import contextlib
 import json
 import secrets
 import shutil
+import signal
 import sys
 import time
 import urllib.error
@@ -263,6 +264,15 @@ class EmbeddedS3:
     def kill(self) -> None:
         """SIGKILL the server, as a crash would (its data stay for a restart)."""
         self._child.kill()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: a stalled store, whose kernel still accepts connections and
+        requests that nothing answers until :meth:`resume`."""
+        self._child.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server: it answers what it was sent meanwhile."""
+        self._child.send_signal(signal.SIGCONT)
 
     def terminate(self) -> None:
         """Ask the server to stop without waiting (safe inside a signal handler)."""

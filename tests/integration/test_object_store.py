@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -28,6 +30,7 @@ from catalog.errors import (
     CorruptBlobError,
 )
 from catalog.shard import Shard
+from orchestrator.sidecar.groupcommit import APPEND_DEADLINE_SECONDS
 from orchestrator.testing.s3server import EmbeddedS3
 from support.objectstore import BUCKET, ObjectStore
 from support.sidecars import Launch, cli, json_lines, tree_digest
@@ -330,6 +333,63 @@ def test_an_outage_of_the_store_is_a_state_the_leader_survives(
         f"outage: first append refused {first_refusal:.2f} s after the kill, "
         f"{len(refused)} refused; ready again {recovery:.2f} s after the restart"
     )
+    leader.signal(signal.SIGTERM)
+    assert leader.wait_exit() == EXIT_OK
+
+
+@pytest.mark.slow
+def test_an_append_held_by_a_stalled_store_answers_at_its_deadline_and_a_retry_resolves_it(
+    launch: Launch, own_s3: EmbeddedS3
+) -> None:
+    """The store stops answering (SIGSTOP: its kernel still takes the requests) under an
+    append: the append answers 503 ``outcome-unknown`` at its deadline, not after the store's
+    client gives up, while its commit goes on. A retry with the same key, sent while the store
+    is still stalled, waits for that commit; the store resumes, the commit lands, and the retry
+    answers 200 with the rows written once."""
+    leader = launch(V1, 1, "leader", blob=own_s3.blob_uri(BUCKET, "stall"), auto_promote=True)
+    leader.wait_state("serving")
+    assert leader.http("POST", f"/append?collection={TABLES}", table_rows("before"))[0] == 200
+    key = {"Idempotency-Key": "held-by-a-stalled-store"}
+    own_s3.pause()
+    try:
+        started = time.monotonic()
+        answer = leader.sidecar.request(
+            "POST", f"/append?collection={TABLES}", table_rows("stalled"), headers=key,
+            timeout=GIVE_UP_SECONDS + 30,
+        )
+        took = time.monotonic() - started
+        assert answer.status == 503, answer.summary()
+        body = json.loads(answer.body)
+        assert body["error"] == "outcome-unknown", body
+        assert body["deadline_seconds"] == APPEND_DEADLINE_SECONDS
+        assert int(answer.headers["Retry-After"]) >= 1
+        assert took >= APPEND_DEADLINE_SECONDS, took
+        retried: list[Any] = []
+        retry = threading.Thread(target=lambda: retried.append(leader.sidecar.request(
+            "POST", f"/append?collection={TABLES}", table_rows("stalled"), headers=key,
+            timeout=GIVE_UP_SECONDS + 30,
+        )))  # fmt: skip
+        retry.start()
+        time.sleep(1.0)  # the retry is in: it waits for the commit under way
+    finally:
+        own_s3.resume()
+    retry.join(GIVE_UP_SECONDS + 40)
+    (again,) = retried
+    while again.status == 503:  # the commit gave up on the store after all: retry as told
+        time.sleep(int(again.headers["Retry-After"]))
+        again = leader.sidecar.request(
+            "POST", f"/append?collection={TABLES}", table_rows("stalled"), headers=key,
+            timeout=GIVE_UP_SECONDS + 30,
+        )
+    assert again.status == 200, again.summary()
+    last = leader.sidecar.request(
+        "POST", f"/append?collection={TABLES}", table_rows("stalled"), headers=key
+    )
+    assert last.status == 200 and json.loads(last.body)["replayed"] is True
+    names = [r["name"] for r in json_lines(leader.http("GET", f"/read?collection={TABLES}")[1])]
+    assert sorted(names) == ["before", "stalled"], names
+    print(f"stalled store: the append answered outcome-unknown after {took:.1f} s; "
+          f"the retry answered {again.status} (replayed {json.loads(again.body)['replayed']})")
     leader.signal(signal.SIGTERM)
     assert leader.wait_exit() == EXIT_OK
 
