@@ -142,6 +142,8 @@ def _catalog_table(status: UpgradeStatus) -> Table:
         row("fix", str(upgrade["fix"]))
     if upgrade["next"]:
         row("next", upgrade["next"])
+    for number, line in enumerate(upgrade.get("rollback") or (), 1):
+        row("rollback" if number == 1 else "", f"{number}. {line}")
     row("version", _dash(catalog.version))
     row("deploy generation", _dash(catalog.deploy_generation))
     row("epoch", _dash(catalog.epoch))

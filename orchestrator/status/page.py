@@ -221,6 +221,14 @@ function upgrade(u) {
       "refusal"));
   if (u.fix) box.appendChild(el("div", "fix: " + u.fix));
   box.appendChild(next);
+  if (u.rollback) {
+    const back = el("div", "or roll back: ");
+    u.rollback.forEach((line, i) => {
+      if (i) back.appendChild(document.createTextNode(" then "));
+      back.appendChild(el("code", line));
+    });
+    box.appendChild(back);
+  }
   return box;
 }
 // Global ids in their natural order: s2 before s10.

@@ -14,7 +14,8 @@ ready         a newer generation is ready to take over        ``promote``
 refused       a newer generation's release was refused        fix the release (its refusal
               (and none newer checks)                         names the rule and the fix)
 migrating     the promoted leader migrates                    wait: it serves
-pending       promoted; the old release may still come back   ``finalize`` (or a rollback)
+pending       promoted; the old release may still come back   ``finalize``, or the two
+                                                              ``rollback`` commands
 finalizing    decided; the serving leader completes it        wait
 final         nothing under way                               none
 ============  ==============================================  ===========================
@@ -36,7 +37,8 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
     """The ``upgrade`` part of a status document: ``stage``, ``from_version``, ``to_version``,
     ``deploy_generation`` (of the target), ``step`` (the long step's progress, if one runs) and
     ``next`` (the command to run, None when there is only to wait or nothing to do); a
-    ``refused`` stage adds ``why``, ``rule`` and ``fix`` from the refusal."""
+    ``refused`` stage adds ``why``, ``rule`` and ``fix`` from the refusal, a ``pending`` one
+    ``rollback`` (the commands that bring the previous release back)."""
     environment, zk = str(document.get("environment")), document.get("zookeeper")
     catalog = document.get("catalog") or {}
     version, generation = catalog.get("version"), catalog.get("deploy_generation") or 0
@@ -87,8 +89,30 @@ def upgrade_stage(document: Mapping[str, Any]) -> dict[str, Any]:
             if state == "pending"
             else None
         )
-        return _stage(state, upgrade.get("from_version"), to, generation, None, finalize)
+        stage = _stage(state, upgrade.get("from_version"), to, generation, None, finalize)
+        if state == "pending" and upgrade.get("from_version"):
+            stage["rollback"] = _rollback(document, str(upgrade["from_version"]), str(to))
+        return stage
     return _stage("final", None, version, generation, None, None)
+
+
+def _rollback(document: Mapping[str, Any], back: str, now: str) -> list[str]:
+    """The two commands that roll a pending upgrade back (docs/operating.md, "Rolling back"):
+    start the previous release at a generation newer than any in use, with
+    ``--rollback-from`` the release now serving, then promote that generation. The release
+    files are the operator's (named by placeholders a shell refuses as they are); the sidecar
+    needs the options its sidecars run with too."""
+    environment, zk = str(document.get("environment")), document.get("zookeeper")
+    catalog = document.get("catalog") or {}
+    used = [catalog.get("deploy_generation") or 0, catalog.get("promotion_target") or 0]
+    used += [p.get("deploy_generation") or 0 for p in document.get("processes") or []]
+    generation = str(max(used) + 1)
+    return [
+        command(environment, zk, "sidecar", "--deploy-generation", generation,
+                "--release", f"<{back} release file>", "--rollback-from",
+                f"<{now} release file>"),
+        command(environment, zk, "promote", "--deploy-generation", generation, "--wait", "60"),
+    ]  # fmt: skip
 
 
 def _stage(

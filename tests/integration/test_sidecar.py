@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import click
 import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
@@ -22,6 +23,7 @@ from catalog.errors import EXIT_BAD_INPUT, EXIT_FENCED, EXIT_OK, EXIT_REFUSED
 from catalog.migration import MigrationShard
 from catalog.shard import STOP_BATCHES, Shard
 from catalog.shard.merges import steady_bound
+from orchestrator.cli import main
 from orchestrator.testing.zkserver import free_port
 from support.sidecars import (
     ROOT,
@@ -324,6 +326,50 @@ def test_the_commands_status_prints_act_on_its_environment(
             break
         time.sleep(0.3)
     assert status["upgrade"]["stage"] == "final" and status["upgrade"]["next"] is None
+
+
+@pytest.mark.slow
+def test_the_rollback_status_prints_brings_the_previous_release_back(
+    launch: Launch, zk_env: ZkEnv
+) -> None:
+    """A pending upgrade's status prints two rollback commands naming this environment, its
+    ZooKeeper and a new generation: the sidecar line parses with the real CLI and, started
+    with the release files put in its placeholders, checks the rollback; the promote line,
+    run as printed, brings the previous release back."""
+    blue = bootstrap(launch, "blue-1")
+    green = launch(V2, 2, "green-2", extra=["--finalize-after", "never"])
+    green.wait_state("ready")
+    assert cli("promote", "--zk", zk_env.hosts, "--env", zk_env.name,
+               "--deploy-generation", "2", "--wait", "30").returncode == EXIT_OK  # fmt: skip
+    assert blue.wait_exit() == EXIT_FENCED
+    green.wait_state("serving")
+    document = json.loads(
+        cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json").stdout
+    )
+    assert document["upgrade"]["stage"] == "pending", document["upgrade"]
+    start, promote = (shlex.split(line) for line in document["upgrade"]["rollback"])
+    text = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name).stdout
+    assert "rollback" in text and f"--rollback-from '<{V2} release file>'" in text, text
+
+    root = click.Context(main, info_name="catalog-upgrade")
+    sidecar = main.get_command(root, "sidecar")
+    assert sidecar is not None and start[:2] == ["catalog-upgrade", "sidecar"]
+    files = {f"<{V1} release file>": str(release_file(V1)),
+             f"<{V2} release file>": str(release_file(V2))}  # fmt: skip
+    options = sidecar.make_context("sidecar", [files.get(w, w) for w in start[2:]], parent=root)
+    assert options.params["env"] == zk_env.name and options.params["zk"] == zk_env.hosts
+    generation = options.params["deploy_generation"]
+    assert generation == 3
+    assert options.params["rollback_from_ref"] == files[f"<{V2} release file>"]
+    back = launch(V1, generation, "blue-3", extra=["--rollback-from", str(release_file(V2))])
+    back.wait_state("ready")
+    assert promote[:2] == ["catalog-upgrade", "promote"]
+    ran = cli(*promote[1:])
+    assert ran.returncode == EXIT_OK, ran.stderr
+    assert back.wait_state("serving")["mode"] == "leader"
+    assert green.wait_exit() == EXIT_FENCED
+    history = cli("history", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert "rollback" in history.stdout and "rolled back" in history.stdout, history.stdout
 
 
 def test_http_promote_of_a_generation_no_process_runs_is_refused_at_once(
