@@ -175,7 +175,9 @@ class Pacer:
         return ran / active if active > 0 and ran > 0 else 0.0
 
     def begin(self, step: str, collection: str) -> None:
-        """A step starts; it waits here first if it is paused already."""
+        """A step starts. Paused already, it waits once it knows its rows (:meth:`expect`,
+        which every step calls after reading only metadata), so a copy restarted while paused
+        shows its checkpoint's progress as it waits, not zero rows of an unknown total."""
         self._step, self._collection = step, collection
         self._total, self._rows, self._bytes = None, 0, 0
         self._resumed = 0
@@ -188,7 +190,6 @@ class Pacer:
         self._tasks = None
         self._stepwise, self._first, self._last = False, None, None
         self._publish(force=True)
-        self._hold()
 
     def expect(self, rows: int, *, done: int = 0) -> None:
         """The rows the step will go through (known once it planned), ``done`` of them
@@ -200,6 +201,7 @@ class Pacer:
             self._samples.clear()
             self._base = (self._clock(), done, self._base[2])
         self._publish(force=True)
+        self._hold()
 
     def advance(self, rows: int, nbytes: int = 0) -> None:
         """A batch of ``rows`` (``nbytes`` in memory) is through: throttle, hold while paused,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, EXIT_OK
+from catalog.pipeline.checkpoints import CHECKPOINT_MIN_ROWS
 from orchestrator.testing.examples import ROLES, roles
 from support.browser import HeadlessChromium
 from support.sidecars import Launch, cli
@@ -66,6 +67,15 @@ def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
     shown = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name)
     assert f"green: rewrite of {ROLES}" in shown.stdout and "rows/s" in shown.stdout, shown.stdout
 
+    # Faster until the copy commits its first slice (a checkpoint), then paused at the rate.
+    fast = pace(zk_env, "throttle", "--deploy-generation", "2", "--rows-per-second", "100000")
+    assert fast.returncode == EXIT_OK, fast.stderr
+    deadline = time.monotonic() + 60
+    while '"rewrite_append"' not in green.log_file.read_text():
+        assert time.monotonic() < deadline, green.log_tail()
+        time.sleep(0.2)
+    slow = pace(zk_env, "throttle", "--deploy-generation", "2", "--rows-per-second", RATE)
+    assert slow.returncode == EXIT_OK, slow.stderr
     assert pace(zk_env, "pause", "--deploy-generation", "2").returncode == EXIT_OK
     held = green.wait_node(lambda n: bool((n.get("progress") or {}).get("paused")))
     assert held["state"] == "checking"
@@ -79,7 +89,7 @@ def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
         if SCREENSHOT:
             browser.screenshot(Path(SCREENSHOT))
 
-    # A SIGKILL while paused: the restarted process holds at the start of its copy.
+    # A SIGKILL while paused: the restarted process holds at its checkpoint.
     green.kill()
     deadline = time.monotonic() + 30  # its session expires, and its node with it
     while green.client.exists(green.node_path):
@@ -90,7 +100,11 @@ def test_a_paused_copy_holds_through_a_restart_and_completes_once_resumed(
     again = green.wait_node(
         lambda n: n.get("pid") == pid and bool((n.get("progress") or {}).get("paused")), timeout=60
     )
-    assert again["progress"]["rows_done"] == 0
+    # It waits showing its checkpoint: the slice it committed, of the whole copy.
+    assert again["progress"]["rows_done"] >= CHECKPOINT_MIN_ROWS, again["progress"]
+    assert again["progress"]["rows_total"] == ROWS, again["progress"]
+    shown = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name)
+    assert f"{again['progress']['rows_done']:,} of {ROWS:,} rows" in shown.stdout, shown.stdout
     time.sleep(2)
     assert green.http("GET", "/readyz")[0] == 503
 

@@ -142,8 +142,12 @@ def test_a_pause_holds_until_resumed_leaves_its_time_out_of_the_rate_and_may_be_
         raise Fenced()
 
     held = Pacer(lambda: Pace(paused=True), reports.append, fenced, clock=clock, sleep=clock.sleep)
+    held.begin("delta copy", "s.t")
     with pytest.raises(Fenced):
-        held.begin("delta copy", "s.t")  # a paused step still ends when fenced
+        held.expect(500, done=200)  # a paused step still ends when fenced
+    waiting = reports[-1]
+    assert waiting is not None and waiting.paused, "held once it knows its rows"
+    assert (waiting.rows_done, waiting.rows_total) == (200, 500), "a checkpoint shows as it waits"
 
 
 def test_progress_survives_its_json() -> None:
