@@ -20,6 +20,7 @@ import structlog
 
 from catalog.environment import CatalogState, read_catalog
 from catalog.errors import (
+    BlobStoreFullError,
     BlobUnreachableError,
     BusyError,
     CatalogError,
@@ -492,7 +493,7 @@ class SidecarDataPlane:
                 self._metrics.observe_append("commit", time.monotonic() - sending)
         self._states[shard.shard_id] = result.state
         self._merger.committed(name, shard.shard_id, result.state)
-        self._machine.store.answered()
+        self._machine.store.written()
         if result.mark is not None:
             self.last_commit_at = committed = time.time()
             self._machine.cutover.committed(committed)
@@ -677,6 +678,9 @@ def write_outcome(
         yield
     except BlobUnreachableError as exc:  # the batch never reached the store: not landed
         store.failed(exc)
+        raise
+    except BlobStoreFullError as exc:  # the store took nothing: not landed
+        store.filled(exc)
         raise
     except ConnectionLostError as exc:
         if sent():

@@ -20,6 +20,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import (
+    BlobStoreFullError,
     BlobUnreachableError,
     CatalogError,
     ConnectionLostError,
@@ -48,7 +49,7 @@ from orchestrator.sidecar.health import Health
 from orchestrator.sidecar.journal import SidecarJournal
 from orchestrator.sidecar.maintenance import LeaderMaintenance
 from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.objectstore import BlobStoreHealth
+from orchestrator.sidecar.objectstore import SPACE_PROBE_KEY, BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.states import Promote, State, Stopping
 
@@ -467,6 +468,12 @@ class SidecarMachine:
         was_down = self.store.unreachable is not None
         self.ctx.blob.probe()  # one cheap request: readiness follows the store within a round
         self.store.answered()
+        if self.store.full is not None:  # has room been made? A few bytes tell.
+            with contextlib.suppress(BlobStoreFullError):
+                self.ctx.blob.put_bytes(SPACE_PROBE_KEY, b"\0" * 4096)
+                self.ctx.blob.delete(SPACE_PROBE_KEY)
+                self.store.written()
+                was_down = True  # publish: the process node drops the full store
         if was_down:
             self._progress.publish()
         try:

@@ -51,6 +51,7 @@ class SidecarMetrics:
     append_group: Histogram = attrs.field(init=False)
     append_seconds: Histogram = attrs.field(init=False)
     blob_store_failures: Counter = attrs.field(init=False)
+    blob_store_full: Gauge = attrs.field(init=False)
     schema_batches: Gauge = attrs.field(init=False)
     schema_rows: Gauge = attrs.field(init=False)
     retirable_schemas: Gauge = attrs.field(init=False)
@@ -151,6 +152,12 @@ class SidecarMetrics:
             registry=r,
         )
         self.blob_store_up.set(1)
+        self.blob_store_full = Gauge(
+            "catalog_upgrade_blob_store_full",
+            "1 while the blob store refuses this process's writes for want of space "
+            "(full, over a quota or read-only)",
+            registry=r,
+        )
         self.append_group = Histogram(
             "catalog_upgrade_append_group_size",
             "Appends committed together by one group commit",

@@ -6,7 +6,12 @@ its probe every finalize interval) reports it here; the next operation that succ
 it. While the store is unreachable the leader's ``/readyz`` fails (check ``blob-store``), its
 process node and ``status`` say so, ``catalog_upgrade_blob_store_up`` is 0, and appends are
 refused at once with 503 and ``Retry-After`` instead of waiting on the store's timeouts.
-Safe from any thread (plain assignments of immutable values).
+
+A full store (ENOSPC, EDQUOT, EROFS: :class:`~catalog.errors.BlobStoreFullError`) answers but
+takes no writes: each append that meets it is refused (503 ``blob-store-full``), reads go on,
+and the state lasts until a write succeeds (an append, or the leader's probe of a few bytes
+every finalize interval while full). ``catalog_upgrade_blob_store_full`` is 1 meanwhile, and the
+process node and ``status`` say so. Safe from any thread (plain assignments of immutable values).
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ from typing import Any
 
 import structlog
 
-from catalog.errors import BlobUnreachableError
+from catalog.errors import BlobStoreFullError, BlobUnreachableError
 from orchestrator.sidecar.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 
 #: Seconds a client should wait before retrying a write refused for an outage.
 RETRY_AFTER_SECONDS = 5
+#: The blob the leader writes and deletes while the store is full, to learn it has room again.
+SPACE_PROBE_KEY = "probe/space"
 
 
 class BlobStoreHealth:
@@ -32,6 +39,8 @@ class BlobStoreHealth:
         self._metrics = metrics
         self._failure: BlobUnreachableError | None = None
         self._since: float | None = None
+        self._full: BlobStoreFullError | None = None
+        self._full_since: float | None = None
 
     @property
     def unreachable(self) -> BlobUnreachableError | None:
@@ -56,6 +65,30 @@ class BlobStoreHealth:
         self._metrics.blob_store_up.set(1)
         log.info("blob_store_reachable", unreachable_seconds=round(down, 1))
 
+    @property
+    def full(self) -> BlobStoreFullError | None:
+        """The refusal that found the store full (None: the last write went through)."""
+        return self._full
+
+    def filled(self, exc: BlobStoreFullError) -> None:
+        """A write met a full store (it answered, so it is reachable)."""
+        self.answered()
+        if self._full is None:
+            self._full_since = time.time()
+            log.warning("blob_store_full", message=exc.message)
+            self._metrics.blob_store_full.set(1)
+        self._full = exc
+
+    def written(self) -> None:
+        """A write succeeded: the store answers and has room."""
+        self.answered()
+        if self._full is None:
+            return
+        full = time.time() - (self._full_since or time.time())
+        self._full, self._full_since = None, None
+        self._metrics.blob_store_full.set(0)
+        log.info("blob_store_has_room", full_seconds=round(full, 1))
+
     def refuse_writes(self) -> None:
         """Raise at once (503) while the store is known to be unreachable."""
         failure = self._failure
@@ -75,8 +108,11 @@ class BlobStoreHealth:
         return f"{time.strftime('%H:%M:%S', time.gmtime(since))} UTC ({failure.message})"
 
     def report(self) -> dict[str, Any] | None:
-        """What the process node says of the store (None while it answers)."""
+        """What the process node says of the store (None while it answers and has room)."""
         failure, since = self._failure, self._since
-        if failure is None:
-            return None
-        return {"reachable": False, "since": since, "error": failure.message}
+        if failure is not None:
+            return {"reachable": False, "since": since, "error": failure.message}
+        full, since = self._full, self._full_since
+        if full is not None:
+            return {"reachable": True, "full": True, "since": since, "error": full.message}
+        return None

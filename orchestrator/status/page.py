@@ -102,6 +102,7 @@ _PAGE = """<!doctype html>
 <div id="upgrade" class="lead"></div>
 <div id="headline"></div>
 <div id="banner"></div>
+<div id="warnings"></div>
 <div id="finalization"></div>
 <form id="auth" hidden>This sidecar needs a token to show its status:
   <input type="password" id="token" autocomplete="off" placeholder="read or write token">
@@ -242,6 +243,9 @@ function render(s) {
       (c.promotion_target ?? "-") + "; leader " + (leader ? leader.id + " (epoch " + leader.epoch +
       ")" : "none") + "; " + (s.collections || []).length + " collections"));
   put("finalization", finalization(s.finalization));
+  const warned = el("div");  // what processes report: a store out or full, a clock off, drift
+  (s.warnings || []).forEach(w => warned.appendChild(el("div", "warning: " + w, "refusal")));
+  put("warnings", warned);
   const procs = s.processes || [];
   put("processes", table(["id", "version", "gen", "mode", "state", "phase", "since", "timeline"],
     procs.map(p => [p.id, p.version, p.deploy_generation, p.mode, stateCell(p.state), step(p),

@@ -231,6 +231,14 @@ def process_warnings(
                 f"{process.id} reports the blob store unreachable since {when}: "
                 f"{report.get('error')}"
             )
+        elif isinstance(report, dict) and report.get("full"):
+            since = report.get("since")
+            when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
+            out.append(
+                f"{process.id} reports the blob store full since {when} (appends answer 503 "
+                f"blob-store-full; reads go on): free space or raise the quota: "
+                f"{report.get('error')}"
+            )
     for process in processes:  # a clock too far from ZooKeeper's: it refuses to lead
         skewed = clock_warning(process.id, process.clock_offset)
         if skewed is not None:

@@ -25,6 +25,7 @@ import pytest
 
 from catalog.errors import EXIT_FENCED, EXIT_OK
 from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
+from support.browser import HeadlessChromium
 from support.sidecars import Launch, SidecarProcess, cli, release_file
 from support.zookeeper import ZkEnv
 
@@ -80,7 +81,7 @@ def runs_ahead(sidecar: SidecarProcess) -> bool:
 
 @pytest.mark.slow
 def test_a_clock_ahead_neither_finalizes_early_nor_takes_over(
-    launch: Launch, zk_env: ZkEnv, tmp_path: Path
+    launch: Launch, zk_env: ZkEnv, tmp_path: Path, chromium: str
 ) -> None:
     blue = launch(V1, 1, "blue-1", auto_promote=True)
     blue.wait_state("serving")
@@ -98,6 +99,9 @@ def test_a_clock_ahead_neither_finalizes_early_nor_takes_over(
     wait_for("green-a's clock runs ahead", lambda: runs_ahead(leader), timeout=30)
     warned = wait_for("status names green-a's clock", lambda: clock_warnings(zk_env, "green-a"))
     assert f"(the bound is {MAX_CLOCK_OFFSET_SECONDS:g} s)" in warned[0], warned
+    with HeadlessChromium(chromium) as browser:  # the page shows the same warning
+        browser.open(f"http://{leader.sidecar.http}/")
+        browser.wait_for_text("warning: green-a's clock runs", "ahead of ZooKeeper's")
     series = 'catalog_upgrade_upgrade_pending{from_version="0.10.0",version="0.11.0"} 1.0'
     wait_for(
         "a maintenance round that exports the pending upgrade",

@@ -10,7 +10,8 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,19 @@ def ids(leader: SidecarProcess) -> list[str]:
     return sorted(r["id"] for r in json_lines(body))
 
 
+def full_warnings(zk_env: ZkEnv, process: str) -> list[str]:
+    done = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name, "--json")
+    warnings = json.loads(done.stdout)["warnings"]
+    return [w for w in warnings if w.startswith(f"{process} reports the blob store full")]
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        time.sleep(0.5)
+
+
 @pytest.mark.slow
 def test_a_full_blob_store_refuses_appends_with_503_and_loses_nothing(
     launch: Launch, zk_env: ZkEnv, small_disk: Path
@@ -89,17 +103,27 @@ def test_a_full_blob_store_refuses_appends_with_503_and_loses_nothing(
     assert refused and acknowledged, "the tmpfs never filled"
     metrics = leader.http("GET", "/metrics")[1].decode()
     assert 'catalog_upgrade_refusals_total{error="blob-store-full"}' in metrics
+    assert "catalog_upgrade_blob_store_full 1.0" in metrics
     # Full: reads, status and a restarted leader work; nothing refused was written.
     assert ids(leader) == sorted(acknowledged)
     shown = cli("status", "--zk", zk_env.hosts, "--env", zk_env.name)
     assert shown.returncode == EXIT_OK, shown.stderr
+    wait_for("status names the full store", lambda: full_warnings(zk_env, "blue-full"))
     leader.signal(signal.SIGTERM)
     assert leader.wait_exit() == EXIT_OK
     again = launch(V1, 1, "blue-full-2", blob=blob)
     again.wait_state("serving")
     assert ids(again) == sorted(acknowledged)
-    # Space freed: each refused append, retried with its key, lands once.
+    # The restarted leader meets the full store at its first append, ...
+    first = next(iter(refused))
+    status, answer = append(again, first, refused[first])
+    assert status == 503 and answer["error"] == "blob-store-full", answer
+    wait_for("status names the full store", lambda: full_warnings(zk_env, "blue-full-2"))
+    # ... and, space freed, learns it by itself (its probe every finalize interval).
     filler.unlink()
+    wait_for("the full store cleared", lambda: not full_warnings(zk_env, "blue-full-2"))
+    assert "catalog_upgrade_blob_store_full 0.0" in again.http("GET", "/metrics")[1].decode()
+    # Each refused append, retried with its key, lands once.
     for n, body in refused.items():
         status, answer = append(again, n, body)
         assert status == 200 and answer["replayed"] is False, answer
