@@ -194,6 +194,7 @@ def _drain(connection: socket.socket) -> None:
             pass
 
 
+@pytest.mark.quiet
 def test_a_store_that_accepts_and_never_answers_fails_within_the_give_up_bound(
     stalling_store: str,
 ) -> None:

@@ -595,6 +595,7 @@ def hand_built_takeover(store: Consensus, generation: int, leader: str) -> None:
     )
 
 
+@pytest.mark.quiet
 def test_promote_wait_returns_once_the_leader_serves(store: Consensus, zk_env: ZkEnv) -> None:
     """promote --wait blocks while the leader migrates and returns 0 once it is serving."""
     write_catalog(store, generation=1)

@@ -54,6 +54,7 @@ def table_rows(*names: str) -> bytes:
 # --- the store itself ----------------------------------------------------------------------
 
 
+@pytest.mark.quiet
 def test_every_failure_of_a_real_store_is_named_for_what_it_is(
     own_s3: EmbeddedS3, monkeypatch: pytest.MonkeyPatch
 ) -> None:

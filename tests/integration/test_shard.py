@@ -304,11 +304,10 @@ def test_as_of_not_complete_errors_or_waits(shard: Shard) -> None:
 
     writer = threading.Thread(target=later)
     writer.start()
-    started = time.monotonic()
     snap = shard.snapshot(1, timeout=10)
     writer.join()
+    # It returned on the append: at its timeout it raises (below).
     assert contents(snap) == {(1, "n1", None): 1, (2, "n2", None): 1}
-    assert time.monotonic() - started < 5
     with pytest.raises(ShardError) as timed_out:
         shard.snapshot(5, timeout=0.2)
     assert timed_out.value.details["reason"] == "not-complete"

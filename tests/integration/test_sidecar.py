@@ -378,12 +378,10 @@ def test_http_promote_of_a_generation_no_process_runs_is_refused_at_once(
     """``POST /promote`` of a generation nobody runs answers 409 ``generation-not-running`` at
     once (the main thread never waits for a registration), and the target does not move."""
     blue = bootstrap(launch, "blue-1")
-    started = time.monotonic()
     status, body = blue.http("POST", "/promote?deploy_generation=7", b"{}")
-    took = time.monotonic() - started
     answer = json.loads(body)
     assert status == 409 and answer["rule"] == "generation-not-running", body
-    assert took < 10, f"took {took:.1f} s"  # the register wait is 30 s: not waited
+    # Not waited for: the register wait would have ended in 504 busy.
     promotion = json.loads(zk_client.get(f"{zk_env.root}/promotion")[0])
     assert promotion["deploy_generation"] == 1
     assert blue.wait_state("serving")["mode"] == "leader"

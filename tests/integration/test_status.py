@@ -211,6 +211,7 @@ def test_leader_gone_is_shown_unregistered(store: Consensus) -> None:
     assert status.leader.to_json()["registered"] is False
 
 
+@pytest.mark.quiet
 def test_watch_status_follows_changes(store: Consensus) -> None:
     """--watch is driven by watches: a process state change shows up well before the refresh."""
     build_environment(store)

@@ -15,6 +15,7 @@ from support.zookeeper import ZkEnv
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.quiet
 def test_a_creation_wakes_the_wait_long_before_the_safety_interval(
     zk_client: KazooClient, zk_env: ZkEnv
 ) -> None:
@@ -41,6 +42,7 @@ def test_a_creation_wakes_the_wait_long_before_the_safety_interval(
     assert looks <= 3  # one look before, one after the watch fired (plus a possible spurious)
 
 
+@pytest.mark.quiet
 def test_children_and_timeouts(zk_client: KazooClient, zk_env: ZkEnv) -> None:
     """watched_children sees a missing parent as None; a condition that never holds times out
     after the given seconds with WaitTimeout."""

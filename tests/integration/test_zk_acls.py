@@ -11,7 +11,6 @@ secure`` locks an environment created without credentials.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,11 +99,9 @@ def test_a_secured_environment_refuses_everyone_but_its_credentials(
             assert done.returncode == 2, done.stdout + done.stderr
             assert "--zk-auth" in done.stderr and "Traceback" not in done.stderr
         promotion = owner_client.get(f"{zk_env.root}/promotion")[0]
-        started_at = time.monotonic()
         done = cli("promote", "--deploy-generation", "2", *env, "--zk-auth", creds["reader"])
-        took = time.monotonic() - started_at
         assert done.returncode == 2 and "--zk-auth" in done.stderr, done.stderr
-        assert took < 15, f"{took:.1f} s: the 30 s registration wait was not skipped"
+        # Exit 2 is at once: the 30 s registration wait would have ended in exit 4.
         done = cli(
             "promote", "--deploy-generation", "2", "--before-deploy", *env,
             "--zk-auth", creds["reader"],

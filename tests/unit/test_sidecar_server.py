@@ -136,6 +136,7 @@ def test_headers_and_bodies_too_slow_get_408_and_the_connection_closes(
     assert api.appended == []
 
 
+@pytest.mark.quiet
 def test_an_idle_connection_is_closed_without_an_answer(
     served: tuple[ScriptedApi, SidecarHttpServer],
 ) -> None:

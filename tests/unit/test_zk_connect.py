@@ -41,6 +41,7 @@ def test_malformed_connection_string_is_bad_input() -> None:
 @pytest.mark.parametrize(
     "zk", ["bad host!!", "zk1:2181,-zk2:2181", "a..b:2181", "h:70000", "h:0", "a:2181,b:0/x"]
 )
+@pytest.mark.quiet
 def test_a_host_that_cannot_exist_is_refused_at_once_naming_it(zk: str) -> None:
     """A host that is no name or address (kazoo would retry it until the connect timeout) is
     bad input: exit 2 at once, naming the connection string, nothing tried."""
