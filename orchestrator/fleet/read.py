@@ -9,8 +9,9 @@
    processes are gone ended: failed, refused, fenced), the promotion target where a newer
    generation runs, the upgrade history where a leader migrates (to judge its phase).
 
-Each round trip sends all its requests before it waits for the first answer (kazoo's async
-calls), so a thousand environments cost four round trips, not ten thousand. What one
+Each round trip sends all its reads before it waits for the first answer, packed in
+``multiRead`` requests of a few hundred reads each (catalog.multiread), so ten thousand
+environments cost four round trips of a few hundred requests, not seventy thousand. What one
 environment's nodes hold is decoded by the same codecs as ``status`` (orchestrator.status.read);
 a node that cannot be read or decoded becomes that environment's error, never the survey's. An
 ensemble that does not answer, or stops answering, is one row with its error.
@@ -39,6 +40,7 @@ from catalog.environment import (
     PROMOTION_KEY,
 )
 from catalog.errors import EXIT_REFUSED, CorruptStateError
+from catalog.multiread import MultiReader, ReadBatch
 from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble
@@ -109,7 +111,9 @@ def survey(
                     + (f": {servers}" if servers else "")
                 ) from exc
         try:
-            reader = _Reader(client, ensemble.name, read_at, timeout, ensemble.zk)
+            reader = _Reader(
+                MultiReader(client).batch(), ensemble.name, read_at, timeout, ensemble.zk
+            )
             rows = reader.read()
             read_at = reader.read_at
         finally:
@@ -128,7 +132,8 @@ def survey(
 
 @attrs.define
 class _Reader:
-    client: KazooClient
+    #: The survey's reads, sent a round at a time in multiRead requests.
+    reads: ReadBatch
     ensemble: str
     read_at: float
     timeout: float
@@ -139,7 +144,7 @@ class _Reader:
 
     def read(self) -> list[EnvironmentRow]:
         try:
-            names = sorted(self.client.get_children_async(ROOT).get(timeout=self.timeout))
+            names = sorted(self.reads.get_children_async(ROOT).get(timeout=self.timeout))
         except NoNodeError:
             return []
         except NoAuthError as exc:
@@ -179,7 +184,7 @@ class _Reader:
             name: [
                 (
                     f"{key}/{newest}",
-                    self.client.get_async(f"{ROOT}/{name}/{EVENTS_KEY}/{key}/{newest}"),
+                    self.reads.get_async(f"{ROOT}/{name}/{EVENTS_KEY}/{key}/{newest}"),
                 )
                 for key, listing in log_calls[name]
                 for newest in _newest(self._children(name, listing, problems))
@@ -228,10 +233,10 @@ class _Reader:
         return freshest
 
     def _gets(self, env: str, keys: Iterable[str]) -> list[tuple[str, Any]]:
-        return [(key, self.client.get_async(f"{ROOT}/{env}/{key}")) for key in keys]
+        return [(key, self.reads.get_async(f"{ROOT}/{env}/{key}")) for key in keys]
 
     def _list(self, key: str) -> Any:
-        return self.client.get_children_async(f"{ROOT}/{key}")
+        return self.reads.get_children_async(f"{ROOT}/{key}")
 
     def _values(
         self, env: str, pending: Iterable[tuple[str, Any]], problems: dict[str, list[str]]

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadArgumentsError, UnimplementedError
+from kazoo.exceptions import BadArgumentsError, NoNodeError, UnimplementedError
 
 from catalog.consensus import (
     MAX_VALUE_BYTES,
@@ -29,7 +29,7 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
-from catalog.multiread import PATHS_PER_REQUEST
+from catalog.multiread import PATHS_PER_REQUEST, MultiReader
 from catalog.retry import CasRetry
 from support.zookeeper import ZkEnv, kazoo_client
 
@@ -175,6 +175,52 @@ def test_a_server_without_multi_read_is_read_key_by_key(
             found = store.get_many(keys)
             assert [None if f is None else f.value for f in found.values()] == [b"v"] * 3 + [None]
         assert len(refused) == 1  # asked once, then never again
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.parametrize("multi_read", [True, False], ids=["multi-read", "before-3.6"])
+def test_a_read_batch_answers_each_read_as_kazoo_would(
+    zk_env: ZkEnv, monkeypatch: pytest.MonkeyPatch, multi_read: bool
+) -> None:
+    """Data and children read together, a missing znode among them: each slot answers what
+    kazoo's own call would (NoNodeError included), in one request on a 3.6 server and read by
+    read on an older one; reads queued after a flush go in the next."""
+    client = kazoo_client(zk_env.hosts)
+    client.start(timeout=15)
+    try:
+        root = zk_env.root
+        for i in range(3):
+            client.create(f"{root}/batch/p{i}", str(i).encode(), makepath=True)
+        sent = client._call
+        calls: list[int] = []
+
+        def counted(request: Any, answer: Any) -> Any:
+            calls.append(request.type)
+            if request.type == 22 and not multi_read:
+                answer.set_exception(UnimplementedError())
+                return None
+            return sent(request, answer)
+
+        monkeypatch.setattr(client, "_call", counted)
+        batch = MultiReader(client).batch()
+        data = [batch.get_async(f"{root}/batch/p{i}") for i in range(3)]
+        children = batch.get_children_async(f"{root}/batch")
+        missing = batch.get_async(f"{root}/batch/none")
+        no_children = batch.get_children_async(f"{root}/none")
+        assert [d.get(timeout=10)[0] for d in data] == [b"0", b"1", b"2"]
+        assert data[1].get()[1].version == 0
+        assert sorted(children.get(timeout=10)) == ["p0", "p1", "p2"]
+        for absent in (missing, no_children):
+            with pytest.raises(NoNodeError):
+                absent.get(timeout=10)
+        later = batch.get_async(f"{root}/batch/p2")
+        assert later.get(timeout=10)[0] == b"2"
+        if multi_read:
+            assert calls == [22, 22], calls  # one request a round
+        else:
+            assert 22 in calls and calls.count(4) >= 4, calls  # then read by read
     finally:
         client.stop()
         client.close()
