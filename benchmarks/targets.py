@@ -122,6 +122,8 @@ TARGETS: tuple[Target, ...] = (
            20, False, "x faster"),
     Target("fleet.json", "fleet --json, 1,000 environments", lambda d: d["survey_seconds"],
            2, True, "s"),
+    Target("fleet_10k.json", "fleet --json, 10,000 environments",
+           lambda d: d["survey_seconds"], 2, True, "s"),
     Target("cutover.json", "write gap, example upgrade (max)",
            _cutover("example upgrade", "write_gap_ms"), 250, True, "ms"),
     Target("cutover.json", "write gap, example rollback (max)",

@@ -46,7 +46,7 @@ from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble
 from orchestrator.fleet.model import EnvironmentRow, GreenGeneration, LeaderView
 from orchestrator.history import UpgradeRecord
-from orchestrator.process_node import ProcessNode, decode_processes
+from orchestrator.process_node import Processes, ProcessNode, decode_processes
 from orchestrator.status.read import HEAD_KEYS, Heads, Readable, process_warnings
 from orchestrator.zookeeper.clients import close, why_unreachable
 
@@ -157,6 +157,7 @@ class _Reader:
         listings = {name: self._list(f"{name}/{PROCESSES_KEY}") for name in names}
         event_listings = {name: self._list(f"{name}/{EVENTS_KEY}") for name in names}
         values = {name: self._values(name, calls, problems) for name, calls in heads.items()}
+        generations = {name: _generation(values[name]) for name in names}  # decoded once
         process_names = {name: self._children(name, listings[name], problems) for name in names}
         # Round trip 3: every process node; the logs of generations newer than the catalog.
         process_calls = {
@@ -164,7 +165,9 @@ class _Reader:
             for name, found in process_names.items()
         }
         newer = {
-            name: _newer_logs(self._children(name, event_listings[name], problems), values[name])
+            name: _newer_logs(
+                self._children(name, event_listings[name], problems), generations[name]
+            )
             for name in names
         }
         log_calls = {
@@ -178,6 +181,7 @@ class _Reader:
             }
             for name in names
         }
+        decoded = {name: decode_processes(found) for name, found in processes.items()}
         # Round trip 4: how those generations ended (their newest event); the promotion where a
         # newer generation runs; the history where a leader migrates (to judge its phase).
         last_calls = {
@@ -191,7 +195,10 @@ class _Reader:
             ]
             for name in names
         }
-        later = {name: self._gets(name, _later(values[name], processes[name])) for name in names}
+        later = {
+            name: self._gets(name, _later(values[name], generations[name], decoded[name]))
+            for name in names
+        }
         self.read_at = self._judged_at(processes)
         return [
             _row(
@@ -204,7 +211,7 @@ class _Reader:
                     **values[name],
                     **self._values(name, later[name], problems),
                 },
-                processes[name],
+                decoded[name],
                 self._values(name, last_calls[name], problems),
                 problems.get(name, []),
             )
@@ -273,17 +280,21 @@ class _Reader:
             raise _Unreachable(f"ZooKeeper stopped answering during the survey: {exc!r}") from exc
 
 
+def _generation(heads: Mapping[str, Versioned | None]) -> int:
+    """The catalog's generation (0: none, or unreadable, which the row reports)."""
+    try:
+        return generation_of_catalog(heads.get(CATALOG_KEY)) or 0
+    except CorruptStateError:
+        return 0
+
+
 def _later(
-    heads: Mapping[str, Versioned | None], processes: Mapping[str, Versioned | None]
+    heads: Mapping[str, Versioned | None], generation: int, processes: Processes
 ) -> list[str]:
     """What else to read of an environment: the promotion target when a process runs a
     generation newer than the catalog's (is it promoted?), the history when a process
     migrates (is its phase taking too long?)."""
-    try:
-        generation = generation_of_catalog(heads.get(CATALOG_KEY)) or 0
-    except CorruptStateError:
-        generation = 0
-    nodes = decode_processes(processes).nodes.values()
+    nodes = processes.nodes.values()
     keys = []
     if any(node.deploy_generation > generation for node in nodes) or heads.get(CATALOG_KEY) is None:
         keys.append(PROMOTION_KEY)
@@ -292,12 +303,8 @@ def _later(
     return keys
 
 
-def _newer_logs(names: list[str], heads: Mapping[str, Versioned | None]) -> list[str]:
+def _newer_logs(names: list[str], generation: int) -> list[str]:
     """The read-only logs (``v<version>-g<gen>``) of generations newer than the catalog's."""
-    try:
-        generation = generation_of_catalog(heads.get(CATALOG_KEY)) or 0
-    except CorruptStateError:  # reported by the row
-        generation = 0
     out = []
     for name in names:
         _version, sep, gen = name.rpartition("-g")
@@ -341,14 +348,13 @@ def _row(
     env: str,
     read_at: float,
     heads_found: Mapping[str, Versioned | None],
-    process_found: Mapping[str, Versioned | None],
+    decoded: Processes,
     endings_found: Mapping[str, Versioned | None],
     problems: list[str],
 ) -> EnvironmentRow:
     errors: list[dict[str, str]] = []
     readable = Readable(errors)
     heads = Heads.decode(heads_found, readable)
-    decoded = decode_processes(process_found)
     for _name, exc in sorted(decoded.unreadable.items()):
         readable.report(exc)
     processes = sorted(decoded.nodes.values(), key=lambda p: (p.deploy_generation, p.id))
