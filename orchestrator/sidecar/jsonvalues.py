@@ -290,8 +290,32 @@ def _binary(width: int | None, value: Any, path: str) -> bytes:
     return data
 
 
-def _in_unit(micros: int, per_second: int, path: str, value: Any) -> int:
-    """``micros`` microseconds in a unit of ``per_second``; refused when not exact."""
+#: The fraction of a second of an ISO 8601 time: Python's parser reads six digits and drops the
+#: rest, so the digits past the microsecond are read here (:func:`_iso_fraction`).
+_FRACTION = re.compile(r"(?<=\d\d:\d\d:\d\d[.,])(\d{7,})")
+
+
+def _iso_fraction(value: str, path: str) -> tuple[str, int]:
+    """``value`` with at most six digits of a second (what :mod:`datetime` parses exactly),
+    and the nanoseconds its further digits hold. Refused (``time-precision``) when they hold
+    less than a nanosecond: no unit is finer, and nothing is truncated."""
+    found = _FRACTION.search(value)
+    if found is None:
+        return value, 0
+    digits = found.group(1)
+    if digits[9:].strip("0"):
+        raise Refused(path, "time-precision", f"{value} is finer than a nanosecond")
+    nanos = int(digits[6:9].ljust(3, "0"))
+    return value[: found.start()] + digits[:6] + value[found.end() :], nanos
+
+
+def _in_unit(micros: int, per_second: int, path: str, value: Any, nanos: int = 0) -> int:
+    """``micros`` microseconds and ``nanos`` nanoseconds in a unit of ``per_second``; refused
+    when not exact."""
+    if per_second >= 1_000_000_000:
+        return micros * (per_second // 1_000_000) + nanos * (per_second // 1_000_000_000)
+    if nanos:
+        raise Refused(path, "time-precision", f"{value} is finer than the field's unit")
     if per_second >= 1_000_000:
         return micros * (per_second // 1_000_000)
     step = 1_000_000 // per_second
@@ -304,14 +328,15 @@ def _timestamp(per_second: int, zoned: bool, value: Any, path: str) -> int:
     """An ISO 8601 string or an integer in the unit, as an integer in the unit (exact)."""
     low, high = _ZONED_RANGE if zoned else _NAIVE_RANGE
     if isinstance(value, str):
+        text, nanos = _iso_fraction(value, path)
         try:
-            when = dt.datetime.fromisoformat(value)
+            when = dt.datetime.fromisoformat(text)
         except ValueError:
             raise Refused(path, "time", f"{value!r} is not an ISO 8601 time") from None
         if when.tzinfo is not None:  # an instant; a naive time is one in UTC
             when = when.astimezone(dt.UTC).replace(tzinfo=None)
         micros = (when - _EPOCH) // dt.timedelta(microseconds=1)
-        number = _in_unit(micros, per_second, path, value)
+        number = _in_unit(micros, per_second, path, value, nanos)
     else:
         number = _integral(value, path, f"time in 1/{per_second} s")
         micros = number * 1_000_000 // per_second
@@ -340,14 +365,15 @@ def _date(milliseconds: bool, value: Any, path: str) -> dt.date:
 
 def _time(per_second: int, value: Any, path: str) -> int:
     if isinstance(value, str):
+        text, nanos = _iso_fraction(value, path)
         try:
-            when = dt.time.fromisoformat(value)
+            when = dt.time.fromisoformat(text)
         except ValueError:
             raise Refused(path, "time", f"{value!r} is not an ISO 8601 time") from None
         if when.tzinfo is not None:
             raise Refused(path, "time", f"a time of day takes no zone ({value!r})")
         micros = ((when.hour * 60 + when.minute) * 60 + when.second) * 1_000_000
-        return _in_unit(micros + when.microsecond, per_second, path, value)
+        return _in_unit(micros + when.microsecond, per_second, path, value, nanos)
     number = _integral(value, path, f"time of day in 1/{per_second} s")
     if not 0 <= number < 86_400 * per_second:
         raise Refused(path, "out-of-range", f"{number} is not a time of day")

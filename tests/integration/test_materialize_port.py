@@ -12,35 +12,47 @@ Asserted, as the peer asserts: every ready process of a version agrees on its pl
 (``replacement-agreement``). Beyond it, this product's promises: every acknowledged row is
 served exactly once, and what a replacement discarded stays discarded (``rows-never-lost``),
 and every invariant of ``orchestrator.scenario.invariants`` after every action. The seed is
-printed; ``TEST_PORT_SEEDS=7 make test`` (or ``1-50``) replays seeds.
+printed; ``TEST_PORT_SEEDS=7 make test`` (or ``1-50``) replays seeds. ``make test`` runs three
+seeds that change with the commit. Some versions' processes are armed to crash at a random
+fenced write of their takeover (the peer's random crash points); after each promotion, the
+catalog's fingerprints are the release's (the peer's fingerprint agreement).
 """
 
 from __future__ import annotations
 
 import random
+import signal
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from catalog.environment import read_catalog
+from catalog.release import Release
+from catalog.schema import fingerprint
 from orchestrator.scenario import ScenarioRun, ZooKeeperTarget
 from orchestrator.scenario.acting import acting_run
 from orchestrator.scenario.format import ReleaseIndex
 from orchestrator.scenario.invariants import describe
 from orchestrator.scenario.simulate import SimulationConfig, appendable_collections
 from orchestrator.scenario.simulate.moves import UpgradeMoves
+from orchestrator.scenario.simulate.soak import soak_seeds
 from orchestrator.scenario.simulate.walk_core import WalkModel
-from support.histories import seeds_from_environment
+from support.histories import commit_seed, seeds_from_environment
 from support.ported import ported_history, write_release_files
 from support.zookeeper import ZooKeeperEndpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PORT_SEEDS = seeds_from_environment("TEST_PORT_SEEDS", default=(1,))
+#: Three seeds that change with the commit (each printed, for a replay), or those named.
+PORT_SEEDS = seeds_from_environment("TEST_PORT_SEEDS", default=tuple(soak_seeds(commit_seed(), 3)))
 TIMEOUT = 40.0
 KILL_PROBABILITY = 0.3  # a ready process of the version SIGKILLed and restarted
 EARLY_PROBABILITY = 0.4  # the next version's processes started before this promotion
 KILL_LEADER_PROBABILITY = 0.25  # the new leader SIGKILLed as it takes over
+CRASH_POINT_PROBABILITY = 0.3  # the version's processes crash at random fenced writes
+CRASH_WRITES = 6  # a crash point is drawn from the first this many fenced leader writes
 
 
 def check(model: WalkModel, what: str, *, writes: bool) -> None:
@@ -48,6 +60,19 @@ def check(model: WalkModel, what: str, *, writes: bool) -> None:
     found = model.checker.check(writes_expected=writes, rows=True)
     assert not found, f"{what}: {describe(found)}"
     assert not model.run.unexpected_exits(), f"{what}: {model.run.unexpected_exits()}"
+
+
+def check_fingerprints(model: WalkModel, release: Release) -> None:
+    """The peer's fingerprint agreement: every collection of the catalog the promoted version
+    wrote has its builtin's schema fingerprint, as the release computes it, and no other
+    collection is there."""
+    found = read_catalog(model.run.consensus)
+    assert found is not None
+    catalog = found[0]
+    assert catalog.version == str(release.version), (catalog.version, release.version)
+    stored = {gid: ref.fingerprint for gid, ref in catalog.collections.items()}
+    expected = {b.global_id: fingerprint(b.schema) for b in release.builtins}
+    assert stored == expected, f"{release.version}: catalog {stored} != release {expected}"
 
 
 def promote_killing_the_leader(model: WalkModel, version: str, generation: int) -> str:
@@ -69,6 +94,63 @@ def promote_killing_the_leader(model: WalkModel, version: str, generation: int) 
         model.start(version, generation, 1)
     model.leader = model.wait_takeover(int(taken["epoch"]), generation)
     return victim
+
+
+def start_armed(model: WalkModel, rng: random.Random, version: str, generation: int,
+                count: int) -> dict[str, int]:  # fmt: skip
+    """Start ``count`` processes of the version, each armed to SIGKILL itself right before
+    its N-th fenced leader write, N drawn from 1..CRASH_WRITES (orchestrator.failpoints): the
+    peer's random crash points, at exact and replayable steps of a takeover."""
+    armed = {}
+    for _ in range(count):
+        point = rng.randint(1, CRASH_WRITES)
+        (name,) = model.start(version, generation, 1, crash_before_write=point)
+        armed[name] = point
+    return armed
+
+
+def promote_through_crash_points(
+    model: WalkModel, version: str, generation: int, armed: dict[str, int]
+) -> list[str]:
+    """Promote ``generation``, whose processes are armed: each leader in turn crashes at its
+    point, the next candidate takes over from what it left, and a process started unarmed once
+    none is left finishes the takeover. A survivor still armed (its point past the writes a
+    takeover makes) is SIGKILLed once it serves, and a fresh process takes over from it, so no
+    armed process outlives the promotion. The processes that crashed, in order."""
+    epoch = int((model.epoch() or {"epoch": 0})["epoch"])
+    model.do("promote", generation=generation)
+    taken = model.await_epoch(epoch, generation, safety=0.5)
+    assert model.catalog_version is not None
+    model.checker.row_rules.moved(model.catalog_version, version)
+    model.expect_exits(version, generation, refused=False)
+    crashed: list[str] = []
+    deadline = time.monotonic() + 4 * TIMEOUT
+    while True:
+        assert time.monotonic() < deadline, f"no leader of g{generation} serves; {crashed}"
+        for name in [n for n in armed if n not in crashed]:
+            process = model.run.sidecars.get(name)
+            if not process.running:
+                assert process.returncode == -signal.SIGKILL, (name, process.returncode)
+                process.exit_expected = True
+                model.live.pop(name, None)
+                crashed.append(name)
+        if not model.leader_group():
+            model.start(version, generation, 1)
+        taken = model.epoch() or {}
+        leader = str(taken.get("leader"))
+        node = model.run.process_node(leader) if leader in model.live else None
+        if taken.get("deploy_generation") == generation and node and node.state == "serving":
+            if leader not in armed:
+                model.leader = leader
+                return crashed
+            model.do("kill", processes=(leader,), note=f"armed at write {armed[leader]}, served")
+            model.live.pop(leader, None)
+            crashed.append(leader)
+            for name in [n for n in armed if n in model.live]:  # the rest go too, unarmed next
+                model.do("kill", processes=(name,), note=f"armed at write {armed[name]}")
+                model.live.pop(name, None)
+                crashed.append(name)
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("seed", PORT_SEEDS)
@@ -113,13 +195,19 @@ def test_builtin_schema_migration(
             model.wait(name, "ready")
         moves.append(rng)
         check(model, f"bootstrap {first}", writes=True)
+        check_fingerprints(model, history[0])
 
         for k, version in enumerate(versions[1:], start=1):
             generation, count = generations[version], ported.processes[version]
-            names = early.pop(version, None) or model.start(version, generation, count)
+            armed: dict[str, int] = {}
+            names = early.pop(version, None)
+            if names is None and rng.random() < CRASH_POINT_PROBABILITY:
+                armed = start_armed(model, rng, version, generation, count)
+                names = list(armed)
+            names = names or model.start(version, generation, count)
             for name in names:
                 model.wait(name, "ready")
-            if rng.random() < KILL_PROBABILITY:  # a crash after its check; a restart resumes
+            if not armed and rng.random() < KILL_PROBABILITY:  # a crash after its check
                 victim = rng.choice(names)
                 model.do("kill", processes=(victim,), note="a ready process, restarted")
                 model.live.pop(victim)
@@ -135,13 +223,17 @@ def test_builtin_schema_migration(
                 early[following] = started
             check(model, f"{version} ready", writes=False)
 
-            if rng.random() < KILL_LEADER_PROBABILITY:
+            if armed:
+                crashed = promote_through_crash_points(model, version, generation, armed)
+                print(f"{version}: crash points {armed}, crashed {crashed}")
+            elif rng.random() < KILL_LEADER_PROBABILITY:
                 promote_killing_the_leader(model, version, generation)
             else:
                 epoch = int((model.epoch() or {"epoch": 0})["epoch"])
                 model.do("promote", generation=generation, wait=TIMEOUT)
                 model.leader = model.wait_takeover(epoch, generation)
             model.promoted(version, generation)
+            check_fingerprints(model, next(r for r in history if str(r.version) == version))
             for _ in range(rng.randint(1, 2)):
                 moves.append(rng)
             moves.read(rng)

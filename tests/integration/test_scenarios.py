@@ -6,11 +6,8 @@ test server must not suffer). Each scenario and each walk runs in a fresh enviro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from orchestrator.scenario.format import ReleaseIndex, load_scenario, parse_scen
 from orchestrator.scenario.simulate import FAULT_KINDS, SimulationConfig, simulate
 from orchestrator.scenario.simulate.soak import SoakReport, replay, soak_seeds
 from orchestrator.testing.netns import unavailable
+from support.histories import commit_seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -274,18 +272,9 @@ def test_simulation_with_partitions(
     injected[-1000 * servers - seed] = result.faults
 
 
-def _commit_seed() -> int:
-    """A seed that changes with the commit under test (the date when git cannot tell)."""
-    found = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=SCENARIOS.parent, capture_output=True, text=True
-    )
-    text = found.stdout.strip() if found.returncode == 0 else time.strftime("%Y%m%d")
-    return int(hashlib.sha256(text.encode()).hexdigest()[:6], 16)
-
-
 # A small soak in CI on top of the fixed seeds: seeds that change with the commit, each
 # printed so that a failure can be replayed (scenario simulate --seed S --steps N ...).
-COMMIT_SEEDS = soak_seeds(_commit_seed(), 2)
+COMMIT_SEEDS = soak_seeds(commit_seed(), 2)
 COMMIT_STEPS = 16
 
 

@@ -10,9 +10,13 @@ for every collection at every version. Everything follows from the seed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import subprocess
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -185,3 +189,13 @@ def seeds_from_environment(variable: str, default: tuple[int, ...]) -> tuple[int
         low, _, high = part.partition("-")
         seeds.extend(range(int(low), int(high or low) + 1))
     return tuple(seeds)
+
+
+def commit_seed() -> int:
+    """A seed that changes with the commit under test (the date when git cannot tell)."""
+    found = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    text = found.stdout.strip() if found.returncode == 0 else time.strftime("%Y%m%d")
+    return int(hashlib.sha256(text.encode()).hexdigest()[:6], 16)

@@ -260,3 +260,32 @@ def test_a_surrogate_pair_is_one_character_and_an_exponent_a_decimal() -> None:
     table = parse('{"id": 1, "s": "\\ud83d\\ude00", "dec": "1.5e3"}')
     assert table.column("s")[0].as_py() == "\U0001f600"
     assert str(table.column("dec")[0].as_py()) == "1500.00"
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "stored"),
+    [
+        (pa.timestamp("ns"), "2000-01-01T00:00:00.123456789", 946_684_800_123_456_789),
+        (pa.timestamp("ns"), "2000-01-01T00:00:00.1234567890", 946_684_800_123_456_789),
+        (pa.time64("ns"), "12:00:00.000000001", 43_200_000_000_001),
+        (pa.timestamp("us"), "2000-01-01T00:00:00.1234560", 946_684_800_123_456),
+        (pa.timestamp("ms", tz="UTC"), "2000-01-01T01:00:00.123000+01:00", 946_684_800_123),
+        (pa.timestamp("us"), "2000-01-01T00:00:00.000000001", "time-precision"),
+        (pa.timestamp("ns"), "2000-01-01T00:00:00.1234567891", "time-precision"),
+        (pa.time64("us"), "12:00:00.0000005", "time-precision"),
+    ],
+)
+def test_digits_of_a_second_past_the_sixth_are_read_never_dropped(
+    kind: pa.DataType, text: str, stored: int | str
+) -> None:
+    """Python's ISO parser keeps six digits of a second and drops the rest: a nanosecond unit
+    gets them all, a coarser one refuses what it cannot hold (never truncated)."""
+    schema = pa.schema([pa.field("x", kind)])
+    line = f'{{"x": "{text}"}}\n'.encode()
+    if isinstance(stored, str):
+        with pytest.raises(BadInputError) as refused:
+            rows_to_table(line, schema)
+        assert refused.value.details["rule"] == stored
+        return
+    table = rows_to_table(line, schema)
+    assert table.column("x").cast(pa.int64())[0].as_py() == stored
