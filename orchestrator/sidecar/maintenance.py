@@ -111,16 +111,16 @@ class LeaderMaintenance:
         decided by anyone; the upgrade finalized now, if any. Feeds the pending gauges."""
         found = read_pending(ctx.consensus)
         pending = None if found is None else found[0]
+        # On ZooKeeper's clock: the switch's, and now (a fenced touch of gc/clock).
+        switched = None if pending is None else switched_at(ctx.consensus)
         if pending is not None and pending.finalizing is None and pending.finalize_at is not None:
-            # On ZooKeeper's clock: the switch's, and now (a fenced touch of gc/clock).
-            switched = switched_at(ctx.consensus)
             now = zookeeper_now(ctx.consensus, fence)
             if switched is not None and finalization_due(pending, switched, now):
                 request_finalization(
                     ctx.consensus, requested_by=self._config.process_id, reason="timer"
                 )
         done = complete_finalization(ctx, fence) if pending is not None else None
-        self._metrics.set_pending(None if done is not None else pending)
+        self._metrics.set_pending(None if done is not None else pending, switched)
         return done
 
     def _sweep(self, ctx: MigrationContext, fence: Fence, log: Any) -> None:

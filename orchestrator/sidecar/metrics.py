@@ -336,8 +336,10 @@ class SidecarMetrics:
                     self.schema_rows.labels(**labels).set(use.rows)
             self.retirable_schemas.labels(collection=item.name).set(len(item.coverage.retirable))
 
-    def set_pending(self, pending: PendingUpgrade | None) -> None:
-        """The serving leader's view of the pending upgrade (None: the version is final)."""
+    def set_pending(self, pending: PendingUpgrade | None, switched: float | None = None) -> None:
+        """The serving leader's view of the pending upgrade (None: the version is final).
+        With ``switched`` (the switch on ZooKeeper's clock, catalog.pending.switched_at) both
+        times are on ZooKeeper's clock, so no host's clock moves the overdue alert."""
         self.upgrade_pending.clear()
         if pending is None:
             self.pending_since.set(0)
@@ -345,9 +347,10 @@ class SidecarMetrics:
             return
         self.upgrade_pending.labels(version=pending.version,
                                     from_version=pending.from_version).set(1)  # fmt: skip
-        self.pending_since.set(pending.since)
+        since = pending.since if switched is None else switched
+        self.pending_since.set(since)
         at = pending.finalize_at
-        self.finalize_at.set(float("inf") if at is None else at)
+        self.finalize_at.set(float("inf") if at is None else since + (at - pending.since))
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
