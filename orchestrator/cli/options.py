@@ -113,7 +113,7 @@ def spark_options(func: F) -> F:
         "--spark-master",
         envvar="SPARK_MASTER",
         default=None,
-        help="Spark master, e.g. spark://HOST:7077 (default: local[<cores>]).",
+        help="Spark master, e.g. spark://HOST:7077 (default: local[N], N the machine's cores).",
     )(func)
     return func
 

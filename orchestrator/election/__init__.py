@@ -3,7 +3,8 @@
 Znodes below the environment root (see ``catalog.environment`` for the whole layout)::
 
     promotion               {"deploy_generation": G, "requested_by", "requested_at", "previous"}
-                            the promotion target; only ever raised, never lowered
+                            the promotion target; raised by a promotion, lowered only by
+                            a take-back while no process of the target took over
     election/<G>/n_<seq>    ephemeral sequential candidates of generation G, JSON
                             {"process_id", "session", "host", "pid"}
     epoch                   {"epoch": n, "leader": process_id, "deploy_generation": G,

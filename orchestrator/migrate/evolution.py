@@ -1,4 +1,4 @@
-"""Evolutions in two halves (docs/design-upgrade.md, step 6): expand before the switch,
+"""Evolutions in two halves (docs/design-upgrade.md, step 5): expand before the switch,
 contract after it.
 
 Before its catalog switch a leader registers on each evolved shard only the *expansion*: the

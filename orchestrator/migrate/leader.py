@@ -91,7 +91,8 @@ def _bootstrap(ctx: MigrationContext, leadership: Leadership, started: float) ->
 
 
 def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderResult:
-    """Step 6: everything a promoted leader does; idempotent and fenced by the epoch."""
+    """Step 5 of docs/design-upgrade.md: everything a promoted leader does; idempotent and
+    fenced by the epoch."""
     started = time.monotonic()
     found = read_catalog(ctx.consensus)
     if found is None:

@@ -27,7 +27,8 @@ log = structlog.get_logger(__name__)
 
 
 def check_read_only(ctx: MigrationContext) -> CheckResult:
-    """Step 4: plan and sanity-check; write only shards keyed by our own (version, generation).
+    """Step 3 of docs/design-upgrade.md: plan and sanity-check; write only shards keyed by
+    our own (version, generation).
 
     The release a pending upgrade came from plans its rollback instead (reads only)."""
     ctx.on_phase(PHASE_CHECKING)

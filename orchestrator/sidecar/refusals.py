@@ -82,8 +82,9 @@ ERRORS: Final[tuple[Refusal, ...]] = (
     Refusal("bad-input", S.BAD_REQUEST, "malformed input, named: the line and field of a JSON "
             "line, the field of an Arrow stream, a generation no process registered",
             error=BadInputError),
-    _own(UnauthorizedError, S.UNAUTHORIZED, "no token, or a wrong one"),
-    _own(ForbiddenError, S.FORBIDDEN, "the read token where the write token is needed"),
+    _own(UnauthorizedError, S.UNAUTHORIZED, "no token"),
+    _own(ForbiddenError, S.FORBIDDEN, "a wrong token, or the read token where the write token "
+         "is needed"),
     Refusal("not-found", S.NOT_FOUND, "no such endpoint", HTTP),
     _own(UnknownCollectionError, S.NOT_FOUND, "the release has no such builtin collection"),
     _own(NoShardError, S.NOT_FOUND, "the collection has no shard yet"),

@@ -166,3 +166,20 @@ def test_every_results_file_names_what_ran() -> None:
     for path in hook.RESULTS.glob("*.json"):
         assert f"`{path.name}`" in table
     assert all(re.search(r"\| \d{4}-\d{2}-\d{2}, [0-9a-f]{7}", row) for row in rows), rows
+
+
+def test_the_pages_name_every_type_a_post_takes_and_the_token_statuses() -> None:
+    """Claims bound to the code: every Content-Type a POST takes is named where the manual
+    lists them, and a missing token is 401, a wrong one 403, as the server answers."""
+    from orchestrator.sidecar.http import POST_TYPES
+    from orchestrator.sidecar.refusals import refusal_named
+
+    for page in ("operating.md", "http-api.md"):
+        text = (DOCS / page).read_text()
+        missing = [t for t in sorted(POST_TYPES) if f"`{t}`" not in text]
+        assert not missing, f"{page} does not name {missing}"
+    assert refusal_named("unauthorized").status == 401
+    assert "a wrong token" in refusal_named("forbidden").when
+    assert "Without the header a request answers 401, with a wrong token" in (
+        DOCS / "operating.md"
+    ).read_text().replace("\n", " ")
