@@ -183,3 +183,20 @@ def test_the_pages_name_every_type_a_post_takes_and_the_token_statuses() -> None
     assert "Without the header a request answers 401, with a wrong token" in (
         DOCS / "operating.md"
     ).read_text().replace("\n", " ")
+
+
+def test_no_table_is_broken_by_a_sentence() -> None:
+    """A Markdown table ends at a blank line: a line of prose right after a row renders as
+    one more (bogus) row, and the strict build does not see it."""
+    broken = []
+    for path in sorted(DOCS.rglob("*.md")):
+        lines = path.read_text().splitlines()
+        fenced = False
+        for number, (line, after) in enumerate(zip(lines, lines[1:]), start=1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            if fenced or not line.lstrip().startswith("|"):
+                continue
+            if after.strip() and not after.lstrip().startswith("|"):
+                broken.append(f"{path.relative_to(DOCS)}:{number + 1}: {after.strip()[:60]}")
+    assert not broken, "prose right after a table row:\n" + "\n".join(broken)
