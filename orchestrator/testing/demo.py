@@ -40,6 +40,7 @@ from catalog.release import Release, load_release_dir
 from catalog_client import SidecarError
 from orchestrator.logs import configure_logging
 from orchestrator.process_node import ProcessNode
+from orchestrator.status.commands import command
 from orchestrator.testing.harness import SidecarExited, SidecarProcess
 from orchestrator.testing.zkserver import EmbeddedZooKeeper
 from orchestrator.zookeeper.clients import close, connect
@@ -104,8 +105,9 @@ class Demo:
 
     def command(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
         """Run ``catalog-upgrade ARGS`` for the reader to see (its output goes to the terminal)."""
-        shown = " ".join(args)
-        self.say(f"[dim]$[/dim] [bold]catalog-upgrade {shown}[/bold]")
+        verb, *rest = args
+        shown = command(ENV, self.hosts, verb, *rest)  # as status prints it: where it acts
+        self.say(f"[dim]$[/dim] [bold]{escape(shown)}[/bold]")
         sys.stdout.flush()
         result = subprocess.run(
             [
@@ -124,7 +126,7 @@ class Demo:
             check=False,
         )
         if check and result.returncode != 0:
-            raise DemoError(f"`catalog-upgrade {shown}` exited with {result.returncode}")
+            raise DemoError(f"`{shown}` exited with {result.returncode}")
         return result
 
     # -- processes --------------------------------------------------------------------------
@@ -136,10 +138,9 @@ class Demo:
     def start_sidecar(
         self, name: str, release: Path, generation: int, *flags: str
     ) -> SidecarProcess:
-        self.say(
-            f"[dim]$[/dim] [bold]catalog-upgrade sidecar --release {release.name} "
-            f"--deploy-generation {generation} {' '.join(flags)}[/bold]  [dim](as {name})[/dim]"
-        )
+        shown = command(ENV, self.hosts, "sidecar", "--release", release.name,
+                        "--deploy-generation", str(generation), *flags)  # fmt: skip
+        self.say(f"[dim]$[/dim] [bold]{escape(shown)}[/bold]  [dim](as {name})[/dim]")
         sidecar = SidecarProcess.start(
             zk=self.hosts,
             env=ENV,
