@@ -38,7 +38,7 @@ from catalog.schema.evolution import (
     is_backward_compatible,
     migration_type,
 )
-from catalog.schema.fingerprints import fingerprint
+from catalog.schema.fingerprints import fingerprint, schema_json
 from catalog.schema.history import TOMBSTONE_KEY, is_tombstone, live_schema, partner_child
 from catalog.schema.ids import field_id, former_names, renamed
 from catalog.schema.reader import check_reader
@@ -93,6 +93,7 @@ __all__ = [
     "renamed",
     "schema_diff",
     "schema_from_bytes",
+    "schema_json",
     "schema_to_bytes",
     "visit",
     "visit_with_partner",

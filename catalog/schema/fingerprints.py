@@ -115,6 +115,14 @@ def _unnamed(field: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in field.items() if k != "name"}
 
 
+def schema_json(schema: pa.Schema) -> list[dict[str, Any]]:
+    """The schema's fields in the canonical JSON form the fingerprint hashes: each field's
+    name, nullability and type with its parameters, nested children included (what
+    ``GET /collections`` tells an integrator)."""
+    fields: list[dict[str, Any]] = visit(as_data_type(schema), _Canonical())["fields"]
+    return fields
+
+
 def fingerprint(schema: pa.Schema) -> str:
     """A stable hex SHA-256 of the canonical schema.
 
@@ -125,7 +133,7 @@ def fingerprint(schema: pa.Schema) -> str:
     """
     canonical = {
         "fingerprint_version": _FINGERPRINT_VERSION,
-        "fields": visit(as_data_type(schema), _Canonical())["fields"],
+        "fields": schema_json(schema),
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()

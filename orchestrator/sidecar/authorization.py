@@ -6,7 +6,7 @@ Roles, once any token is configured (``--http-token-file``, ``--http-read-token-
 ``/healthz``, ``/readyz``, ``/``     anyone (probes; the page itself holds no data, it asks
                                      for a token and sends it with its requests)
 ``/metrics``                         anyone with ``--metrics-public``, else a token
-``/status``, ``/history``, ``/read`` the read token or the write token
+``/status``, ``/history``, ``/collections``, ``/read`` the read token or the write token
 ``POST /promote``, ``POST /append``  the write token only
 ==================================  ==========================================================
 
@@ -42,6 +42,7 @@ ROLES: Final = {
     "metrics": READ,
     "status": READ,
     "history": READ,
+    "collections": READ,
     "read": READ,
     "promote": WRITE,
     "finalize": WRITE,

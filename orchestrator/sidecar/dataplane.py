@@ -39,7 +39,7 @@ from catalog.errors import (
 )
 from catalog.release import Builtin, Release
 from catalog.retry import CasRetry
-from catalog.schema import migrate_batch
+from catalog.schema import fingerprint, migrate_batch, schema_json
 from catalog.shard import (
     DIFF,
     TS,
@@ -160,6 +160,23 @@ class SidecarDataPlane:
 
     def history_json(self) -> list[dict[str, Any]]:
         return history_document(self._connection.require())
+
+    def collections_json(self) -> Mapping[str, Any]:
+        """The collections this release serves, each with its schema as appends must send it
+        and reads give it (``GET /collections``)."""
+        return {
+            "version": str(self._release.version),
+            "collections": [
+                {
+                    "name": b.name,
+                    "global_id": b.global_id,
+                    "kind": b.kind,
+                    "fingerprint": fingerprint(b.schema),
+                    "fields": schema_json(b.schema),
+                }
+                for b in sorted(self._release.builtins, key=lambda b: b.name)
+            ],
+        }
 
     def metrics_text(self) -> bytes:
         return self._metrics.render()

@@ -115,6 +115,8 @@ class SidecarApi(Protocol):
 
     def history_json(self) -> list[dict[str, Any]]: ...
 
+    def collections_json(self) -> Mapping[str, Any]: ...
+
     def metrics_text(self) -> bytes: ...
 
     def promote(
@@ -138,6 +140,7 @@ ROUTES = Map(
         Rule("/healthz", endpoint="healthz", methods=["GET"]),
         Rule("/readyz", endpoint="readyz", methods=["GET"]),
         Rule("/status", endpoint="status", methods=["GET"]),
+        Rule("/collections", endpoint="collections", methods=["GET"]),
         Rule("/metrics", endpoint="metrics", methods=["GET"]),
         Rule("/read", endpoint="read", methods=["GET"]),
         Rule("/promote", endpoint="promote", methods=["POST"]),
@@ -285,6 +288,9 @@ class SidecarApp:
         return json_response(
             HTTPStatus.OK, self.api.status_json(coverage="coverage" in request.args)
         )
+
+    def collections(self, _request: Request) -> Response:
+        return json_response(HTTPStatus.OK, self.api.collections_json())
 
     def metrics(self, _request: Request) -> Response:
         return Response(self.api.metrics_text(), content_type=METRICS_CONTENT_TYPE)

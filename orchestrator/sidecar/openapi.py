@@ -49,7 +49,8 @@ _TEXT = {"type": "string"}
 #: Rows as JSON lines, in the forms reads write and appends read (docs/http-api.md).
 _ROWS = {
     "type": "string",
-    "description": "One JSON object per row and line: times and dates in ISO 8601 (an append "
+    "description": "One JSON object per row and line, of the collection's fields as "
+    "GET /collections lists them: times and dates in ISO 8601 (an append "
     "may also send a timestamp as an integer in its unit), durations in seconds, binary in "
     "base64, decimals as strings, structs and maps as objects, lists as arrays.",
 }
@@ -75,6 +76,11 @@ ENDPOINTS: Final[Mapping[str, Mapping[str, Any]]] = {
         "parameters": [{"name": "coverage", "in": "query", "required": False,
                         "schema": {"type": "string"}}],
         "ok": {JSON_TYPE: _OBJECT},
+    },
+    "collections": {
+        "summary": "The collections this release serves, each with its schema: the fields an "
+        "append sends and a read gives, their types and nullability",
+        "ok": {JSON_TYPE: {"$ref": "#/components/schemas/Collections"}},
     },
     "metrics": {"summary": "Prometheus metrics", "ok": {"text/plain": _TEXT}},
     "read": {
@@ -161,6 +167,45 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "ts": {"type": "integer"},
                         "upper": {"type": "integer"},
                         "replayed": {"type": "boolean"},
+                    },
+                },
+                "Field": {
+                    "type": "object",
+                    "required": ["name", "nullable", "type"],
+                    "description": "One field: its name, whether it takes null, and its Arrow "
+                    "type (``type`` names it; units, time zones, precision and scale, and the "
+                    "fields or element of a nested type, beside it)",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "nullable": {"type": "boolean"},
+                        "type": {"type": "object", "required": ["type"]},
+                    },
+                },
+                "Collections": {
+                    "type": "object",
+                    "required": ["version", "collections"],
+                    "description": "What ``POST /append`` takes and ``GET /read`` gives, per "
+                    "collection of this release",
+                    "properties": {
+                        "version": {"type": "string"},
+                        "collections": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["name", "global_id", "kind", "fingerprint",
+                                             "fields"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "global_id": {"type": "string"},
+                                    "kind": {"type": "string"},
+                                    "fingerprint": {"type": "string"},
+                                    "fields": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/Field"},
+                                    },
+                                },
+                            },
+                        },
                     },
                 },
             },

@@ -64,6 +64,9 @@ class ShowOnlyApi:
     def metrics_text(self) -> bytes:
         return self.shows.metrics_text()
 
+    def collections_json(self) -> Mapping[str, Any]:
+        raise self.refusal("collections")
+
     def promote(
         self, deploy_generation: int | None, requested_by: str | None = None
     ) -> Mapping[str, Any]:

@@ -47,6 +47,9 @@ class ScriptedApi:
     def history_json(self) -> list[dict[str, Any]]:
         return [{"deploy_generation": 1, "outcome": "bootstrapped"}]
 
+    def collections_json(self) -> Mapping[str, Any]:
+        return {"version": "0.1.0", "collections": []}
+
     def metrics_text(self) -> bytes:
         return self.metrics_.render()
 

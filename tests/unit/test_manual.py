@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 from pathlib import Path
 from types import ModuleType
@@ -192,7 +193,7 @@ def test_no_table_is_broken_by_a_sentence() -> None:
     for path in sorted(DOCS.rglob("*.md")):
         lines = path.read_text().splitlines()
         fenced = False
-        for number, (line, after) in enumerate(zip(lines, lines[1:]), start=1):
+        for number, (line, after) in enumerate(itertools.pairwise(lines), start=1):
             if line.lstrip().startswith("```"):
                 fenced = not fenced
             if fenced or not line.lstrip().startswith("|"):

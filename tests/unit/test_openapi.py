@@ -34,7 +34,7 @@ def test_every_route_is_described_with_its_credential_and_every_refusal() -> Non
                 codes = " ".join(r["description"] for r in operation["responses"].values())
                 for refusal in ERRORS:
                     assert f"`{refusal.code}`" in codes, (rule.rule, refusal.code)
-    assert operations == len(ENDPOINTS) == 11
+    assert operations == len(ENDPOINTS) == 12
     enumerated = document["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
     assert enumerated == sorted(r.code for r in ERRORS)
     append = document["paths"]["/append"]["post"]
