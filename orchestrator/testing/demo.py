@@ -282,7 +282,7 @@ def run_story(demo: Demo) -> None:
     demo.say(
         "Until it is final (after --finalize-after, 24 h by default, or now, by hand), "
         f"{plan.get('from') or old.stem} started at a new generation and promoted is a "
-        "rollback (docs/concepts.md: Rolling back)"
+        "rollback (docs/operating.md: Rolling back a pending upgrade)"
     )
     demo.command("finalize", "--version", plan.get("to") or new.stem, "--wait", "30")
     demo.say("final: contractions registered; the leader finalizes the replaced shards next")
