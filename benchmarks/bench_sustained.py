@@ -10,10 +10,10 @@ reading the shard's Parquet files in this process, and the ZooKeeper writes each
 Then, for each count of ``--writers`` (4, then 16), ``--minutes`` minutes of: that many clients
 appending one row each to the small collection in a loop (it grows: each minute records the rows
 read), one client appending NDJSON bodies of ``--ndjson-rows`` rows to a third collection (so
-the large read stays its size), and one reader reading both in turns. Every ``--interval``
-seconds (a minute) it records the reads' p50 and p99, the batches each shard lists (its state in
-ZooKeeper), the merge lag (``/metrics``) and the appends per second. Prints one JSON object and
-writes it to ``benchmarks/results/sustained.json``; the targets are in
+the large read stays its size), and one reader, a process of its own, reading both in turns.
+Every ``--interval`` seconds (a minute) it records the reads' p50 and p99, the batches each
+shard lists (its state in ZooKeeper), the merge lag (``/metrics``) and the appends per second.
+Prints one JSON object and writes it to ``benchmarks/results/sustained.json``; the targets are in
 ``benchmarks/targets.py``.
 """
 
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import queue
 import statistics
 import tempfile
 import threading
@@ -86,8 +88,20 @@ def percentiles(samples: list[float]) -> dict[str, float | None]:
     }
 
 
+def read_in_turns(url: str, timings: Any, stop: Any) -> None:
+    """The reader of a phase, in a process of its own (as a database reading its catalog is):
+    both collections in turns, each read's (collection, seconds, rows) put on ``timings``."""
+    client = SidecarClient(url, timeout=120, retry_deadline=60)
+    while not stop.is_set():
+        for collection in (SMALL, LARGE):
+            started = time.perf_counter()
+            read = client.read(collection).num_rows
+            timings.put((collection, time.perf_counter() - started, read))
+
+
 class Load:
-    """The writers and the reader of one phase, on threads; counters read by the sampler."""
+    """The writers of one phase on threads, its reader in a process; counters read by the
+    sampler."""
 
     def __init__(self, url: str, writers: int, ndjson_rows: int, first: int) -> None:
         self._url = url
@@ -98,30 +112,44 @@ class Load:
         self.stop = threading.Event()
         self.appends = 0
         self.refused = 0
-        self.reads: dict[str, list[float]] = {SMALL: [], LARGE: []}
         #: Rows the last read of each collection returned (the small one grows).
         self.rows: dict[str, int] = {SMALL: 0, LARGE: 0}
         self.threads = [
             *(threading.Thread(target=self._one_row, daemon=True) for _ in range(writers)),
             threading.Thread(target=self._ndjson, daemon=True),
-            threading.Thread(target=self._reader, daemon=True),
         ]
+        spawn = multiprocessing.get_context("spawn")
+        self._timings = spawn.Queue()
+        self._reading = spawn.Event()
+        self._reader = spawn.Process(
+            target=read_in_turns, args=(url, self._timings, self._reading), daemon=True
+        )
 
     def start(self) -> None:
+        self._reader.start()
         for thread in self.threads:
             thread.start()
 
     def join(self) -> None:
         self.stop.set()
+        self._reading.set()
         for thread in self.threads:
             thread.join(timeout=120)
+        self._reader.join(timeout=120)
 
     def take(self) -> tuple[int, int, dict[str, list[float]]]:
         """The counts since the last take."""
+        reads: dict[str, list[float]] = {SMALL: [], LARGE: []}
+        while True:
+            try:
+                collection, seconds, rows = self._timings.get_nowait()
+            except queue.Empty:
+                break
+            reads[collection].append(seconds)
+            self.rows[collection] = rows
         with self._lock:
-            taken = (self.appends, self.refused, self.reads)
+            taken = (self.appends, self.refused, reads)
             self.appends, self.refused = 0, 0
-            self.reads = {SMALL: [], LARGE: []}
         return taken
 
     def _number(self, count: int) -> int:
@@ -143,17 +171,6 @@ class Load:
             client.append_body(BULK, body, content_type="application/x-ndjson")
             with self._lock:
                 self.appends += 1
-
-    def _reader(self) -> None:
-        client = SidecarClient(self._url, timeout=120, retry_deadline=60)
-        while not self.stop.is_set():
-            for collection in (SMALL, LARGE):
-                started = time.perf_counter()
-                read = client.read(collection).num_rows
-                took = time.perf_counter() - started
-                with self._lock:
-                    self.reads[collection].append(took)
-                    self.rows[collection] = read
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 :mod:`~catalog.blob.store` (``BlobStore``) over ``pyarrow.fs``; :mod:`~catalog.blob.faults`
 sorts a store's failures into the project's errors; :mod:`~catalog.blob.uri` says what a blob
-URI may carry; :mod:`~catalog.blob.s3` opens an ``s3://`` store with bounded timeouts.
+URI may carry; :mod:`~catalog.blob.s3` opens an ``s3://`` store with bounded timeouts;
+:mod:`~catalog.blob.cache` keeps decoded batches in memory for the next read.
 """
 
 from catalog.blob.store import ENDPOINT_ENV, TEMP_MARKER, BlobInfo, BlobStore

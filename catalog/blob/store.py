@@ -40,6 +40,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import structlog
 
+from catalog.blob.cache import BatchCache
 from catalog.blob.faults import blob_error, is_transport
 from catalog.blob.s3 import open_s3
 from catalog.blob.uri import check_uri
@@ -90,6 +91,9 @@ class BlobStore:
     endpoint: str | None = None
     #: ``uri`` with this process's endpoint written in (``located_uri``).
     location: str | None = None
+    #: Batches read before, kept decoded (a serving sidecar's store has one): see
+    #: :mod:`catalog.blob.cache`.
+    cache: BatchCache | None = None
 
     @classmethod
     def from_uri(cls, uri: str, *, endpoint: str | None = None) -> BlobStore:
@@ -277,18 +281,44 @@ class BlobStore:
         ``columns`` when given.
 
         When the combined read fails or its row count differs from ``sum(expected_rows)``, the
-        files are read one by one to name the culprit in a :class:`CorruptBlobError`.
+        files are read one by one to name the culprit in a :class:`CorruptBlobError`. With a
+        :attr:`cache` and ``expected_rows``, the batches it holds come from memory and only the
+        others are read (and kept).
         """
         if expected_rows is not None and len(expected_rows) != len(keys):
             raise ValueError("expected_rows must have one count per key")
+        if not keys:
+            raise ValueError("get_batches needs at least one key")
+        if self.cache is None or expected_rows is None:
+            return self._read_batches(keys, columns, expected_rows)
+        cache = self.cache
+        tables = [cache.get(key, columns) for key in keys]
+        missing = [index for index, table in enumerate(tables) if table is None]
+        if missing:
+            read = self._read_batches(
+                [keys[i] for i in missing], columns, [expected_rows[i] for i in missing]
+            )
+            offset = 0
+            for index in missing:  # its row count checked: the files' rows in their order
+                part = read.slice(offset, expected_rows[index])
+                offset += expected_rows[index]
+                cache.put(keys[index], columns, part)
+                tables[index] = part
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _read_batches(
+        self,
+        keys: Sequence[str],
+        columns: Sequence[str] | None,
+        expected_rows: Sequence[int] | None,
+    ) -> pa.Table:
+        """:meth:`get_batches` from the files, in one call."""
         if len(keys) == 1:
             return self.get_batch(
                 keys[0],
                 columns=columns,
                 expected_rows=None if expected_rows is None else expected_rows[0],
             )
-        if not keys:
-            raise ValueError("get_batches needs at least one key")
         try:
             table = pq.read_table(
                 [self.path(k) for k in keys],

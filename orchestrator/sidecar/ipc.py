@@ -173,14 +173,19 @@ def _requires_values(dtype: pa.DataType) -> bool:
 
 
 def stream_chunks(table: pa.Table, batch_rows: int = READ_BATCH_ROWS) -> Iterator[bytes]:
-    """``table`` as an Arrow IPC stream, one serialized record batch at a time."""
+    """``table`` as an Arrow IPC stream, one serialized record batch of up to ``batch_rows``
+    rows at a time: the schema goes with the first batch and the end-of-stream marker with
+    the last, so a table of at most ``batch_rows`` rows is one chunk. A snapshot's table has
+    a chunk per batch it consolidated: each slice is combined into one record batch first,
+    so the writer makes one call per chunk (each call lets go of the GIL, and under load
+    taking it back costs a thread switch)."""
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
-        yield _drained(sink)
-        for batch in table.to_batches(max_chunksize=batch_rows):
-            writer.write_batch(batch)
-            yield _drained(sink)
-    yield _drained(sink)  # the end-of-stream marker
+        for first in range(0, table.num_rows, batch_rows):
+            if first:
+                yield _drained(sink)
+            writer.write_table(table.slice(first, batch_rows).combine_chunks())
+    yield _drained(sink)
 
 
 def _drained(sink: io.BytesIO) -> bytes:

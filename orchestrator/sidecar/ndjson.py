@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from catalog.errors import BadInputError, TooManyRowsError
-from orchestrator.sidecar.ipc import check_nulls
+from orchestrator.sidecar.ipc import READ_BATCH_ROWS, check_nulls
 from orchestrator.sidecar.jsonvalues import Refused, converter, loads, writable
 
 #: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
@@ -218,7 +218,7 @@ def _too_deep(number: int) -> BadInputError:
     )
 
 
-def json_lines(table: pa.Table, batch_rows: int = 64 * 1024) -> Iterator[bytes]:
+def json_lines(table: pa.Table, batch_rows: int = READ_BATCH_ROWS) -> Iterator[bytes]:
     """``table``'s rows as JSON lines (values in their
     :func:`~orchestrator.sidecar.jsonvalues.writable` forms), a chunk of about ``batch_rows``
     rows at a time.

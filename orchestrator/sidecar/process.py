@@ -26,9 +26,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import structlog
 
 from catalog.blob import BlobStore
+from catalog.blob.cache import BatchCache
 from catalog.environment import read_catalog
 from catalog.errors import (
     EXIT_OK,
@@ -215,7 +217,8 @@ class Sidecar:
         blob_uri = resolve_blob_uri(
             self.config.blob, found[0].blob_uri if found else None, self.config.env
         )
-        blob = BlobStore.from_uri(blob_uri)
+        # Reads keep the batches they decoded: the next read opens only the new ones.
+        blob = attrs.evolve(BlobStore.from_uri(blob_uri), cache=BatchCache())
         try:  # a wrong credential or a missing bucket is configuration: exit 2, nothing written
             blob.probe()
         except BlobUnreachableError as exc:  # an outage: start, and say so until it answers

@@ -223,15 +223,17 @@ class SidecarHttpServer:
     async def _pulled(self, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         """A streamed answer's chunks, each made on a worker thread (never on the loop)."""
         loop = asyncio.get_running_loop()
+        ended = False
         try:
             while True:
                 chunk = await loop.run_in_executor(self._workers, next, chunks, None)
                 if chunk is None:
+                    ended = True  # a generator run to its end closed itself
                     return
                 yield chunk
         finally:
             close = getattr(chunks, "close", None)
-            if close is not None:
+            if close is not None and not ended:
                 await loop.run_in_executor(self._workers, close)
 
 

@@ -154,9 +154,25 @@ def test_more_rows_than_the_limit_are_refused_while_reading() -> None:
 def test_a_read_streams_batch_by_batch_and_reads_back_whole() -> None:
     table = rows(*({"id": i, "name": str(i)} for i in range(1000)))
     chunks = list(stream_chunks(table, batch_rows=100))
-    assert len(chunks) == 12  # the schema, ten batches, the end marker
+    assert len(chunks) == 10  # the schema with the first batch, the end marker with the last
     assert max(len(c) for c in chunks) < 4 * 1024
     assert pa.ipc.open_stream(b"".join(chunks)).read_all().equals(table)
+
+
+def test_a_read_of_many_small_chunks_is_one_record_batch() -> None:
+    """A snapshot's table holds a chunk per batch it read: written as one record batch, one
+    chunk, when its rows fit one."""
+    table = pa.concat_tables([rows({"id": i, "name": str(i)}) for i in range(50)])
+    assert table.column(0).num_chunks == 50
+    (chunk,) = stream_chunks(table, batch_rows=100)
+    reader = pa.ipc.open_stream(chunk)
+    assert [b.num_rows for b in reader] == [50]
+
+
+def test_an_empty_read_is_its_schema_and_end_marker() -> None:
+    empty = rows({"id": 1}).slice(0, 0)
+    (chunk,) = stream_chunks(empty)
+    assert pa.ipc.open_stream(chunk).read_all().equals(empty)
 
 
 GRANTS = pa.schema(
