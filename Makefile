@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 # What the demo needs (the product and its client), not the test and dev tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test check packages lint typecheck docs unit integration bench bench-smoke soak clean zookeeper s3 \
+.PHONY: demo test check packages lint typecheck docs docs-update unit integration bench bench-smoke soak clean zookeeper s3 \
 	spark-cluster prometheus-rule
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml docs/requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./client -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[test,dev]' -r docs/requirements.txt
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml client/pyproject.toml
@@ -51,9 +51,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The manual: an MkDocs site, built strict (a broken link fails the build).
-docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+# The manual: an MkDocs site, built strict (a broken link fails the build), with a docs-only
+# install: its generated text is in the pages already (docs/hooks/markers.py).
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+$(DOCS_STAMP): docs/requirements.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
+
+# Rewrite the text generated into the pages (defaults, figures, the CLI and API references,
+# the code map) from the code and benchmarks/results; make test fails while a page is stale.
+docs-update: $(STAMP)
+	$(BIN)/python docs/hooks/generated.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests/unit
@@ -95,4 +108,4 @@ bench-smoke: $(STAMP)
 	$(BIN)/python benchmarks/smoke.py
 
 clean:
-	rm -rf $(VENV) var site demo-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DOCS_VENV) var site demo-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,6 @@
-"""MkDocs hook: the benchmark page's figures, generated from ``benchmarks/results/*.json``.
+"""The benchmark page's figures, generated from ``benchmarks/results/*.json``.
 
-The page holds a marker; this hook replaces it with one section per results file: its scalar
+The page's marker holds one section per results file: its scalar
 figures as a table, and any list of levels (appends, reads) as a table of its own. Nothing on
 the page is typed by hand, so a figure cannot drift from what a script wrote.
 """
@@ -12,33 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MARKER = "<!-- benchmark figures -->"
-VERDICTS = "<!-- benchmark verdicts -->"
-RUNS = "<!-- benchmark runs -->"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
-#: Markers of the operating page's cut-over section, written from ``cutover.json``.
-CUTOVER_TIMELINE = "<!-- cutover timeline -->"
-CUTOVER_FIGURES = "<!-- cutover figures -->"
-
-
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    if MARKER in markdown:
-        markdown = markdown.replace(MARKER, figures(RESULTS))
-    if VERDICTS in markdown:
-        markdown = markdown.replace(VERDICTS, verdicts())
-    if RUNS in markdown:
-        markdown = markdown.replace(RUNS, runs(RESULTS))
-    if CUTOVER_TIMELINE in markdown or CUTOVER_FIGURES in markdown:
-        run = _latest(RESULTS / "cutover.json")
-        markdown = markdown.replace(CUTOVER_TIMELINE, cutover_timeline(run))
-        markdown = markdown.replace(CUTOVER_FIGURES, cutover_figures(run))
-    return markdown
-
-
-def _latest(path: Path) -> dict[str, Any] | None:
-    """The last run a results file holds (None: no such file yet)."""
+def latest_cutover() -> dict[str, Any] | None:
+    """The last run ``cutover.json`` holds (None: no such file yet), for the operating
+    page's cut-over section."""
+    path = RESULTS / "cutover.json"
     if not path.exists():
         return None
     runs = json.loads(path.read_text())

@@ -1,9 +1,9 @@
-"""MkDocs hook: the CLI's reference and its environment variables, written from the commands.
+"""The CLI's reference and its environment variables, written from the commands.
 
-``<!-- environment variables -->`` becomes every ``CATALOG_UPGRADE_*`` (and other) variable the
+``<!-- environment variables -->`` holds every ``CATALOG_UPGRADE_*`` (and other) variable the
 product reads: those of command options, with the options and commands they set, and those the
 code reads itself (found in the sources, with the module that reads each).
-``<!-- cli reference -->`` becomes each command's options, with their defaults and variables,
+``<!-- cli reference -->`` holds each command's options, with their defaults and variables,
 as ``--help`` shows them. Both come from the click commands, so they cannot drift.
 """
 
@@ -13,22 +13,11 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIABLES = "<!-- environment variables -->"
-REFERENCE = "<!-- cli reference -->"
 _READ_IN_CODE = re.compile(r'^[A-Z_]+ = "(CATALOG_UPGRADE_[A-Z_]+)"', re.MULTILINE)
-
-
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    if VARIABLES in markdown:
-        markdown = markdown.replace(VARIABLES, variables())
-    if REFERENCE in markdown:
-        markdown = markdown.replace(REFERENCE, reference())
-    return markdown
 
 
 def commands() -> list[tuple[str, click.Command]]:

@@ -1,6 +1,6 @@
-"""MkDocs hook: the code map, written from each module's docstring.
+"""The code map, written from each module's docstring.
 
-``<!-- code map -->`` becomes a tree of the packages (``catalog``, ``orchestrator``, the client's
+``<!-- code map -->`` holds a tree of the packages (``catalog``, ``orchestrator``, the client's
 ``catalog_client``): each package and module with the first sentence of its docstring. The map is
 the code's own account, so it cannot name a module that is gone or miss one that was added;
 ``tests/unit/test_code_map.py`` fails on a module without a docstring.
@@ -12,20 +12,12 @@ import ast
 import re
 import textwrap
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = "<!-- code map -->"
 #: The packages mapped, from the repository's root.
 PACKAGES = (Path("catalog"), Path("orchestrator"), Path("client/catalog_client"))
 #: Where descriptions start, and the width they wrap to.
 NAME_WIDTH, WIDTH = 26, 80
-
-
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, "```\n" + "\n".join(code_map()) + "\n```")
 
 
 def code_map() -> list[str]:

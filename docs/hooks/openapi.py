@@ -1,11 +1,11 @@
-"""MkDocs hook: the API reference page, rendered from the sidecar's own OpenAPI description,
+"""The API reference page, rendered from the sidecar's own OpenAPI description,
 and the HTTP API page's table of errors, rendered from the API's one table of them.
 
-The reference page holds a marker; this hook replaces it with one section per operation (its
+The reference page's marker holds one section per operation (its
 credential, parameters, body types and every answer with its ``error`` codes), made from
 ``orchestrator.sidecar.openapi.openapi_document``: the same document the sidecar serves at
 ``/openapi.json``, so the reference cannot drift from the routing or the error table. The
-errors' marker becomes one row per code of ``orchestrator.sidecar.refusals.ERRORS``.
+errors' marker holds one row per code of ``orchestrator.sidecar.refusals.ERRORS``.
 """
 
 from __future__ import annotations
@@ -16,16 +16,10 @@ from typing import Any
 from orchestrator.sidecar.openapi import openapi_document
 from orchestrator.sidecar.refusals import ERRORS
 
-MARKER = "<!-- openapi reference -->"
-ERRORS_MARKER = "<!-- error table -->"
 
-
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    if ERRORS_MARKER in markdown:
-        markdown = markdown.replace(ERRORS_MARKER, error_table())
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, reference(openapi_document("(this release)")))
+def api_reference() -> str:
+    """This release's API, operation by operation, then its bodies."""
+    return reference(openapi_document("(this release)"))
 
 
 def error_table() -> str:

@@ -1,9 +1,9 @@
-"""MkDocs hook: the home page's list of pages, written from the nav.
+"""The home page's list of pages, written from the nav.
 
 The nav in ``mkdocs.yml`` is the one page list, in sections by reader (what it is, integrate,
 operate, contribute). Each page says what it holds in its front matter (``description:``); the
-home page's ``<!-- pages -->`` becomes the nav's sections and pages, in order, each with its
-description. A page without one fails the build.
+home page's ``<!-- pages -->`` holds the nav's sections and pages, in order, each with its
+description. A page without one fails ``make docs-update``.
 """
 
 from __future__ import annotations
@@ -11,14 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-MARKER = "<!-- pages -->"
 DOCS = Path(__file__).resolve().parents[1]
-
-
-def on_page_markdown(markdown: str, config: Any, **_: Any) -> str:
-    if MARKER not in markdown:
-        return markdown
-    return markdown.replace(MARKER, page_list(config["nav"]))
 
 
 def page_list(nav: list[Any]) -> str:

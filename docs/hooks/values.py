@@ -1,7 +1,7 @@
-"""MkDocs hook: figures in prose, written from the code's defaults and the benchmarks' results.
+"""Figures in prose, written from the code's defaults and the benchmarks' results.
 
-A page does not type a default or a measured figure; it names where the figure lives, and the
-build writes it:
+A page does not type a default or a measured figure; it names where the figure lives, and
+``make docs-update`` writes it after the marker (``markers``):
 
 * ``<!-- default orchestrator.sidecar.exchange:ServerLimits.workers -->``: a module's value
   (a constant, or a field default of an attrs class);
@@ -14,7 +14,7 @@ build writes it:
   of a list whose fields match. An optional format spec follows any marker (``,.0f``,
   ``.1%``, or a unit: ``KiB``, ``MiB`` for bytes, ``min``, ``h`` for seconds).
 
-A marker that names nothing fails the build, as a broken link does.
+A marker that names nothing fails ``make docs-update`` and the test of the pages.
 """
 
 from __future__ import annotations
@@ -29,14 +29,10 @@ import attrs
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-_MARKER = re.compile(r"<!-- (default|count|appends|result) ([^ ]+)(?: ([^ ]+))? -->")
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:
-    return _MARKER.sub(lambda m: _value(m.group(1), m.group(2), m.group(3)), markdown)
-
-
-def _value(kind: str, name: str, spec: str | None = None) -> str:
+def value(kind: str, name: str, spec: str | None = None) -> str:
+    """The text of an inline marker: ``kind`` of ``markers.INLINE``, what it names, its spec."""
     if kind == "default":
         return _formatted(default(name), spec)
     if kind == "count":
