@@ -49,6 +49,7 @@ from orchestrator.sidecar.dataplane import CUTOVER_HOLD_SECONDS, SidecarDataPlan
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.refusals import process_error
 from orchestrator.sidecar.server import configured_server
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.zookeeper.clients import consensus_for
@@ -323,20 +324,13 @@ class Sidecar:
 
     def _finish(self, state: State, exc: BaseException) -> None:
         """Record why the process ends (node and event) before it exits."""
-        error = (
-            exc.to_json()
-            if isinstance(exc, CatalogError)
-            else {
-                "error": type(exc).__name__,
-                "message": str(exc),
-                "exit_code": EXIT_UNEXPECTED,
-            }
-        )
+        error = process_error(exc)
         self.progress.error = error
         self._log.warning(
             state.value,
             **{k: v for k, v in error.items() if k != "error"},
-            error_class=error.get("error"),
+            error=error["error"],
+            error_class=type(exc).__name__,  # for the one who reads the log, not a reader
         )
         if not self.connection.registered:
             # Refused before registering (bad configuration): nothing may be written.

@@ -18,6 +18,7 @@ from typing import Any, Final
 import attrs
 
 from catalog.errors import (
+    EXIT_UNEXPECTED,
     BadIdempotencyKeyError,
     BadInputError,
     BlobBucketMissingError,
@@ -44,7 +45,16 @@ from catalog.errors import (
 )
 from orchestrator.sidecar.groupcommit import AppendOutcomeUnknownError
 
-__all__ = ["APPLICATION", "ERRORS", "HTTP", "Refusal", "body_of", "refusal_named", "refusal_of"]
+__all__ = [
+    "APPLICATION",
+    "ERRORS",
+    "HTTP",
+    "Refusal",
+    "body_of",
+    "process_error",
+    "refusal_named",
+    "refusal_of",
+]
 
 #: The layer that makes a refusal: the HTTP server itself, before any endpoint runs (every
 #: endpoint may answer these), or the application behind it (the endpoints with a credential).
@@ -168,3 +178,13 @@ def body_of(exc: CatalogError) -> dict[str, Any]:
     body.pop("exit_code", None)
     body["error"] = refusal_of(exc).code
     return body
+
+
+def process_error(exc: BaseException) -> dict[str, Any]:
+    """Why a process ends, as its node, ``/status`` and its last event carry it: the error's
+    code in this vocabulary (as an HTTP body names it), its message and details, and the exit
+    code the process ends with (what a supervisor sees). No class name."""
+    if isinstance(exc, CatalogError):
+        return {**body_of(exc), "exit_code": exc.exit_code}
+    return {"error": "unexpected", "message": str(exc) or type(exc).__name__,
+            "exit_code": EXIT_UNEXPECTED}  # fmt: skip

@@ -11,6 +11,8 @@ from catalog.errors import (
     CatalogError,
     CorruptBlobError,
     CorruptStateError,
+    FencedError,
+    MigrationRefusedError,
     ShardError,
     ShardGuardMovedError,
     ShardLeasedError,
@@ -18,7 +20,13 @@ from catalog.errors import (
 )
 from catalog.shard.state import shard_error
 from orchestrator.sidecar.http import HttpError
-from orchestrator.sidecar.refusals import ERRORS, body_of, refusal_named, refusal_of
+from orchestrator.sidecar.refusals import (
+    ERRORS,
+    body_of,
+    process_error,
+    refusal_named,
+    refusal_of,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,3 +136,16 @@ def test_every_code_the_http_layer_names_is_in_the_table() -> None:
     assert {"body-too-large", "misdirected-host", "too-many-connections"} <= named
     for code in named:
         refusal_named(code)  # KeyError names a code missing from the table
+
+
+def test_a_process_error_is_named_in_the_vocabulary_with_its_exit_code() -> None:
+    """A process node and ``/status`` say why a process ended by the API's codes, never a
+    class name; the exit code stays, as the process's exit status."""
+    fenced = process_error(FencedError("leadership of epoch 1 ended", epoch=1))
+    assert fenced == {"error": "fenced", "message": "leadership of epoch 1 ended", "epoch": 1,
+                      "exit_code": 3}  # fmt: skip
+    refused = process_error(MigrationRefusedError("no instruction for s.t", rule="plan"))
+    assert (refused["error"], refused["exit_code"], refused["rule"]) == (
+        "migration-refused", 4, "plan")
+    assert process_error(RuntimeError("boom")) == {
+        "error": "unexpected", "message": "boom", "exit_code": 1}
