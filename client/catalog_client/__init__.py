@@ -7,6 +7,8 @@
 
 * :mod:`~catalog_client.client`: the client, its answers and its errors;
 * :mod:`~catalog_client.media`: the API's media types;
+* :mod:`~catalog_client.requestids`: the id each call sends, as the sidecar logs it;
+* :mod:`~catalog_client.schemas`: a collection's Arrow schema, from ``GET /collections``;
 * :mod:`~catalog_client.jsonforms`: the JSON form of a value, as both ends write it.
 """
 

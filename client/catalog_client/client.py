@@ -12,7 +12,11 @@ key and body until ``retry_deadline``: the sidecar resolves an outcome the clien
 by the key, so a retried append lands once and answers the first answer (``replayed``). Any
 other refusal raises :class:`SidecarError` carrying the API's ``error`` code and details.
 
-One client holds one keep-alive connection per thread (``keep_alive=False``: one per request).
+A call sends one ``X-Request-Id`` with each of its requests, retries included: the sidecar
+logs the request under it and a :class:`SidecarError` carries it (``request_id``).
+:meth:`SidecarClient.schema` gives a collection's Arrow schema, to build a table the sidecar
+takes. One client holds one keep-alive connection per thread (``keep_alive=False``: one per
+request); :meth:`SidecarClient.close`, or a ``with`` block, closes them.
 :meth:`SidecarClient.send` is the raw exchange under all of it: one request, its
 :class:`Answer`, never an exception (status 0 when nothing answered), for callers that judge
 every status themselves (the test harness, the scenario workload).
@@ -38,6 +42,8 @@ from urllib.parse import urlencode, urlsplit
 
 from catalog_client.jsonforms import jsonable
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
+from catalog_client.requestids import REQUEST_ID_HEADER, new_request_id
+from catalog_client.schemas import arrow_schema
 
 if TYPE_CHECKING:  # imported where Arrow is used: a client of JSON rows never loads pyarrow
     import pyarrow as pa
@@ -71,6 +77,8 @@ class SidecarError(Exception):
         self.details = dict(details)
         #: The seconds the answer's ``Retry-After`` asked to wait (None: it did not say).
         self.retry_after: float | None = None
+        #: The ``X-Request-Id`` of the call: the sidecar logs the request under it.
+        self.request_id: str | None = None
 
 
 class SidecarUnavailableError(SidecarError):
@@ -195,6 +203,8 @@ class SidecarClient:
         self._keep_alive = keep_alive
         self._local = threading.local()
         self._lock = threading.Lock()
+        #: Every connection kept open, whichever thread's (:meth:`close` closes them).
+        self._opened: set[http.client.HTTPConnection] = set()
         #: The answers this client handled itself on the way to its callers' (retried, or
         #: sent on to another sidecar), by status and code: ``503 writes-paused``,
         #: ``409 read-only``, ``unreachable``... What a cut-over cost, seen from here.
@@ -293,6 +303,26 @@ class SidecarClient:
         )
         return data
 
+    def collections(self) -> dict[str, Any]:
+        """``GET /collections``: the release's version and each collection it serves, with
+        its fields (names, Arrow types, nullability)."""
+        data: dict[str, Any] = self._json(self._call("GET", "/collections", None, {}))
+        return data
+
+    def schema(self, collection: str) -> pa.Schema:
+        """The Arrow schema an append to ``collection`` must carry, as the sidecar lists it:
+        ``pa.Table.from_pylist(rows, schema=...)`` builds a table it takes, and
+        ``schema.empty_table()`` an empty one. ValueError when the release has no such
+        collection."""
+        listed = self.collections()
+        for entry in listed["collections"]:
+            if entry["name"] == collection:
+                return arrow_schema(entry["fields"])
+        raise ValueError(
+            f"release {listed.get('version')} serves no collection {collection} "
+            "(name it SCHEMA.NAME)"
+        )
+
     def metrics(self) -> str:
         """The Prometheus exposition of ``/metrics``."""
         _, _, body = self._call("GET", "/metrics", None, {})
@@ -310,6 +340,20 @@ class SidecarClient:
         except OSError:
             return False
         return status == 200
+
+    def close(self) -> None:
+        """Close every connection this client keeps (each thread's); a request after it opens
+        a new one."""
+        with self._lock:
+            opened, self._opened = self._opened, set()
+        for connection in opened:
+            connection.close()
+
+    def __enter__(self) -> SidecarClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     # -- the raw exchange --------------------------------------------------------------------
 
@@ -391,6 +435,13 @@ class SidecarClient:
         and a key in progress until the deadline (with several sidecars: on the next one,
         and also after a refusal that says another leads). Each detour is counted in
         :attr:`detours`."""
+        self._local.request_id = new_request_id()  # one per call, its retries included
+        try:
+            return self._retry(attempt)
+        finally:
+            self._local.request_id = None
+
+    def _retry(self, attempt: Callable[[int], _T]) -> _T:
         deadline = time.monotonic() + self._retry_deadline
         index = self._current
         tried = 0  # sidecars asked since the last wait
@@ -449,8 +500,12 @@ class SidecarClient:
         """This thread's kept connection to sidecar ``index``."""
         connections: dict[int, http.client.HTTPConnection] = self._connections()
         connection = connections.get(index)
+        if connection is not None and connection not in self._opened:  # closed by close()
+            connection = None
         if connection is None:
             connection = connections[index] = self._new_connection(index)
+            with self._lock:
+                self._opened.add(connection)
         return connection
 
     def _connections(self) -> dict[int, http.client.HTTPConnection]:
@@ -472,12 +527,17 @@ class SidecarClient:
     def _drop(self, index: int) -> None:
         connection = self._connections().pop(index, None)
         if connection is not None:
+            with self._lock:
+                self._opened.discard(connection)
             connection.close()
 
     def _with_token(self, headers: Mapping[str, str]) -> dict[str, str]:
         """``headers`` with the bearer token (read from its file each time), unless they carry
-        their own Authorization."""
+        their own Authorization, and the call's ``X-Request-Id`` (a request outside a call,
+        :meth:`send` or :meth:`stream`, gets one of its own)."""
         sent = dict(headers)
+        if not any(k.lower() == REQUEST_ID_HEADER.lower() for k in sent):
+            sent[REQUEST_ID_HEADER] = getattr(self._local, "request_id", None) or new_request_id()
         if self._token_file is not None:
             token: str | None = self._token_file.read_text().strip()
         else:
@@ -505,6 +565,10 @@ def _error_of(status: int, data: bytes, headers: Mapping[str, str] | None = None
         details = {k: v for k, v in body.items() if k not in ("error", "message")}
         error = SidecarError(status, str(body.get("error")), str(body.get("message")), details)
     error.retry_after = None if headers is None else retry_after_seconds(headers)
+    if headers is not None:
+        error.request_id = next(
+            (v for k, v in headers.items() if k.lower() == REQUEST_ID_HEADER.lower()), None
+        )
     return error
 
 

@@ -558,7 +558,7 @@ class SidecarDataPlane:
         until then the catalog names the old release's shards (a replacement still lacks
         the old leader's last appends), and a read served meanwhile would take the CPU the
         migration needs. Past the wait, a read of an old shard this release cannot make is
-        refused for a retry (MigratingError, 503)."""
+        refused for a retry (MigratingError, 503), by a read-only process as a write is."""
         if self._handing_over:
             return self._read_handing_over(collection, as_of)
         self._await_cutover()
@@ -566,10 +566,11 @@ class SidecarDataPlane:
             table = self._snapshot(collection, as_of)
         except MigrationRefusedError as exc:
             promoted = self._machine.promotion == self._config.deploy_generation
-            if not (promoted or self._machine.leadership) or self._machine.appending():
+            if not (promoted or self._machine.leadership):  # read-only: the leader reads it
+                raise _read_only_refusal(self._config.process_id, collection, exc) from exc
+            if self._machine.appending():
                 raise
-            # Before its switch the catalog names the old release's shards: what this
-            # release cannot read of them (a REWRITE's type change) it reads once switched.
+            # Before its switch: the old release's shards, readable once switched (a REWRITE).
             raise MigratingError(
                 f"process {self._config.process_id} is migrating: it reads {collection} once "
                 f"its catalog switch committed ({exc.message})",
@@ -727,3 +728,14 @@ def _answer(collection: str, shard: Shard, mark: WriteMark, *, replayed: bool) -
         "upper": mark.upper,
         "replayed": replayed,
     }
+
+
+def _read_only_refusal(process_id: str, collection: str, exc: CatalogError) -> NotLeaderError:
+    """A read a read-only process cannot make: its release cannot read the shards the catalog
+    names (the other release's type changes, around a promotion or a rollback). The leader
+    reads them, so the client follows it, as for a write (409 ``read-only``)."""
+    return NotLeaderError(
+        f"process {process_id} is read-only and its release cannot read {collection} as the "
+        f"catalog holds it ({exc.message}): read through the leader",
+        collection=collection,
+    )

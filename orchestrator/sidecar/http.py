@@ -47,6 +47,7 @@ from catalog.errors import (
     CatalogError,
 )
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
+from catalog_client.requestids import REQUEST_ID_HEADER, usable_request_id
 from orchestrator.sidecar.authorization import AccessPolicy
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.ipc import READ_BATCH_ROWS, stream_chunks
@@ -200,7 +201,18 @@ class SidecarApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
-        response = self.respond(request)
+        # The client's id of the call (or one made here): every log line of the request
+        # carries it, and the answer gives it back.
+        request_id = usable_request_id(request.headers.get(REQUEST_ID_HEADER))
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            response = self.respond(request)
+            # Refusals at info (what an operator looks for by a client's id), the rest at
+            # debug: thousands of appends a second would drown the log.
+            (log.info if response.status_code >= 400 else log.debug)(
+                "http_answered", method=request.method, path=request.path,
+                status=response.status_code,
+            )  # fmt: skip
+        response.headers[REQUEST_ID_HEADER] = request_id
         return response(environ, start_response)
 
     def respond(self, request: Request) -> Response:

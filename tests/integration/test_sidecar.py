@@ -331,28 +331,6 @@ def test_the_commands_status_prints_act_on_its_environment(
     assert status["upgrade"]["stage"] == "final" and status["upgrade"]["next"] is None
 
 
-def arrow_type(spec: Mapping[str, Any]) -> pa.DataType:
-    """An integrator's reading of a field type of GET /collections (the kinds the example
-    release uses)."""
-    kind = spec["type"]
-    simple = {"int32": pa.int32(), "int64": pa.int64(), "uint32": pa.uint32(),
-              "uint64": pa.uint64(), "string": pa.string(), "bool": pa.bool_(),
-              "float64": pa.float64(), "binary": pa.binary(), "date32": pa.date32()}  # fmt: skip
-    if kind in simple:
-        return simple[kind]
-    if kind == "timestamp":
-        return pa.timestamp(spec["unit"], tz=spec["tz"])
-    if kind.startswith("decimal"):
-        return pa.decimal128(spec["precision"], spec["scale"])
-    if kind in ("list", "large_list"):
-        return pa.list_(pa.field("item", arrow_type(spec["element"]["type"]),
-                                 nullable=spec["element"]["nullable"]))  # fmt: skip
-    if kind == "struct":
-        return pa.struct([pa.field(f["name"], arrow_type(f["type"]), nullable=f["nullable"])
-                          for f in spec["fields"]])  # fmt: skip
-    raise AssertionError(f"the example release has no {kind}")
-
-
 def test_an_integrator_builds_an_append_from_the_schema_the_sidecar_lists(
     launch: Launch,
 ) -> None:
@@ -369,22 +347,25 @@ def test_an_integrator_builds_an_append_from_the_schema_the_sidecar_lists(
     tables = next(c for c in listed["collections"] if c["name"] == TABLES)
     assert tables["global_id"] == release[TABLES].global_id
     assert tables["fingerprint"] == fingerprint(release[TABLES].schema)
-    fields = [pa.field(f["name"], arrow_type(f["type"]), nullable=f["nullable"])
-              for f in tables["fields"]]  # fmt: skip
-    schema = pa.schema(fields)
-    assert schema == release[TABLES].schema
-    row = {"id": "u9", "oid": 20009, "schema_id": "u3", "name": "from-the-schema",
-           "owner_id": "u1"}  # fmt: skip
-    table = pa.Table.from_pylist(
-        [{f.name: row.get(f.name) for f in schema}], schema=schema
-    )
-    client = leader.sidecar.client()
-    guessed = pa.Table.from_pylist([row])  # the obvious way: oid inferred as int64
-    with pytest.raises(SidecarError) as refused:
-        client.append(TABLES, guessed)
-    assert refused.value.status == 400, refused.value
-    answer = client.append(TABLES, table)
-    assert answer.rows == 1
+    with leader.sidecar.client() as client:  # its connections closed at the end
+        schema = client.schema(TABLES)  # read from the listing alone
+        assert schema == release[TABLES].schema
+        assert client.schema(TABLES).empty_table().num_rows == 0
+        row = {"id": "u9", "oid": 20009, "schema_id": "u3", "name": "from-the-schema",
+               "owner_id": "u1"}  # fmt: skip
+        table = pa.Table.from_pylist([row], schema=schema)
+        guessed = pa.Table.from_pylist([row])  # the obvious way: oid inferred as int64
+        with pytest.raises(SidecarError) as refused:
+            client.append(TABLES, guessed)
+        assert refused.value.status == 400, refused.value
+        # The call's id came back with the refusal, and the sidecar logged it.
+        request_id = refused.value.request_id
+        assert request_id and request_id in leader.sidecar.log_text()
+        with pytest.raises(ValueError, match=r"no collection mz_catalog\.nope"):
+            client.schema("mz_catalog.nope")
+        answer = client.append(TABLES, table)
+        assert answer.rows == 1
+    assert not client._opened  # closed
     names = [r["name"] for r in json_lines(leader.http("GET", f"/read?collection={TABLES}")[1])]
     assert "from-the-schema" in names
 

@@ -216,3 +216,12 @@ def test_no_table_is_broken_by_a_sentence() -> None:
     broken = [f"{p.relative_to(DOCS)}:{line}" for p in sorted(DOCS.rglob("*.md"))
               for line in tables.broken_tables(p.read_text())]  # fmt: skip
     assert not broken, "prose right after a table row:\n" + "\n".join(broken)
+
+
+def test_the_client_page_names_every_public_method() -> None:
+    from catalog_client import SidecarClient
+
+    text = (DOCS / "http-api.md").read_text()
+    public = [n for n in vars(SidecarClient) if not n.startswith("_")]
+    missing = [n for n in public if f"| `{n}(" not in text]
+    assert len(public) > 10 and not missing, missing
