@@ -34,6 +34,10 @@ BATCH_CACHE_BYTES: Final = 64 * 1024 * 1024
 _Key = tuple[str, tuple[str, ...] | None]
 
 
+def _key(blob_key: str, columns: Sequence[str] | None) -> _Key:
+    return blob_key, None if columns is None else tuple(columns)
+
+
 @attrs.define
 class BatchCache:
     """Decoded batch tables by blob key and columns, least recently used out first."""
@@ -52,7 +56,7 @@ class BatchCache:
 
     def get(self, key: str, columns: Sequence[str] | None) -> pa.Table | None:
         """The table of blob ``key`` read with ``columns``, when kept."""
-        found_key = (key, None if columns is None else tuple(columns))
+        found_key = _key(key, columns)
         with self._lock:
             table = self._tables.get(found_key)
             if table is None:
@@ -67,7 +71,7 @@ class BatchCache:
         size = table.nbytes
         if size > self.budget // 4:
             return
-        kept_key = (key, None if columns is None else tuple(columns))
+        kept_key = _key(key, columns)
         with self._lock:
             previous = self._tables.pop(kept_key, None)
             if previous is not None:

@@ -554,7 +554,7 @@ def _arrow() -> Any:
     return pa
 
 
-def _error_of(status: int, data: bytes, headers: Mapping[str, str] | None = None) -> SidecarError:
+def _error_of(status: int, data: bytes, headers: Headers | None = None) -> SidecarError:
     try:
         body = json.loads(data)
     except ValueError:
@@ -566,9 +566,7 @@ def _error_of(status: int, data: bytes, headers: Mapping[str, str] | None = None
         error = SidecarError(status, str(body.get("error")), str(body.get("message")), details)
     error.retry_after = None if headers is None else retry_after_seconds(headers)
     if headers is not None:
-        error.request_id = next(
-            (v for k, v in headers.items() if k.lower() == REQUEST_ID_HEADER.lower()), None
-        )
+        error.request_id = headers.get(REQUEST_ID_HEADER)
     return error
 
 

@@ -101,7 +101,8 @@ def pages() -> list[Path]:
 def stale(generate: Generator | None = None) -> list[Path]:
     """The pages whose generated text is not what the generators write now."""
     generate = generate or Generator()
-    return [p for p in pages() if markers.rewritten(p.read_text(), generate) != p.read_text()]
+    texts = {page: page.read_text() for page in pages()}
+    return [page for page, text in texts.items() if markers.rewritten(text, generate) != text]
 
 
 def main(argv: list[str]) -> int:

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
+
+from support.manual import docs_hook
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _codemap() -> ModuleType:
-    path = ROOT / "docs" / "hooks" / "codemap.py"
-    spec = importlib.util.spec_from_file_location("codemap", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-codemap = _codemap()
+codemap = docs_hook("codemap")
 
 
 def test_every_module_says_what_it_is() -> None:

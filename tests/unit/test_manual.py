@@ -5,24 +5,14 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
+
+from support import manual
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
-
-def _generated() -> ModuleType:
-    """``docs/hooks/generated.py``, which writes the pages' generated text (and loads the
-    other modules of ``docs/hooks`` as MkDocs loads a hook)."""
-    spec = importlib.util.spec_from_file_location("generated", DOCS / "hooks" / "generated.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generated = _generated()
-_hook = generated.hook
+generated = manual.generated()
+_hook = manual.docs_hook
 pages, values, markers = _hook("pages"), _hook("values"), _hook("markers")
 
 
