@@ -327,7 +327,7 @@ class SidecarMachine:
             self._auto_promoted = True
             promotion = self.promotion = election_mod.read_promotion(consensus)
         self.health.recover("evaluate", leading=self.leadership is not None)
-        if self._should_take_over(promotion):
+        if self._should_take_over():
             self._take_over()
 
     def _run_check(self, seen: tuple[int | None, int | None]) -> None:
@@ -348,15 +348,24 @@ class SidecarMachine:
                 bootstrap=self.check.bootstrap,
             )
 
-    def _should_take_over(self, promotion: int | None) -> bool:
+    def to_lead(self) -> bool:
+        """Whether this process's generation is to lead: it is promoted (by the promotion
+        last read), or the environment is empty and it was asked to bootstrap it (an empty
+        environment is bootstrapped only by a process promoted or asked to)."""
+        promotion = self.promotion
+        return promotion == self._config.deploy_generation or (
+            promotion is None
+            and self.check is not None
+            and self.check.bootstrap
+            and self._config.auto_promote
+        )
+
+    def _should_take_over(self) -> bool:
         if self.check is None or self._progress.state is not State.READY:
             return False
         if self._election is None or self._election.candidate is None:
             return False
-        # An empty environment is bootstrapped only by a process promoted or asked to.
-        return promotion == self._config.deploy_generation or (
-            promotion is None and self.check.bootstrap and self._config.auto_promote
-        )
+        return self.to_lead()
 
     def _refuses_for_clock(self) -> bool:
         """Whether this process's clock is too far from ZooKeeper's to lead (orchestrator.clock).

@@ -45,12 +45,13 @@ from orchestrator.fencing import release_fence
 from orchestrator.process_node import ProcessMode, ProcessNode
 from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
 from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.dataplane import CUTOVER_HOLD_SECONDS, SidecarDataPlane
+from orchestrator.sidecar.dataplane import SidecarDataPlane
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.refusals import process_error
 from orchestrator.sidecar.server import configured_server
+from orchestrator.sidecar.serving import CUTOVER_HOLD_SECONDS
 from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.zookeeper.clients import consensus_for
 
@@ -295,7 +296,7 @@ class Sidecar:
     def _hand_over(self) -> None:
         """A leader fenced by a promotion answers reads until its successor serves
         (:meth:`SidecarDataPlane.hand_over`), at most
-        :data:`~orchestrator.sidecar.dataplane.CUTOVER_HOLD_SECONDS`, the time the successor
+        :data:`~orchestrator.sidecar.serving.CUTOVER_HOLD_SECONDS`, the time the successor
         holds requests for: a reader that follows the leader sees no gap. Watched, as
         ``promote --wait`` watches; a successor that fails or is fenced ends it too."""
         consensus = self.connection.consensus

@@ -215,3 +215,50 @@ def test_the_client_page_names_every_public_method() -> None:
     public = [n for n in vars(SidecarClient) if not n.startswith("_")]
     missing = [n for n in public if f"| `{n}(" not in text]
     assert len(public) > 10 and not missing, missing
+
+
+def test_every_runnable_example_is_run_or_says_why() -> None:
+    """Each block a reader can run is in one story of ``tests/integration/test_examples.py``, or
+    its annotation says why not; each story names blocks that exist, once, and has its test; a
+    quoted block is in the file it names; a block without a language holds no command."""
+    from support import examples
+
+    found = examples.blocks()
+    in_stories = [b for name in examples.STORIES for b in examples.story(name)]
+    assert len(in_stories) == len(set(in_stories)), "a block is in two stories"
+    unaccounted = [str(b) for b in found if b.runnable and b.note is None and b not in in_stories]
+    assert not unaccounted, "runnable, in no story and not saying why:\n" + "\n".join(unaccounted)
+    annotated = [b for b in in_stories if b.note is not None]
+    assert not annotated, f"run by a story, yet annotated: {annotated}"
+    for block in found:
+        if block.note is None:
+            continue
+        if block.note.startswith(examples.NOT_RUN):
+            assert len(block.note) > len(examples.NOT_RUN) + 10, f"{block}: say why"
+        else:
+            assert block.note.startswith(examples.QUOTED), f"{block}: unknown note {block.note!r}"
+            source = (ROOT / block.note.removeprefix(examples.QUOTED)).read_text()
+            lines = [re.sub(r"\s+#.*", "", line).strip() for line in block.text.splitlines()]
+            missing = [line for line in lines if line and line not in source]
+            assert not missing, f"{block} quotes what its file does not hold: {missing}"
+    commands = re.compile(r"^(\$ |catalog-upgrade |curl |make |pip )", re.M)
+    hidden = [str(b) for b in found if not b.language and commands.search(b.text)]
+    assert not hidden, f"commands in a block without a language: {hidden}"
+    tests = (ROOT / "tests" / "integration" / "test_examples.py").read_text()
+    stories = set(re.findall(r"^def test_story_(\w+)\(", tests, re.M))
+    assert stories == set(examples.STORIES), stories ^ set(examples.STORIES)
+
+
+def test_a_reader_types_commands_as_written() -> None:
+    """Continued lines are joined; a console block's output is not a command; the documented
+    ports are mapped, and ZooKeeper is started on its mapped port."""
+    from support.examples import Block, Reader, commands
+
+    shell = Block("p.md", 1, "sh", "a \\\n  --b 1 &  # c\n# only a comment\n\nd\n", None)
+    assert commands(shell) == ["a --b 1 &  # c", "d"]
+    console = Block("p.md", 1, "console", "$ x \\\n  y\noutput\n$ z\n", None)
+    assert commands(console) == ["x y", "z"]
+    reader = Reader.__new__(Reader)
+    reader.ports = {2181: 1, 8081: 2}
+    said = reader.mapped("catalog-upgrade zookeeper & curl localhost:8081/x --zk h:2181 :80810")
+    assert said == "catalog-upgrade zookeeper --port 1 & curl localhost:2/x --zk h:1 :80810"

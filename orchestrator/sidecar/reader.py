@@ -1,0 +1,191 @@
+"""The sidecar's reads: a collection's snapshot as this release reads it.
+
+A read at the latest time holds the process's registration of its shard
+(:mod:`catalog.shard.readers`): it writes nothing to ZooKeeper, and ``since`` never passes it.
+A read at an explicit time (``as_of``) takes a lease of its own. A leader fenced by a
+promotion goes on answering reads through the catalog while the catalog is at its release's
+version (:meth:`SidecarReader.hand_over`), so a client that follows the leader reads without
+a gap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from catalog.environment import CatalogState, read_catalog
+from catalog.errors import (
+    BlobUnreachableError,
+    CatalogError,
+    FencedError,
+    MigratingError,
+    MigrationRefusedError,
+    NotLeaderError,
+    UnreadableTimeError,
+)
+from catalog.release import Builtin
+from catalog.schema import migrate_batch
+from catalog.shard import DIFF, TS, Shard, find_schema_id, update_schema
+from catalog.shard.readers import ReaderRegistry
+from orchestrator.sidecar.serving import Serving
+
+log = structlog.get_logger(__name__)
+
+
+class SidecarReader:
+    """Reads of one process, with its reader registrations (one per ZooKeeper connection)."""
+
+    def __init__(self, serving: Serving) -> None:
+        self._serving = serving
+        # Reads at the latest time hold the process's registration of their shard, on the
+        # connection it was made on; and the schema each shard was last read with (what the
+        # registration tells coverage).
+        self._registry: tuple[object, ReaderRegistry] | None = None
+        self._reads_with: dict[str, int | None] = {}
+
+    def hand_over(self) -> bool:
+        """This leader was fenced by a promotion: it goes on answering reads, through the
+        catalog, while the catalog is at its release's version (until a successor of another
+        release switches it). Each read first syncs with ZooKeeper's leader and reads the
+        catalog (:meth:`_readable`), so it sees every append acknowledged before it, whoever
+        made it: a client that follows the leader reads without a gap. True when the catalog
+        is at this release's version now."""
+        self._serving.handing_over = True
+        try:
+            self._readable()
+        except FencedError as refused:
+            log.info("not_handing_over", reason=refused.message)
+            return False
+        return True
+
+    def _readable(self) -> CatalogState:
+        """During a hand-over: the catalog (read after a ``sync``) while it is at this
+        process's release; else FencedError, why a read goes to the successor (the catalog
+        moved on, or cannot be read: ZooKeeper unreachable)."""
+        try:
+            consensus = self._serving.connection.require()
+            consensus.sync()
+            found = read_catalog(consensus)
+        except CatalogError as exc:
+            raise self._handed_on(f"cannot read its catalog ({exc.message})") from exc
+        version = None if found is None else found[0].version
+        if found is not None and version == str(self._serving.release.version):
+            return found[0]
+        raise self._handed_on(f"the catalog is at version {version} now", catalog_version=version)
+
+    def _handed_on(self, why: str, **fields: Any) -> FencedError:
+        """Why a read during a hand-over goes to the successor: the one wording of it."""
+        return FencedError(
+            f"process {self._serving.process_id} was fenced by a promotion, and {why}: read "
+            "through its successor",
+            deploy_generation=self._serving.config.deploy_generation,
+            **fields,
+        )
+
+    def read_table(self, collection: str, as_of: int | None) -> pa.Table:
+        """The snapshot of ``collection`` as this release reads it (with ``_ts`` and
+        ``_diff``); an unreachable blob store is a state (503), as for appends. During a
+        cut-over to this process a read waits for the catalog switch, as an append does:
+        until then the catalog names the old release's shards (a replacement still lacks
+        the old leader's last appends), and a read served meanwhile would take the CPU the
+        migration needs. Past the wait, a read of an old shard this release cannot make is
+        refused for a retry (MigratingError, 503), by a read-only process as a write is."""
+        if self._serving.handing_over:
+            return self._read_handing_over(collection, as_of)
+        self._serving.await_cutover()
+        try:
+            table = self._snapshot(collection, as_of)
+        except MigrationRefusedError as exc:
+            promoted = self._serving.promoted
+            if not (promoted or self._serving.machine.leadership):  # read-only: the leader reads it
+                raise _read_only_refusal(self._serving.process_id, collection, exc) from exc
+            if self._serving.machine.appending():
+                raise
+            # Before its switch: the old release's shards, readable once switched (a REWRITE).
+            raise MigratingError(
+                f"process {self._serving.process_id} is migrating: it reads {collection} once "
+                f"its catalog switch committed ({exc.message})",
+                collection=collection,
+            ) from exc
+        except BlobUnreachableError as exc:
+            self._serving.machine.store.failed(exc)
+            raise
+        self._serving.machine.store.answered()
+        return table
+
+    def _read_handing_over(self, collection: str, as_of: int | None) -> pa.Table:
+        """A read during a hand-over (:meth:`hand_over`): served through the catalog while it
+        is at this release's version, else refused as fenced, for the client to follow the
+        successor."""
+        catalog = self._readable()
+        try:
+            return self._snapshot(collection, as_of, catalog)
+        except MigrationRefusedError as exc:
+            raise self._handed_on(f"cannot read {collection} ({exc.message})") from exc
+
+    def _snapshot(
+        self, collection: str, as_of: int | None, catalog: CatalogState | None = None
+    ) -> pa.Table:
+        """``collection`` as of ``as_of`` (its latest when None), through ``catalog`` (read
+        now when None)."""
+        builtin = self._serving.builtin(collection)
+        leadership = self._serving.machine.appending() if catalog is None else None
+        if leadership is not None:  # the serving leader knows its shards: no catalog read
+            shard = self._serving.leader_shard(leadership, builtin)
+        else:
+            shard = self._serving.shard_of(builtin, catalog)
+        if as_of is None:  # the process's registration: nothing written per read
+            reads_with = self._reads_with.get(shard.shard_id)
+            with self._readers(shard).reading(shard, reads_with) as state:
+                self._reads_with[shard.shard_id] = find_schema_id(state, builtin.schema)
+                if state.upper == 0:
+                    return update_schema(builtin.schema).empty_table()
+                table = shard.snapshot(None, state=state)
+        else:
+            table = self._snapshot_at(shard, builtin, as_of)
+        source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
+        if not source.equals(builtin.schema):
+            table = migrate_batch(table, source, builtin.schema, projection=True)
+        return table
+
+    def _readers(self, shard: Shard) -> ReaderRegistry:
+        """This process's reader registrations on ``shard``'s ZooKeeper connection."""
+        registry = self._registry
+        if registry is None or registry[0] is not shard.consensus:
+            registry = (shard.consensus, ReaderRegistry(shard.consensus, self._serving.process_id))
+            if self._registry is not None:
+                self._registry[1].stop()
+            self._registry = registry
+        return registry[1]
+
+    def _snapshot_at(self, shard: Shard, builtin: Builtin, as_of: int) -> pa.Table:
+        """A read at an explicit time, under a per-read lease holding ``since`` below it."""
+        collection = builtin.name
+        state = shard.state()
+        if not state.since <= as_of < state.upper:
+            raise UnreadableTimeError(
+                f"as_of {as_of} is outside the times {collection} can be read at: "
+                f"[{state.since}, {state.upper}) (below: compacted; from the upper on: not "
+                "written yet)",
+                collection=collection,
+                as_of=as_of,
+                since=state.since,
+                upper=state.upper,
+            )
+        reads_with = find_schema_id(state, builtin.schema)
+        holder = self._serving.process_id
+        with shard.lease(holder=holder, as_of=as_of, schema_id=reads_with, state=state) as lease:
+            return shard.snapshot(as_of, state=lease.state)
+
+
+def _read_only_refusal(process_id: str, collection: str, exc: CatalogError) -> NotLeaderError:
+    """A read a read-only process cannot make: its release cannot read the shards the catalog
+    names (the other release's type changes, around a promotion or a rollback). The leader
+    reads them, so the client follows it, as for a write (409 ``read-only``)."""
+    return NotLeaderError(
+        f"process {process_id} is read-only and its release cannot read {collection} as the "
+        f"catalog holds it ({exc.message}): read through the leader",
+        collection=collection,
+    )
