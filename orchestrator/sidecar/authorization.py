@@ -26,7 +26,8 @@ from typing import Final
 
 import attrs
 
-from catalog.errors import ConfigurationError, ForbiddenError
+from catalog.errors import ConfigurationError
+from orchestrator.sidecar.refusals import ForbiddenError
 from orchestrator.sidecar.tokens import TokenFile, bearer_of
 
 OPEN: Final = "open"

@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from catalog.errors import BusyError
 from catalog.release import Release
 from catalog.schema import fingerprint, schema_json
 from orchestrator.migrate import request_finalization
@@ -29,6 +28,7 @@ from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.reader import SidecarReader
 from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar_readiness
+from orchestrator.sidecar.refusals import BusyError
 from orchestrator.sidecar.serving import Serving
 from orchestrator.sidecar.states import Promote
 from orchestrator.sidecar.writer import SidecarWriter

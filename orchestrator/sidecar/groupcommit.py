@@ -26,8 +26,9 @@ import attrs
 import pyarrow as pa
 import structlog
 
-from catalog.errors import BadInputError, CatalogError
+from catalog.errors import BadInputError
 from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.sidecar.refusals import AppendOutcomeUnknownError
 
 __all__ = ["APPEND_DEADLINE_SECONDS", "AppendOutcomeUnknownError", "GroupCommit", "Pending"]
 
@@ -35,12 +36,6 @@ __all__ = ["APPEND_DEADLINE_SECONDS", "AppendOutcomeUnknownError", "GroupCommit"
 APPEND_DEADLINE_SECONDS: Final = 15.0
 
 
-class AppendOutcomeUnknownError(CatalogError):
-    """An append whose commit did not end within :data:`APPEND_DEADLINE_SECONDS` (a stalled
-    blob store or ZooKeeper): it may still land. Retry after ``Retry-After`` with the same
-    ``Idempotency-Key``: the retry gets the commit's answer, and never writes the rows twice."""
-
-    code = "outcome-unknown"
 
 
 log = structlog.get_logger(__name__)

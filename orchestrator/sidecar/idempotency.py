@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from catalog.errors import (
+from catalog.shard import WriteMark
+from orchestrator.sidecar.refusals import (
     BadIdempotencyKeyError,
     IdempotencyKeyInProgressError,
     IdempotencyKeyReusedError,
 )
-from catalog.shard import WriteMark
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog.errors import BadInputError, TooManyRowsError
+from catalog.errors import BadInputError
+from orchestrator.sidecar.refusals import TooManyRowsError
 
 __all__ = [
     "READ_BATCH_ROWS",

@@ -22,7 +22,7 @@ from typing import Final
 import attrs
 import structlog
 
-from catalog.errors import CatalogError, CompactionBehindError
+from catalog.errors import CatalogError
 from catalog.shard import (
     SLOW_DOWN_BATCHES,
     STOP_BATCHES,
@@ -32,6 +32,7 @@ from catalog.shard import (
 from catalog.shard.merges import MERGE_AFTER_BATCHES, live_batches, merge_plan
 from orchestrator.election import Leadership
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.refusals import CompactionBehindError
 
 log = structlog.get_logger(__name__)
 

@@ -22,9 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from catalog.errors import BadInputError, TooManyRowsError
+from catalog.errors import BadInputError
 from orchestrator.sidecar.ipc import READ_BATCH_ROWS, check_nulls
 from orchestrator.sidecar.jsonvalues import Refused, converter, loads, writable
+from orchestrator.sidecar.refusals import TooManyRowsError
 
 #: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
 MAX_JSON_DEPTH = 64

@@ -16,19 +16,12 @@ import pyarrow as pa
 import structlog
 
 from catalog.environment import CatalogState, read_catalog
-from catalog.errors import (
-    BlobUnreachableError,
-    CatalogError,
-    FencedError,
-    MigratingError,
-    MigrationRefusedError,
-    NotLeaderError,
-    UnreadableTimeError,
-)
+from catalog.errors import BlobUnreachableError, CatalogError, FencedError, MigrationRefusedError
 from catalog.release import Builtin
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard, find_schema_id, update_schema
 from catalog.shard.readers import ReaderRegistry
+from orchestrator.sidecar.refusals import MigratingError, NotLeaderError, UnreadableTimeError
 from orchestrator.sidecar.serving import Serving
 
 log = structlog.get_logger(__name__)

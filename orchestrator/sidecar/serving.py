@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 from catalog.environment import CatalogState, read_catalog
-from catalog.errors import NoShardError, UnknownCollectionError
 from catalog.release import Builtin, Release
 from catalog.shard import Shard
 from orchestrator.process_node import FINAL_STATES
@@ -20,6 +19,7 @@ from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.refusals import NoShardError, UnknownCollectionError
 from orchestrator.sidecar.states import State
 
 #: Seconds an append waits, during a cut-over to this process, for it to serve: what it

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import attrs
 import pyarrow as pa
 
-from catalog.errors import NotLeaderError
 from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.readiness import Readiness
+from orchestrator.sidecar.refusals import NotLeaderError
 
 __all__ = ["ShowOnlyApi", "Shows"]
 

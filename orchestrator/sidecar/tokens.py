@@ -23,7 +23,8 @@ from pathlib import Path
 import attrs
 import structlog
 
-from catalog.errors import ConfigurationError, ForbiddenError, UnauthorizedError
+from catalog.errors import ConfigurationError
+from orchestrator.sidecar.refusals import ForbiddenError, UnauthorizedError
 
 __all__ = ["BearerToken", "TokenFile", "bearer_of", "check_exposure"]
 

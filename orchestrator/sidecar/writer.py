@@ -26,12 +26,9 @@ from catalog.errors import (
     BlobStoreFullError,
     BlobUnreachableError,
     ConnectionLostError,
-    IdempotencyKeyReusedError,
     LeadershipExpiredError,
     MigrationRefusedError,
-    NotLeaderError,
     VersionMismatchError,
-    WritesPausedError,
 )
 from catalog.release import Builtin
 from catalog.retry import CasRetry
@@ -55,6 +52,11 @@ from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
+from orchestrator.sidecar.refusals import (
+    IdempotencyKeyReusedError,
+    NotLeaderError,
+    WritesPausedError,
+)
 from orchestrator.sidecar.serving import Serving
 from orchestrator.sidecar.states import State
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from catalog.errors import NotLeaderError, WritesPausedError
 from catalog_client import SidecarClient, SidecarError, SidecarUnavailableError
+from orchestrator.sidecar.refusals import NotLeaderError, WritesPausedError
 from orchestrator.sidecar.server import SidecarHttpServer
 from support.api import ScriptedApi
 

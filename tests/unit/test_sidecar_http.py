@@ -9,9 +9,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from catalog.errors import BadInputError, NotLeaderError
+from catalog.errors import BadInputError
 from catalog_client import Answer, SidecarClient
 from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.sidecar.refusals import NotLeaderError
 from orchestrator.sidecar.server import SidecarHttpServer, parse_address
 from support.api import ScriptedApi
 

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pytest
 
-from catalog.errors import BadInputError, TooManyRowsError
+from catalog.errors import BadInputError
 from orchestrator.sidecar.ipc import stream_chunks, stream_to_table
+from orchestrator.sidecar.refusals import TooManyRowsError
 
 SCHEMA = pa.schema(
     [

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import BadInputError, TooManyRowsError
+from catalog.errors import BadInputError
 from orchestrator.sidecar import ndjson as rows_module
 from orchestrator.sidecar.jsonvalues import writable
 from orchestrator.sidecar.ndjson import json_lines, rows_to_table
+from orchestrator.sidecar.refusals import TooManyRowsError
 
 SCHEMA = pa.schema(
     [
