@@ -13,13 +13,16 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from catalog.errors import EXIT_UNEXPECTED
-from orchestrator.cli.options import HTTP_ACCESS, Duration, gathered, http_access_options
+from orchestrator.cli.options import Duration, http_access_options
 from orchestrator.cli.root import F, handle_errors, main, zk_connection_options
+
+if TYPE_CHECKING:
+    from orchestrator.sidecar.authorization import HttpAccess
 
 
 def _fleet_options(func: F) -> F:
@@ -75,7 +78,6 @@ def _surveyor(fleet_file: Path | None, zk: str, timeout: float | None, **kept: A
 )
 @http_access_options
 @handle_errors
-@gathered("access", dict, *HTTP_ACCESS)
 @click.pass_context
 def fleet_command(
     ctx: click.Context,
@@ -91,7 +93,13 @@ def fleet_command(
     watch: bool,
     interval: float,
     serve: str | None,
-    access: dict[str, Any],
+    http_token_file: str | None,
+    http_read_token_file: str | None,
+    http_allowed_hosts: tuple[str, ...],
+    metrics_public: bool,
+    http_insecure: bool,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
 ) -> None:
     """Every environment on the fleet's ensembles: one line each, then a summary."""
     import attrs
@@ -108,6 +116,12 @@ def fleet_command(
     chosen = FleetFilter(stuck=stuck, pending=pending, version=version, env=env_glob)
     try:
         if serve is not None:
+            from orchestrator.sidecar.authorization import HttpAccess
+
+            access = HttpAccess(
+                http_token_file, http_read_token_file, http_allowed_hosts, metrics_public,
+                http_insecure, http_tls_cert, http_tls_key,
+            )  # fmt: skip
             _serve(surveyor, serve, access)
         elif watch:
             _watch(surveyor, chosen, as_json, interval)
@@ -159,15 +173,14 @@ def _watch(surveyor: Any, chosen: Any, as_json: bool, interval: float) -> None:
         stop.set()
 
 
-def _serve(surveyor: Any, address: str, access: dict[str, Any]) -> None:
+def _serve(surveyor: Any, address: str, access: HttpAccess) -> None:
     from orchestrator.cli.servers import serve_until_stopped
     from orchestrator.fleet.server import fleet_api, fleet_page
     from orchestrator.sidecar.server import configured_server, parse_address
 
     host, port = parse_address(address)
-    server = configured_server(fleet_api(surveyor), host, port, page=fleet_page, **access)
-    scheme = "https" if access.get("http_tls_cert") else "http"
-    serve_until_stopped(server, f"fleet page on {scheme}://{{address}}/")
+    server = configured_server(fleet_api(surveyor), host, port, access=access, page=fleet_page)
+    serve_until_stopped(server, f"fleet page on {access.scheme}://{{address}}/")
 
 
 @fleet_command.command("finalize")

@@ -41,21 +41,6 @@ class Window(Duration):
         return super().convert(value, param, ctx)
 
 
-def gathered(target: str, build: Callable[..., Any], *names: str) -> Callable[[F], F]:
-    """A decorator (below a command's options): the parameters ``names`` reach the command as
-    one parameter ``target``, ``build(**those)``: a command of many options takes a few values."""
-
-    def decorate(func: F) -> F:
-        @functools.wraps(func)
-        def wrapper(**kwargs: Any) -> Any:
-            kwargs[target] = build(**{name: kwargs.pop(name) for name in names})
-            return func(**kwargs)
-
-        return cast(F, wrapper)
-
-    return decorate
-
-
 def upgrade_window_options(func: F) -> F:
     """--finalize-after, --rollback-from and --discard-writes-to: how long an upgrade stays
     reversible, and what a rollback carries back or drops (orchestrator.migrate.rollback)."""
@@ -120,24 +105,11 @@ def spark_options(func: F) -> F:
 
 def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--http-max-body, --http-max-append-rows, --http-workers, --http-max-connections and the
-    three --http-*-timeout: the sidecar's HTTP server limits, passed as ``http_limits`` (a
-    ``ServerLimits``)."""
+    three --http-*-timeout: the sidecar's HTTP server limits (a ``ServerLimits``, which the
+    command builds from the seven parameters)."""
     from orchestrator.sidecar.exchange import ServerLimits
 
     defaults = ServerLimits()
-
-    @functools.wraps(func)
-    def wrapper(**kwargs: Any) -> Any:
-        kwargs["http_limits"] = ServerLimits(
-            workers=kwargs.pop("http_workers"),
-            max_connections=kwargs.pop("http_max_connections"),
-            idle_timeout=kwargs.pop("http_idle_timeout"),
-            header_timeout=kwargs.pop("http_header_timeout"),
-            body_timeout=kwargs.pop("http_body_timeout"),
-            max_body=kwargs.pop("http_max_body"),
-            max_append_rows=kwargs.pop("http_max_append_rows"),
-        )
-        return func(**kwargs)
 
     seconds: dict[str, Any] = {
         "type": click.FloatRange(min=0.1),
@@ -178,8 +150,8 @@ def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
     ]  # fmt: skip
     for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper
+        func = option(func)
+    return func
 
 
 def spark_config(
@@ -254,16 +226,10 @@ def engine_options(func: F) -> F:
     return func
 
 
-#: The ``--http-*`` access options of every command that serves HTTP (the sidecar, ``status
-#: --serve``, ``fleet --serve``), as ``orchestrator.sidecar.server.configured_server`` takes them.
-HTTP_ACCESS: tuple[str, ...] = (
-    "http_token_file", "http_read_token_file", "http_allowed_hosts", "metrics_public",
-    "http_insecure", "http_tls_cert", "http_tls_key",
-)  # fmt: skip
-
-
 def http_access_options(func: F) -> F:
-    """Tokens, allowed hosts, public metrics, TLS: who may ask a server what."""
+    """Tokens, allowed hosts, public metrics, TLS: who may ask a server what. A command names
+    the seven parameters and builds its
+    :class:`~orchestrator.sidecar.authorization.HttpAccess` from them, in this order."""
     for option in reversed(_HTTP_ACCESS_OPTIONS):
         func = option(func)
     return func

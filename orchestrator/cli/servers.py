@@ -14,9 +14,7 @@ import click
 from catalog.errors import CatalogError
 from catalog.shard.keylog import KEY_RETENTION_SECONDS
 from orchestrator.cli.options import (
-    HTTP_ACCESS,
     Duration,
-    gathered,
     http_access_options,
     http_limit_options,
     spark_config,
@@ -142,39 +140,6 @@ def s3_command(port: int, bucket: str, data_dir: Path) -> None:
     click.echo("S3 stopped")
 
 
-def _serving(http: str, **access: Any) -> dict[str, Any]:
-    """The sidecar's HTTP options as its configuration's fields (the address parsed)."""
-    from orchestrator.sidecar.server import parse_address
-
-    host, port = parse_address(http)
-    return {"http_host": host, "http_port": port, **access}
-
-
-def _duties(orphan_grace: float, gc_grace: float, **rest: Any) -> dict[str, Any]:
-    """A leader's housekeeping options as configuration fields (each sweep's interval derived
-    from its grace)."""
-    return {
-        "orphan_grace": orphan_grace,
-        "orphan_interval": min(60.0, max(1.0, orphan_grace / 10)),
-        "gc_grace": gc_grace,
-        "gc_interval": min(300.0, max(1.0, gc_grace / 2)),
-        **rest,
-    }
-
-
-def _copies(
-    engine: str,
-    copy_rate: float | None,
-    spark_master: str | None,
-    spark_remote: str | None,
-    spark_conf: tuple[str, ...],
-    blob_shared: bool,
-) -> dict[str, Any]:
-    """How the REWRITE copies run: the engine, Spark, the rate they start at."""
-    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
-    return {"engine": engine, "copy_rate": copy_rate, "spark": spark}
-
-
 @main.command("sidecar")
 @click.option("--release", "release_ref", required=True, help="FILE.py[:ATTR] or module:ATTR.")
 @click.option("--deploy-generation", type=click.IntRange(min=1), required=True)
@@ -254,26 +219,42 @@ def _copies(
 @http_limit_options
 @zk_options
 @handle_errors
-@gathered("serving", _serving, "http", "http_address_file", "http_limits", *HTTP_ACCESS)
-@gathered(
-    "duties", _duties, "idempotency_retention", "orphan_grace", "gc_grace",
-    "compact_min_batches", "finalize_after", "discard_writes_to",
-)  # fmt: skip
-@gathered(
-    "copies", _copies, "engine", "copy_rate", "spark_master", "spark_remote", "spark_conf",
-    "blob_shared",
-)  # fmt: skip
 def sidecar_command(
     release_ref: str,
     deploy_generation: int,
     blob: str | None,
-    serving: dict[str, Any],
-    duties: dict[str, Any],
-    copies: dict[str, Any],
+    http: str,
+    http_address_file: str | None,
+    http_token_file: str | None,
+    http_read_token_file: str | None,
+    http_allowed_hosts: tuple[str, ...],
+    metrics_public: bool,
+    http_insecure: bool,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
     auto_promote: bool,
+    idempotency_retention: float,
     process_id: str | None,
     session_timeout: float,
+    orphan_grace: float,
+    gc_grace: float,
+    compact_min_batches: int,
+    engine: str,
+    copy_rate: float | None,
+    finalize_after: float | None,
     rollback_from_ref: str | None,
+    discard_writes_to: tuple[str, ...],
+    spark_master: str | None,
+    spark_remote: str | None,
+    spark_conf: tuple[str, ...],
+    blob_shared: bool,
+    http_max_body: int,
+    http_max_append_rows: int,
+    http_workers: int,
+    http_max_connections: int,
+    http_header_timeout: float,
+    http_body_timeout: float,
+    http_idle_timeout: float,
     zk: str,
     env: str,
 ) -> None:
@@ -281,8 +262,23 @@ def sidecar_command(
     from catalog.consensus import env_root
     from catalog.release import load_release
     from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
+    from orchestrator.sidecar.authorization import HttpAccess
+    from orchestrator.sidecar.exchange import ServerLimits
+    from orchestrator.sidecar.server import parse_address
 
     env_root(env)
+    http_host, http_port = parse_address(http)
+    access = HttpAccess(
+        http_token_file, http_read_token_file, http_allowed_hosts, metrics_public,
+        http_insecure, http_tls_cert, http_tls_key,
+    )  # fmt: skip
+    limits = ServerLimits(
+        workers=http_workers, max_connections=http_max_connections,
+        idle_timeout=http_idle_timeout, header_timeout=http_header_timeout,
+        body_timeout=http_body_timeout, max_body=http_max_body,
+        max_append_rows=http_max_append_rows,
+    )  # fmt: skip
+    spark = spark_config(spark_master, spark_conf, blob_shared, spark_remote)
     release = load_release(release_ref)
     rollback_from = None if rollback_from_ref is None else load_release(rollback_from_ref)
     config = SidecarConfig(
@@ -292,12 +288,26 @@ def sidecar_command(
         rollback_from_ref=rollback_from_ref,
         deploy_generation=deploy_generation,
         blob=blob,
+        http_host=http_host,
+        http_port=http_port,
+        http_address_file=http_address_file,
+        http_access=access,
+        http_limits=limits,
         auto_promote=auto_promote,
-        session_timeout=session_timeout,
+        idempotency_retention=idempotency_retention,
         process_id=process_id or default_process_id(),
-        **serving,
-        **duties,
-        **copies,
+        session_timeout=session_timeout,
+        # A leader's housekeeping: each sweep's interval derived from its grace.
+        orphan_grace=orphan_grace,
+        orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
+        gc_grace=gc_grace,
+        gc_interval=min(300.0, max(1.0, gc_grace / 2)),
+        compact_min_batches=compact_min_batches,
+        finalize_after=finalize_after,
+        discard_writes_to=discard_writes_to,
+        engine=engine,
+        copy_rate=copy_rate,
+        spark=spark,
     )
     sys.exit(run_sidecar(config, release, rollback_from))
 

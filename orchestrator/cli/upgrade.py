@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import structlog
 
 from catalog.errors import EXIT_UNEXPECTED
-from orchestrator.cli.options import HTTP_ACCESS, gathered, http_access_options
+from orchestrator.cli.options import http_access_options
 from orchestrator.cli.root import handle_errors, main, zk_options
+
+if TYPE_CHECKING:
+    from orchestrator.sidecar.authorization import HttpAccess
 
 
 @main.command("promote")
@@ -162,7 +165,6 @@ def finalize_command(
 @http_access_options
 @zk_options
 @handle_errors
-@gathered("access", dict, *HTTP_ACCESS)
 def status_command(
     as_json: bool,
     watch: bool,
@@ -170,12 +172,24 @@ def status_command(
     events: int,
     coverage: bool,
     serve: str | None,
-    access: dict[str, Any],
+    http_token_file: str | None,
+    http_read_token_file: str | None,
+    http_allowed_hosts: tuple[str, ...],
+    metrics_public: bool,
+    http_insecure: bool,
+    http_tls_cert: str | None,
+    http_tls_key: str | None,
     zk: str,
     env: str,
 ) -> None:
     """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
     if serve is not None:
+        from orchestrator.sidecar.authorization import HttpAccess
+
+        access = HttpAccess(
+            http_token_file, http_read_token_file, http_allowed_hosts, metrics_public,
+            http_insecure, http_tls_cert, http_tls_key,
+        )  # fmt: skip
         _serve_status(serve, zk, env, access)
         return
     import threading
@@ -335,14 +349,15 @@ def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
         sys.exit(EXIT_REFUSED)
 
 
-def _serve_status(address: str, zk: str, env: str, access: dict[str, Any]) -> None:
+def _serve_status(address: str, zk: str, env: str, access: HttpAccess) -> None:
     from orchestrator.cli.servers import serve_until_stopped
     from orchestrator.sidecar.server import configured_server, parse_address
     from orchestrator.sidecar.statusonly import status_only_api
     from orchestrator.zookeeper.clients import open_consensus
 
     host, port = parse_address(address)
-    scheme = "https" if access.get("http_tls_cert") else "http"
     with open_consensus(zk, env) as consensus:
-        server = configured_server(status_only_api(consensus), host, port, **access)
-        serve_until_stopped(server, f"status page of environment {env} on {scheme}://{{address}}/")
+        server = configured_server(status_only_api(consensus), host, port, access=access)
+        serve_until_stopped(
+            server, f"status page of environment {env} on {access.scheme}://{{address}}/"
+        )

@@ -67,6 +67,26 @@ def host_name(host: str) -> str:
 
 
 @attrs.frozen
+class HttpAccess:
+    """Who may ask a server what, as the ``--http-*`` access options give it (the sidecar's,
+    ``status --serve``'s and ``fleet --serve``'s alike): the token files, the hosts answered
+    besides loopback, whether metrics are public, whether a wide listener may go without a
+    token, and the certificate and key of HTTPS."""
+
+    token_file: str | None = None
+    read_token_file: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    metrics_public: bool = False
+    insecure: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+
+@attrs.frozen
 class AccessPolicy:
     """The sidecar's HTTP credentials and the hosts it answers to."""
 

@@ -20,6 +20,7 @@ from orchestrator.migrate import (
     GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
+from orchestrator.sidecar.authorization import HttpAccess
 from orchestrator.sidecar.exchange import ServerLimits
 
 DEFAULT_BLOB_DIR = Path("var") / "blob"
@@ -38,20 +39,12 @@ class SidecarConfig:
     http_port: int = 0
     # Where to write the address the server bound once it serves (port 0: the kernel's).
     http_address_file: str | None = None
-    # POST /promote and /append need the token in this file, and reads need it or the read
-    # token (orchestrator.sidecar.authorization); without one, only a loopback listener is allowed
-    # unless http_insecure.
-    http_token_file: str | None = None
-    http_read_token_file: str | None = None
-    http_insecure: bool = False
-    # Hosts (the Host header's name) answered besides loopback and the listen address.
-    http_allowed_hosts: tuple[str, ...] = ()
-    metrics_public: bool = False
+    # Who may ask what: POST /promote and /append need the write token, and reads need it or
+    # the read token; without one, only a loopback listener is allowed unless it is insecure;
+    # the hosts answered besides loopback; HTTPS (orchestrator.sidecar.authorization).
+    http_access: HttpAccess = attrs.field(factory=HttpAccess)
     # Workers, connections, timeouts and the body limit of the HTTP server (--http-*).
     http_limits: ServerLimits = attrs.field(factory=ServerLimits)
-    # HTTPS: PEM certificate and key (orchestrator.sidecar.tls).
-    http_tls_cert: str | None = None
-    http_tls_key: str | None = None
     auto_promote: bool = False
     # How long an Idempotency-Key is recognised after its append (catalog.shard.keylog).
     idempotency_retention: float = KEY_RETENTION_SECONDS

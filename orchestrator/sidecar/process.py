@@ -107,14 +107,8 @@ class Sidecar:
             self.dataplane,
             config.http_host,
             config.http_port,
-            http_token_file=config.http_token_file,
-            http_read_token_file=config.http_read_token_file,
-            http_allowed_hosts=tuple(config.http_allowed_hosts),
-            metrics_public=config.metrics_public,
-            http_insecure=config.http_insecure,
-            http_tls_cert=config.http_tls_cert,
-            http_tls_key=config.http_tls_key,
-            http_limits=config.http_limits,
+            access=config.http_access,
+            limits=config.http_limits,
         )
         self.metrics.http_connections.set_function(lambda: self.http.connections)
 

@@ -24,7 +24,7 @@ import attrs
 import structlog
 
 from catalog.errors import BadInputError, ConfigurationError
-from orchestrator.sidecar.authorization import AccessPolicy
+from orchestrator.sidecar.authorization import AccessPolicy, HttpAccess
 from orchestrator.sidecar.exchange import Exchange, ServerLimits, call_app, refusal
 from orchestrator.sidecar.http import Page, SidecarApi, SidecarApp
 from orchestrator.sidecar.openapi import openapi_document
@@ -242,33 +242,28 @@ def configured_server(
     http_host: str,
     http_port: int,
     *,
-    http_token_file: str | None = None,
-    http_read_token_file: str | None = None,
-    http_allowed_hosts: tuple[str, ...] = (),
-    metrics_public: bool = False,
-    http_insecure: bool = False,
-    http_tls_cert: str | None = None,
-    http_tls_key: str | None = None,
-    http_limits: ServerLimits | None = None,
+    access: HttpAccess | None = None,
+    limits: ServerLimits | None = None,
     page: Page = page_response,
 ) -> SidecarHttpServer:
     """A server of ``api`` as the ``--http-*`` options describe it (the sidecar's, ``status
-    --serve``'s and ``fleet --serve``'s alike): tokens, allowed hosts, TLS and limits. A
-    listener beyond loopback without a token is refused (exit 2) unless ``http_insecure``."""
-    write = TokenFile(Path(http_token_file)) if http_token_file else None
-    read = TokenFile(Path(http_read_token_file)) if http_read_token_file else None
-    check_exposure(http_host, write, http_insecure)
+    --serve``'s and ``fleet --serve``'s alike): who may ask what (``access``: tokens, allowed
+    hosts, TLS) and the limits. A listener beyond loopback without a token is refused (exit 2)
+    unless ``access.insecure``."""
+    access = access or HttpAccess()
+    write = TokenFile(Path(access.token_file)) if access.token_file else None
+    read = TokenFile(Path(access.read_token_file)) if access.read_token_file else None
+    check_exposure(http_host, write, access.insecure)
     policy = AccessPolicy.of(
         write=write,
         read=read,
-        metrics_public=metrics_public,
+        metrics_public=access.metrics_public,
         listen_host=http_host,
-        allowed_hosts=http_allowed_hosts,
+        allowed_hosts=access.allowed_hosts,
     )
-    tls = server_context(http_tls_cert, http_tls_key) if http_tls_cert and http_tls_key else None
-    return SidecarHttpServer(
-        api, http_host, http_port, policy, tls, http_limits or ServerLimits(), page
-    )
+    cert, key = access.tls_cert, access.tls_key
+    tls = server_context(cert, key) if cert and key else None
+    return SidecarHttpServer(api, http_host, http_port, policy, tls, limits or ServerLimits(), page)
 
 
 def _raise_file_limit(wanted: int) -> None:
