@@ -20,6 +20,14 @@ from catalog.consensus import (
     decoding,
     encode_json,
 )
+from catalog.consensus.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_children,
+)
 from catalog.errors import (
     ConnectionLostError,
     ShardError,
@@ -35,14 +43,6 @@ from catalog.shard.state import (
     shard_error,
 )
 from catalog.shard.stored import delete_ops
-from catalog.watch import (
-    NOT_YET,
-    NotYet,
-    WaitTimeout,
-    Watch,
-    wait_until,
-    watched_children,
-)
 
 log = structlog.get_logger(__name__)
 

@@ -12,6 +12,14 @@ from catalog.blob import BlobStore
 from catalog.consensus import (
     CONNECTION_ERRORS,
 )
+from catalog.consensus.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_data,
+)
 from catalog.consolidate import (
     DIFF,
     TS,
@@ -43,14 +51,6 @@ from catalog.shard.state import (
 )
 from catalog.shard.updates import (
     already_consolidated,
-)
-from catalog.watch import (
-    NOT_YET,
-    NotYet,
-    WaitTimeout,
-    Watch,
-    wait_until,
-    watched_data,
 )
 
 log = structlog.get_logger(__name__)

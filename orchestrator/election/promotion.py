@@ -20,6 +20,8 @@ from catalog.consensus import (
     SetData,
     decode_json,
 )
+from catalog.consensus.errors import access_denied
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
@@ -37,8 +39,6 @@ from catalog.errors import (
     MigrationRefusedError,
 )
 from catalog.retry import CasRetry
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from catalog.zkerrors import access_denied
 from orchestrator.election.values import (
     Promotion,
     candidate_key,

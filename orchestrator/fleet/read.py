@@ -10,7 +10,7 @@
    generation runs, the upgrade history where a leader migrates (to judge its phase).
 
 Each round trip sends all its reads before it waits for the first answer, packed in
-``multiRead`` requests of a few hundred reads each (catalog.multiread), so ten thousand
+``multiRead`` requests of a few hundred reads each (catalog.consensus.multiread), so ten thousand
 environments cost four round trips of a few hundred requests, not seventy thousand. What one
 environment's nodes hold is decoded by the same codecs as ``status`` (orchestrator.status.read);
 a node that cannot be read or decoded becomes that environment's error, never the survey's. An
@@ -32,6 +32,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from catalog.consensus import CONNECTION_ERRORS, ROOT, Versioned
+from catalog.consensus.multiread import MultiReader, ReadBatch
 from catalog.environment import (
     CATALOG_KEY,
     EVENTS_KEY,
@@ -40,7 +41,6 @@ from catalog.environment import (
     PROMOTION_KEY,
 )
 from catalog.errors import EXIT_REFUSED, CorruptStateError
-from catalog.multiread import MultiReader, ReadBatch
 from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble

@@ -24,6 +24,7 @@ import attrs
 import structlog
 
 from catalog.consensus import Consensus, Delete, Fence
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog.environment import (
     PENDING_KEY,
     Finalized,
@@ -35,7 +36,6 @@ from catalog.errors import CatalogError, MigrationRefusedError
 from catalog.pending import Finalizing, PendingUpgrade, pending_write_op, read_pending
 from catalog.retry import CasRetry
 from catalog.shard import ShardState
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.migrate.context import PHASE_FINALIZING, MigrationContext
 from orchestrator.migrate.evolution import contract_all
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from catalog.consensus import CONNECTION_ERRORS
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import CatalogError
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog_client import retry_after_seconds
 from orchestrator.scenario.format import (
     is_missing,

@@ -12,8 +12,8 @@ import attrs
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import BadInputError, CatalogError
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.election import read_epoch
 from orchestrator.scenario.format.steps import (
     ExpireStep,

@@ -19,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from catalog.blob import BlobStore
 from catalog.consensus import CONNECTION_ERRORS, Consensus, env_root
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog.environment import (
     CATALOG_KEY,
     EPOCH_KEY,
@@ -29,7 +30,6 @@ from catalog.environment import (
 from catalog.errors import EXIT_FENCED, EXIT_OK, ConnectionLostError
 from catalog.release import Release
 from catalog.retry import Retry
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog_client import Answer
 from orchestrator.process_node import READY_STATES, ProcessNode, ProcessState, process_key
 from orchestrator.scenario.format import (

@@ -21,8 +21,8 @@ from types import TracebackType
 import attrs
 import structlog
 
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import BadInputError, ConfigurationError
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zookeeper.tls import ServerTls

@@ -7,8 +7,8 @@ port and log file; nothing is simulated in-process. Children are forked by the f
 (:mod:`orchestrator.testing.forkserver`), which paid for their imports once; one in a network
 namespace is started with ``ip netns exec``. Faults are real signals: SIGKILL (crash),
 SIGSTOP/SIGCONT (a paused "zombie"), SIGTERM (graceful stop). Waiting for a state watches the
-process node (:func:`catalog.watch.wait_until`) and fails fast, with the log's tail, when the
-child exits instead.
+process node (:func:`catalog.consensus.watch.wait_until`) and fails fast, with the log's tail,
+when the child exits instead.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import attrs
 from kazoo.client import KazooClient
 
 from catalog.consensus import env_root
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog_client import Answer, SidecarClient
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import attrs
 import structlog
 
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import ConfigurationError
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from orchestrator.testing.child import ChildProcess
 from orchestrator.zookeeper.quorum import four_letter_word
 from orchestrator.zookeeper.tls import ServerTls

@@ -24,8 +24,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Permissions, make_digest_acl, make_digest_acl_credential
 
+from catalog.consensus.errors import translated
 from catalog.errors import BadInputError
-from catalog.zkerrors import translated
 
 AUTH_ENV: Final = "CATALOG_UPGRADE_ZK_AUTH"
 

@@ -22,6 +22,7 @@ from catalog.consensus import (
     encode_json,
     env_root,
 )
+from catalog.consensus.multiread import PATHS_PER_REQUEST, MultiReader
 from catalog.errors import (
     BadInputError,
     ConnectionLostError,
@@ -29,7 +30,6 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
-from catalog.multiread import PATHS_PER_REQUEST, MultiReader
 from catalog.retry import CasRetry
 from support.zookeeper import ZkEnv, kazoo_client
 

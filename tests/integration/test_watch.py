@@ -1,4 +1,5 @@
-"""catalog.watch against a real ZooKeeper: waits wake on watches, not on a polling interval."""
+"""catalog.consensus.watch against a real ZooKeeper: waits wake on watches, not on a polling
+interval."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_children
-from catalog.watch import watched_data as read_watched
+from catalog.consensus.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_children,
+)
+from catalog.consensus.watch import watched_data as read_watched
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from catalog.budget import (
+from catalog.consensus import SetData
+from catalog.consensus.budget import (
     DEFAULT_JUTE_MAXBUFFER,
     JUTE_MAXBUFFER_ENV,
     plan_chunks,
     request_budget,
     request_bytes,
 )
-from catalog.consensus import SetData
 from catalog.errors import BadInputError, TransactionTooLargeError
 
 

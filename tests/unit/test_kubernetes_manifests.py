@@ -14,7 +14,7 @@ import pytest
 import yaml
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
-from catalog.budget import JUTE_MAXBUFFER_ENV
+from catalog.consensus.budget import JUTE_MAXBUFFER_ENV
 from orchestrator.cli import main
 from orchestrator.sidecar.http import ROUTES
 from orchestrator.zookeeper.clients import CONNECT_TIMEOUT_VAR

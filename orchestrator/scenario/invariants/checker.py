@@ -12,11 +12,18 @@ import structlog
 
 from catalog.blob import BlobStore
 from catalog.consensus import Consensus
+from catalog.consensus.watch import (
+    NOT_YET,
+    NotYet,
+    WaitTimeout,
+    Watch,
+    wait_until,
+    watched_children,
+)
 from catalog.environment import (
     FINALIZE_KEY,
 )
 from catalog.release import Release
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_children
 from orchestrator.scenario.invariants.acknowledged import RowRules
 from orchestrator.scenario.invariants.durable import DurableRules
 from orchestrator.scenario.invariants.view import (

@@ -9,9 +9,9 @@ from typing import Any
 
 import attrs
 
+from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from catalog.environment import EPOCH_KEY
 from catalog.release import Release, Version
-from catalog.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
 from orchestrator.scenario import ScenarioRun, StepFailed
 from orchestrator.scenario.format import STEP_KINDS, Step
 from orchestrator.scenario.invariants import InvariantChecker

@@ -42,7 +42,7 @@ from kazoo.exceptions import (
 )
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from catalog.budget import (
+from catalog.consensus.budget import (
     MAX_OPS_PER_TRANSACTION,
     LenErrorWatch,
     checked_request,
@@ -50,6 +50,9 @@ from catalog.budget import (
     plan_chunks,
     request_budget,
 )
+from catalog.consensus.errors import CONNECTION_ERRORS as CONNECTION_ERRORS  # the home: errors
+from catalog.consensus.errors import access_denied, translated
+from catalog.consensus.multiread import MultiReader
 from catalog.errors import (
     ConnectionLostError,
     ConsensusError,
@@ -57,9 +60,6 @@ from catalog.errors import (
     FencedError,
     VersionMismatchError,
 )
-from catalog.multiread import MultiReader
-from catalog.zkerrors import CONNECTION_ERRORS as CONNECTION_ERRORS  # the home: zkerrors
-from catalog.zkerrors import access_denied, translated
 
 log = structlog.get_logger(__name__)
 
@@ -190,7 +190,7 @@ class Consensus:
     #: Called with the first key of every fenced transaction that landed, before returning
     #: (the orchestrator's lost-answer failpoint raises ConnectionLostError here).
     after_fenced_write: Callable[[str], None] | None = None
-    #: The most bytes one request may take (catalog.budget): never sent over it.
+    #: The most bytes one request may take (catalog.consensus.budget): never sent over it.
     max_request_bytes: int = attrs.field(factory=request_budget)
     # Large requests whose connection dropped: what the server may refuse as too long.
     _drops: LenErrorWatch = attrs.field(factory=LenErrorWatch, init=False, repr=False)
@@ -244,7 +244,7 @@ class Consensus:
             self.client.sync(self.root)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Versioned | None]:
-        """Read many keys in few requests (:mod:`catalog.multiread`), not one per key."""
+        """Read many keys in few requests (:mod:`catalog.consensus.multiread`), not one per key."""
         started = time.perf_counter()
         out: dict[str, Versioned | None] = {}
         try:
@@ -387,7 +387,7 @@ class Consensus:
         self, ops: Sequence[Op], *, fence: Fence | None = None, size: int = MAX_OPS_PER_TRANSACTION
     ) -> None:
         """Apply many ops as consecutive fenced transactions, each under the request budget
-        (by bytes, catalog.budget) and at most ``size`` ops.
+        (by bytes, catalog.consensus.budget) and at most ``size`` ops.
 
         Only for ops that are individually idempotent-by-check: each chunk is atomic, the whole
         is not, so a crash between chunks must leave a state the caller's re-run completes.
