@@ -23,7 +23,7 @@ from catalog.environment import SHARDS_KEY
 from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.shard import append, compact, lifecycle, merges, read
-from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog, is_keyed
+from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op
 from catalog.shard.rollups import Rollups
@@ -41,6 +41,7 @@ from catalog.shard.state import (
     shard_key,
 )
 from catalog.shard.stored import change_ops, read_states
+from catalog.shard.writeid import is_keyed, key_prefix
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +77,7 @@ class Shard:
         in the key log."""
         found = writes.find(write_id)
         if found is None and writes.segments and is_keyed(write_id):
-            found = self.keys.find(writes.segments, write_id[:17])
+            found = self.keys.find(writes.segments, key_prefix(write_id))
             if found is not None and found.id != write_id:
                 return None
         return found

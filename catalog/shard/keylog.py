@@ -13,14 +13,13 @@ A merge drops marks older than the retention and raises the ledger's horizon pas
 no longer recorded). About ``FANOUT`` segments per tier and log8(keys) tiers: under 60 names
 in a state for millions of keys.
 
-A write id is *keyed* when it is ``k`` + 16 hex digits (the key's hash) + 16 (the body's):
-:class:`orchestrator.sidecar.idempotency.WriteIdentity` makes them; other ids (fresh uuids of
-unkeyed appends) leave with their eviction, as before.
+A write id is *keyed* when it is ``k`` + 16 hex digits (the key's hash) + 16 (the body's), the
+format of :mod:`catalog.shard.writeid`; other ids (fresh uuids of unkeyed appends) leave with
+their eviction, as before.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -35,6 +34,7 @@ import pyarrow.ipc as ipc
 
 from catalog.shard.listing import blob_prefix
 from catalog.shard.marks import WriteMark
+from catalog.shard.writeid import body_digest, is_keyed, key_digest, keyed_id
 
 if TYPE_CHECKING:
     from catalog.blob import BlobStore
@@ -44,8 +44,6 @@ __all__ = [
     "KEY_RETENTION_SECONDS",
     "KeyLog",
     "KeySegment",
-    "is_keyed",
-    "key_digest",
 ]
 
 #: How long a keyed append stays recognised (``sidecar --idempotency-retention``).
@@ -53,7 +51,6 @@ KEY_RETENTION_SECONDS = 24 * 3600.0
 #: Segments of one tier that merge into one of the next.
 FANOUT = 8
 #: A keyed append's write id: ``k`` and 32 hex digits (a look-up per mark, per ledger index).
-_KEYED = re.compile(r"k[0-9a-f]{32}")
 _COLUMNS = ("key", "body", "lower", "upper", "rows", "at")
 _SCHEMA = pa.schema(
     [
@@ -67,16 +64,6 @@ _SCHEMA = pa.schema(
 )
 #: Marks held decoded in memory at most (48 bytes each), across segments and shards.
 _CACHE_MARKS = 8_000_000
-
-
-def is_keyed(write_id: str) -> bool:
-    """Whether ``write_id`` names a keyed append (``k`` + 32 hex digits)."""
-    return _KEYED.fullmatch(write_id) is not None
-
-
-def key_digest(key_prefix: str) -> int:
-    """The key's 64-bit hash from a keyed id's prefix (``k`` + 16 hex digits)."""
-    return int(key_prefix[1:17], 16)
 
 
 @attrs.frozen
@@ -122,8 +109,8 @@ class _Marks:
     def of(cls, marks: Iterable[WriteMark], at: float) -> _Marks:
         chosen = [m for m in marks if is_keyed(m.id)]
         arrays = cls(
-            key=np.array([int(m.id[1:17], 16) for m in chosen], dtype=np.uint64),
-            body=np.array([int(m.id[17:], 16) for m in chosen], dtype=np.uint64),
+            key=np.array([key_digest(m.id) for m in chosen], dtype=np.uint64),
+            body=np.array([body_digest(m.id) for m in chosen], dtype=np.uint64),
             lower=np.array([m.lower for m in chosen], dtype=np.int64),
             upper=np.array([m.upper for m in chosen], dtype=np.int64),
             rows=np.array([m.rows for m in chosen], dtype=np.int64),
@@ -267,7 +254,7 @@ class KeyLog:
             found = self._marks(segment).find(key)
             if found is not None:
                 body, lower, upper, rows = found
-                return WriteMark(f"{key_prefix[:17]}{body:016x}", lower, upper, rows)
+                return WriteMark(keyed_id(key_prefix, body), lower, upper, rows)
         return None
 
     def fold(

@@ -23,8 +23,9 @@ from typing import Any
 
 import attrs
 
-from catalog.shard.keylog import KeyLog, KeySegment, is_keyed
+from catalog.shard.keylog import KeyLog, KeySegment
 from catalog.shard.marks import WriteMark
+from catalog.shard.writeid import is_keyed, key_prefix
 
 __all__ = ["WRITE_MEMORY", "Carry", "WriteLedger", "WriteMark", "record"]
 
@@ -58,7 +59,7 @@ class WriteLedger:
     def _indexed(self) -> tuple[dict[str, WriteMark], dict[str, WriteMark]]:
         if self._index is None:  # oldest first: the newest of equal ids wins
             ids = {m.id: m for m in self.marks}
-            keys = {m.id[:17]: m for m in self.marks if is_keyed(m.id)}
+            keys = {key_prefix(m.id): m for m in self.marks if is_keyed(m.id)}
             object.__setattr__(self, "_index", (ids, keys))
         assert self._index is not None
         return self._index

@@ -3,9 +3,10 @@
 The identity is the write id the shard records with the rows (the write ledger, then the key
 log: catalog.shard.ledger, catalog.shard.keylog), so it is durable with the state change and
 survives compaction, roll-ups, a change of leader and a collection's switch to a replacement
-shard. A key's identity is ``k`` + 16 hex digits of the key's hash + 16 of the body's: the same
-key with the same body is the same append; the same key with another body is a client's
-mistake, refused (IdempotencyKeyReusedError, HTTP 422) rather than silently ignored.
+shard. A key's identity is ``k`` + 16 hex digits of the key's hash + 16 of the body's
+(:mod:`catalog.shard.writeid`): the same key with the same body is the same append; the same
+key with another body is a client's mistake, refused (IdempotencyKeyReusedError, HTTP 422)
+rather than silently ignored.
 
 Retention: a key is recognised for ``--idempotency-retention`` (24 h by default, as payment
 APIs keep theirs) after its append, however many appends come after it. A retry after that is a
@@ -17,14 +18,12 @@ process (:class:`KeyedRequests`): the first writes, the others then find its ans
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 
 import attrs
 
-from catalog.shard import WriteMark
+from catalog.shard import WriteMark, writeid
 from orchestrator.sidecar.refusals import (
     BadIdempotencyKeyError,
     IdempotencyKeyInProgressError,
@@ -43,14 +42,9 @@ __all__ = [
 MAX_KEY_LENGTH = 255
 #: How long a request waits for another request of its key to end before it is refused (409).
 IN_PROGRESS_WAIT_SECONDS = 30.0
-_PREFIX = "k"
 
 #: The request header that names an append (one home: the HTTP layer reads it by this name).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
 
 
 @attrs.frozen
@@ -64,14 +58,13 @@ class WriteIdentity:
     def of(cls, key: str | None, body: bytes) -> WriteIdentity:
         """The identity of a request with header value ``key`` (None: no header) and ``body``."""
         if key is None:
-            return cls(uuid.uuid4().hex)
+            return cls(writeid.fresh())
         if not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
             raise BadIdempotencyKeyError(
                 f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters",
                 header=IDEMPOTENCY_HEADER,
             )
-        prefix = _PREFIX + _digest(key.encode())
-        return cls(prefix + _digest(body), prefix)
+        return cls(writeid.keyed(key, body), writeid.prefix_of_key(key))
 
     def check_reuse(self, found: WriteMark | None, collection: str) -> None:
         """IdempotencyKeyReusedError when ``found`` (the mark recorded under this key) is of

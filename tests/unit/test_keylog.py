@@ -7,7 +7,8 @@ from pathlib import Path
 
 from catalog.blob import BlobStore
 from catalog.shard import KeyLog, WriteMark
-from catalog.shard.keylog import FANOUT, is_keyed
+from catalog.shard.keylog import FANOUT
+from catalog.shard.writeid import is_keyed
 
 
 def keyed(n: int, body: int = 0) -> WriteMark:
