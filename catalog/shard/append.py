@@ -49,6 +49,7 @@ from catalog.shard.ops import finalized_error
 from catalog.shard.shard_access import ShardAccess
 from catalog.shard.state import AppendResult, BatchRef, ShardState, shard_error
 from catalog.shard.updates import checked_batch, time_bounds
+from catalog.shard.writeid import fresh as fresh_write_id
 
 __all__ = [
     "Rows",
@@ -123,7 +124,7 @@ def append_rows(
         return rows(state) if callable(rows) else rows
 
     return _Append(
-        shard, _Derived(shard, derive, write_id or uuid.uuid4().hex), fence=fence, carry=None,
+        shard, _Derived(shard, derive, write_id or fresh_write_id()), fence=fence, carry=None,
         lookup=write_id, own_is_replay=False, before_read=before_read, before_send=before_send,
         on_unknown=on_unknown, known=known,
     ).run(retry())  # fmt: skip
@@ -168,7 +169,7 @@ def compare_and_append(
     read, if it did (the first attempt uses it).
     """
     _check_frontiers(shard, expected_upper, new_upper)
-    write_id = group[0][0] if group else write_id or uuid.uuid4().hex
+    write_id = group[0][0] if group else write_id or fresh_write_id()
     fixed = _Fixed(
         shard, expected_upper, new_upper, write_id, batch=batch, schema_id=schema_id,
         guards=guards, group=group,
@@ -198,7 +199,7 @@ def compare_and_append_batches(
     """
     _check_frontiers(shard, expected_upper, new_upper)
     written = _Fixed(
-        shard, expected_upper, new_upper, write_id or uuid.uuid4().hex, refs=list(refs)
+        shard, expected_upper, new_upper, write_id or fresh_write_id(), refs=list(refs)
     )
     try:
         state = shard.state()

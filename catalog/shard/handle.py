@@ -237,26 +237,9 @@ class Shard:
 
     # -- appends (catalog.shard.append) ---------------------------------------------------
 
-    def compare_and_append(
-        self,
-        batch: pa.Table | pa.RecordBatch,
-        expected_upper: int,
-        new_upper: int,
-        *,
-        schema_id: int | None = None,
-        fence: Fence | None = None,
-        guards: Sequence[Check] = (),
-        write_id: str | None = None,
-        carry: Carry | None = None,
-        group: Sequence[tuple[str, int]] = (),
-        state: ShardState | None = None,
-    ) -> AppendResult:
-        """Append ``batch``, exactly once by ``write_id`` (or the ``group``'s ids)
-        (:func:`catalog.shard.append.compare_and_append`)."""
-        return append.compare_and_append(
-            self, batch, expected_upper, new_upper, schema_id=schema_id, fence=fence,
-            guards=guards, write_id=write_id, carry=carry, group=group, state=state,
-        )  # fmt: skip
+    #: Append a batch and move the upper, exactly once by its write id or its group's
+    #: (:func:`catalog.shard.append.compare_and_append`, with this shard as its first argument).
+    compare_and_append = append.compare_and_append
 
     def compare_and_append_batches(
         self,
