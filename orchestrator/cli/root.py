@@ -20,7 +20,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """Translate CatalogError into its exit code and a one-line (or JSON) message on stderr."""
+    """Translate CatalogError into its exit code and a one-line (or JSON) message on stderr
+    (with ``--json``: its code, message, details and exit code, as ``/status`` gives a
+    process's error: :func:`orchestrator.sidecar.refusals.process_error`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -29,8 +31,10 @@ def handle_errors(func: F) -> F:
         except CatalogError as exc:
             ctx = click.get_current_context(silent=True)
             as_json = bool(ctx and ctx.params.get("as_json"))
-            if as_json:
-                click.echo(json.dumps(exc.to_json(), indent=2), err=True)
+            if as_json:  # the API's vocabulary: a kebab-case code, never a class name
+                from orchestrator.sidecar.refusals import process_error
+
+                click.echo(json.dumps(process_error(exc), indent=2), err=True)
             else:
                 click.secho(f"error: {exc.message}", fg="red", err=True)
                 rule = exc.details.get("rule")

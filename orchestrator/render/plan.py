@@ -43,7 +43,9 @@ def plan_json(
     document["level"] = level.to_json()
     document["ok"] = refusal is None and report.ok
     document["findings"] = report.findings()
-    document["refusal"] = None if refusal is None else refusal.to_json()
+    from orchestrator.sidecar.refusals import process_error  # the API's vocabulary
+
+    document["refusal"] = None if refusal is None else process_error(refusal)
     return _dumps(document)
 
 

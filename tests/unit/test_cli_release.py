@@ -96,7 +96,7 @@ def test_plan_downgrade_is_refused() -> None:
     result = run("plan", "--releases", str(EXAMPLE), "--from", "0.12.0", "--to", "0.11.0", "--json")
     assert result.exit_code == EXIT_REFUSED
     error = json.loads(result.stderr)
-    assert error["error"] == "PlanError"
+    assert error["error"] == "migration-refused" and error["exit_code"] == EXIT_REFUSED
     assert error["reason"] == "downgrade"
 
 
@@ -189,7 +189,7 @@ def test_validate_unloadable_history_exits_2() -> None:
     result = run("validate", "--releases", str(BROKEN / "duplicate_global_id"), "--json")
     assert result.exit_code == EXIT_BAD_INPUT
     error = json.loads(result.stderr)
-    assert error["error"] == "ReleaseError"
+    assert error["error"] == "bad-input" and error["exit_code"] == EXIT_BAD_INPUT
     assert error["field"] == "global_id"
     assert error["value"] == "s1"
 
