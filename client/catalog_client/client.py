@@ -393,8 +393,8 @@ class SidecarClient:
         try:
             connection.request(method, path, body=body, headers=self._with_token(headers or {}))
             answer = connection.getresponse()
-            if not 200 <= answer.status < 300:
-                raise _error_of(answer.status, answer.read())
+            if not 200 <= answer.status < 300:  # its Retry-After and request id too
+                raise _error_of(answer.status, answer.read(), Headers(answer.getheaders()))
             yield answer
         except (OSError, http.client.HTTPException) as exc:
             # With several sidecars, the next request (a read is repeated whole) asks another.

@@ -93,6 +93,7 @@ def test_batches_stream_and_a_refused_stream_raises_its_code(
     with pytest.raises(SidecarError) as refused, client.stream("GET", "/nope"):
         pass
     assert refused.value.status == 404 and refused.value.code == "not-found"
+    assert refused.value.request_id  # the sidecar's answer names the request, as any call
     assert "catalog_upgrade" in client.metrics()
     assert client.openapi()["openapi"] == "3.1.0"
 
