@@ -5,7 +5,8 @@ text comes from in an opening marker, and the text itself sits between that mark
 closing one, written there by ``make docs-update`` (``docs/hooks/generated.py``):
 
 * inline, in prose or a table cell: ``<!-- default MODULE:NAME [SPEC] -->5 s<!-- /default -->``
-  (kinds ``default``, ``count``, ``appends``, ``result``: :mod:`values` says what each reads);
+  (kinds ``default``, ``count``, ``appends``, ``result``, ``alert``: :mod:`values` says what
+  each reads);
 * a block, alone on its lines: ``<!-- code map -->``, a blank line, the block, a blank line,
   ``<!-- /code map -->`` (the names in :data:`BLOCKS`).
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Markers written inside a line: a kind, then what it names (and an optional format spec).
-INLINE = ("default", "count", "appends", "result")
+INLINE = ("default", "count", "appends", "result", "alert")
 #: Markers of a generated block, each alone on its line.
 BLOCKS = (
     "pages",

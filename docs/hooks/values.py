@@ -9,6 +9,10 @@ A page does not type a default or a measured figure; it names where the figure l
   repository's root;
 * ``<!-- appends 16 -->``: what ``bench_appends.py`` measured for that many one-row NDJSON
   clients on a local store, its last such run (acknowledged appends a second, and p99);
+* ``<!-- alert CatalogUpgradeNoServingLeader -->``: how long an alert of
+  ``deploy/prometheus/alerts.yaml`` waits before it fires (its ``for``), in words;
+  ``<!-- alert CatalogUpgradeStepStalled:threshold -->``: the seconds its expression compares
+  with (the first ``> N``), in words;
 * ``<!-- result spark_connect.json:speedup .1f -->``: one figure of a results file, by its
   path of keys. ``@last`` is a file's last run, ``[clients=16,format=arrow]`` the first entry
   of a list whose fields match. An optional format spec follows any marker (``,.0f``,
@@ -39,7 +43,40 @@ def value(kind: str, name: str, spec: str | None = None) -> str:
         return str(len(list(ROOT.glob(name))))
     if kind == "result":
         return _formatted(result(name), spec)
+    if kind == "alert":
+        return alert_wait(name)
     return appends(int(name))
+
+
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+
+
+def alert_wait(name: str) -> str:
+    """How long alert ``name`` waits before it fires (its ``for``), in words: ``a minute``,
+    ``5 minutes``, ``24 hours``; with ``:threshold``, the seconds its expression compares
+    with."""
+    import yaml  # the full install's (make docs-update); the site build reads the pages only
+
+    alert, _, part = name.partition(":")
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    (rule,) = [r for r in rules if r.get("alert") == alert]
+    if part == "threshold":
+        found = re.search(r">\s*(\d+)\b", rule["expr"])
+        if found is None:
+            raise ValueError(f"alert {alert}: its expression compares with no number")
+        seconds = int(found.group(1))
+        count, unit = (seconds // 3600, "h") if seconds % 3600 == 0 else (seconds // 60, "m")
+    else:
+        match = _DURATION.match(str(rule.get("for", "0m")))
+        if match is None:
+            raise ValueError(f"alert {alert}: cannot read its for: {rule.get('for')!r}")
+        count, unit = int(match.group(1)), match.group(2)
+    words = _DURATION_UNITS[unit]
+    if count == 1:
+        return f"an {words}" if words == "hour" else f"a {words}"
+    return f"{count} {words}s"
 
 
 _SELECTOR = re.compile(r"^([^\[]*)(?:\[([^\]]+)\])?$")
