@@ -9,6 +9,8 @@ round-trip latency per operation kind) and :attr:`catalog.retry.CasRetry.on_retr
 
 from __future__ import annotations
 
+from typing import Final
+
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -27,6 +29,197 @@ ZK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 PHASE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+@attrs.frozen
+class Family:
+    """One metric family of a sidecar: the attribute of :class:`SidecarMetrics` that holds it,
+    its type, name, help, labels and (a histogram's) buckets."""
+
+    attribute: str
+    kind: type[Gauge] | type[Counter] | type[Histogram]
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+
+    def made(self, registry: CollectorRegistry) -> Gauge | Counter | Histogram:
+        """The family, registered in ``registry``."""
+        if self.buckets is not None:
+            return Histogram(
+                self.name, self.help, self.labels, buckets=self.buckets, registry=registry
+            )
+        return self.kind(self.name, self.help, self.labels, registry=registry)
+
+
+#: Every metric family of a sidecar, as data (``/metrics`` lists them in this order).
+FAMILIES: Final[tuple[Family, ...]] = (
+    Family(
+        "upgrade_pending", Gauge, "catalog_upgrade_upgrade_pending",
+        "1 while the serving leader's upgrade is not finalized (the release it came from may "
+        "still be promoted back), by version and the version it came from",
+        labels=("version", "from_version"),
+    ),
+    Family(
+        "pending_since", Gauge, "catalog_upgrade_upgrade_pending_since_timestamp_seconds",
+        "When the pending upgrade switched the catalog (absent when none is pending)",
+    ),
+    Family(
+        "finalize_at", Gauge, "catalog_upgrade_upgrade_finalize_at_timestamp_seconds",
+        "When the serving leader finalizes the pending upgrade by itself (+Inf: never)",
+    ),
+    Family(
+        "state", Gauge, "catalog_upgrade_state",
+        "1 for the state the process is in, 0 for the others",
+        labels=("state",),
+    ),
+    Family(
+        "leader", Gauge, "catalog_upgrade_leader",
+        "1 while this process holds leadership",
+    ),
+    Family(
+        "epoch", Gauge, "catalog_upgrade_epoch",
+        "The fencing epoch last seen by this process",
+    ),
+    Family(
+        "deploy_generation", Gauge, "catalog_upgrade_deploy_generation",
+        "This process's deploy generation",
+    ),
+    Family(
+        "cutover_seconds", Gauge, "catalog_upgrade_cutover_seconds",
+        "The write gap of the promotion this leader took over by: from the old leader's last "
+        "append committed to this leader's first (0 until known)",
+    ),
+    Family(
+        "phase_seconds", Histogram, "catalog_upgrade_migration_phase_seconds",
+        "Time spent in each migration phase (checking, registering schemas, ...)",
+        labels=("phase",), buckets=PHASE_BUCKETS,
+    ),
+    Family(
+        "zookeeper_seconds", Histogram, "catalog_upgrade_zookeeper_request_seconds",
+        "ZooKeeper round-trip latency per operation kind",
+        labels=("kind",), buckets=ZK_BUCKETS,
+    ),
+    Family(
+        "cas_retries", Counter, "catalog_upgrade_cas_retries",
+        "Compare-and-set attempts retried, by the error that caused the retry",
+        labels=("error",),
+    ),
+    Family(
+        "rows_appended", Counter, "catalog_upgrade_rows_appended",
+        "Rows appended through POST /append, per collection",
+        labels=("collection",),
+    ),
+    Family(
+        "blobs_collected", Counter, "catalog_upgrade_blobs_collected",
+        "Unreferenced blobs deleted by this leader's garbage collection",
+    ),
+    Family(
+        "zookeeper_connected", Gauge, "catalog_upgrade_zookeeper_connected",
+        "1 while the ZooKeeper session is connected",
+    ),
+    Family(
+        "blob_store_up", Gauge, "catalog_upgrade_blob_store_up",
+        "1 while the blob store answers this process (0 during an outage)",
+    ),
+    Family(
+        "blob_store_full", Gauge, "catalog_upgrade_blob_store_full",
+        "1 while the blob store refuses this process's writes for want of space (full, over a "
+        "quota or read-only)",
+    ),
+    Family(
+        "append_group", Histogram, "catalog_upgrade_append_group_size",
+        "Appends committed together by one group commit",
+        buckets=(1, 2, 4, 8, 16, 32, 64),
+    ),
+    Family(
+        "append_seconds", Histogram, "catalog_upgrade_append_seconds",
+        "Time appends spend in each step: parse (the body to rows, per append), queue (waiting "
+        "for the group commit to take it, per append), write (the group's rows checked and "
+        "written to the blob store, per commit) and commit (the ZooKeeper compare-and-set, per "
+        "commit)",
+        labels=("step",), buckets=ZK_BUCKETS,
+    ),
+    Family(
+        "phase_started", Gauge, "catalog_upgrade_phase_started_timestamp_seconds",
+        "When the phase the process is in now began (Unix time; one series, the current phase: "
+        "alerts compare its age with the phase's history)",
+        labels=("phase",),
+    ),
+    Family(
+        "refusals", Counter, "catalog_upgrade_refusals",
+        "Requests the sidecar refused, by the refusal's error code (read-only, writes-paused, "
+        "blob-store-unreachable, busy, unauthorized, ...)",
+        labels=("error",),
+    ),
+    Family(
+        "http_connections", Gauge, "catalog_upgrade_http_connections",
+        "HTTP connections open to the sidecar (--http-max-connections is the limit)",
+    ),
+    Family(
+        "blob_store_failures", Counter, "catalog_upgrade_blob_store_failures",
+        "Blob store operations that failed because the store did not answer",
+    ),
+    Family(
+        "shard_batches", Gauge, "catalog_upgrade_shard_batches",
+        "Live batches of the shard a collection is appended to, after the leader's last commit "
+        "or merge (a read opens each; appends slow down and then stop at the thresholds of "
+        "catalog.shard.merges)",
+        labels=("collection",),
+    ),
+    Family(
+        "merge_lag", Gauge, "catalog_upgrade_merge_lag_seconds",
+        "How long the oldest merge a collection's shard is due has waited (0: none due)",
+        labels=("collection",),
+    ),
+    Family(
+        "merges", Counter, "catalog_upgrade_merges",
+        "Merges of the write path committed, by collection",
+        labels=("collection",),
+    ),
+    Family(
+        "schema_batches", Gauge, "catalog_upgrade_schema_batches",
+        "Batches stored under each schema id of a collection's shard (lazy-migration coverage; "
+        "the serving leader exports it, schema ids holding nothing are left out)",
+        labels=("collection", "schema_id"),
+    ),
+    Family(
+        "schema_rows", Gauge, "catalog_upgrade_schema_rows",
+        "Update rows stored under each schema id of a collection's shard",
+        labels=("collection", "schema_id"),
+    ),
+    Family(
+        "retirable_schemas", Gauge, "catalog_upgrade_retirable_schemas",
+        "Old schemas of a collection that no stored batch and no reader needs any more",
+        labels=("collection",),
+    ),
+    Family(
+        "step_rows_done", Gauge, "catalog_upgrade_step_rows_done",
+        "Rows the long step under way (a REWRITE copy) got through",
+        labels=("step", "collection"),
+    ),
+    Family(
+        "step_rows_total", Gauge, "catalog_upgrade_step_rows_total",
+        "Rows the long step under way will go through (estimated from its batches)",
+        labels=("step", "collection"),
+    ),
+    Family(
+        "step_eta", Gauge, "catalog_upgrade_step_eta_seconds",
+        "Seconds the long step under way has left at its rate (-1: not known yet)",
+        labels=("step", "collection"),
+    ),
+    Family(
+        "step_paused", Gauge, "catalog_upgrade_step_paused",
+        "1 while the operator holds the long step under way (catalog-upgrade pause)",
+        labels=("step", "collection"),
+    ),
+    Family(
+        "step_progressed", Gauge, "catalog_upgrade_step_progress_timestamp_seconds",
+        "When the long step under way last got through a batch, or began (Unix time; the "
+        "stalled-step alert compares its age)",
+        labels=("step", "collection"),
+    ),
+)
 
 
 @attrs.define
@@ -71,205 +264,11 @@ class SidecarMetrics:
     _step_rows: int = attrs.field(default=-1, init=False)
 
     def __attrs_post_init__(self) -> None:
-        r = self.registry
-        self.upgrade_pending = Gauge(
-            "catalog_upgrade_upgrade_pending",
-            "1 while the serving leader's upgrade is not finalized (the release it came from "
-            "may still be promoted back), by version and the version it came from",
-            ["version", "from_version"],
-            registry=r,
-        )
-        self.pending_since = Gauge(
-            "catalog_upgrade_upgrade_pending_since_timestamp_seconds",
-            "When the pending upgrade switched the catalog (absent when none is pending)",
-            registry=r,
-        )
-        self.finalize_at = Gauge(
-            "catalog_upgrade_upgrade_finalize_at_timestamp_seconds",
-            "When the serving leader finalizes the pending upgrade by itself (+Inf: never)",
-            registry=r,
-        )
-        self.state = Gauge(
-            "catalog_upgrade_state",
-            "1 for the state the process is in, 0 for the others",
-            ["state"],
-            registry=r,
-        )
-        self.leader = Gauge(
-            "catalog_upgrade_leader", "1 while this process holds leadership", registry=r
-        )
-        self.epoch = Gauge(
-            "catalog_upgrade_epoch", "The fencing epoch last seen by this process", registry=r
-        )
-        self.deploy_generation = Gauge(
-            "catalog_upgrade_deploy_generation", "This process's deploy generation", registry=r
-        )
-        self.cutover_seconds = Gauge(
-            "catalog_upgrade_cutover_seconds",
-            "The write gap of the promotion this leader took over by: from the old leader's "
-            "last append committed to this leader's first (0 until known)",
-            registry=r,
-        )
-        self.phase_seconds = Histogram(
-            "catalog_upgrade_migration_phase_seconds",
-            "Time spent in each migration phase (checking, registering schemas, ...)",
-            ["phase"],
-            buckets=PHASE_BUCKETS,
-            registry=r,
-        )
-        self.zookeeper_seconds = Histogram(
-            "catalog_upgrade_zookeeper_request_seconds",
-            "ZooKeeper round-trip latency per operation kind",
-            ["kind"],
-            buckets=ZK_BUCKETS,
-            registry=r,
-        )
-        self.cas_retries = Counter(
-            "catalog_upgrade_cas_retries",
-            "Compare-and-set attempts retried, by the error that caused the retry",
-            ["error"],
-            registry=r,
-        )
-        self.rows_appended = Counter(
-            "catalog_upgrade_rows_appended",
-            "Rows appended through POST /append, per collection",
-            ["collection"],
-            registry=r,
-        )
-        self.blobs_collected = Counter(
-            "catalog_upgrade_blobs_collected",
-            "Unreferenced blobs deleted by this leader's garbage collection",
-            registry=r,
-        )
-        self.zookeeper_connected = Gauge(
-            "catalog_upgrade_zookeeper_connected",
-            "1 while the ZooKeeper session is connected",
-            registry=r,
-        )
-        self.blob_store_up = Gauge(
-            "catalog_upgrade_blob_store_up",
-            "1 while the blob store answers this process (0 during an outage)",
-            registry=r,
-        )
+        for family in FAMILIES:
+            setattr(self, family.attribute, family.made(self.registry))
         self.blob_store_up.set(1)
-        self.blob_store_full = Gauge(
-            "catalog_upgrade_blob_store_full",
-            "1 while the blob store refuses this process's writes for want of space "
-            "(full, over a quota or read-only)",
-            registry=r,
-        )
-        self.append_group = Histogram(
-            "catalog_upgrade_append_group_size",
-            "Appends committed together by one group commit",
-            buckets=(1, 2, 4, 8, 16, 32, 64),
-            registry=r,
-        )
-        self.append_seconds = Histogram(
-            "catalog_upgrade_append_seconds",
-            "Time appends spend in each step: parse (the body to rows, per append), queue "
-            "(waiting for the group commit to take it, per append), write (the group's rows "
-            "checked and written to the blob store, per commit) and commit (the ZooKeeper "
-            "compare-and-set, per commit)",
-            ["step"],
-            buckets=ZK_BUCKETS,
-            registry=r,
-        )
         for step in APPEND_STEPS:
             self.append_seconds.labels(step=step)  # every step is exported from the start
-        self.phase_started = Gauge(
-            "catalog_upgrade_phase_started_timestamp_seconds",
-            "When the phase the process is in now began (Unix time; one series, the current "
-            "phase: alerts compare its age with the phase's history)",
-            ["phase"],
-            registry=r,
-        )
-        self.refusals = Counter(
-            "catalog_upgrade_refusals",
-            "Requests the sidecar refused, by the refusal's error code (read-only, "
-            "writes-paused, blob-store-unreachable, busy, unauthorized, ...)",
-            ["error"],
-            registry=r,
-        )
-        self.http_connections = Gauge(
-            "catalog_upgrade_http_connections",
-            "HTTP connections open to the sidecar (--http-max-connections is the limit)",
-            registry=r,
-        )
-        self.blob_store_failures = Counter(
-            "catalog_upgrade_blob_store_failures",
-            "Blob store operations that failed because the store did not answer",
-            registry=r,
-        )
-        self.shard_batches = Gauge(
-            "catalog_upgrade_shard_batches",
-            "Live batches of the shard a collection is appended to, after the leader's last "
-            "commit or merge (a read opens each; appends slow down and then stop at the "
-            "thresholds of catalog.shard.merges)",
-            ["collection"],
-            registry=r,
-        )
-        self.merge_lag = Gauge(
-            "catalog_upgrade_merge_lag_seconds",
-            "How long the oldest merge a collection's shard is due has waited (0: none due)",
-            ["collection"],
-            registry=r,
-        )
-        self.merges = Counter(
-            "catalog_upgrade_merges",
-            "Merges of the write path committed, by collection",
-            ["collection"],
-            registry=r,
-        )
-        self.schema_batches = Gauge(
-            "catalog_upgrade_schema_batches",
-            "Batches stored under each schema id of a collection's shard (lazy-migration "
-            "coverage; the serving leader exports it, schema ids holding nothing are left out)",
-            ["collection", "schema_id"],
-            registry=r,
-        )
-        self.schema_rows = Gauge(
-            "catalog_upgrade_schema_rows",
-            "Update rows stored under each schema id of a collection's shard",
-            ["collection", "schema_id"],
-            registry=r,
-        )
-        self.retirable_schemas = Gauge(
-            "catalog_upgrade_retirable_schemas",
-            "Old schemas of a collection that no stored batch and no reader needs any more",
-            ["collection"],
-            registry=r,
-        )
-        self.step_rows_done = Gauge(
-            "catalog_upgrade_step_rows_done",
-            "Rows the long step under way (a REWRITE copy) got through",
-            ["step", "collection"],
-            registry=r,
-        )
-        self.step_rows_total = Gauge(
-            "catalog_upgrade_step_rows_total",
-            "Rows the long step under way will go through (estimated from its batches)",
-            ["step", "collection"],
-            registry=r,
-        )
-        self.step_eta = Gauge(
-            "catalog_upgrade_step_eta_seconds",
-            "Seconds the long step under way has left at its rate (-1: not known yet)",
-            ["step", "collection"],
-            registry=r,
-        )
-        self.step_paused = Gauge(
-            "catalog_upgrade_step_paused",
-            "1 while the operator holds the long step under way (catalog-upgrade pause)",
-            ["step", "collection"],
-            registry=r,
-        )
-        self.step_progressed = Gauge(
-            "catalog_upgrade_step_progress_timestamp_seconds",
-            "When the long step under way last got through a batch, or began (Unix time; the "
-            "stalled-step alert compares its age)",
-            ["step", "collection"],
-            registry=r,
-        )
         self.set_state("starting")
 
     def observe_step(self, step: StepProgress | None) -> None:
