@@ -40,6 +40,7 @@ from catalog.consensus import (
     Delete,
     Op,
     SetData,
+    Versioned,
     decode_json,
     decoding,
     encode_json,
@@ -317,3 +318,16 @@ def catalog_write_op(state: CatalogState, expected_version: int) -> Op:
     if expected_version < 0:
         return Create(CATALOG_KEY, state.encode())
     return SetData(CATALOG_KEY, state.encode(), expected_version)
+
+
+def candidate_key(deploy_generation: int) -> str:
+    """Where the election candidates of ``deploy_generation`` are (``election/<gen>``)."""
+    return f"{ELECTION_KEY}/{deploy_generation}"
+
+
+def generation_of_catalog(found: Versioned | None) -> int | None:
+    """The generation of a read catalog node (None: absent or empty); decoded by
+    :meth:`CatalogState.decode`, the catalog's one codec."""
+    if found is None or not found.value:
+        return None
+    return CatalogState.decode(found.value, found.key or CATALOG_KEY).deploy_generation

@@ -34,17 +34,14 @@ Protocol and invariants:
 
 from __future__ import annotations
 
-from orchestrator.election.candidate import LeaderElection, fenced_write_guard
-from orchestrator.election.promotion import promote, wait_promoted
-from orchestrator.election.values import (
-    ElectionEvent,
-    EpochInfo,
-    Leadership,
+from orchestrator.election.candidacy import ElectionEvent, LeaderElection, fenced_write_guard
+from orchestrator.election.epoch import EpochInfo, Leadership, read_epoch
+from orchestrator.election.promotion import (
     Promotion,
-    candidate_key,
-    read_epoch,
+    promote,
     read_promotion,
     read_promotion_request,
+    wait_promoted,
 )
 
 __all__ = [
@@ -53,7 +50,6 @@ __all__ = [
     "LeaderElection",
     "Leadership",
     "Promotion",
-    "candidate_key",
     "fenced_write_guard",
     "promote",
     "read_epoch",

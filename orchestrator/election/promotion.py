@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import attrs
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -18,7 +19,10 @@ from catalog.consensus import (
     Check,
     Consensus,
     SetData,
+    Versioned,
     decode_json,
+    decoding,
+    encode_json,
 )
 from catalog.consensus.errors import access_denied
 from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
@@ -28,6 +32,8 @@ from catalog.environment import (
     PROCESSES_KEY,
     PROMOTION_KEY,
     CatalogState,
+    candidate_key,
+    generation_of_catalog,
 )
 from catalog.errors import (
     EXIT_FENCED,
@@ -39,16 +45,65 @@ from catalog.errors import (
     MigrationRefusedError,
 )
 from catalog.retry import CasRetry
-from orchestrator.election.values import (
-    Promotion,
-    candidate_key,
-    generation_of_catalog,
-    promotion_of,
-)
 from orchestrator.events import record_event
 from orchestrator.fencing import generation_fence
 from orchestrator.process_node import FINAL_STATES, ProcessNode, ProcessState, decode_processes
 from orchestrator.zookeeper.credentials import may_write
+
+
+@attrs.frozen
+class Promotion:
+    """The promotion node: the generation asked to lead, who asked and when, and the target it
+    replaced. The one codec of ``promotion`` (the CLI, the HTTP promote and a bootstrapping
+    takeover write it; the election, ``promote --wait``, status and the history read it)."""
+
+    deploy_generation: int
+    requested_by: str | None = None
+    requested_at: float | None = None
+    previous: int | None = None
+
+    @classmethod
+    def decode(cls, data: bytes | None, key: str = PROMOTION_KEY) -> Promotion | None:
+        """The promotion stored at ``key`` (None: nothing promoted yet, an empty node);
+        CorruptStateError naming the key when it holds something else."""
+        if not data:
+            return None
+        value = decode_json(data, key)
+        with decoding(key, "promotion target"):
+            if not isinstance(value, dict):
+                raise TypeError(f"expected an object, found {type(value).__name__}")
+            previous = value.get("previous")
+            return cls(
+                deploy_generation=int(value["deploy_generation"]),
+                requested_by=value.get("requested_by"),
+                requested_at=value.get("requested_at"),
+                previous=None if previous is None else int(previous),
+            )
+
+    @classmethod
+    def of(cls, found: Versioned | None) -> Promotion | None:
+        """:meth:`decode` of a node read with its version (None: absent or empty)."""
+        return None if found is None else cls.decode(found.value, found.key or PROMOTION_KEY)
+
+    def encode(self) -> bytes:
+        return encode_json(attrs.asdict(self))
+
+
+def promotion_of(found: Versioned | None) -> int | None:
+    """The promoted generation a read node holds (None: nothing promoted yet)."""
+    promotion = Promotion.of(found)
+    return None if promotion is None else promotion.deploy_generation
+
+
+def read_promotion_request(consensus: Consensus) -> Promotion | None:
+    """The promotion node, or None when nothing was promoted yet."""
+    return Promotion.of(consensus.get(PROMOTION_KEY))
+
+
+def read_promotion(consensus: Consensus) -> int | None:
+    """The promotion target generation, or None when nothing was promoted yet."""
+    return promotion_of(consensus.get(PROMOTION_KEY))
+
 
 log = structlog.get_logger(__name__)
 

@@ -39,10 +39,10 @@ from catalog.environment import (
     HISTORY_KEY,
     PROCESSES_KEY,
     PROMOTION_KEY,
+    generation_of_catalog,
 )
 from catalog.errors import EXIT_REFUSED, CorruptStateError
 from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
-from orchestrator.election.values import generation_of_catalog
 from orchestrator.fleet.ensembles import Ensemble
 from orchestrator.fleet.model import EnvironmentRow, GreenGeneration, LeaderView
 from orchestrator.history import UpgradeRecord

@@ -32,7 +32,7 @@ from catalog.errors import (
 from catalog.pending import PendingUpgrade
 from orchestrator.clock import clock_warning
 from orchestrator.election import EpochInfo
-from orchestrator.election.values import promotion_of
+from orchestrator.election.promotion import promotion_of
 from orchestrator.events import read_events
 from orchestrator.process_node import WAITING_FOR_BOOTSTRAP, decode_processes, process_key
 from orchestrator.status.commands import command, connection_of
