@@ -3,8 +3,9 @@
 An append, followed down this module:
 
 1. :func:`append_rows` is a writer's entry (the sidecar's group commit, the migration shard).
-   It takes :class:`Rows`, or a function that derives them from the state read (a group commit
-   leaves out the members the state already holds).
+   It takes :class:`Rows`, a function that derives them from the state read, or the writer's
+   :class:`Attempts`: the rows for each state read (a group commit leaves out the members the
+   state already holds) and what the writer does around each attempt.
 2. Each attempt reads the state, or takes the one the caller holds (``known``). It first looks
    the write's identity up in the write ledger: a write that landed is answered as it landed and
    nothing is written.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import attrs
 import pyarrow as pa
@@ -52,6 +54,7 @@ from catalog.shard.updates import checked_batch, time_bounds
 from catalog.shard.writeid import fresh as fresh_write_id
 
 __all__ = [
+    "Attempts",
     "Rows",
     "append_rows",
     "compare_and_append",
@@ -80,6 +83,24 @@ class Rows:
     group: Sequence[tuple[str, int]] = ()
 
 
+@runtime_checkable
+class Attempts(Protocol):
+    """A writer's part in each attempt of :func:`append_rows`, as one value: the rows to write
+    for the state read (None: nothing left to write), and what it does around the attempt."""
+
+    def rows(self, state: ShardState) -> Rows | None:
+        """What to write on ``state`` (the members it does not hold yet)."""
+
+    def before_read(self) -> None:
+        """Before the attempt reads the state (a leader checks its lease)."""
+
+    def before_send(self) -> None:
+        """Before the attempt sends its compare-and-set (a leader checks its lease again)."""
+
+    def on_unknown(self) -> None:
+        """The attempt's answer was lost: what a later attempt finds may be its own write."""
+
+
 def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
     """``table`` with the update columns: every row at time ``ts`` with ``diff``."""
     rows = table.num_rows
@@ -95,38 +116,37 @@ def with_updates(table: pa.Table, ts: int, diff: int) -> pa.Table:
 
 def append_rows(
     shard: ShardAccess,
-    rows: Rows | Callable[[ShardState], Rows | None],
+    rows: Rows | Callable[[ShardState], Rows | None] | Attempts,
     *,
     fence: Fence | None = None,
     write_id: str | None = None,
     retry: Callable[[], Callable[..., AppendResult]] = CasRetry,
-    before_read: Callable[[], None] | None = None,
-    before_send: Callable[[], None] | None = None,
     known: ShardState | None = None,
-    on_unknown: Callable[[], None] | None = None,
 ) -> AppendResult:
-    """Append ``rows`` (or what ``rows(state)`` returns for the state read) at the upper.
+    """Append ``rows`` (or what ``rows(state)``, or the writer's :meth:`Attempts.rows`,
+    returns for the state read) at the upper.
 
-    ``rows(state)`` returning None means nothing to write: the result is ok, at the current
-    upper, with no mark. ``before_read`` runs before each attempt reads the state and
-    ``before_send`` before it sends the compare-and-set (a leader's lease check). ``retry``
-    runs the attempts (its retryable errors: a lost race, a lost connection). A result's
-    ``replayed`` says that ``write_id`` had landed before this call (a retry of a request
-    answered earlier); an attempt of this call whose answer was lost and that a later attempt
-    finds is this call's own write, not a replay. ``known``: a state the caller holds (the one
-    its own last commit left, when it is the shard's only writer); the first attempt uses it
-    instead of reading, and a stale one costs a refused compare-and-set and a re-read.
-    ``on_unknown`` runs when an attempt's answer was lost: what a later attempt finds may then
-    be that attempt's own write.
+    None from them means nothing to write: the result is ok, at the current upper, with no
+    mark. The writer's :class:`Attempts` also hears each attempt: before it reads the state,
+    before it sends the compare-and-set (a leader's lease check), and when its answer was lost
+    (what a later attempt finds may then be that attempt's own write). ``retry`` runs the
+    attempts (its retryable errors: a lost race, a lost connection). A result's ``replayed``
+    says that ``write_id`` had landed before this call (a retry of a request answered
+    earlier); an attempt of this call whose answer was lost and that a later attempt finds is
+    this call's own write, not a replay. ``known``: a state the caller holds (the one its own
+    last commit left, when it is the shard's only writer); the first attempt uses it instead of
+    reading, and a stale one costs a refused compare-and-set and a re-read.
     """
+    attempts = rows if isinstance(rows, Attempts) else None
 
     def derive(state: ShardState) -> Rows | None:
+        if isinstance(rows, Attempts):
+            return rows.rows(state)
         return rows(state) if callable(rows) else rows
 
     return _Append(
         shard, _Derived(shard, derive, write_id or fresh_write_id()), fence=fence, carry=None,
-        lookup=write_id, own_is_replay=False, before_read=before_read, before_send=before_send,
-        on_unknown=on_unknown, known=known,
+        lookup=write_id, own_is_replay=False, attempts=attempts, known=known,
     ).run(retry())  # fmt: skip
 
 
@@ -341,9 +361,7 @@ class _Append:
         carry: Carry | None,
         lookup: str | None,
         own_is_replay: bool,
-        before_read: Callable[[], None] | None = None,
-        before_send: Callable[[], None] | None = None,
-        on_unknown: Callable[[], None] | None = None,
+        attempts: Attempts | None = None,
         known: ShardState | None = None,
     ) -> None:
         self._shard = shard
@@ -352,9 +370,7 @@ class _Append:
         self._carry = carry
         self._lookup = lookup  # the identity looked up before anything is derived
         self._own_is_replay = own_is_replay
-        self._before_read = before_read
-        self._before_send = before_send
-        self._on_unknown = on_unknown
+        self._attempts = attempts
         self._held = [known] if known is not None else []
         self._lost: _Batches | None = None  # the attempt whose answer was lost
 
@@ -372,8 +388,8 @@ class _Append:
         return result
 
     def _attempt(self) -> AppendResult:
-        if self._before_read is not None:
-            self._before_read()
+        if self._attempts is not None:
+            self._attempts.before_read()
         state = self._held.pop() if self._held else self._shard.state()
         found = self._landed(state)
         if found is not None:
@@ -389,8 +405,8 @@ class _Append:
         )
         segments = [segment.key(self._shard.shard_id) for segment in added]
         new = attrs.evolve(new, writes=writes)
-        if self._before_send is not None:
-            self._before_send()
+        if self._attempts is not None:
+            self._attempts.before_send()
         try:
             result = self._shard.cas(state, new, self._fence, planned.guards)
         except VersionMismatchError:
@@ -399,8 +415,8 @@ class _Append:
             raise
         except ConnectionLostError:
             self._lost = planned
-            if self._on_unknown is not None:
-                self._on_unknown()
+            if self._attempts is not None:
+                self._attempts.on_unknown()
             raise
         return AppendResult(True, planned.new_upper, result, planned.mark)
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 import pyarrow as pa
 import structlog
 
@@ -210,128 +211,48 @@ class SidecarWriter:
         return write_outcome(serving.machine.store, serving.progress, serving.session_wait(), sent)
 
     def _commit(self, builtin: Builtin, members: Sequence[Pending]) -> None:
-        """One commit of a group of appends to ``builtin``; settles each member.
-
-        The first attempt starts from the state the last commit left, each later one re-reads
-        it; each leaves out the members the state already holds (their key landed before:
-        answered ``replayed``; or, after an attempt of this commit whose outcome was not seen,
-        possibly in it: answered as written) and those whose key holds another body (422): so
-        every member is exactly once, whatever the pre-check saw."""
+        """One commit of a group of appends to ``builtin``; settles each member
+        (:class:`GroupAttempts` says what each attempt writes)."""
         leadership = self._serving.machine.appending()
         if leadership is None:
             raise WritesPausedError(
                 "leader writes are paused: this process no longer serves as leader",
                 state=self._serving.progress.state.value,
             )
-        wait = self._serving.session_wait()
         started = time.monotonic()
         for member in members:
             self._metrics.observe_append("queue", started - member.queued)
-        sent = False
-        attempt, sending = started, 0.0  # when the attempt began; when it sent (0: not yet)
-        unknown = False  # an attempt's outcome was not seen: it may have landed
-        remaining = list(members)
-        name = builtin.name
-
-        def rows(state: ShardState) -> Rows | None:
-            still, tables, waits = [], [], []
-            schema_id = find_schema_id(state, builtin.schema)
-            for member in remaining:
-                identity = member.identity
-                if identity.key_prefix is None:
-                    found = shard.find_write(state.writes, identity.write_id)
-                else:  # one look-up: this body's mark, another body's, or none
-                    found = shard.find_key(state.writes, identity.key_prefix)
-                    try:
-                        identity.check_reuse(found, name)
-                    except IdempotencyKeyReusedError as exc:
-                        member.settle(None, exc)
-                        continue
-                if found is not None:
-                    member.settle(_answer(name, shard, found, replayed=not unknown), None)
-                    continue
-                table = member.table
-                if schema_id is None:  # pending: each member is checked alone, and only it waits
-                    try:
-                        table, _ = written_as(shard.shard_id, table, builtin.schema, state)
-                    except MigrationRefusedError as exc:
-                        waits.append((member, exc))
-                        continue
-                still.append(member)
-                tables.append(table)
-            if waits and state is known:  # the upgrade may be final since: refuse on a fresh read
-                raise VersionMismatchError(
-                    f"shard {shard.shard_id}: a member waits on the state the last commit left; "
-                    "read it again",
-                    key=shard.key,
-                )
-            for member, refusal in waits:
-                member.settle(None, refusal)
-            behind = self._merger.refusal(name, shard.shard_id, state) if still else None
-            for member in still if behind is not None else ():
-                member.settle(None, behind)
-            remaining[:] = still if behind is None else []
-            if not remaining:
-                return None
-            return Rows(
-                pa.concat_tables(tables),
-                schema_id=schema_id if schema_id is not None else state.schema_id,
-                group=[(m.identity.write_id, m.table.num_rows) for m in still],
-            )
-
-        def before_read() -> None:
-            nonlocal attempt, sending
-            attempt, sending = time.monotonic(), 0.0
-            leadership.check(wait)
-
-        def before_send() -> None:
-            nonlocal sent, sending
-            leadership.check(wait)
-            sent = True
-            sending = time.monotonic()
-            self._metrics.observe_append("write", sending - attempt)
-
-        def on_unknown() -> None:
-            nonlocal unknown
-            unknown = True
-
+        attempts: GroupAttempts | None = None
         try:
-            with self._outcome(lambda: sent):
+            with self._outcome(lambda: attempts is not None and attempts.sent):
                 shard = self._append_retry(lambda: self._serving.leader_shard(leadership, builtin))
                 self._merger.slow_down(shard.shard_id, self._states.get(shard.shard_id))
                 with self._turn_of(shard.shard_id):
-                    known = self._states.get(shard.shard_id)
+                    attempts = GroupAttempts(
+                        builtin, shard, list(members), leadership, self._serving.session_wait(),
+                        self._metrics, self._merger, self._states.get(shard.shard_id), started,
+                    )  # fmt: skip
                     result = append_rows(
                         shard,
-                        rows,
+                        attempts,
                         fence=leadership.fence,
                         retry=lambda: self._append_retry,
-                        before_read=before_read,
-                        before_send=before_send,
-                        known=known,
-                        on_unknown=on_unknown,
+                        known=attempts.known,
                     )
         except BaseException:
             self._states.clear()  # re-read before the next pre-check and commit
             raise
         finally:
-            if sending:  # the last attempt's compare-and-set, answered or not
-                self._metrics.observe_append("commit", time.monotonic() - sending)
+            if attempts is not None and attempts.sending:  # the last compare-and-set's time
+                self._metrics.observe_append("commit", time.monotonic() - attempts.sending)
+        assert attempts is not None  # made before append_rows, which returned
         self._states[shard.shard_id] = result.state
-        self._merger.committed(name, shard.shard_id, result.state)
+        self._merger.committed(builtin.name, shard.shard_id, result.state)
         self._serving.machine.store.written()
         if result.mark is not None:
             self.last_commit_at = committed = time.time()
             self._serving.machine.cutover.committed(committed)
-        if result.mark is None:  # every member was settled by what the state held
-            return
-        lower, upper = result.mark.lower, result.mark.upper
-        rows_written = sum(m.table.num_rows for m in remaining)
-        self._metrics.rows_appended.labels(collection=name).inc(rows_written)
-        self._metrics.append_group.observe(len(remaining))
-        for member in remaining:
-            mark = WriteMark(member.identity.write_id, lower, upper, member.table.num_rows)
-            member.settle(_answer(name, shard, mark, replayed=False), None)
+            attempts.settle(result.mark)
 
     def _merging(self) -> Leadership | None:
         """The leadership the write path's merges write under: a serving leader's."""
@@ -359,6 +280,103 @@ class SidecarWriter:
         known = self._states.get(shard_id)
         if known is None or known.version < state.version:
             self._states[shard_id] = state
+
+
+@attrs.define
+class GroupAttempts:
+    """One commit of a group of appends to one collection, attempt by attempt: the writer's
+    :class:`~catalog.shard.append.Attempts`.
+
+    The first attempt starts from the state the last commit left (``known``), each later one
+    re-reads it; each leaves out the members the state already holds (their key landed
+    before: answered ``replayed``; or, after an attempt of this commit whose outcome was not
+    seen, possibly in it: answered as written) and those whose key holds another body (422):
+    so every member is exactly once, whatever the pre-check saw. Around each attempt the
+    leader's lease is checked, and the append's steps are timed."""
+
+    builtin: Builtin
+    shard: Shard
+    members: list[Pending]  # those still to write: every other one is settled
+    leadership: Leadership
+    wait: float  # how long a check waits for a suspended session
+    metrics: SidecarMetrics
+    merger: Merger
+    known: ShardState | None
+    attempt: float  # when the attempt began
+    sending: float = 0.0  # when it sent its compare-and-set (0: not yet)
+    sent: bool = False  # an attempt sent: its outcome may be unknown
+    unknown: bool = False  # an attempt's outcome was not seen: it may have landed
+
+    def rows(self, state: ShardState) -> Rows | None:
+        builtin, shard, name = self.builtin, self.shard, self.builtin.name
+        still, tables, waits = [], [], []
+        schema_id = find_schema_id(state, builtin.schema)
+        for member in self.members:
+            identity = member.identity
+            if identity.key_prefix is None:
+                found = shard.find_write(state.writes, identity.write_id)
+            else:  # one look-up: this body's mark, another body's, or none
+                found = shard.find_key(state.writes, identity.key_prefix)
+                try:
+                    identity.check_reuse(found, name)
+                except IdempotencyKeyReusedError as exc:
+                    member.settle(None, exc)
+                    continue
+            if found is not None:
+                member.settle(_answer(name, shard, found, replayed=not self.unknown), None)
+                continue
+            table = member.table
+            if schema_id is None:  # pending: each member is checked alone, and only it waits
+                try:
+                    table, _ = written_as(shard.shard_id, table, builtin.schema, state)
+                except MigrationRefusedError as exc:
+                    waits.append((member, exc))
+                    continue
+            still.append(member)
+            tables.append(table)
+        if waits and state is self.known:  # the upgrade may be final since: refuse on a fresh read
+            raise VersionMismatchError(
+                f"shard {shard.shard_id}: a member waits on the state the last commit left; "
+                "read it again",
+                key=shard.key,
+            )
+        for member, refusal in waits:
+            member.settle(None, refusal)
+        behind = self.merger.refusal(name, shard.shard_id, state) if still else None
+        for member in still if behind is not None else ():
+            member.settle(None, behind)
+        self.members = still if behind is None else []
+        if not self.members:
+            return None
+        return Rows(
+            pa.concat_tables(tables),
+            schema_id=schema_id if schema_id is not None else state.schema_id,
+            group=[(m.identity.write_id, m.table.num_rows) for m in still],
+        )
+
+    def before_read(self) -> None:
+        self.attempt, self.sending = time.monotonic(), 0.0
+        self.leadership.check(self.wait)
+
+    def before_send(self) -> None:
+        self.leadership.check(self.wait)
+        self.sent = True
+        self.sending = time.monotonic()
+        self.metrics.observe_append("write", self.sending - self.attempt)
+
+    def on_unknown(self) -> None:
+        self.unknown = True
+
+    def settle(self, mark: WriteMark) -> None:
+        """The commit wrote the members left at ``mark``'s times: each gets its answer."""
+        name = self.builtin.name
+        self.metrics.rows_appended.labels(collection=name).inc(
+            sum(m.table.num_rows for m in self.members)
+        )
+        self.metrics.append_group.observe(len(self.members))
+        for member in self.members:
+            own = WriteMark(member.identity.write_id, mark.lower, mark.upper, member.table.num_rows)
+            member.settle(_answer(name, self.shard, own, replayed=False), None)
 
 
 @contextlib.contextmanager
