@@ -144,58 +144,10 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
 
     # One transaction: the switch and the finalization queue of what it un-references.
     ctx.on_phase(PHASE_SWITCH)
-    collections: dict[str, CollectionRef] = {}
-    for b in ctx.release.builtins:
-        old = catalog.collections.get(b.global_id)
-        shard_id = replacements.get(b.global_id) or (old.shard_id if old else None)
-        if shard_id is None:  # pragma: no cover - plan guarantees new builtins are wanted
-            raise MigrationRefusedError(f"no shard for builtin {b.name}", collection=b.name)
-        collections[b.global_id] = CollectionRef(b.global_id, b.name, shard_id, b.fingerprint)
-    # A release schema registered only inside a wider one (registration_schema) is kept in
-    # the catalog, so plans start from it.
-    release_schemas = {b.global_id: b.schema for b in ctx.release.builtins}
-    kept = [gid for gid in collections if gid not in replacements]
-    for gid in kept:
-        ref = collections[gid]
-        if keeps_release_schema(ctx, known[ref.shard_id], release_schemas[gid]):
-            collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
-    new_state = CatalogState(
-        version=str(ctx.version),
-        deploy_generation=leadership.deploy_generation,
-        blob_uri=catalog.blob_uri,
-        collections=collections,
-        updated_at=time.time(),
-        finalized=catalog.finalized if catalog.version == str(ctx.version) else None,
-        version_generation=(
-            catalog.version_generation
-            if catalog.version == str(ctx.version)
-            else leadership.deploy_generation
-        ),
-        generation_release=str(ctx.version),
+    new_state = _switched_catalog(ctx, leadership, catalog, replacements, known)
+    unreferenced, pending = _switch(
+        ctx, leadership, (catalog, catalog_version), new_state, replacements, prepared, pending
     )
-    referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
-    unreferenced = sorted(catalog.shard_ids() - referenced)
-    # The switch to a new version leaves the upgrade pending, in the same transaction: the
-    # unreferenced shards are queued, but finalized only once it is final.
-    queued = queue_ops(ctx, unreferenced)
-    if catalog.version != new_state.version:
-        pending = _pending_upgrade(ctx, leadership, catalog, replacements, prepared)
-        queued.append(pending_write_op(pending, -1))
-    # Kept schemas live in their own nodes: written before the switch that names them, and
-    # those it no longer names retired after it (catalog.environment).
-    schema_nodes = kept_schema_ops(ctx.consensus, new_state)
-    if schema_nodes:
-        ctx.consensus.commit_chunked(schema_nodes, fence=fence)
-    if new_state.to_json() | {"updated_at": 0} != catalog.to_json() | {"updated_at": 0}:
-        ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
-    elif queued:
-        ctx.consensus.commit(queued, fence=fence)
-    ctx.on_switched()
-    retired = retired_schema_ops(
-        ctx.consensus, new_state, *(() if pending is None else (pending.previous,))
-    )
-    if retired:
-        ctx.consensus.commit_chunked(retired, fence=fence)
     log.info(
         "catalog_switched",
         version=new_state.version,
@@ -223,6 +175,85 @@ def migrate_as_leader(ctx: MigrationContext, leadership: Leadership) -> LeaderRe
         retracted_entries=retracted,
         seconds=time.monotonic() - started,
     )
+
+
+def _switched_catalog(
+    ctx: MigrationContext,
+    leadership: Leadership,
+    catalog: CatalogState,
+    replacements: dict[str, str],
+    known: dict[str, ShardState],
+) -> CatalogState:
+    """The catalog the switch writes: every builtin of the release on its replacement or its
+    shard, at this leadership's generation."""
+    collections: dict[str, CollectionRef] = {}
+    for b in ctx.release.builtins:
+        old = catalog.collections.get(b.global_id)
+        shard_id = replacements.get(b.global_id) or (old.shard_id if old else None)
+        if shard_id is None:  # pragma: no cover - plan guarantees new builtins are wanted
+            raise MigrationRefusedError(f"no shard for builtin {b.name}", collection=b.name)
+        collections[b.global_id] = CollectionRef(b.global_id, b.name, shard_id, b.fingerprint)
+    # A release schema registered only inside a wider one (registration_schema) is kept in
+    # the catalog, so plans start from it.
+    release_schemas = {b.global_id: b.schema for b in ctx.release.builtins}
+    kept = [gid for gid in collections if gid not in replacements]
+    for gid in kept:
+        ref = collections[gid]
+        if keeps_release_schema(ctx, known[ref.shard_id], release_schemas[gid]):
+            collections[gid] = attrs.evolve(ref, schema=release_schemas[gid])
+    same_version = catalog.version == str(ctx.version)
+    return CatalogState(
+        version=str(ctx.version),
+        deploy_generation=leadership.deploy_generation,
+        blob_uri=catalog.blob_uri,
+        collections=collections,
+        updated_at=time.time(),
+        finalized=catalog.finalized if same_version else None,
+        version_generation=(
+            catalog.version_generation if same_version else leadership.deploy_generation
+        ),
+        generation_release=str(ctx.version),
+    )
+
+
+def _switch(
+    ctx: MigrationContext,
+    leadership: Leadership,
+    read: tuple[CatalogState, int],
+    new_state: CatalogState,
+    replacements: dict[str, str],
+    prepared: dict[str, ShardState],
+    pending: PendingUpgrade | None,
+) -> tuple[list[str], PendingUpgrade | None]:
+    """Write ``new_state`` over the catalog ``read`` (with its version) in one fenced
+    transaction, with the finalization queue of the shards it no longer names; a switch to a
+    new version leaves the upgrade pending, in the same transaction. The shards it
+    un-references, and the upgrade pending now."""
+    catalog, catalog_version = read
+    fence = leadership.fence
+    referenced = new_state.shard_ids() | {MIGRATION_SHARD_ID}
+    unreferenced = sorted(catalog.shard_ids() - referenced)
+    # The unreferenced shards are queued, but finalized only once the upgrade is final.
+    queued = queue_ops(ctx, unreferenced)
+    if catalog.version != new_state.version:
+        pending = _pending_upgrade(ctx, leadership, catalog, replacements, prepared)
+        queued.append(pending_write_op(pending, -1))
+    # Kept schemas live in their own nodes: written before the switch that names them, and
+    # those it no longer names retired after it (catalog.environment).
+    schema_nodes = kept_schema_ops(ctx.consensus, new_state)
+    if schema_nodes:
+        ctx.consensus.commit_chunked(schema_nodes, fence=fence)
+    if new_state.to_json() | {"updated_at": 0} != catalog.to_json() | {"updated_at": 0}:
+        ctx.consensus.commit([catalog_write_op(new_state, catalog_version), *queued], fence=fence)
+    elif queued:
+        ctx.consensus.commit(queued, fence=fence)
+    ctx.on_switched()
+    retired = retired_schema_ops(
+        ctx.consensus, new_state, *(() if pending is None else (pending.previous,))
+    )
+    if retired:
+        ctx.consensus.commit_chunked(retired, fence=fence)
+    return unreferenced, pending
 
 
 def _pending_upgrade(
