@@ -10,11 +10,12 @@ a gap.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import structlog
 
+from catalog.blob.cache import BatchCache
 from catalog.environment import CatalogState, read_catalog
 from catalog.errors import BlobUnreachableError, CatalogError, FencedError, MigrationRefusedError
 from catalog.release import Builtin
@@ -25,6 +26,9 @@ from orchestrator.sidecar.refusals import MigratingError, NotLeaderError, Unread
 from orchestrator.sidecar.serving import Serving
 
 log = structlog.get_logger(__name__)
+
+#: The Arrow bytes of latest-time snapshots a process keeps, by shard state version.
+SNAPSHOT_CACHE_BYTES: Final = 64 * 1024 * 1024
 
 
 class SidecarReader:
@@ -37,6 +41,9 @@ class SidecarReader:
         # registration tells coverage).
         self._registry: tuple[object, ReaderRegistry] | None = None
         self._reads_with: dict[str, int | None] = {}
+        # Snapshots at the latest time, by the state version they were read at (its head's
+        # and its body's znode versions, which any change of the state moves).
+        self._snapshots = BatchCache(SNAPSHOT_CACHE_BYTES)
 
     def hand_over(self) -> bool:
         """This leader was fenced by a promotion: it goes on answering reads, through the
@@ -129,19 +136,21 @@ class SidecarReader:
             shard = self._serving.leader_shard(leadership, builtin)
         else:
             shard = self._serving.shard_of(builtin, catalog)
-        if as_of is None:  # the process's registration: nothing written per read
-            reads_with = self._reads_with.get(shard.shard_id)
-            with self._readers(shard).reading(shard, reads_with) as state:
-                self._reads_with[shard.shard_id] = find_schema_id(state, builtin.schema)
-                if state.upper == 0:
-                    return update_schema(builtin.schema).empty_table()
-                table = shard.snapshot(None, state=state)
-        else:
-            table = self._snapshot_at(shard, builtin, as_of)
-        source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
-        if not source.equals(builtin.schema):
-            table = migrate_batch(table, source, builtin.schema, projection=True)
-        return table
+        if as_of is not None:
+            return _as_release(self._snapshot_at(shard, builtin, as_of), builtin)
+        reads_with = self._reads_with.get(shard.shard_id)
+        with self._readers(shard).reading(shard, reads_with) as state:  # nothing written
+            self._reads_with[shard.shard_id] = find_schema_id(state, builtin.schema)
+            if state.upper == 0:
+                return update_schema(builtin.schema).empty_table()
+            # The snapshot of one version of the state is always the same table: a read of
+            # an unchanged shard takes it from memory.
+            key = f"{shard.shard_id}@{state.version}.{state.body_version}:{builtin.fingerprint}"
+            table = self._snapshots.get(key, None)
+            if table is None:
+                table = _as_release(shard.snapshot(None, state=state), builtin)
+                self._snapshots.put(key, None, table)
+            return table
 
     def _readers(self, shard: Shard) -> ReaderRegistry:
         """This process's reader registrations on ``shard``'s ZooKeeper connection."""
@@ -171,6 +180,14 @@ class SidecarReader:
         holder = self._serving.process_id
         with shard.lease(holder=holder, as_of=as_of, schema_id=reads_with, state=state) as lease:
             return shard.snapshot(as_of, state=lease.state)
+
+
+def _as_release(table: pa.Table, builtin: Builtin) -> pa.Table:
+    """A snapshot as ``builtin``'s release reads it (older batches migrated lazily)."""
+    source = pa.schema([f for f in table.schema if f.name not in (TS, DIFF)])
+    if not source.equals(builtin.schema):
+        table = migrate_batch(table, source, builtin.schema, projection=True)
+    return table
 
 
 def _read_only_refusal(process_id: str, collection: str, exc: CatalogError) -> NotLeaderError:
