@@ -14,6 +14,7 @@ USED_BY_NAME = (
     UpgradeMoves.abort,
     UpgradeMoves.start_older,
     UpgradeMoves.start_stale,
+    UpgradeMoves.sustain,
     FaultMoves.kill_checking,
     FaultMoves.kill_follower,
     FaultMoves.kill_leader,

@@ -31,6 +31,7 @@ from orchestrator.scenario.format.steps import (
     SleepStep,
     StartStep,
     StopStep,
+    SustainStep,
     ThrottleStep,
     WaitStep,
 )
@@ -39,6 +40,7 @@ from orchestrator.scenario.results import (
     AppendRecord,
     StepFailed,
 )
+from orchestrator.scenario.sustain import DEFAULT_MAX_READ_SECONDS, SustainedWrites
 from orchestrator.testing.forkserver import fork_server
 from orchestrator.testing.harness import child_environment
 
@@ -243,6 +245,25 @@ class ProcessActions:
                     f"{missing[:5]}, unexpected {extra[:5]}"
                 )
         return f"{count} row(s)"
+
+    def do_sustain(self, step: SustainStep) -> str:
+        """A sustained-write phase (:mod:`orchestrator.scenario.sustain`): every append it
+        acknowledged is recorded, as an ``append`` step's is."""
+        process = self.run.process_of(step)
+        phase = SustainedWrites(
+            process, step.collection, step.rows, step.seconds, step.clients,
+            step.max_read_seconds or DEFAULT_MAX_READ_SECONDS,
+        )  # fmt: skip
+        try:
+            done = phase.run()
+        except AssertionError as exc:
+            raise StepFailed(f"sustained writes to {process.name}: {exc}") from None
+        finally:
+            self.run.acked.extend(
+                AppendRecord(process.name, step.collection, step.rows, answer)
+                for answer in phase.acknowledged
+            )
+        return done
 
     def do_stop(self, step: StopStep) -> str:
         process = self.run.process_of(step)

@@ -22,7 +22,7 @@ FAULT_ACTIONS = frozenset(
 
 
 # Steps after which durable changes by leaders are expected (the read-only invariant skips them).
-WRITING_ACTIONS = frozenset({"append", "promote", "finalize"})
+WRITING_ACTIONS = frozenset({"append", "sustain", "promote", "finalize"})
 
 
 # How long ready/serving may take to show on /readyz once the process node says so.

@@ -160,6 +160,8 @@ FIELDS: Final[Mapping[str, Checker]] = {
     "contains": _any,
     "exists": boolean_field,
     "seconds": number_field(0.0),
+    "clients": _integer(1, 64),
+    "max_read_seconds": number_field(0.01),
     "wait": number_field(0.0),
     "log_contains": _string,
     "as_of": _integer(0),

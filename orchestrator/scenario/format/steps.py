@@ -41,6 +41,7 @@ __all__ = [
     "StartZooKeeperStep",
     "Step",
     "StopStep",
+    "SustainStep",
     "ThrottleStep",
     "WaitStep",
 ]
@@ -206,6 +207,26 @@ class ReadStep(_ProcessStep):
 
     def describe(self) -> str:
         return f"read {self.collection} @ {self.process}"
+
+
+@attrs.frozen(kw_only=True)
+class SustainStep(_ProcessStep):
+    action: ClassVar[str] = "sustain"
+    help: ClassVar[str] = (
+        "append rows from many clients for a while, reading all along (orchestrator.scenario."
+        "sustain)"
+    )
+    collection: str = _field("collection")
+    rows: tuple[Mapping[str, Any], ...] = _field("rows")
+    seconds: float = _field("seconds")
+    clients: int = _field("clients", default=4)
+    max_read_seconds: float | None = _field("max_read_seconds", default=None)
+
+    def describe(self) -> str:
+        return (
+            f"sustain {self.clients} client(s) x {self.seconds:g} s on {self.collection} "
+            f"@ {self.process}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -426,6 +447,7 @@ STEP_KINDS: Final[Mapping[str, type[Step]]] = {
         FinalizeStep,
         AppendStep,
         ReadStep,
+        SustainStep,
         KillStep,
         PauseStep,
         ResumeStep,

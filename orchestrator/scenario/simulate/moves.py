@@ -1,4 +1,5 @@
-"""The walk's ordinary moves: upgrade, promote, abort, append, read, start older or stale."""
+"""The walk's ordinary moves: upgrade, promote, abort, append, sustain, read, start older or
+stale."""
 
 from __future__ import annotations
 
@@ -88,6 +89,35 @@ class UpgradeMoves:
         if len(self.model.run.acked) > before:
             self.model.checker.acknowledged(name, tokens)
         return f"append {len(rows)} row(s) to {name} via {self.model.leader}"
+
+    def sustain(self, rng: random.Random) -> str:
+        """A sustained-write phase through the leader: a few clients append one row each in a
+        loop for a few seconds while a reader reads (the ``sustain`` step checks each read's
+        time and content); what they acknowledged joins what later reads must find."""
+        assert self.model.leader is not None
+        release = self.model.release(self.model.live[self.model.leader].version)
+        names = sorted(n for n in self.model.appendable if release.builtin(n) is not None)
+        name = rng.choice(names)
+        builtin = release.builtin(name)
+        assert builtin is not None
+        token_column = self.model.appendable[name]
+        self.model.checker.track(name, token_column)
+        token = f"w{self.model.config.seed}s{uuid.uuid4().hex[:10]}"
+        rows = tuple(make_rows(builtin, token_column, [token]))
+        before = len(self.model.run.acked)
+        try:
+            done = self.model.do(
+                "sustain", processes=(self.model.leader,), collection=name, rows=rows,
+                seconds=rng.choice((2.0, 3.0)), clients=rng.randint(2, 4),
+            )  # fmt: skip
+        except StepFailed:
+            self.model.checker.unknown_outcome(name, [token])
+            raise
+        finally:
+            acked = len(self.model.run.acked) - before
+            if acked:
+                self.model.checker.acknowledged(name, [token] * acked)
+        return f"sustain {name} via {self.model.leader}: {done}"
 
     def read(self, rng: random.Random) -> str:
         """Read a tracked collection back through the leader: exactly the acknowledged rows."""

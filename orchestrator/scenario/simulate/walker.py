@@ -74,7 +74,7 @@ class Walker:
                 if spare_needed in faults and room < 1 and len(self.model.leader_group()) < 2:
                     faults.remove(spare_needed)
             return rng.choice(faults)
-        options: list[tuple[str, float]] = [("append", 3.0)]
+        options: list[tuple[str, float]] = [("append", 3.0), ("sustain", 0.3)]
         if room >= 1:
             options.append(("upgrade", 3.0))
         if self.model.pending():
