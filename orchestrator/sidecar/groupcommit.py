@@ -30,7 +30,7 @@ from catalog.errors import BadInputError
 from orchestrator.sidecar.idempotency import WriteIdentity
 from orchestrator.sidecar.refusals import AppendOutcomeUnknownError
 
-__all__ = ["APPEND_DEADLINE_SECONDS", "AppendOutcomeUnknownError", "GroupCommit", "Pending"]
+__all__ = ["APPEND_DEADLINE_SECONDS", "GroupCommit", "Pending"]
 
 #: The longest an append waits for its commit before it answers 503 ``outcome-unknown``.
 APPEND_DEADLINE_SECONDS: Final = 15.0
