@@ -206,12 +206,18 @@ class SidecarApp:
         request_id = usable_request_id(request.headers.get(REQUEST_ID_HEADER))
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             response = self.respond(request)
-            # Refusals at info (what an operator looks for by a client's id), the rest at
-            # debug: thousands of appends a second would drown the log.
-            (log.info if response.status_code >= 400 else log.debug)(
-                "http_answered", method=request.method, path=request.path,
-                status=response.status_code,
-            )  # fmt: skip
+            # Refusals at info, with their code (what an operator looks for by a client's id),
+            # the rest at debug: thousands of appends a second would drown the log.
+            if response.status_code >= 400:
+                log.info(
+                    "http_answered", method=request.method, path=request.path,
+                    status=response.status_code, error=_error_code(response),
+                )  # fmt: skip
+            else:
+                log.debug(
+                    "http_answered", method=request.method, path=request.path,
+                    status=response.status_code,
+                )  # fmt: skip
         response.headers[REQUEST_ID_HEADER] = request_id
         return response(environ, start_response)
 
@@ -360,6 +366,15 @@ class SidecarApp:
         if ARROW_STREAM_TYPE in (request.headers.get("Accept") or "").lower():
             return Response(_answer(stream_chunks(table), table), content_type=ARROW_STREAM_TYPE)
         return Response(_answer(json_lines(table), table), content_type=JSON_LINES_TYPE)
+
+
+def _error_code(response: Response) -> str | None:
+    """The ``error`` code of a refusal's JSON body (None: not one)."""
+    try:
+        body = json.loads(response.get_data())
+    except ValueError:
+        return None
+    return body.get("error") if isinstance(body, dict) else None
 
 
 def _answer(chunks: Iterator[bytes], table: pa.Table) -> bytes | Iterator[bytes]:

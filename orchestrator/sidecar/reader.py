@@ -22,6 +22,7 @@ from catalog.release import Builtin
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard, find_schema_id, update_schema
 from catalog.shard.readers import ReaderRegistry
+from orchestrator.election import Leadership
 from orchestrator.sidecar.refusals import MigratingError, NotLeaderError, UnreadableTimeError
 from orchestrator.sidecar.serving import Serving
 
@@ -91,17 +92,21 @@ class SidecarReader:
         until then the catalog names the old release's shards (a replacement still lacks
         the old leader's last appends), and a read served meanwhile would take the CPU the
         migration needs. Past the wait, a read of an old shard this release cannot make is
-        refused for a retry (MigratingError, 503), by a read-only process as a write is."""
+        refused for a retry (MigratingError, 503), by a read-only process as a write is.
+        What the refusal says depends on how the read found its shard, not on the state the
+        process reached meanwhile: a read that began before the switch and was refused after
+        it is still one to retry."""
         if self._serving.handing_over:
             return self._read_handing_over(collection, as_of)
         self._serving.await_cutover()
+        serving = self._serving.machine.appending()  # the serving leader reads its own shards
         try:
-            table = self._snapshot(collection, as_of)
+            table = self._snapshot(collection, as_of, leadership=serving)
         except MigrationRefusedError as exc:
             promoted = self._serving.promoted
             if not (promoted or self._serving.machine.leadership):  # read-only: the leader reads it
                 raise _read_only_refusal(self._serving.process_id, collection, exc) from exc
-            if self._serving.machine.appending():
+            if serving is not None:  # its own shard refused it: a real refusal
                 raise
             # Before its switch: the old release's shards, readable once switched (a REWRITE).
             raise MigratingError(
@@ -126,13 +131,16 @@ class SidecarReader:
             raise self._handed_on(f"cannot read {collection} ({exc.message})") from exc
 
     def _snapshot(
-        self, collection: str, as_of: int | None, catalog: CatalogState | None = None
+        self,
+        collection: str,
+        as_of: int | None,
+        catalog: CatalogState | None = None,
+        leadership: Leadership | None = None,
     ) -> pa.Table:
         """``collection`` as of ``as_of`` (its latest when None), through ``catalog`` (read
-        now when None)."""
+        now when None), or, for the serving leader (its ``leadership``), on its own shard."""
         builtin = self._serving.builtin(collection)
-        leadership = self._serving.machine.appending() if catalog is None else None
-        if leadership is not None:  # the serving leader knows its shards: no catalog read
+        if leadership is not None and catalog is None:  # the serving leader knows its shards
             shard = self._serving.leader_shard(leadership, builtin)
         else:
             shard = self._serving.shard_of(builtin, catalog)
