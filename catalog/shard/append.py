@@ -137,12 +137,16 @@ def append_rows(
     last commit left, when it is the shard's only writer); the first attempt uses it instead of
     reading, and a stale one costs a refused compare-and-set and a re-read.
     """
-    attempts = rows if isinstance(rows, Attempts) else None
-
-    def derive(state: ShardState) -> Rows | None:
-        if isinstance(rows, Attempts):
-            return rows.rows(state)
-        return rows(state) if callable(rows) else rows
+    # What each attempt writes, settled once (not asked again at every attempt).
+    attempts: Attempts | None = None
+    derive: Callable[[ShardState], Rows | None]
+    if isinstance(rows, Attempts):
+        attempts, derive = rows, rows.rows
+    elif callable(rows):
+        derive = rows
+    else:
+        fixed = rows
+        derive = lambda _state: fixed  # noqa: E731 - the same rows whatever the state
 
     return _Append(
         shard, _Derived(shard, derive, write_id or fresh_write_id()), fence=fence, carry=None,
