@@ -8,11 +8,14 @@ reading the shard's Parquet files in this process, and the ZooKeeper writes each
 (the server's zxid before and after, less the process's own heartbeats over the same time).
 
 Then, for each count of ``--writers`` (4, then 16), ``--minutes`` minutes of: that many clients
-appending one row each to the small collection in a loop (it grows: each minute records the rows
-read), one client appending NDJSON bodies of ``--ndjson-rows`` rows to a third collection (so
-the large read stays its size), and one reader, a process of its own, reading both in turns.
-Every ``--interval`` seconds (a minute) it records the reads' p50 and p99, the batches each
-shard lists (its state in ZooKeeper), the merge lag (``/metrics``) and the appends per second.
+appending one row each in a loop to ``mz_catalog.mz_views`` (the *written* collection), one
+client appending NDJSON bodies of ``--ndjson-rows`` rows to a fourth collection, and one reader,
+a process of its own, reading the small, the large and the written collection in turns. The
+small and large reads keep their size, so their figures are a read of 1,000 and 100,000 rows in
+a process under that load; the written collection grows (each minute records its rows), so its
+read measures what its history costs: the batches piling up under it. Every ``--interval``
+seconds (a minute) it records the reads' p50 and p99, the batches each shard lists (its state in
+ZooKeeper), the merge lag (``/metrics``) and the appends per second.
 Prints one JSON object and writes it to ``benchmarks/results/sustained.json``; the targets are in
 ``benchmarks/targets.py``.
 """
@@ -49,6 +52,10 @@ from orchestrator.testing.zkserver import EmbeddedZooKeeper
 RESULTS = Path(__file__).resolve().parent / "results" / "sustained.json"
 RELEASE = Path(__file__).resolve().parents[1] / "scenarios" / "releases" / "v0_10_0.py"
 SMALL, LARGE = "mz_catalog.mz_tables", "mz_catalog.mz_roles"
+#: What the one-row writers append to: it grows all along.
+WRITTEN = "mz_catalog.mz_views"
+#: Every collection the reader reads, by its name in the results.
+READ = {"small": SMALL, "large": LARGE, "written": WRITTEN}
 #: What the NDJSON writer appends to: its own collection, so the large read stays its size.
 BULK = "mz_catalog.mz_databases"
 
@@ -67,6 +74,12 @@ def bulk_lines(first: int, count: int) -> bytes:
                     "owner_id": "u1"}).encode() + b"\n"
         for n in range(first, first + count)
     )  # fmt: skip
+
+
+def view_line(n: int) -> bytes:
+    return json.dumps({"id": f"u{n}", "oid": n % 4_000_000_000, "schema_id": "u3",
+                       "name": f"view-{n}", "definition": f"SELECT {n}",
+                       "owner_id": "u1"}).encode() + b"\n"  # fmt: skip
 
 
 def zxid(zookeeper: EmbeddedZooKeeper) -> int:
@@ -90,10 +103,10 @@ def percentiles(samples: list[float]) -> dict[str, float | None]:
 
 def read_in_turns(url: str, timings: Any, stop: Any) -> None:
     """The reader of a phase, in a process of its own (as a database reading its catalog is):
-    both collections in turns, each read's (collection, seconds, rows) put on ``timings``."""
+    the collections in turns, each read's (collection, seconds, rows) put on ``timings``."""
     client = SidecarClient(url, timeout=120, retry_deadline=60)
     while not stop.is_set():
-        for collection in (SMALL, LARGE):
+        for collection in READ.values():
             started = time.perf_counter()
             read = client.read(collection).num_rows
             timings.put((collection, time.perf_counter() - started, read))
@@ -112,8 +125,8 @@ class Load:
         self.stop = threading.Event()
         self.appends = 0
         self.refused = 0
-        #: Rows the last read of each collection returned (the small one grows).
-        self.rows: dict[str, int] = {SMALL: 0, LARGE: 0}
+        #: Rows the last read of each collection returned (the written one grows).
+        self.rows: dict[str, int] = dict.fromkeys(READ.values(), 0)
         self.threads = [
             *(threading.Thread(target=self._one_row, daemon=True) for _ in range(writers)),
             threading.Thread(target=self._ndjson, daemon=True),
@@ -139,7 +152,7 @@ class Load:
 
     def take(self) -> tuple[int, int, dict[str, list[float]]]:
         """The counts since the last take."""
-        reads: dict[str, list[float]] = {SMALL: [], LARGE: []}
+        reads: dict[str, list[float]] = {name: [] for name in READ.values()}
         while True:
             try:
                 collection, seconds, rows = self._timings.get_nowait()
@@ -160,7 +173,8 @@ class Load:
     def _one_row(self) -> None:
         client = SidecarClient(self._url, timeout=60, retry_deadline=60)
         while not self.stop.is_set():
-            client.append(SMALL, small_rows(self._number(1), 1))
+            line = view_line(self._number(1))
+            client.append_body(WRITTEN, line, content_type="application/x-ndjson")
             with self._lock:
                 self.appends += 1
 
@@ -210,7 +224,7 @@ def main() -> None:
             found = read_catalog(consensus)
             assert found is not None
             refs = found[0].by_name()
-            shards = {name: Shard(consensus, blob, refs[name].shard_id) for name in (SMALL, LARGE)}
+            shards = {name: Shard(consensus, blob, refs[name].shard_id) for name in READ.values()}
             result: dict[str, Any] = {
                 "cpu_count": os.cpu_count(),
                 "minutes": args.minutes,
@@ -276,7 +290,7 @@ def phase(
     load = Load(url, writers, args.ndjson_rows, first)
     load.start()
     minutes: list[dict[str, Any]] = []
-    most = {SMALL: 0, LARGE: 0}
+    most = dict.fromkeys(shards, 0)
     ended = time.monotonic() + args.minutes * 60
     try:
         while time.monotonic() < ended:
@@ -290,11 +304,9 @@ def phase(
             lag = metric_samples(sidecar.request("GET", "/metrics").body.decode())
             minutes.append({
                 "minute": len(minutes) + 1,
-                "small": percentiles(reads[SMALL]),
-                "large": percentiles(reads[LARGE]),
-                "rows": dict(zip(("small", "large"), (load.rows[SMALL], load.rows[LARGE]),
-                                 strict=True)),
-                "batches": {"small": most[SMALL], "large": most[LARGE]},
+                **{name: percentiles(reads[collection]) for name, collection in READ.items()},
+                "rows": {name: load.rows[collection] for name, collection in READ.items()},
+                "batches": {name: most[collection] for name, collection in READ.items()},
                 "merge_lag_s": max(
                     (v for k, v in lag.items() if k.startswith("catalog_upgrade_merge_lag")),
                     default=0.0,
@@ -303,7 +315,7 @@ def phase(
                 "refused": refused,
             })  # fmt: skip
             print(json.dumps({"writers": writers, **minutes[-1]}), flush=True)
-            most = {SMALL: 0, LARGE: 0}
+            most = dict.fromkeys(shards, 0)
     finally:
         load.join()
     return {"writers": writers, "minutes": minutes}

@@ -13,7 +13,10 @@ The cache holds tables by blob key and the columns read, least recently used fir
 ``BATCH_CACHE_BYTES`` of Arrow buffers. A batch larger than a quarter of that is never kept (a
 large table read once would empty the cache for nothing). A blob deleted (GC, finalization) is
 simply never asked for again and ages out. What it caches was read with its page checksums
-verified and its row count checked against the state, as any read.
+verified and its row count checked against the state, as any read; or it was written by this
+process (:meth:`BatchCache.wrote`), kept whole as a read of its file gives it back, so a read
+takes its columns from memory and the process never opens a file it wrote itself (its own
+appends and merges).
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ class BatchCache:
     """Decoded batch tables by blob key and columns, least recently used out first."""
 
     budget: int = BATCH_CACHE_BYTES
-    _tables: OrderedDict[_Key, pa.Table] = attrs.field(factory=OrderedDict, init=False)
+    #: Each table with its size, measured once (an eviction does not measure again).
+    _tables: OrderedDict[_Key, tuple[pa.Table, int]] = attrs.field(
+        factory=OrderedDict, init=False
+    )
     _held: int = attrs.field(default=0, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     #: Lookups answered from memory and not, since the process started.
@@ -58,13 +64,20 @@ class BatchCache:
         """The table of blob ``key`` read with ``columns``, when kept."""
         found_key = _key(key, columns)
         with self._lock:
-            table = self._tables.get(found_key)
-            if table is None:
-                self.misses += 1
-                return None
-            self._tables.move_to_end(found_key)
-            self.hits += 1
-            return table
+            for kept_key in (found_key, _key(key, None)):  # read so, or kept whole
+                found = self._tables.get(kept_key)
+                if found is None:
+                    continue
+                table = found[0]
+                if kept_key != found_key and columns is not None:
+                    if not set(columns) <= set(table.column_names):
+                        continue
+                    table = table.select(list(columns))
+                self._tables.move_to_end(kept_key)
+                self.hits += 1
+                return table
+            self.misses += 1
+            return None
 
     def put(self, key: str, columns: Sequence[str] | None, table: pa.Table) -> None:
         """Keep ``table``, the whole of blob ``key`` read with ``columns``."""
@@ -75,9 +88,14 @@ class BatchCache:
         with self._lock:
             previous = self._tables.pop(kept_key, None)
             if previous is not None:
-                self._held -= previous.nbytes
-            self._tables[kept_key] = table
+                self._held -= previous[1]
+            self._tables[kept_key] = (table, size)
             self._held += size
             while self._held > self.budget:
-                _, oldest = self._tables.popitem(last=False)
-                self._held -= oldest.nbytes
+                _, (_, oldest) = self._tables.popitem(last=False)
+                self._held -= oldest
+
+    def wrote(self, key: str, table: pa.Table) -> None:
+        """Keep ``table``, all of blob ``key`` as this process wrote it: a read of any of its
+        columns is answered from it."""
+        self.put(key, None, table)

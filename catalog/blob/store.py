@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import os
 import urllib.parse
 import uuid
@@ -78,6 +79,25 @@ def _clean_key(key: str) -> str:
     if not key.strip("/") or any(p in {"", ".", ".."} for p in parts):
         raise BadInputError(f"invalid blob key {key!r}", key=key)
     return "/".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema a read of a Parquet file written from ``schema`` gives (a list's item is
+    named ``element`` there, for one): an empty file written and read in memory."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    return pq.read_schema(pa.BufferReader(sink.getvalue()))
+
+
+def as_read(table: pa.Table) -> pa.Table:
+    """``table`` as a read of the Parquet file written from it gives it back: in the types of
+    the file, and in one chunk (a group commit's or a merge's table is a chunk per part, and
+    every later step over many small chunks costs a step per chunk)."""
+    schema = _read_schema(table.schema)
+    if not table.schema.equals(schema, check_metadata=True):
+        table = table.cast(schema)
+    return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
 
 
 @attrs.define
@@ -193,7 +213,8 @@ class BlobStore:
             raise self._fault(exc, f"writing blob {key} failed", key=key) from exc
 
     def put_batch(self, key: str, table: pa.Table | pa.RecordBatch) -> None:
-        """Write ``table`` as one Parquet file at ``key`` atomically."""
+        """Write ``table`` as one Parquet file at ``key`` atomically (and keep it in the
+        :attr:`cache`, as written: the blob never changes)."""
         data = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
 
         def write(path: str) -> None:
@@ -201,6 +222,8 @@ class BlobStore:
                 pq.write_table(data, sink, write_page_checksum=True, compression="snappy")
 
         self._publish(key, write)
+        if self.cache is not None:
+            self.cache.wrote(key, as_read(data))
 
     def put_tables(self, key: str, schema: pa.Schema, tables: Iterable[pa.Table]) -> None:
         """Write ``tables`` (of ``schema``) as one Parquet file at ``key`` atomically, a row
@@ -293,7 +316,11 @@ class BlobStore:
             return self._read_batches(keys, columns, expected_rows)
         cache = self.cache
         tables = [cache.get(key, columns) for key in keys]
-        missing = [index for index, table in enumerate(tables) if table is None]
+        missing = [  # a kept table of another row count than the state's: read the file
+            index
+            for index, table in enumerate(tables)
+            if table is None or table.num_rows != expected_rows[index]
+        ]
         if missing:
             read = self._read_batches(
                 [keys[i] for i in missing], columns, [expected_rows[i] for i in missing]
