@@ -119,6 +119,40 @@ def cutover_figures(run: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def latest_sustained() -> dict[str, Any] | None:
+    """``bench_sustained.py``'s last run (None: it has not run)."""
+    path = RESULTS / "sustained.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def sustained_curve(run: dict[str, Any] | None) -> str:
+    """Per phase and minute: the reads' p99 (the 1,000-row, the 100,000-row and the written
+    collection, with its rows), the most batches a shard listed, and the appends per second."""
+    if not run:
+        return "(`bench_sustained.py` has not run yet)"
+    idle = run["idle"]["read"]
+    lines = [
+        f"Idle, the 1,000-row read: p50 {idle['p50_ms']:.2f} ms, p99 {idle['p99_ms']:.2f} ms.",
+        "",
+        "| writers | min | 1k p99 | 100k p99 | written p99 | its rows | batches | appends/s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for phase in run["phases"]:
+        for m in phase["minutes"]:
+            cells = [
+                str(phase["writers"]), str(m["minute"]), _ms(m["small"]["p99_ms"]),
+                _ms(m["large"]["p99_ms"]), _ms(m["written"]["p99_ms"]),
+                f"{m['rows']['written']:,}", str(max(m["batches"].values())),
+                f"{m['appends_per_s']:.0f}",
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f} ms"
+
+
 def _seconds(value: Any) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -192,6 +226,8 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return f"{len(value)} rows"
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".")
     if isinstance(value, int) and not isinstance(value, bool):

@@ -65,6 +65,7 @@ def _blocks() -> dict[str, Callable[[], str]]:
         "benchmark runs": lambda: bench.runs(bench.RESULTS),
         "cutover timeline": lambda: bench.cutover_timeline(bench.latest_cutover()),
         "cutover figures": lambda: bench.cutover_figures(bench.latest_cutover()),
+        "sustained curve": lambda: bench.sustained_curve(bench.latest_sustained()),
         "environment variables": cli.variables,
         "cli reference": cli.reference,
         "error table": api.error_table,

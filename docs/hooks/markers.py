@@ -35,6 +35,7 @@ BLOCKS = (
     "benchmark runs",
     "cutover timeline",
     "cutover figures",
+    "sustained curve",
     "environment variables",
     "cli reference",
     "error table",
