@@ -14,7 +14,6 @@ import attrs
 from catalog.consensus import CONNECTION_ERRORS
 from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import CatalogError
-from catalog_client import retry_after_seconds
 from orchestrator.scenario.format import (
     is_missing,
     resolve_path,
@@ -179,24 +178,13 @@ class ProcessActions:
         expected = step.expect_http or (200,)
         # As a client would: a 503 (writes paused: a leader taking its leadership back, an
         # outage) is retried after its Retry-After with the same Idempotency-Key, so a retry
-        # lands at most once, until the step's timeout.
+        # lands at most once, until the step's timeout; unless a 503 or a refusal is expected.
         timeout = self.run.timeout_of(step, 15.0)
-        deadline = time.monotonic() + timeout
-        headers = {"Idempotency-Key": f"scenario-{uuid.uuid4().hex}"}
-        while True:
-            answer = process.request(
-                "POST",
-                f"/append?collection={step.collection}",
-                body.encode(),
-                timeout=timeout,
-                headers=headers,
-            )
-            wait = retry_after_seconds(answer.headers)
-            if answer.status != 503 or 503 in expected or step.refused or wait is None:
-                break
-            if time.monotonic() + wait > deadline:
-                break
-            time.sleep(wait)
+        retries = 503 not in expected and not step.refused
+        answer = process.append(
+            step.collection, body.encode(), key=f"scenario-{uuid.uuid4().hex}",
+            deadline=time.monotonic() + timeout if retries else 0.0, timeout=timeout,
+        )  # fmt: skip
         if step.refused:
             if answer.ok:
                 raise StepFailed(

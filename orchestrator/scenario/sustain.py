@@ -23,8 +23,7 @@ from typing import Any
 
 import attrs
 
-from catalog_client import Answer, retry_after_seconds
-from catalog_client.media import JSON_LINES_TYPE
+from catalog_client import Answer
 from orchestrator.scenario.multisets import json_default
 from orchestrator.testing.harness import SidecarProcess
 
@@ -108,30 +107,17 @@ class SustainedWrites:
             self._append(body.encode())
 
     def _append(self, body: bytes) -> None:
-        key = f"sustain-{uuid.uuid4().hex}"
-        headers = {"Idempotency-Key": key, "Content-Type": JSON_LINES_TYPE}
-        deadline = time.monotonic() + _APPEND_DEADLINE
-        while True:
-            answer = self.process.request(
-                "POST", f"/append?collection={self.collection}", body, timeout=10.0,
-                headers=headers,
-            )  # fmt: skip
+        answer = self.process.append(
+            self.collection, body, key=f"sustain-{uuid.uuid4().hex}",
+            deadline=time.monotonic() + _APPEND_DEADLINE, retry_unanswered=True,
+        )  # fmt: skip
+        with self._lock:
             if answer.ok:
-                with self._lock:
-                    self.acknowledged.append(json.loads(answer.body))
-                return
-            if answer.status not in (0, 503):  # surely not written: a refusal
-                with self._lock:
-                    self.refusals.append(answer.summary())
-                return
-            wait = retry_after_seconds(answer.headers) or 0.2
-            if time.monotonic() + wait > deadline:  # no answer, or a 503 to the end
-                with self._lock:
-                    self.unknown += answer.status == 0
-                    if answer.status == 503:
-                        self.refusals.append(answer.summary())
-                return
-            time.sleep(wait)  # the same key: it lands at most once
+                self.acknowledged.append(json.loads(answer.body))
+            elif answer.status == 0:  # unanswered to the end: it may have landed
+                self.unknown += 1
+            else:  # a refusal, or a 503 to the end: surely not written
+                self.refusals.append(answer.summary())
 
     def _reader(self, stop: threading.Event) -> None:
         while not stop.is_set():

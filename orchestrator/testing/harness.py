@@ -21,13 +21,15 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlencode
 
 import attrs
 from kazoo.client import KazooClient
 
 from catalog.consensus import env_root
 from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until, watched_data
-from catalog_client import Answer, SidecarClient
+from catalog_client import Answer, SidecarClient, retry_after_seconds
+from catalog_client.media import JSON_LINES_TYPE
 from orchestrator.failpoints import CRASH_BEFORE_WRITE_ENV, LOSE_ANSWER_AFTER_WRITE_ENV
 from orchestrator.process_node import ProcessNode, process_key
 from orchestrator.testing.forkserver import ENTRY, ForkedProcess, fork_server
@@ -45,6 +47,36 @@ __all__ = [
 # The directory holding the `catalog` and `orchestrator` packages, so children import the same
 # code as their parent even when the project is not installed.
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spawn(
+    command: Sequence[str],
+    log_path: Path,
+    failpoints: Mapping[str, str],
+    forked: bool,
+    exec_environment: Mapping[str, str] | None,
+    cwd: Path | None,
+) -> subprocess.Popen[bytes] | ForkedProcess:
+    """A sidecar's process, its output appended to ``log_path``: forked from the fork server
+    (its imports done once) when ``forked``, else exec'd with ``exec_environment`` added."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        if forked:
+            return fork_server(child_environment()).spawn(
+                list(command[3:]),  # after "python -m orchestrator.cli"
+                env=child_environment(failpoints),
+                cwd=cwd,
+                stdout=out.fileno(),
+                stderr=out.fileno(),
+            )
+        return subprocess.Popen(
+            list(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**child_environment(failpoints), **(exec_environment or {})},
+            cwd=cwd,
+        )
 
 
 def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -237,26 +269,8 @@ class SidecarProcess:
             )
             if value is not None
         }
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        popen: subprocess.Popen[bytes] | ForkedProcess
-        with log_path.open("ab") as out:
-            if netns is None and exec_environment is None:  # imports done once by the fork server
-                popen = fork_server(child_environment()).spawn(
-                    command[3:],  # after "python -m orchestrator.cli"
-                    env=child_environment(failpoints),
-                    cwd=cwd,
-                    stdout=out.fileno(),
-                    stderr=out.fileno(),
-                )
-            else:
-                popen = subprocess.Popen(
-                    command,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**child_environment(failpoints), **(exec_environment or {})},
-                    cwd=cwd,
-                )
+        forked = netns is None and exec_environment is None
+        popen = _spawn(command, log_path, failpoints, forked, exec_environment, cwd)
         return cls(
             name=name,
             env=env,
@@ -360,6 +374,31 @@ class SidecarProcess:
         return self.client(timeout=timeout, keep_alive=False).send(
             method, path, body, headers=headers
         )
+
+    def append(
+        self,
+        collection: str,
+        body: bytes,
+        *,
+        key: str,
+        deadline: float,
+        timeout: float = 10.0,
+        retry_unanswered: bool = False,
+    ) -> Answer:
+        """``POST /append`` of JSON lines under ``key``, as a client does: a 503 is asked again
+        after its ``Retry-After`` (0.2 s when it names none) with the same key, so the rows
+        land at most once, while the wait ends before ``deadline`` (a monotonic time); so is
+        an unanswered request with ``retry_unanswered``. The last answer."""
+        headers = {"Idempotency-Key": key, "Content-Type": JSON_LINES_TYPE}
+        path = f"/append?{urlencode({'collection': collection})}"
+        while True:
+            answer = self.request("POST", path, body, timeout=timeout, headers=headers)
+            if answer.status != 503 and not (retry_unanswered and answer.status == 0):
+                return answer
+            wait = retry_after_seconds(answer.headers) or 0.2
+            if time.monotonic() + wait > deadline:
+                return answer
+            time.sleep(wait)
 
     def client(self, *, timeout: float = 30.0, keep_alive: bool = True) -> SidecarClient:
         """A client of the process's server, with its token."""

@@ -17,7 +17,7 @@ import structlog
 from kazoo.exceptions import KazooException
 
 from catalog.errors import CatalogError
-from orchestrator.scenario import StepFailed, ZooKeeperTarget
+from orchestrator.scenario import ScenarioRun, StepFailed, ZooKeeperTarget
 from orchestrator.scenario.acting import acting_run
 from orchestrator.scenario.format import ReleaseIndex
 from orchestrator.scenario.invariants import Violation, describe
@@ -43,11 +43,7 @@ def _run_walk(
 ) -> SimulationResult:
     history = index.releases()
     env = f"simulate-{config.seed}-{uuid.uuid4().hex[:8]}"
-    if config.keep_dir is not None:  # every run keeps its history and its processes' logs
-        work_dir = config.keep_dir / f"seed-{config.seed}-steps-{steps}-{uuid.uuid4().hex[:6]}"
-        work_dir.mkdir(parents=True)
-    else:
-        work_dir = Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    work_dir = _work_dir(config, env, steps)
     restored = zookeeper.restore(config.timeout)  # whatever a run before this one broke
     if restored is not None:
         log.info("zookeeper_restored", seed=config.seed, done=restored)
@@ -79,46 +75,13 @@ def _run_walk(
             checker=run.checker,
         )
         for i in range(steps):
-            rng = random.Random(f"{config.seed}:{i}")
-            kind = "bootstrap" if i == 0 else walker.choose(rng)
-            step_started = time.monotonic()
-            try:
-                description = walker.bootstrap(rng) if i == 0 else walker.act(kind, rng)
-                found = run.checker.check(writes_expected=kind not in READ_ONLY_KINDS, rows=True)
-                unexpected = run.unexpected_exits()
-                if found:
-                    raise WalkFailed(f"invariant violated: {describe(found)}", found)
-                if unexpected:
-                    raise WalkFailed("; ".join(unexpected))
-            except (WalkFailed, StepFailed, CatalogError, KazooException) as exc:
-                message = exc.message if isinstance(exc, CatalogError) else str(exc) or repr(exc)
-                if isinstance(exc, WalkFailed):
-                    violations = exc.violations
-                error = f"walk step {i + 1} ({kind}): {message}"
-                item = WalkStep(
-                    i + 1,
-                    kind,
-                    kind,
-                    False,
-                    time.monotonic() - step_started,
-                    walker.take_steps(),
-                    message,
-                )
-                walk.append(item)
-                if on_step is not None:
-                    on_step(item)
-                break
-            item = WalkStep(
-                i + 1,
-                kind,
-                description,
-                True,
-                time.monotonic() - step_started,
-                walker.take_steps(),
-            )
+            item, violations = _step(run, walker, config.seed, i)
             walk.append(item)
             if on_step is not None:
                 on_step(item)
+            if not item.ok:
+                error = f"walk step {i + 1} ({item.kind}): {item.error}"
+                break
         if error is None:
             found = run.checker.check_cleanup(timeout=config.timeout)
             if found:
@@ -126,17 +89,6 @@ def _run_walk(
                 error = f"after the walk: invariant violated: {describe(found)}"
     finally:
         run.close(delete_environment=error is None)
-    header = (
-        f"# simulate --seed {config.seed} --steps {steps}: the scenario steps it ran\n"
-        f'releases = "{config.releases_dir.resolve()}"\n\n'
-        f"[defaults]\nsession_timeout = {config.session_timeout:g}\n"
-        + (
-            f"zookeeper_servers = {config.zookeeper_servers}\n"
-            if config.zookeeper_servers > 1
-            else ""
-        )
-        + "\n"
-    )
     recorded = walker.recorded if walker is not None else []
     result = SimulationResult(
         seed=config.seed,
@@ -147,7 +99,9 @@ def _run_walk(
         invariants=run.checker.summary() if run.checker is not None else {},
         error=error,
         violations=violations,
-        scenario_toml=header + "\n\n".join(s.to_toml() for s in recorded) + "\n",
+        scenario_toml=_replay_header(config, steps)
+        + "\n\n".join(s.to_toml() for s in recorded)
+        + "\n",
         work_dir=None if error is None and config.keep_dir is None else str(work_dir),
     )
     if result.work_dir is None:
@@ -158,6 +112,55 @@ def _run_walk(
             json.dumps(result.to_json(), indent=2, default=str) + "\n"
         )
     return result
+
+
+def _work_dir(config: SimulationConfig, env: str, steps: int) -> Path:
+    """Where a walk's processes keep their logs: under ``keep_dir`` when every run keeps its
+    history and logs, else a temporary directory."""
+    if config.keep_dir is None:
+        return Path(tempfile.mkdtemp(prefix=f"{env}-"))
+    work_dir = config.keep_dir / f"seed-{config.seed}-steps-{steps}-{uuid.uuid4().hex[:6]}"
+    work_dir.mkdir(parents=True)
+    return work_dir
+
+
+def _step(
+    run: ScenarioRun, walker: Walker, seed: int, i: int
+) -> tuple[WalkStep, tuple[Violation, ...]]:
+    """Step ``i`` of a walk (the bootstrap first), checked: what it did, or why it failed (a
+    failed step's ``error``), with the invariants it broke."""
+    assert run.checker is not None
+    rng = random.Random(f"{seed}:{i}")
+    kind = "bootstrap" if i == 0 else walker.choose(rng)
+    step_started = time.monotonic()
+    try:
+        description = walker.bootstrap(rng) if i == 0 else walker.act(kind, rng)
+        found = run.checker.check(writes_expected=kind not in READ_ONLY_KINDS, rows=True)
+        unexpected = run.unexpected_exits()
+        if found:
+            raise WalkFailed(f"invariant violated: {describe(found)}", found)
+        if unexpected:
+            raise WalkFailed("; ".join(unexpected))
+    except (WalkFailed, StepFailed, CatalogError, KazooException) as exc:
+        message = exc.message if isinstance(exc, CatalogError) else str(exc) or repr(exc)
+        violations = exc.violations if isinstance(exc, WalkFailed) else ()
+        seconds = time.monotonic() - step_started
+        failed = WalkStep(i + 1, kind, kind, False, seconds, walker.take_steps(), message)
+        return failed, violations
+    seconds = time.monotonic() - step_started
+    return WalkStep(i + 1, kind, description, True, seconds, walker.take_steps()), ()
+
+
+def _replay_header(config: SimulationConfig, steps: int) -> str:
+    """The head of the scenario file a walk records: its releases and defaults."""
+    servers = config.zookeeper_servers
+    return (
+        f"# simulate --seed {config.seed} --steps {steps}: the scenario steps it ran\n"
+        f'releases = "{config.releases_dir.resolve()}"\n\n'
+        f"[defaults]\nsession_timeout = {config.session_timeout:g}\n"
+        + (f"zookeeper_servers = {servers}\n" if servers > 1 else "")
+        + "\n"
+    )
 
 
 def walk_target(
