@@ -22,7 +22,7 @@ class CatalogError(Exception):
     """Root of every error this project raises on purpose.
 
     ``code``: for a refusal of a request, its short name (the ``error`` of an HTTP answer's
-    body, where ``orchestrator.sidecar.http`` maps the class to its status)."""
+    body, where ``orchestrator.sidecar.api`` maps the class to its status)."""
 
     exit_code: int = EXIT_UNEXPECTED
     code: str | None = None

@@ -7,7 +7,7 @@ run time, not in the text: it would flag them.
 from orchestrator.process_node import ProcessNode
 from orchestrator.scenario.simulate.fault_moves import FaultMoves
 from orchestrator.scenario.simulate.moves import UpgradeMoves
-from orchestrator.sidecar.http import SidecarApp
+from orchestrator.sidecar.api import SidecarApp
 
 USED_BY_NAME = (
     # The randomized walk picks a move by its name (``walker.py``: ``getattr(moves, kind)``).

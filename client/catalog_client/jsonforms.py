@@ -4,7 +4,7 @@ rules, for the client that writes rows and the sidecar that writes reads.
 Non-finite floats are their strings (``"NaN"``, ``"Infinity"``, ``"-Infinity"``), times ISO
 8601, durations in seconds, decimals strings (exact), bytes base64. A value of any other type
 is its ``str``. Structs and maps, whose form depends on their type, are the sidecar's
-(``orchestrator.sidecar.jsonvalues.writable``).
+(``orchestrator.wire.jsonvalues.writable``).
 """
 
 from __future__ import annotations

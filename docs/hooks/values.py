@@ -3,7 +3,7 @@
 A page does not type a default or a measured figure; it names where the figure lives, and
 ``make docs-update`` writes it after the marker (``markers``):
 
-* ``<!-- default orchestrator.sidecar.exchange:ServerLimits.workers -->``: a module's value
+* ``<!-- default orchestrator.http.exchange:ServerLimits.workers -->``: a module's value
   (a constant, or a field default of an attrs class);
 * ``<!-- count scenarios/releases/v*.py -->``: how many files a pattern names, from the
   repository's root;

@@ -141,7 +141,7 @@ def read_command(
 
     from catalog.errors import BadInputError
     from catalog.shard import TS
-    from orchestrator.sidecar.ndjson import json_lines
+    from orchestrator.wire.ndjson import json_lines
 
     arrow = output_format == "arrow"
     if arrow and output is None:

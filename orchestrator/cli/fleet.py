@@ -22,7 +22,7 @@ from orchestrator.cli.options import Duration, http_access_options
 from orchestrator.cli.root import F, handle_errors, main, zk_connection_options
 
 if TYPE_CHECKING:
-    from orchestrator.sidecar.authorization import HttpAccess
+    from orchestrator.http.authorization import HttpAccess
 
 
 def _fleet_options(func: F) -> F:
@@ -116,7 +116,7 @@ def fleet_command(
     chosen = FleetFilter(stuck=stuck, pending=pending, version=version, env=env_glob)
     try:
         if serve is not None:
-            from orchestrator.sidecar.authorization import HttpAccess
+            from orchestrator.http.authorization import HttpAccess
 
             access = HttpAccess(
                 http_token_file, http_read_token_file, http_allowed_hosts, metrics_public,
@@ -176,7 +176,8 @@ def _watch(surveyor: Any, chosen: Any, as_json: bool, interval: float) -> None:
 def _serve(surveyor: Any, address: str, access: HttpAccess) -> None:
     from orchestrator.cli.servers import serve_until_stopped
     from orchestrator.fleet.server import fleet_api, fleet_page
-    from orchestrator.sidecar.server import configured_server, parse_address
+    from orchestrator.http.server import parse_address
+    from orchestrator.sidecar.server import configured_server
 
     host, port = parse_address(address)
     server = configured_server(fleet_api(surveyor), host, port, access=access, page=fleet_page)

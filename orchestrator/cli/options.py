@@ -107,7 +107,7 @@ def http_limit_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--http-max-body, --http-max-append-rows, --http-workers, --http-max-connections and the
     three --http-*-timeout: the sidecar's HTTP server limits (a ``ServerLimits``, which the
     command builds from the seven parameters)."""
-    from orchestrator.sidecar.exchange import ServerLimits
+    from orchestrator.http.exchange import ServerLimits
 
     defaults = ServerLimits()
 
@@ -229,7 +229,7 @@ def engine_options(func: F) -> F:
 def http_access_options(func: F) -> F:
     """Tokens, allowed hosts, public metrics, TLS: who may ask a server what. A command names
     the seven parameters and builds its
-    :class:`~orchestrator.sidecar.authorization.HttpAccess` from them, in this order."""
+    :class:`~orchestrator.http.authorization.HttpAccess` from them, in this order."""
     for option in reversed(_HTTP_ACCESS_OPTIONS):
         func = option(func)
     return func

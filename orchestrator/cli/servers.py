@@ -261,10 +261,10 @@ def sidecar_command(
     """Run the upgrade sidecar of one release at one deploy generation (exit 3 when fenced)."""
     from catalog.consensus import env_root
     from catalog.release import load_release
+    from orchestrator.http.authorization import HttpAccess
+    from orchestrator.http.exchange import ServerLimits
+    from orchestrator.http.server import parse_address
     from orchestrator.sidecar import SidecarConfig, default_process_id, run_sidecar
-    from orchestrator.sidecar.authorization import HttpAccess
-    from orchestrator.sidecar.exchange import ServerLimits
-    from orchestrator.sidecar.server import parse_address
 
     env_root(env)
     http_host, http_port = parse_address(http)

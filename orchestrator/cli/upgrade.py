@@ -15,7 +15,7 @@ from orchestrator.cli.options import http_access_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 if TYPE_CHECKING:
-    from orchestrator.sidecar.authorization import HttpAccess
+    from orchestrator.http.authorization import HttpAccess
 
 
 @main.command("promote")
@@ -184,7 +184,7 @@ def status_command(
 ) -> None:
     """The upgrade status, read from ZooKeeper (no sidecar needs to answer)."""
     if serve is not None:
-        from orchestrator.sidecar.authorization import HttpAccess
+        from orchestrator.http.authorization import HttpAccess
 
         access = HttpAccess(
             http_token_file, http_read_token_file, http_allowed_hosts, metrics_public,
@@ -351,7 +351,8 @@ def drift_command(release_ref: str, as_json: bool, zk: str, env: str) -> None:
 
 def _serve_status(address: str, zk: str, env: str, access: HttpAccess) -> None:
     from orchestrator.cli.servers import serve_until_stopped
-    from orchestrator.sidecar.server import configured_server, parse_address
+    from orchestrator.http.server import parse_address
+    from orchestrator.sidecar.server import configured_server
     from orchestrator.sidecar.statusonly import status_only_api
     from orchestrator.zookeeper.clients import open_consensus
 

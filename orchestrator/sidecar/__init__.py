@@ -32,7 +32,6 @@ from orchestrator.sidecar.config import (
     default_process_id,
     resolve_blob_uri,
 )
-from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.process import Sidecar, run_sidecar
 from orchestrator.sidecar.states import State
 
@@ -42,6 +41,5 @@ __all__ = [
     "State",
     "default_process_id",
     "resolve_blob_uri",
-    "rows_to_table",
     "run_sidecar",
 ]

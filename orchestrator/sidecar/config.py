@@ -14,14 +14,14 @@ from catalog.errors import (
 )
 from catalog.pipeline.spark.config import SparkConfig
 from catalog.shard import GC_GRACE_SECONDS, KEY_RETENTION_SECONDS
+from orchestrator.http.authorization import HttpAccess
+from orchestrator.http.exchange import ServerLimits
 from orchestrator.migrate import (
     COMPACT_MIN_BATCHES,
     FINALIZE_AFTER_SECONDS,
     GC_INTERVAL_SECONDS,
     ORPHAN_GRACE_SECONDS,
 )
-from orchestrator.sidecar.authorization import HttpAccess
-from orchestrator.sidecar.exchange import ServerLimits
 
 DEFAULT_BLOB_DIR = Path("var") / "blob"
 
@@ -41,7 +41,7 @@ class SidecarConfig:
     http_address_file: str | None = None
     # Who may ask what: POST /promote and /append need the write token, and reads need it or
     # the read token; without one, only a loopback listener is allowed unless it is insecure;
-    # the hosts answered besides loopback; HTTPS (orchestrator.sidecar.authorization).
+    # the hosts answered besides loopback; HTTPS (orchestrator.http.authorization).
     http_access: HttpAccess = attrs.field(factory=HttpAccess)
     # Workers, connections, timeouts and the body limit of the HTTP server (--http-*).
     http_limits: ServerLimits = attrs.field(factory=ServerLimits)

@@ -4,7 +4,7 @@ It only reads the machine's state and writes through kazoo (thread-safe); a prom
 the main thread through the inbox. Appends go to the process's writer
 (:mod:`orchestrator.sidecar.writer`), reads to its reader (:mod:`orchestrator.sidecar.reader`),
 both through what it serves (:mod:`orchestrator.sidecar.serving`). Refusals are domain errors
-(``catalog.errors``) that carry their data; :mod:`orchestrator.sidecar.http` alone turns them
+(``catalog.errors``) that carry their data; :mod:`orchestrator.sidecar.api` alone turns them
 into HTTP statuses.
 """
 
@@ -20,9 +20,9 @@ import pyarrow as pa
 from catalog.release import Release
 from catalog.schema import fingerprint, schema_json
 from orchestrator.migrate import request_finalization
+from orchestrator.sidecar.api import AppendRequest
 from orchestrator.sidecar.config import SidecarConfig
 from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.machine import SidecarMachine
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.progress import Progress
@@ -38,7 +38,7 @@ PROMOTE_TIMEOUT = 30.0
 
 
 class SidecarDataPlane:
-    """What the HTTP server asks of the process (:class:`~orchestrator.sidecar.http.SidecarApi`)."""
+    """What the HTTP server asks of the process (:class:`~orchestrator.sidecar.api.SidecarApi`)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of the sidecar's HTTP API, made from the API itself.
 
 The paths and methods come from the routing (``http.ROUTES``), the credential of each from the
-access roles (``access.ROLES``), and the error codes from the API's one table of them
+access roles (``api.ROLES``), and the error codes from the API's one table of them
 (:mod:`orchestrator.sidecar.refusals`). What only prose
 can say (a summary, the parameters and bodies of each operation) is written once here, per
 endpoint, and a test checks that every route has it. The sidecar serves the document at
@@ -15,10 +15,11 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
-from orchestrator.sidecar.authorization import OPEN, ROLES
-from orchestrator.sidecar.http import POST_TYPES, REPLAYED_HEADER, ROUTES
+from orchestrator.http.authorization import OPEN
+from orchestrator.http.refusals import HTTP
+from orchestrator.sidecar.api import POST_TYPES, REPLAYED_HEADER, ROLES, ROUTES
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
-from orchestrator.sidecar.refusals import ERRORS, HTTP
+from orchestrator.sidecar.refusals import ERRORS
 
 __all__ = ["ENDPOINTS", "openapi_document"]
 

@@ -8,7 +8,7 @@ A :class:`Sidecar` owns, each with its own state and a small public surface:
 * its :class:`~orchestrator.sidecar.machine.SidecarMachine` (check, election, migration,
   maintenance, health);
 * its :class:`~orchestrator.sidecar.dataplane.SidecarDataPlane` (what HTTP requests ask);
-* its :class:`~orchestrator.sidecar.http.SidecarHttpServer`.
+* its :class:`~orchestrator.http.server.HttpServer`.
 
 Only the main thread changes state: other threads put messages in the inbox.
 """

@@ -4,8 +4,9 @@ OpenAPI document enumerates it, the manual's table is written from it, and a tes
 every error the server can raise or make lands in it.
 
 The refusals only a sidecar makes are defined here, each with its code: a request's form
-(``too-many-rows``, the idempotency keys), its credentials, and the states of a process that
-serves (``read-only``, ``writes-paused``, ``migrating``...). The durable model's errors, which
+(``too-many-rows``, the idempotency keys) and the states of a process that serves
+(``read-only``, ``writes-paused``, ``migrating``...). The HTTP layer's own (a malformed
+request, a credential) are in :mod:`orchestrator.http.refusals`. The durable model's errors, which
 the sidecar answers too, stay in :mod:`catalog.errors`.
 
 A code is kebab-case. A domain error with a code of its own (``read-only``,
@@ -20,8 +21,6 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any, Final
 
-import attrs
-
 from catalog.errors import (
     EXIT_UNEXPECTED,
     BadInputError,
@@ -34,24 +33,20 @@ from catalog.errors import (
     FencedError,
     MigrationRefusedError,
 )
+from orchestrator.http.refusals import HTTP_REFUSALS, Refusal, own
+from orchestrator.wire.ipc import TooManyRowsError
 
 __all__ = [
-    "APPLICATION",
     "ERRORS",
-    "HTTP",
     "AppendOutcomeUnknownError",
     "BadIdempotencyKeyError",
     "BusyError",
     "CompactionBehindError",
-    "ForbiddenError",
     "IdempotencyKeyInProgressError",
     "IdempotencyKeyReusedError",
     "MigratingError",
     "NoShardError",
     "NotLeaderError",
-    "Refusal",
-    "TooManyRowsError",
-    "UnauthorizedError",
     "UnknownCollectionError",
     "UnreadableTimeError",
     "WritesPausedError",
@@ -75,19 +70,6 @@ class UnreadableTimeError(BadInputError):
     (the answer depends on the shard's state, not on the request's form: HTTP 409)."""
 
     code = "time-not-readable"
-
-
-class TooManyRowsError(BadInputError):
-    """An append of more rows than the sidecar takes in one request (``--http-max-append-rows``)."""
-
-    code = "too-many-rows"
-
-    @classmethod
-    def over(cls, limit: int) -> TooManyRowsError:
-        return cls(
-            f"more than {limit} rows in one append (--http-max-append-rows): split it into several",
-            limit=limit,
-        )
 
 
 class BadIdempotencyKeyError(BadInputError):
@@ -147,18 +129,6 @@ class NoShardError(CatalogError):
     code = "no-shard"
 
 
-class UnauthorizedError(CatalogError):
-    """A request to a protected endpoint without a bearer token."""
-
-    code = "unauthorized"
-
-
-class ForbiddenError(CatalogError):
-    """A request to a protected endpoint with a wrong bearer token."""
-
-    code = "forbidden"
-
-
 class AppendOutcomeUnknownError(CatalogError):
     """An append whose commit did not end within its deadline
     (:data:`~orchestrator.sidecar.groupcommit.APPEND_DEADLINE_SECONDS`: a stalled blob store or
@@ -168,99 +138,54 @@ class AppendOutcomeUnknownError(CatalogError):
     code = "outcome-unknown"
 
 
-#: The layer that makes a refusal: the HTTP server itself, before any endpoint runs (every
-#: endpoint may answer these), or the application behind it (the endpoints with a credential).
-HTTP: Final = "http"
-APPLICATION: Final = "application"
-
-
-@attrs.frozen
-class Refusal:
-    """One ``error`` code: its status, when it is sent, and the errors that answer it."""
-
-    code: str
-    status: HTTPStatus
-    when: str
-    layer: str = APPLICATION
-    #: The error class answered with this code (its subclasses too, unless they have their own).
-    error: type[CatalogError] | None = None
-
-
-def _own(error: type[CatalogError], status: HTTPStatus, when: str) -> Refusal:
-    assert error.code is not None, error
-    return Refusal(error.code, status, when, error=error)
-
-
 S: Final = HTTPStatus
-#: Every code, by status.
-ERRORS: Final[tuple[Refusal, ...]] = (
-    Refusal("bad-request", S.BAD_REQUEST, "a request that is not HTTP as the server reads it",
-            HTTP),
-    Refusal("bad-json", S.BAD_REQUEST, "a JSON body that is not the object the endpoint takes",
-            HTTP),
-    Refusal("missing-parameter", S.BAD_REQUEST, "a required query parameter is missing", HTTP),
-    Refusal("bad-parameter", S.BAD_REQUEST, "a query parameter that is not of its form", HTTP),
-    _own(BadIdempotencyKeyError, S.BAD_REQUEST, "an `Idempotency-Key` that is not of its form"),
+#: The API's own codes, by status.
+_API: Final[tuple[Refusal, ...]] = (
+    own(BadIdempotencyKeyError, S.BAD_REQUEST, "an `Idempotency-Key` that is not of its form"),
     Refusal("bad-input", S.BAD_REQUEST, "malformed input, named: the line and field of a JSON "
             "line, the field of an Arrow stream, a generation no process registered",
             error=BadInputError),
-    _own(UnauthorizedError, S.UNAUTHORIZED, "no token"),
-    _own(ForbiddenError, S.FORBIDDEN, "a wrong token, or the read token where the write token "
-         "is needed"),
-    Refusal("not-found", S.NOT_FOUND, "no such endpoint", HTTP),
-    _own(UnknownCollectionError, S.NOT_FOUND, "the release has no such builtin collection"),
-    _own(NoShardError, S.NOT_FOUND, "the collection has no shard yet"),
-    Refusal("method-not-allowed", S.METHOD_NOT_ALLOWED, "a method the endpoint does not take "
-            "(`Allow` lists those it takes)", HTTP),
-    Refusal("request-timeout", S.REQUEST_TIMEOUT, "headers or body too slow", HTTP),
-    _own(NotLeaderError, S.CONFLICT, "an append to a process the epoch does not name: append "
+    own(UnknownCollectionError, S.NOT_FOUND, "the release has no such builtin collection"),
+    own(NoShardError, S.NOT_FOUND, "the collection has no shard yet"),
+    own(NotLeaderError, S.CONFLICT, "an append to a process the epoch does not name: append "
          "through the leader"),
     Refusal("fenced", S.CONFLICT, "the process was fenced by a newer generation or epoch",
             error=FencedError),
     Refusal("migration-refused", S.CONFLICT, "the upgrade does not allow it; `rule` says why "
             "(`requires-finalization`: the pending upgrade's contraction comes first)",
             error=MigrationRefusedError),
-    _own(IdempotencyKeyInProgressError, S.CONFLICT, "the same key is being appended right now: "
+    own(IdempotencyKeyInProgressError, S.CONFLICT, "the same key is being appended right now: "
          "retry"),
-    _own(UnreadableTimeError, S.CONFLICT, "a read `as_of` a time compaction no longer holds"),
-    Refusal("body-too-large", S.REQUEST_ENTITY_TOO_LARGE, "a body over `--http-max-body`", HTTP),
-    _own(TooManyRowsError, S.REQUEST_ENTITY_TOO_LARGE, "more rows than "
+    own(UnreadableTimeError, S.CONFLICT, "a read `as_of` a time compaction no longer holds"),
+    own(TooManyRowsError, S.REQUEST_ENTITY_TOO_LARGE, "more rows than "
          "`--http-max-append-rows`"),
-    Refusal("unsupported-media-type", S.UNSUPPORTED_MEDIA_TYPE, "a POST body of a type the "
-            "endpoint does not take", HTTP),
-    Refusal("misdirected-host", S.MISDIRECTED_REQUEST, "a `Host` the sidecar does not serve "
-            "(`--http-allowed-host`)", HTTP),
-    _own(IdempotencyKeyReusedError, S.UNPROCESSABLE_ENTITY, "the key was used for another body"),
-    Refusal("headers-too-large", S.REQUEST_HEADER_FIELDS_TOO_LARGE, "a request line and headers "
-            "past 64 KiB", HTTP),
-    _own(BlobDeniedError, S.INTERNAL_SERVER_ERROR, "the blob store refuses the sidecar's "
+    own(IdempotencyKeyReusedError, S.UNPROCESSABLE_ENTITY, "the key was used for another body"),
+    own(BlobDeniedError, S.INTERNAL_SERVER_ERROR, "the blob store refuses the sidecar's "
          "credentials"),
-    _own(BlobBucketMissingError, S.INTERNAL_SERVER_ERROR, "the blob store has no such bucket"),
-    Refusal("unexpected", S.INTERNAL_SERVER_ERROR, "a defect: the log has its traceback"),
-    _own(WritesPausedError, S.SERVICE_UNAVAILABLE, "writes wait for a state that passes (a "
+    own(BlobBucketMissingError, S.INTERNAL_SERVER_ERROR, "the blob store has no such bucket"),
+    own(WritesPausedError, S.SERVICE_UNAVAILABLE, "writes wait for a state that passes (a "
          "takeover, a pause): retry after `Retry-After` with the same key"),
-    _own(BlobUnreachableError, S.SERVICE_UNAVAILABLE, "the blob store does not answer: retry "
+    own(BlobUnreachableError, S.SERVICE_UNAVAILABLE, "the blob store does not answer: retry "
          "after `Retry-After` with the same key"),
-    _own(BlobStoreFullError, S.SERVICE_UNAVAILABLE, "the blob store's file system is full, "
+    own(BlobStoreFullError, S.SERVICE_UNAVAILABLE, "the blob store's file system is full, "
          "over a quota or read-only (nothing written; reads still work): retry after "
          "`Retry-After` with the same key once space is freed"),
-    _own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
+    own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
          "appends (it lists the hard cap of batches): retry after `Retry-After` with the same "
          "key"),
-    _own(AppendOutcomeUnknownError, S.SERVICE_UNAVAILABLE, "an append whose commit did not "
+    own(AppendOutcomeUnknownError, S.SERVICE_UNAVAILABLE, "an append whose commit did not "
          "end within its deadline (a stalled store): it may still land; retry after "
          "`Retry-After` with the same key to learn its outcome"),
     Refusal("zookeeper-unreachable", S.SERVICE_UNAVAILABLE, "ZooKeeper does not answer: retry "
             "after `Retry-After`", error=ConnectionLostError),
-    Refusal("too-many-connections", S.SERVICE_UNAVAILABLE, "the server holds its most "
-            "connections", HTTP),
-    Refusal("stopping", S.SERVICE_UNAVAILABLE, "the process is stopping (it drains the "
-            "requests it is answering): ask another sidecar", HTTP),
-    _own(MigratingError, S.SERVICE_UNAVAILABLE, "a read the new leader answers once its "
+    own(MigratingError, S.SERVICE_UNAVAILABLE, "a read the new leader answers once its "
          "migration switched the catalog (a cut-over): retry"),
-    _own(BusyError, S.GATEWAY_TIMEOUT, "the process did not handle a promotion in time"),
-    Refusal("http-version-not-supported", S.HTTP_VERSION_NOT_SUPPORTED, "anything but HTTP/1.0 "
-            "and 1.1", HTTP),
+    own(BusyError, S.GATEWAY_TIMEOUT, "the process did not handle a promotion in time"),
+)
+
+#: Every code, by status: the HTTP layer's (orchestrator.http.refusals) and the API's.
+ERRORS: Final[tuple[Refusal, ...]] = tuple(
+    sorted((*HTTP_REFUSALS, *_API), key=lambda refusal: refusal.status)
 )
 
 _BY_CODE: Final[Mapping[str, Refusal]] = {r.code: r for r in ERRORS}

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import attrs
 import pyarrow as pa
 
-from orchestrator.sidecar.http import AppendRequest
+from orchestrator.sidecar.api import AppendRequest
 from orchestrator.sidecar.readiness import Readiness
 from orchestrator.sidecar.refusals import NotLeaderError
 
@@ -38,7 +38,7 @@ class Shows(Protocol):
 
 @attrs.frozen
 class ShowOnlyApi:
-    """A :class:`~orchestrator.sidecar.http.SidecarApi` that shows ``shows`` and refuses the
+    """A :class:`~orchestrator.sidecar.api.SidecarApi` that shows ``shows`` and refuses the
     rest: ``"{name} --serve only shows the {name}: {action} ({where})"``, where ``where`` is
     ``elsewhere[action]``. An action named in ``elsewhere`` that ``shows`` could answer (the
     fleet's ``history``) is refused too."""

@@ -44,13 +44,11 @@ from catalog.shard import (
     written_as,
 )
 from orchestrator.election import Leadership, read_epoch
+from orchestrator.sidecar.api import AppendRequest
 from orchestrator.sidecar.groupcommit import GroupCommit, Pending
-from orchestrator.sidecar.http import AppendRequest
 from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
-from orchestrator.sidecar.ipc import stream_to_table
 from orchestrator.sidecar.merger import Merger
 from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.ndjson import rows_to_table
 from orchestrator.sidecar.objectstore import BlobStoreHealth
 from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.refusals import (
@@ -60,6 +58,8 @@ from orchestrator.sidecar.refusals import (
 )
 from orchestrator.sidecar.serving import Serving
 from orchestrator.sidecar.states import State
+from orchestrator.wire.ipc import stream_to_table
+from orchestrator.wire.ndjson import rows_to_table
 
 log = structlog.get_logger(__name__)
 

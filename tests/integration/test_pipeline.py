@@ -36,7 +36,7 @@ from catalog.pipeline.updates import read_updates
 from catalog.schema import migrate_batch, renamed
 from catalog.shard import DIFF, TS, Shard, consolidate, update_schema
 from orchestrator.cli import main
-from orchestrator.sidecar.ndjson import rows_to_table
+from orchestrator.wire.ndjson import rows_to_table
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration
@@ -1053,7 +1053,7 @@ def test_cli_read_json_writes_rows_as_get_read_does_and_they_append_back(
 ) -> None:
     """read --json writes times in ISO 8601, bytes in base64, decimals as strings and maps as
     objects, as GET /read answers; and those lines parse back into the same rows, as
-    POST /append reads them (orchestrator.sidecar.ndjson)."""
+    POST /append reads them (orchestrator.wire.ndjson)."""
     schema = pa.schema([
         pa.field("id", pa.int64(), nullable=False), pa.field("at", pa.timestamp("ms", tz="UTC")),
         pa.field("raw", pa.binary()), pa.field("amount", pa.decimal128(10, 2)),

@@ -18,7 +18,7 @@ import pytest
 
 from catalog.errors import BadInputError
 from catalog_client.media import ARROW_STREAM_TYPE
-from orchestrator.sidecar.ndjson import json_lines, rows_to_table
+from orchestrator.wire.ndjson import json_lines, rows_to_table
 from support.sidecars import Launch, SidecarProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""A scripted :class:`orchestrator.sidecar.http.SidecarApi` for tests of the HTTP layer."""
+"""A scripted :class:`orchestrator.sidecar.api.SidecarApi` for tests of the HTTP layer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import FencedError
-from orchestrator.sidecar.http import AppendRequest
+from orchestrator.sidecar.api import AppendRequest
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
 

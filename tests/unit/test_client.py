@@ -10,14 +10,14 @@ import pytest
 
 from catalog_client import SidecarClient, SidecarError, SidecarUnavailableError
 from orchestrator.sidecar.refusals import NotLeaderError, WritesPausedError
-from orchestrator.sidecar.server import SidecarHttpServer
+from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[ScriptedApi, SidecarClient]]:
     api = ScriptedApi(ready=True)
-    server = SidecarHttpServer(api).start()
+    server = api_server(api).start()
     yield api, SidecarClient(f"http://{server.address}", retry_deadline=3.0)
     server.stop()
 
@@ -118,7 +118,7 @@ def test_a_client_of_several_sidecars_follows_the_leader_with_the_same_key() -> 
     once, under its key, on whichever leads; a dead URL in the list is passed over."""
     blue, green = ScriptedApi(ready=True), ScriptedApi(ready=True)
     green.append_error = NotLeaderError("read-only: append through the leader", state="ready")
-    blue_server, green_server = SidecarHttpServer(blue).start(), SidecarHttpServer(green).start()
+    blue_server, green_server = api_server(blue).start(), api_server(green).start()
     try:
         urls = [f"http://{green_server.address}", "http://127.0.0.1:9",
                 f"http://{blue_server.address}"]  # fmt: skip

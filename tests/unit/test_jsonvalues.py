@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar.jsonvalues import writable
-from orchestrator.sidecar.ndjson import ARROW_JSON_MIN_ROWS, json_lines, rows_to_table
+from orchestrator.wire.jsonvalues import writable
+from orchestrator.wire.ndjson import ARROW_JSON_MIN_ROWS, json_lines, rows_to_table
 
 POINT = pa.struct([pa.field("x", pa.int64(), nullable=False), pa.field("label", pa.string())])
 SCHEMA = pa.schema(

@@ -16,7 +16,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from catalog.consensus.budget import JUTE_MAXBUFFER_ENV
 from orchestrator.cli import main
-from orchestrator.sidecar.http import ROUTES
+from orchestrator.sidecar.api import ROUTES
 from orchestrator.zookeeper.clients import CONNECT_TIMEOUT_VAR
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"

@@ -93,9 +93,9 @@ def test_a_result_is_read_by_its_path_of_keys() -> None:
 
 
 def test_a_default_is_read_from_the_code() -> None:
-    from orchestrator.sidecar.exchange import ServerLimits
+    from orchestrator.http.exchange import ServerLimits
 
-    assert values.default("orchestrator.sidecar.exchange:ServerLimits.workers") == (
+    assert values.default("orchestrator.http.exchange:ServerLimits.workers") == (
         ServerLimits().workers
     )
 
@@ -184,7 +184,7 @@ def test_every_results_file_names_what_ran() -> None:
 def test_the_pages_name_every_type_a_post_takes_and_the_token_statuses() -> None:
     """Claims bound to the code: every Content-Type a POST takes is named where the manual
     lists them, and a missing token is 401, a wrong one 403, as the server answers."""
-    from orchestrator.sidecar.http import POST_TYPES
+    from orchestrator.sidecar.api import POST_TYPES
     from orchestrator.sidecar.refusals import refusal_named
 
     for page in ("operating.md", "http-api.md"):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from openapi_spec_validator import validate
 
 from catalog_client import SidecarClient
-from orchestrator.sidecar.authorization import OPEN, ROLES
-from orchestrator.sidecar.http import ROUTES
+from orchestrator.http.authorization import OPEN
+from orchestrator.sidecar.api import ROLES, ROUTES
 from orchestrator.sidecar.openapi import ENDPOINTS, openapi_document
 from orchestrator.sidecar.refusals import ERRORS
-from orchestrator.sidecar.server import SidecarHttpServer
+from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 
 
@@ -45,7 +45,7 @@ def test_every_route_is_described_with_its_credential_and_every_refusal() -> Non
 
 
 def test_the_sidecar_serves_it_without_a_credential() -> None:
-    server = SidecarHttpServer(ScriptedApi()).start()
+    server = api_server(ScriptedApi()).start()
     try:
         served = SidecarClient(f"http://{server.address}").openapi()
     finally:

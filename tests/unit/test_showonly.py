@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.fleet.server import fleet_api
-from orchestrator.sidecar.http import AppendRequest
+from orchestrator.sidecar.api import AppendRequest
 from orchestrator.sidecar.refusals import NotLeaderError
 from orchestrator.sidecar.statusonly import status_only_api
 

@@ -11,16 +11,17 @@ import pytest
 
 from catalog.errors import BadInputError
 from catalog_client import Answer, SidecarClient
+from orchestrator.http.server import parse_address
 from orchestrator.sidecar.metrics import SidecarMetrics
 from orchestrator.sidecar.refusals import NotLeaderError
-from orchestrator.sidecar.server import SidecarHttpServer, parse_address
+from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[ScriptedApi, str]]:
     api = ScriptedApi()
-    server = SidecarHttpServer(api).start()
+    server = api_server(api).start()
     yield api, f"http://{server.address}"
     server.stop()
 
@@ -180,7 +181,7 @@ def test_every_writing_endpoint_is_named_where_the_write_token_is_explained() ->
     from click.testing import CliRunner
 
     from orchestrator.cli import main
-    from orchestrator.sidecar.http import ROUTES
+    from orchestrator.sidecar.api import ROUTES
 
     posts = sorted(r.rule for r in ROUTES.iter_rules() if "POST" in (r.methods or ()))
     assert posts, "no POST route found"

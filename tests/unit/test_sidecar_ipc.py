@@ -9,8 +9,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar.ipc import stream_chunks, stream_to_table
-from orchestrator.sidecar.refusals import TooManyRowsError
+from orchestrator.wire.ipc import TooManyRowsError, stream_chunks, stream_to_table
 
 SCHEMA = pa.schema(
     [

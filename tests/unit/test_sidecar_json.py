@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar import ndjson as rows_module
-from orchestrator.sidecar.jsonvalues import writable
-from orchestrator.sidecar.ndjson import json_lines, rows_to_table
-from orchestrator.sidecar.refusals import TooManyRowsError
+from orchestrator.wire import ndjson as rows_module
+from orchestrator.wire.ipc import TooManyRowsError
+from orchestrator.wire.jsonvalues import writable
+from orchestrator.wire.ndjson import json_lines, rows_to_table
 
 SCHEMA = pa.schema(
     [

@@ -15,8 +15,8 @@ from catalog_client.jsonforms import jsonable
 from orchestrator.sidecar import (
     SidecarConfig,
     resolve_blob_uri,
-    rows_to_table,
 )
+from orchestrator.wire.ndjson import rows_to_table
 
 SCHEMA = pa.schema(
     [

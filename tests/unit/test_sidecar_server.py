@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.sidecar.exchange import ServerLimits
-from orchestrator.sidecar.server import SidecarHttpServer
+from orchestrator.http.exchange import ServerLimits
+from orchestrator.http.server import HttpServer
+from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 
 FAST = ServerLimits(
@@ -27,14 +28,14 @@ APPEND = (
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[ScriptedApi, SidecarHttpServer]]:
+def served() -> Iterator[tuple[ScriptedApi, HttpServer]]:
     api = ScriptedApi()
-    server = SidecarHttpServer(api, limits=FAST).start()
+    server = api_server(api, limits=FAST).start()
     yield api, server
     server.stop()
 
 
-def connect(server: SidecarHttpServer, timeout: float = 5.0) -> socket.socket:
+def connect(server: HttpServer, timeout: float = 5.0) -> socket.socket:
     host, _, port = server.address.rpartition(":")
     return socket.create_connection((host, int(port)), timeout=timeout)
 
@@ -55,7 +56,7 @@ def answer_of(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 
 
 def test_one_connection_carries_several_requests(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     api, server = served
     host, _, port = server.address.rpartition(":")
@@ -78,7 +79,7 @@ def test_one_connection_carries_several_requests(
 
 
 def test_chunked_and_expect_continue_bodies_reach_the_application(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     api, server = served
     with connect(server) as sock:
@@ -97,7 +98,7 @@ def test_chunked_and_expect_continue_bodies_reach_the_application(
     assert [body for _, body in api.appended] == [b'{"a":1}\n', b'{"b":2}\n']
 
 
-def test_a_smuggled_length_header_is_ignored(served: tuple[ScriptedApi, SidecarHttpServer]) -> None:
+def test_a_smuggled_length_header_is_ignored(served: tuple[ScriptedApi, HttpServer]) -> None:
     """``Content_Length`` would read as CONTENT_LENGTH in the environ; it is dropped."""
     api, server = served
     with connect(server) as sock:
@@ -111,7 +112,7 @@ def test_a_smuggled_length_header_is_ignored(served: tuple[ScriptedApi, SidecarH
 
 
 def test_headers_and_bodies_too_slow_get_408_and_the_connection_closes(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     api, server = served
     with connect(server) as sock:
@@ -138,7 +139,7 @@ def test_headers_and_bodies_too_slow_get_408_and_the_connection_closes(
 
 @pytest.mark.quiet
 def test_an_idle_connection_is_closed_without_an_answer(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     _, server = served
     with connect(server) as sock:
@@ -148,7 +149,7 @@ def test_an_idle_connection_is_closed_without_an_answer(
 
 
 def test_malformed_and_oversized_heads_get_json_refusals(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     _, server = served
     with connect(server) as sock:
@@ -163,7 +164,7 @@ def test_malformed_and_oversized_heads_get_json_refusals(
 
 
 def test_a_connection_past_the_limit_gets_503() -> None:
-    server = SidecarHttpServer(ScriptedApi(), limits=ServerLimits(max_connections=3)).start()
+    server = api_server(ScriptedApi(), limits=ServerLimits(max_connections=3)).start()
     try:
         held = [connect(server) for _ in range(3)]
         time.sleep(0.2)
@@ -182,7 +183,7 @@ def test_a_connection_past_the_limit_gets_503() -> None:
 
 
 def test_slow_clients_hold_sockets_not_threads(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     """250 connections, half idle and half sending headers slowly: the thread count stays at the
     pool's size and a probe still answers."""
@@ -202,7 +203,7 @@ def test_slow_clients_hold_sockets_not_threads(
 
 
 def test_an_arrow_read_is_streamed_chunked_and_the_connection_carries_on(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     """``GET /read`` with ``Accept: application/vnd.apache.arrow.stream``: no Content-Length,
     chunked batch by batch (the process holds one batch serialized), the whole table read
@@ -227,7 +228,7 @@ def test_an_arrow_read_is_streamed_chunked_and_the_connection_carries_on(
 
 
 def test_an_arrow_append_reaches_the_api_with_its_format_and_the_row_limit(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     api, server = served
     host, _, port = server.address.rpartition(":")
@@ -242,7 +243,7 @@ def test_an_arrow_append_reaches_the_api_with_its_format_and_the_row_limit(
 
 
 def test_a_head_past_the_limit_sent_whole_gets_431_and_an_unknown_version_505(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     """A 100 KB header in one complete head (h11 alone takes it: it limits only a head still
     incomplete), and ``HTTP/9.9``, are refused before the application sees them."""
@@ -263,7 +264,7 @@ def test_a_head_past_the_limit_sent_whole_gets_431_and_an_unknown_version_505(
 
 
 def test_a_refusal_is_a_staged_close_so_a_client_still_sending_reads_it(
-    served: tuple[ScriptedApi, SidecarHttpServer],
+    served: tuple[ScriptedApi, HttpServer],
 ) -> None:
     """A body declared past the limit is refused by its header while the client keeps sending
     it. The server sends the 413, ends its side and still takes (and drops) what comes for a
@@ -290,7 +291,7 @@ def test_a_stopping_server_finishes_what_it_is_sending_and_refuses_new_requests(
 
     api = ScriptedApi()
     api.table = pa.table({"id": pa.array(range(8_000_000), pa.int64())})
-    server = SidecarHttpServer(api, limits=FAST).start()
+    server = api_server(api, limits=FAST).start()
     host, _, port = server.address.rpartition(":")
     kept = http.client.HTTPConnection(host, int(port), timeout=5)
     kept.request("GET", "/healthz")

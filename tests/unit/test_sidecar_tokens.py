@@ -11,9 +11,10 @@ import pytest
 
 from catalog.errors import EXIT_BAD_INPUT, ConfigurationError
 from catalog_client import SidecarClient
-from orchestrator.sidecar.authorization import AccessPolicy
-from orchestrator.sidecar.server import SidecarHttpServer
-from orchestrator.sidecar.tokens import BearerToken, TokenFile, check_exposure
+from orchestrator.http.authorization import AccessPolicy
+from orchestrator.http.tokens import BearerToken, TokenFile, check_exposure
+from orchestrator.sidecar.api import PROBES, ROLES
+from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 
 TOKEN = "s3cret-token-0123456789"
@@ -25,9 +26,9 @@ def served(tmp_path: Path) -> Iterator[tuple[ScriptedApi, str]]:
     path.write_text(TOKEN + "\n")
     api = ScriptedApi()
     policy = AccessPolicy.of(
-        write=TokenFile(path), read=None, metrics_public=False, listen_host="127.0.0.1"
+        write=TokenFile(path), read=None, roles=ROLES, probes=PROBES, listen_host="127.0.0.1"
     )
-    server = SidecarHttpServer(api, policy=policy).start()
+    server = api_server(api, policy=policy).start()
     yield api, f"http://{server.address}"
     server.stop()
 

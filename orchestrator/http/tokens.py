@@ -1,5 +1,5 @@
-"""Bearer tokens of the sidecar's HTTP credentials (the roles are in
-orchestrator.sidecar.authorization).
+"""Bearer tokens of a server's HTTP credentials (the roles are in
+orchestrator.http.authorization).
 
 A token lives in a file (``--http-token-file``, ``--http-read-token-file``): one token of at
 least 16 printable ASCII characters. A :class:`TokenFile` reads it again whenever the file
@@ -24,7 +24,7 @@ import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.sidecar.refusals import ForbiddenError, UnauthorizedError
+from orchestrator.http.refusals import ForbiddenError, UnauthorizedError
 
 __all__ = ["BearerToken", "TokenFile", "bearer_of", "check_exposure"]
 

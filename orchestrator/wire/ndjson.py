@@ -1,7 +1,7 @@
 """Rows over HTTP: JSON lines to Arrow tables (naming the bad line, field path and rule) and
 back.
 
-Every value goes by one strict rule per type (:mod:`orchestrator.sidecar.jsonvalues`): stored
+Every value goes by one strict rule per type (:mod:`orchestrator.wire.jsonvalues`): stored
 exactly as sent, or refused. Two parsers, one outcome. pyarrow's JSON reader parses a body of
 many lines against the write schema in C, for schemas whose types it reads as the strict rule
 does (integers, floats, booleans, strings, and structs and lists of them); whatever it refuses,
@@ -23,9 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar.ipc import READ_BATCH_ROWS, check_nulls
-from orchestrator.sidecar.jsonvalues import Refused, converter, loads, writable
-from orchestrator.sidecar.refusals import TooManyRowsError
+from orchestrator.wire.ipc import READ_BATCH_ROWS, TooManyRowsError, check_nulls
+from orchestrator.wire.jsonvalues import Refused, converter, loads, writable
 
 #: How deep a row's JSON may nest (objects and arrays); deeper is refused, never parsed on.
 MAX_JSON_DEPTH = 64
@@ -221,7 +220,7 @@ def _too_deep(number: int) -> BadInputError:
 
 def json_lines(table: pa.Table, batch_rows: int = READ_BATCH_ROWS) -> Iterator[bytes]:
     """``table``'s rows as JSON lines (values in their
-    :func:`~orchestrator.sidecar.jsonvalues.writable` forms), a chunk of about ``batch_rows``
+    :func:`~orchestrator.wire.jsonvalues.writable` forms), a chunk of about ``batch_rows``
     rows at a time.
 
     Built column by column in Arrow where a column's JSON text is plain to make there (integers,

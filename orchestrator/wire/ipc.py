@@ -8,7 +8,7 @@ is refused before anything is written, naming what is wrong
 bytes after the stream's end (a second stream included), one without rows, an unknown field,
 another type (a dictionary or an extension type the schema does not have included), a null in a
 non-nullable field at any depth, and more rows than the configured maximum
-(:class:`~catalog.errors.TooManyRowsError`, 413, counted batch by batch while reading).
+(:class:`TooManyRowsError`, 413, counted batch by batch while reading).
 
 A read answers the migrated snapshot as one stream, written batch by batch.
 """
@@ -23,14 +23,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog.errors import BadInputError
-from orchestrator.sidecar.refusals import TooManyRowsError
 
 __all__ = [
     "READ_BATCH_ROWS",
+    "TooManyRowsError",
     "check_nulls",
     "stream_chunks",
     "stream_to_table",
 ]
+
+
+class TooManyRowsError(BadInputError):
+    """An append of more rows than the sidecar takes in one request (``--http-max-append-rows``)."""
+
+    code = "too-many-rows"
+
+    @classmethod
+    def over(cls, limit: int) -> TooManyRowsError:
+        return cls(
+            f"more than {limit} rows in one append (--http-max-append-rows): split it into several",
+            limit=limit,
+        )
+
 
 #: Rows per record batch of a read's stream (a batch is what the sidecar holds serialized).
 READ_BATCH_ROWS = 64 * 1024

@@ -1,14 +1,9 @@
-"""Who may ask the sidecar what: its HTTP credentials, their roles, and the hosts it answers.
+"""Who may ask a server what: its HTTP credentials, their roles, and the hosts it answers.
 
-Roles, once any token is configured (``--http-token-file``, ``--http-read-token-file``):
-
-==================================  ==========================================================
-``/healthz``, ``/readyz``, ``/``     anyone (probes; the page itself holds no data, it asks
-                                     for a token and sends it with its requests)
-``/metrics``                         anyone with ``--metrics-public``, else a token
-``/status``, ``/history``, ``/collections``, ``/read`` the read token or the write token
-``POST /promote``, ``POST /append``  the write token only
-==================================  ==========================================================
+Each endpoint needs a role, once any token is configured (``--http-token-file``,
+``--http-read-token-file``): ``open`` (anyone), ``read`` (the read token or the write token)
+or ``write`` (the write token only). The API names the role of each of its endpoints
+(:data:`orchestrator.sidecar.api.ROLES`); an endpoint it does not name needs the write token.
 
 Without a token everything is open (a loopback listener; a wider one needs a token unless
 ``--http-insecure``). A missing token is 401, a wrong one (or the read token on a write) 403.
@@ -16,42 +11,24 @@ Without a token everything is open (a loopback listener; a wider one needs a tok
 Hosts: a request's ``Host`` must name this machine's loopback (``localhost``, ``127.0.0.1``,
 ``[::1]``), the address the server listens on, or one of ``--http-allowed-host`` (``*``: any);
 otherwise 421. That is what stops a web page in an operator's browser from reaching a
-loopback sidecar through DNS rebinding. Probes are exempt (kubelets send the pod's address).
+loopback sidecar through DNS rebinding. Probes (the endpoints the API names as such) are
+exempt: kubelets send the pod's address.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
 
 from catalog.errors import ConfigurationError
-from orchestrator.sidecar.refusals import ForbiddenError
-from orchestrator.sidecar.tokens import TokenFile, bearer_of
+from orchestrator.http.refusals import ForbiddenError
+from orchestrator.http.tokens import TokenFile, bearer_of
 
 OPEN: Final = "open"
 READ: Final = "read"
 WRITE: Final = "write"
-
-#: The role each endpoint needs (``metrics`` is settled by ``metrics_public``).
-ROLES: Final = {
-    "healthz": OPEN,
-    "openapi": OPEN,
-    "readyz": OPEN,
-    "page": OPEN,
-    "metrics": READ,
-    "status": READ,
-    "history": READ,
-    "collections": READ,
-    "read": READ,
-    "promote": WRITE,
-    "finalize": WRITE,
-    "append": WRITE,
-}
-
-#: Endpoints a Host check never refuses (probes carry whatever address the prober used).
-PROBES: Final = frozenset({"healthz", "readyz"})
 
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -88,11 +65,15 @@ class HttpAccess:
 
 @attrs.frozen
 class AccessPolicy:
-    """The sidecar's HTTP credentials and the hosts it answers to."""
+    """A server's HTTP credentials, the role each endpoint needs, and the hosts it answers
+    to."""
 
     write: TokenFile | None = None
     read: TokenFile | None = None
-    metrics_public: bool = False
+    #: The role of each endpoint, by name (one not named needs the write token).
+    roles: Mapping[str, str] = attrs.field(factory=dict)
+    #: Endpoints a Host check never refuses (probes carry whatever address the prober used).
+    probes: frozenset[str] = frozenset()
     allowed_hosts: frozenset[str] = _LOOPBACK_NAMES
 
     @classmethod
@@ -101,7 +82,8 @@ class AccessPolicy:
         *,
         write: TokenFile | None,
         read: TokenFile | None,
-        metrics_public: bool,
+        roles: Mapping[str, str],
+        probes: Iterable[str],
         listen_host: str,
         allowed_hosts: Iterable[str] = (),
     ) -> AccessPolicy:
@@ -114,7 +96,7 @@ class AccessPolicy:
         hosts = {host_name(h) for h in allowed_hosts} | _LOOPBACK_NAMES
         if host_name(listen_host) not in ("0.0.0.0", "::", ""):
             hosts.add(host_name(listen_host))
-        return cls(write, read, metrics_public, frozenset(hosts))
+        return cls(write, read, roles, frozenset(probes), frozenset(hosts))
 
     @property
     def protected(self) -> bool:
@@ -122,16 +104,14 @@ class AccessPolicy:
 
     def allows_host(self, endpoint: str, host: str | None) -> bool:
         """Whether a request to ``endpoint`` with header ``Host: host`` may be answered."""
-        if endpoint in PROBES or "*" in self.allowed_hosts:
+        if endpoint in self.probes or "*" in self.allowed_hosts:
             return True
         return host is not None and host_name(host) in self.allowed_hosts
 
     def authorize(self, endpoint: str, authorization: str | None) -> str | None:
         """The caller's credential name (None: anonymous) if it may call ``endpoint``;
         UnauthorizedError (no token, 401) or ForbiddenError (a wrong one, 403) otherwise."""
-        role = ROLES.get(endpoint, WRITE)
-        if endpoint == "metrics" and self.metrics_public:
-            role = OPEN
+        role = self.roles.get(endpoint, WRITE)
         if role == OPEN or self.write is None:
             return None
         given = bearer_of(authorization)

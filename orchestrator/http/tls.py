@@ -1,4 +1,4 @@
-"""TLS for the sidecar's HTTP server: ``--http-tls-cert`` and ``--http-tls-key`` (PEM files)."""
+"""TLS for the HTTP server: ``--http-tls-cert`` and ``--http-tls-key`` (PEM files)."""
 
 from __future__ import annotations
 

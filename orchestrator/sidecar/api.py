@@ -34,7 +34,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import pyarrow as pa
@@ -48,44 +48,24 @@ from catalog.errors import (
 )
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 from catalog_client.requestids import REQUEST_ID_HEADER, usable_request_id
-from orchestrator.sidecar.authorization import AccessPolicy
+from orchestrator.http.authorization import OPEN, READ, WRITE, AccessPolicy
+from orchestrator.http.exchange import BODY_LIMIT_KEY, MAX_APPEND_ROWS
+from orchestrator.http.refusals import HttpError, json_response
 from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
-from orchestrator.sidecar.ipc import READ_BATCH_ROWS, stream_chunks
-from orchestrator.sidecar.jsonvalues import loads
 from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from orchestrator.sidecar.ndjson import json_lines
 from orchestrator.sidecar.readiness import Readiness
-from orchestrator.sidecar.refusals import body_of, refusal_named, refusal_of
+from orchestrator.sidecar.refusals import body_of, refusal_of
 from orchestrator.status.web import page_response
+from orchestrator.wire.ipc import READ_BATCH_ROWS, stream_chunks
+from orchestrator.wire.jsonvalues import loads
+from orchestrator.wire.ndjson import json_lines
 
 log = structlog.get_logger(__name__)
 
-#: The largest request body read, chunked or not (``--http-max-body``): 413 past it, and
-#: reading stops there.
-MAX_BODY_BYTES = 64 * 1024 * 1024
-#: The most rows one append may carry, in any format (``--http-max-append-rows``): 413 past it.
-MAX_APPEND_ROWS = 1_000_000
 #: What a POST body must be (415 otherwise): a simple cross-site request cannot send these.
 POST_TYPES = frozenset({JSON_TYPE, JSON_LINES_TYPE, ARROW_STREAM_TYPE})
 #: Seconds a 503 answer asks the client to wait (Retry-After), unless the error says.
 RETRY_AFTER = 1
-
-
-class HttpError(CatalogError):
-    """A request this module refuses itself (a body too large, bad JSON, a missing parameter).
-
-    Part of the one hierarchy; its JSON body names the refusal (``error``) instead of the class.
-    The data plane's refusals are domain errors instead (:mod:`orchestrator.sidecar.refusals`).
-    """
-
-    def __init__(self, error: str, message: str, **details: Any) -> None:
-        super().__init__(message, **details)
-        self.status = refusal_named(error).status  # the code's status: the table is its home
-        self.error = error
-
-    @property
-    def body(self) -> dict[str, Any]:
-        return {"error": self.error, "message": self.message, **self.details}
 
 
 #: Makes the answer of ``GET /``: a self-contained HTML page.
@@ -134,6 +114,32 @@ class SidecarApi(Protocol):
         """A request was refused with ``error`` (counted for alerts)."""
 
 
+#: The role each endpoint needs once a token is configured (orchestrator.http.authorization):
+#: ``metrics`` is open with ``--metrics-public``.
+ROLES: Final[Mapping[str, str]] = {
+    "healthz": OPEN,
+    "openapi": OPEN,
+    "readyz": OPEN,
+    "page": OPEN,
+    "metrics": READ,
+    "status": READ,
+    "history": READ,
+    "collections": READ,
+    "read": READ,
+    "promote": WRITE,
+    "finalize": WRITE,
+    "append": WRITE,
+}
+
+#: Endpoints a Host check never refuses (probes carry whatever address the prober used).
+PROBES: Final = frozenset({"healthz", "readyz"})
+
+
+def roles(*, metrics_public: bool) -> Mapping[str, str]:
+    """:data:`ROLES`, with ``metrics`` open when ``metrics_public``."""
+    return {**ROLES, "metrics": OPEN} if metrics_public else ROLES
+
+
 ROUTES = Map(
     [
         Rule("/", endpoint="page", methods=["GET"]),
@@ -156,16 +162,6 @@ _TEXT = "text/plain; charset=utf-8"
 
 
 REPLAYED_HEADER = "Idempotent-Replayed"
-
-
-def json_response(status: HTTPStatus, value: Any) -> Response:
-    """The API's JSON answer (errors included): one format for the app and the server."""
-    return Response(json.dumps(value, indent=2) + "\n", status=status, content_type=JSON_TYPE)
-
-
-#: The WSGI environ key under which the server says a body passed ``--http-max-body``: the
-#: server alone enforces the limit (it stops reading there), the application answers the 413.
-BODY_LIMIT_KEY = "catalog_upgrade.body_limit_passed"
 
 
 def _body(request: Request) -> bytes:
@@ -192,7 +188,7 @@ class SidecarApp:
     one endpoint, errors to status codes."""
 
     api: SidecarApi
-    policy: AccessPolicy = attrs.field(factory=AccessPolicy)
+    policy: AccessPolicy = attrs.field(factory=lambda: AccessPolicy(roles=ROLES, probes=PROBES))
     max_rows: int = MAX_APPEND_ROWS
     #: The OpenAPI description served at ``/openapi.json`` (orchestrator.sidecar.openapi).
     description: Mapping[str, Any] = attrs.field(factory=dict)

@@ -1,4 +1,4 @@
-"""One HTTP/1.1 connection of the sidecar's server: requests read under deadlines, handed whole to
+"""One HTTP/1.1 connection of the server: requests read under deadlines, handed whole to
 the WSGI application on a worker thread, answers written back.
 
 h11 parses and frames; this module decides *when*. A request is read completely on the event loop
@@ -22,13 +22,7 @@ import attrs
 import h11
 import structlog
 
-from orchestrator.sidecar.http import (
-    BODY_LIMIT_KEY,
-    MAX_APPEND_ROWS,
-    MAX_BODY_BYTES,
-    HttpError,
-    json_response,
-)
+from orchestrator.http.refusals import HttpError, json_response
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +30,15 @@ WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
 #: An application's answer: status, headers, and its whole body, or (a streamed response:
 #: no Content-Length) its chunks as they come.
 Answer = tuple[int, list[tuple[str, str]], bytes | Iterator[bytes]]
+
+#: The largest request body read, chunked or not (``--http-max-body``): 413 past it, and
+#: reading stops there.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+#: The most rows one append may carry, in any format (``--http-max-append-rows``): 413 past it.
+MAX_APPEND_ROWS = 1_000_000
+#: The WSGI environ key under which the server says a body passed ``--http-max-body``: the
+#: server alone enforces the limit (it stops reading there), the application answers the 413.
+BODY_LIMIT_KEY = "catalog_upgrade.body_limit_passed"
 
 #: Bytes asked of the socket per read.
 READ_SIZE = 1 << 16
