@@ -56,7 +56,7 @@ from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.sidecar.readiness import Readiness
 from orchestrator.sidecar.refusals import body_of, refusal_of
 from orchestrator.status.web import page_response
-from orchestrator.wire.ipc import READ_BATCH_ROWS, stream_chunks
+from orchestrator.wire.ipc import READ_BATCH_ROWS, EncodedStreams, stream_chunks
 from orchestrator.wire.jsonvalues import loads
 from orchestrator.wire.ndjson import json_lines
 
@@ -194,6 +194,9 @@ class SidecarApp:
     description: Mapping[str, Any] = attrs.field(factory=dict)
     #: What ``GET /`` answers (the live status page unless told).
     page_of: Page = page_response
+    #: The Arrow streams of the tables answered whole (a snapshot kept in memory is answered
+    #: again and again).
+    streams: EncodedStreams = attrs.field(factory=EncodedStreams)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
@@ -360,7 +363,9 @@ class SidecarApp:
         as_of = _int_param(request.args, "as_of")
         table = self.api.read_table(collection, as_of)
         if ARROW_STREAM_TYPE in (request.headers.get("Accept") or "").lower():
-            return Response(_answer(stream_chunks(table), table), content_type=ARROW_STREAM_TYPE)
+            if table.num_rows <= READ_BATCH_ROWS:  # whole: encoded once per table
+                return Response(self.streams.encoded(table), content_type=ARROW_STREAM_TYPE)
+            return Response(stream_chunks(table), content_type=ARROW_STREAM_TYPE)
         return Response(_answer(json_lines(table), table), content_type=JSON_LINES_TYPE)
 
 

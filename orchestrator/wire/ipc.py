@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import io
+import threading
+import weakref
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -26,6 +28,7 @@ from catalog.errors import BadInputError
 
 __all__ = [
     "READ_BATCH_ROWS",
+    "EncodedStreams",
     "TooManyRowsError",
     "check_nulls",
     "stream_chunks",
@@ -208,3 +211,35 @@ def _drained(sink: io.BytesIO) -> bytes:
     sink.seek(0)
     sink.truncate()
     return data
+
+
+class EncodedStreams:
+    """The Arrow IPC stream of each table answered whole, kept while the table lives.
+
+    A snapshot kept in memory (a read of a shard nobody changed) is the same table object at
+    every read, so its stream is encoded once, not at each answer. An entry goes with its
+    table (a weak reference): what is kept is bounded by what keeps the tables.
+    """
+
+    def __init__(self) -> None:
+        self._streams: dict[int, tuple[weakref.ref[pa.Table], bytes]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def encoded(self, table: pa.Table) -> bytes:
+        """``table`` as one Arrow IPC stream (:func:`stream_chunks`, whole)."""
+        key = id(table)
+        with self._lock:
+            found = self._streams.get(key)
+        if found is not None and found[0]() is table:
+            return found[1]
+        data = b"".join(stream_chunks(table, max(table.num_rows, 1)))
+        with self._lock:
+            self._streams[key] = (weakref.ref(table, lambda _gone: self._forget(key)), data)
+        return data
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._streams.pop(key, None)

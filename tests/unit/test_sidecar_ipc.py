@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 from collections.abc import Mapping
 
@@ -9,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.errors import BadInputError
-from orchestrator.wire.ipc import TooManyRowsError, stream_chunks, stream_to_table
+from orchestrator.wire.ipc import EncodedStreams, TooManyRowsError, stream_chunks, stream_to_table
 
 SCHEMA = pa.schema(
     [
@@ -208,3 +209,15 @@ def test_a_null_in_a_required_field_of_a_list_of_structs_is_named_unless_a_null_
     with pytest.raises(BadInputError) as caught:
         stream_to_table(grants([0, 1, 2], ["a", None], [True, True]), GRANTS, 10)
     assert caught.value.details["field"] == "grants[].who", caught.value.message
+
+
+def test_a_table_answered_again_is_encoded_once_while_it_lives() -> None:
+    streams = EncodedStreams()
+    table = pa.table({"id": pa.array(["a", "b"]), "n": pa.array([1, 2], pa.uint32())})
+    first = streams.encoded(table)
+    assert first == b"".join(stream_chunks(table))
+    assert streams.encoded(table) is first and len(streams) == 1
+    assert pa.ipc.open_stream(first).read_all().equals(table)
+    del table
+    gc.collect()
+    assert len(streams) == 0  # the stream goes with its table
