@@ -1,6 +1,7 @@
 """A child process of the test tools (a ZooKeeper server, SeaweedFS, a Spark daemon): launched
 with its output appended to a log file, stopped politely then forcibly, killed as a crash
-would, reaped. The one home of that lifecycle; the servers hold one."""
+would, reaped. The one home of that lifecycle; the servers hold one, and are used alike as
+context managers (:class:`ManagedServer`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,33 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
-__all__ = ["ChildProcess"]
+__all__ = ["ChildProcess", "ManagedServer"]
+
+
+class ManagedServer:
+    """A test server as a context manager: started on entry, stopped on exit (a failure to
+    stop does not hide the block's own error). A server says how it starts and stops."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
 
 
 class ChildProcess:

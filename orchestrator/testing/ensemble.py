@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 import structlog
 
 from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import BadInputError, ConfigurationError
+from orchestrator.testing.child import ManagedServer
 from orchestrator.testing.netns import Bridge, Namespace
 from orchestrator.testing.zkserver import EmbeddedZooKeeper, free_port
 from orchestrator.zookeeper.tls import ServerTls
@@ -43,7 +43,7 @@ ELECTION_RETRY_MAX_MS = 2000
 
 
 @attrs.define
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(ManagedServer):
     """``size`` ZooKeeper servers forming one ensemble below ``data_dir``; a context manager."""
 
     data_dir: Path
@@ -221,13 +221,3 @@ class ZooKeeperEnsemble:
             self._bridge.delete()
             self._bridge = None
 
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -14,7 +14,6 @@ answered (its Prometheus metrics), so a test can tell how many a write took.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import shutil
@@ -24,14 +23,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.errors import ConfigurationError
-from orchestrator.testing.child import ChildProcess
+from orchestrator.testing.child import ChildProcess, ManagedServer
 from orchestrator.testing.zkserver import free_port, port_taken
 
 log = structlog.get_logger(__name__)
@@ -97,7 +95,7 @@ def create_bucket(endpoint: str, credentials: S3Credentials, bucket: str) -> Non
 
 
 @attrs.define
-class EmbeddedS3:
+class EmbeddedS3(ManagedServer):
     """A SeaweedFS S3 server child process; a context manager."""
 
     data_dir: Path
@@ -285,14 +283,3 @@ class EmbeddedS3:
     def tail_log(self, lines: int = 30) -> str:
         return self._child.tail(lines)
 
-    def __enter__(self) -> EmbeddedS3:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with contextlib.suppress(Exception):
-            self.stop()

@@ -23,14 +23,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import attrs
 import structlog
 
 from catalog.errors import ConfigurationError
-from orchestrator.testing.child import ChildProcess
+from orchestrator.testing.child import ChildProcess, ManagedServer
 from orchestrator.testing.zkserver import (
     QUICK_JVM_OPTIONS,
     find_java,
@@ -73,7 +72,7 @@ class _Daemon:
 
 
 @attrs.define
-class SparkStandaloneCluster:
+class SparkStandaloneCluster(ManagedServer):
     """A master and ``workers`` workers (``cores`` cores, ``memory`` each) on ``host``."""
 
     data_dir: Path
@@ -231,13 +230,3 @@ class SparkStandaloneCluster:
         """Block until every daemon exits; their exit codes."""
         return [d.child.wait() for d in list(self._daemons)]
 
-    def __enter__(self) -> SparkStandaloneCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -10,13 +10,11 @@ sessions as short as 1 s are allowed (failover benchmarks use 2 s sessions).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import socket
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import attrs
@@ -24,7 +22,7 @@ import structlog
 
 from catalog.consensus.watch import NOT_YET, NotYet, WaitTimeout, Watch, wait_until
 from catalog.errors import ConfigurationError
-from orchestrator.testing.child import ChildProcess
+from orchestrator.testing.child import ChildProcess, ManagedServer
 from orchestrator.zookeeper.quorum import four_letter_word
 from orchestrator.zookeeper.tls import ServerTls
 
@@ -112,7 +110,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @attrs.define
-class EmbeddedZooKeeper:
+class EmbeddedZooKeeper(ManagedServer):
     """A ZooKeeper server child process; a context manager.
 
     ``restart()`` keeps the port and data directory, so clients reconnect to the same state:
@@ -314,14 +312,3 @@ class EmbeddedZooKeeper:
                 out.extend(path.read_text(errors="replace").splitlines()[-lines:])
         return "\n".join(out[-lines:])
 
-    def __enter__(self) -> EmbeddedZooKeeper:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with contextlib.suppress(Exception):
-            self.stop()
