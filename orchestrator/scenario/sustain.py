@@ -6,7 +6,9 @@ append under a key of its own, retried with that key (after ``Retry-After``) unt
 definite answer. A reader reads the collection from the same process all along. The phase
 holds when every append got a definite answer, no read found fewer of the step's rows than the
 read before it (nothing acknowledged vanishes, whatever the merges under it did), every read
-answered within ``max_read_seconds``, and the last read holds exactly what was acknowledged.
+answered within ``max_read_seconds``, the process never reported a shard listing the hard cap
+of batches (its ``catalog_upgrade_shard_batches``, sampled all along), and the last read holds
+exactly what was acknowledged.
 What an hour of appends does to a read is what this phase rehearses in a few seconds: a read
 whose cost grew with the write rate would miss its bound.
 """
@@ -23,9 +25,10 @@ from typing import Any
 
 import attrs
 
+from catalog.shard.merges import STOP_BATCHES
 from catalog_client import Answer
 from orchestrator.scenario.multisets import json_default
-from orchestrator.testing.harness import SidecarProcess
+from orchestrator.testing.harness import SidecarProcess, metric_samples
 
 __all__ = ["DEFAULT_MAX_READ_SECONDS", "SustainedWrites"]
 
@@ -34,6 +37,9 @@ __all__ = ["DEFAULT_MAX_READ_SECONDS", "SustainedWrites"]
 DEFAULT_MAX_READ_SECONDS = 5.0
 #: How long one append is retried with its key before its outcome counts as unknown.
 _APPEND_DEADLINE = 15.0
+#: How often the phase samples the process's batches per shard.
+_SAMPLE_SECONDS = 0.5
+_BATCHES = "catalog_upgrade_shard_batches"
 
 
 @attrs.define
@@ -50,6 +56,8 @@ class SustainedWrites:
     unknown: int = 0
     refusals: list[str] = attrs.field(factory=list)
     reads: list[tuple[float, int]] = attrs.field(factory=list)  # (seconds taken, rows found)
+    #: The most batches the process reported for one shard, sampled during the phase.
+    batches: int = 0
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     def run(self) -> str:
@@ -61,13 +69,16 @@ class SustainedWrites:
             threading.Thread(target=self._client, args=(stop,), daemon=True)
             for _ in range(self.clients)
         ]
-        reader = threading.Thread(target=self._reader, args=(stop,), daemon=True)
+        watchers = [
+            threading.Thread(target=self._reader, args=(stop,), daemon=True),
+            threading.Thread(target=self._sampler, args=(stop,), daemon=True),
+        ]
         started = time.monotonic()
-        for thread in [*writers, reader]:
+        for thread in [*writers, *watchers]:
             thread.start()
         time.sleep(self.seconds)
         stop.set()
-        for thread in [*writers, reader]:
+        for thread in [*writers, *watchers]:
             thread.join(_APPEND_DEADLINE + 30)
         took = time.monotonic() - started
         self._check(before)
@@ -76,13 +87,18 @@ class SustainedWrites:
         return (
             f"{len(self.acknowledged)} append(s) by {self.clients} client(s) in {took:.1f} s "
             f"({len(self.acknowledged) / took:.0f}/s); {len(latencies)} read(s), p99 "
-            f"{p99 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
+            f"{p99 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms; batches per shard at "
+            f"most {self.batches}"
         )
 
     def _check(self, before: int) -> None:
         assert not self.refusals, f"appends refused during the phase: {self.refusals[:3]}"
         assert not self.unknown, f"{self.unknown} append(s) got no definite answer"
         assert self.reads, "no read answered during the phase"
+        assert self.batches < STOP_BATCHES, (
+            f"a shard listed {self.batches} batches during the phase: the merges fell behind "
+            f"to the hard cap ({STOP_BATCHES})"
+        )
         slow = [t for t, _ in self.reads if t > self.max_read_seconds]
         assert not slow, (
             f"{len(slow)} read(s) of {self.collection} took over {self.max_read_seconds:g} s "
@@ -118,6 +134,16 @@ class SustainedWrites:
                 self.unknown += 1
             else:  # a refusal, or a 503 to the end: surely not written
                 self.refusals.append(answer.summary())
+
+    def _sampler(self, stop: threading.Event) -> None:
+        """The most batches the process reports for any shard, every ``_SAMPLE_SECONDS``."""
+        while not stop.wait(_SAMPLE_SECONDS):
+            answer = self.process.request("GET", "/metrics", timeout=5.0)
+            if not answer.ok:
+                continue  # a busy moment: the next sample
+            samples = metric_samples(answer.body.decode())
+            found = [int(v) for k, v in samples.items() if k.startswith(_BATCHES + "{")]
+            self.batches = max([self.batches, *found])
 
     def _reader(self, stop: threading.Event) -> None:
         while not stop.is_set():
