@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
@@ -24,6 +25,7 @@ from catalog.consolidate import (
     DIFF,
     TS,
     consolidate,
+    is_nested,
     repeated,
 )
 from catalog.errors import (
@@ -229,6 +231,101 @@ def _snapshot(
     times = repeated(as_of, pa.uint64(), consolidated.num_rows)
     columns = [*consolidated.columns[:-1], times, consolidated.column(DIFF)]
     return pa.Table.from_arrays(columns, schema=result_schema)
+
+
+#: The chunks a snapshot built on the one before may have before they are made one.
+_MOST_CHUNKS = 16
+
+
+@attrs.frozen
+class Held:
+    """A latest-time snapshot kept to build the next one on (:func:`snapshot_after`): the
+    batches it read (by name), the upper of the state it read, its schema, and its rows,
+    consolidated, without ``_ts``."""
+
+    names: frozenset[str]
+    upper: int
+    schema: pa.Schema
+    rows: pa.Table
+
+    @classmethod
+    def of(cls, shard: ShardAccess, state: ShardState, table: pa.Table) -> Held | None:
+        """What to keep of ``table``, the latest snapshot of ``state``; None when it does not
+        hold every row of the batches it read (``since`` is past its time: rows moved up to
+        ``since`` are above it)."""
+        if state.upper == 0 or state.since > state.upper - 1:
+            return None
+        names = frozenset(b.name for b in shard.batches(state))
+        rows = table.drop_columns([TS])
+        return cls(names, state.upper, pa.schema(list(rows.schema)[:-1]), rows)
+
+
+def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Table | None:
+    """The latest snapshot of ``state`` built on ``held``, a latest snapshot of an earlier state
+    of the shard, reading only the batches added since; None when it cannot be, and the caller
+    takes the whole :func:`snapshot`.
+
+    It can be when ``state`` still lists every batch ``held`` read, in the same schema, and
+    only added batches wholly above ``held``'s upper (appends, no merge), and when no added row
+    equals a held one: checked on the columns that can be compared (not nested, no null on
+    either side), which two equal rows share. The held rows are consolidated and so are the
+    added ones, so their union is too, and it is the snapshot. A merge, a schema change, a
+    retraction or a repeat of a held row takes the whole snapshot (None)."""
+    reader = snapshot_reader(state, None)
+    time = snapshot_time(state, None)
+    if time is None or not reader.equals(held.schema) or state.upper < held.upper:
+        return None
+    refs = shard.batches(state)
+    names = {b.name for b in refs}
+    added = [b for b in refs if b.name not in held.names]
+    if not held.names <= names or any(b.lower < held.upper for b in added):
+        return None
+    if added:
+        try:
+            tables = load(shard, state, added, reader, times=False)
+        except BlobMissingError:  # merged away meanwhile: the whole snapshot re-reads
+            return None
+        new = consolidate(pa.concat_tables(tables))
+        if _may_meet(held.rows, new):
+            return None
+        rows = pa.concat_tables([held.rows, new]) if new.num_rows else held.rows
+        if rows.num_columns and rows.column(0).num_chunks > _MOST_CHUNKS:
+            rows = rows.combine_chunks()  # each read adds a chunk: every step pays for each
+    else:
+        rows = held.rows
+    times = repeated(time, pa.uint64(), rows.num_rows)
+    columns = [*rows.columns[:-1], times, rows.column(DIFF)]
+    return pa.Table.from_arrays(columns, schema=update_schema(reader))
+
+
+def _may_meet(held: pa.Table, new: pa.Table) -> bool:
+    """Whether a row of ``new`` may equal one of ``held``: true unless some columns that a join
+    compares as consolidation does (not nested, not floating point, no null on either side)
+    tell them all apart."""
+    if not held.num_rows or not new.num_rows:
+        return False
+    keys = [
+        f.name
+        for f in new.schema
+        if f.name != DIFF
+        and not is_nested(f.type)
+        and not pa.types.is_dictionary(f.type)
+        and not pa.types.is_floating(f.type)
+        and new.column(f.name).null_count == 0
+        and held.column(f.name).null_count == 0
+    ]
+    if not keys:
+        return True
+    try:
+        # One column whose new values no held row has tells them apart: a probe of the held
+        # rows against a set of the few new values, no table built of the held ones.
+        for key in keys:
+            if not pc.any(pc.is_in(held.column(key), value_set=new.column(key))).as_py():
+                return False
+        met = held.select(keys).join(new.select(keys), keys=keys, join_type="left semi")
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return True  # a type these kernels do not take: assume they may
+    return met.num_rows > 0
 
 
 def load(

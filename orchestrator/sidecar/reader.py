@@ -10,6 +10,7 @@ a gap.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Final
 
 import pyarrow as pa
@@ -20,7 +21,8 @@ from catalog.environment import CatalogState, read_catalog
 from catalog.errors import BlobUnreachableError, CatalogError, FencedError, MigrationRefusedError
 from catalog.release import Builtin
 from catalog.schema import migrate_batch
-from catalog.shard import DIFF, TS, Shard, find_schema_id, update_schema
+from catalog.shard import DIFF, TS, Shard, ShardState, find_schema_id, update_schema
+from catalog.shard.read import Held, snapshot_after
 from catalog.shard.readers import ReaderRegistry
 from orchestrator.election import Leadership
 from orchestrator.sidecar.refusals import MigratingError, NotLeaderError, UnreadableTimeError
@@ -28,7 +30,8 @@ from orchestrator.sidecar.serving import Serving
 
 log = structlog.get_logger(__name__)
 
-#: The Arrow bytes of latest-time snapshots a process keeps, by shard state version.
+#: The Arrow bytes of latest-time snapshots a process keeps, by shard state version (and the
+#: latest of each shard, to build the next on).
 SNAPSHOT_CACHE_BYTES: Final = 64 * 1024 * 1024
 
 
@@ -45,6 +48,10 @@ class SidecarReader:
         # Snapshots at the latest time, by the state version they were read at (its head's
         # and its body's znode versions, which any change of the state moves).
         self._snapshots = BatchCache(SNAPSHOT_CACHE_BYTES)
+        # The latest snapshot of each shard this process made, to build the next on: what it
+        # was read from, and the number its rows are kept under among the snapshots above.
+        self._held: dict[str, tuple[frozenset[str], int, pa.Schema, int]] = {}
+        self._numbers = itertools.count()
 
     def hand_over(self) -> bool:
         """This leader was fenced by a promotion: it goes on answering reads, through the
@@ -156,9 +163,30 @@ class SidecarReader:
             key = f"{shard.shard_id}@{state.version}.{state.body_version}:{builtin.fingerprint}"
             table = self._snapshots.get(key, None)
             if table is None:
-                table = _as_release(shard.snapshot(None, state=state), builtin)
+                table = _as_release(self._latest(shard, state), builtin)
                 self._snapshots.put(key, None, table)
             return table
+
+    def _latest(self, shard: Shard, state: ShardState) -> pa.Table:
+        """The latest snapshot of ``state``: built on the one this process made before when
+        only appends came since (:func:`catalog.shard.read.snapshot_after`: it reads and
+        consolidates the new batches alone), else whole. What it made is kept for the next."""
+        table = None
+        found = self._held.get(shard.shard_id)
+        if found is not None:  # its rows are kept under its own number: never another's
+            names, upper, schema, number = found
+            rows = self._snapshots.get(f"{shard.shard_id}#{number}", None)
+            if rows is not None:
+                table = snapshot_after(shard, state, Held(names, upper, schema, rows))
+        if table is None:
+            table = shard.snapshot(None, state=state)
+        held, number = Held.of(shard, state, table), next(self._numbers)
+        if held is None:
+            self._held.pop(shard.shard_id, None)
+        else:
+            self._snapshots.put(f"{shard.shard_id}#{number}", None, held.rows)
+            self._held[shard.shard_id] = (held.names, held.upper, held.schema, number)
+        return table
 
     def _readers(self, shard: Shard) -> ReaderRegistry:
         """This process's reader registrations on ``shard``'s ZooKeeper connection."""

@@ -23,6 +23,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import CONTAINER_KEYS
 from catalog.shard import Shard, new_shard_id
+from catalog.shard.read import Held, snapshot_after
 from support.shards import contents, updates
 from support.zookeeper import ZkEnv
 
@@ -101,6 +102,22 @@ def draw_rows(data: st.DataObject, schema: pa.Schema, count: int) -> list[dict[s
     ]
 
 
+def check_built_on(shard: Shard, model: Model, held: Held | None) -> Held | None:
+    """The latest snapshot built on ``held`` (:func:`snapshot_after`), when it can be, is the
+    whole one (the model's too, while the latest time is above ``since``); what to hold for the
+    next step."""
+    state = shard.state()
+    if state.upper == 0:
+        return None
+    whole = shard.snapshot(state=state)
+    built = None if held is None else snapshot_after(shard, state, held)
+    if built is not None:
+        assert contents(built) == contents(whole), "built on the held snapshot"
+        if model.since < model.upper:
+            assert contents(built) == model.read(model.upper - 1)
+    return Held.of(shard, state, built if built is not None else whole)
+
+
 def check_reads(shard: Shard, model: Model) -> dict[int, dict[Any, int]]:
     reads = {}
     for as_of in range(model.since, model.upper):
@@ -115,11 +132,13 @@ def check_reads(shard: Shard, model: Model) -> dict[int, dict[Any, int]]:
 def test_random_histories_read_like_the_model(
     env: tuple[Consensus, BlobStore], data: st.DataObject
 ) -> None:
-    """Snapshots equal the model after every step, and compaction changes none of them."""
+    """Snapshots equal the model after every step, and compaction changes none of them; so
+    does a latest snapshot built on the one before (snapshot_after), whenever it can be."""
     consensus, blob = env
     shard = Shard(consensus, blob, new_shard_id(), rollup_threshold=3, max_rollups=2)
     shard.create(BASE)
     model = Model(schema=BASE)
+    held: Held | None = None
     steps = data.draw(
         st.lists(
             st.sampled_from(["append", "append", "evolve", "since", "compact"]),
@@ -164,6 +183,7 @@ def test_random_histories_read_like_the_model(
             assert shard.compact().applied
             assert shard.state().batch_count <= 1
             assert check_reads(shard, model) == before
+        held = check_built_on(shard, model, held)
     check_reads(shard, model)
     # What compactions and rollup merges left to the garbage collection goes, and nothing
     # referenced does: the reads stay the model's.
@@ -238,3 +258,44 @@ def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
     shard.gc_orphans(grace_seconds=0)
     check_reads(Shard(shard.consensus, plain, shard.shard_id), model)
 
+
+
+def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_rows(
+    env: tuple[Consensus, BlobStore],
+) -> None:
+    """Appends of rows unlike the held ones: built from the new batches alone. A row equal to
+    a held one, a compaction or an evolution: None (the whole snapshot is read)."""
+    consensus, blob = env
+    shard = Shard(consensus, blob, new_shard_id())
+    shard.create(BASE)
+    model = Model(schema=BASE)
+
+    def append(ids: list[int]) -> None:
+        rows = [{"id": i, "tag": "a", "st": None, "ls": [i]} for i in ids]
+        batch = updates(BASE, rows, [model.upper] * len(rows), [1] * len(rows))
+        assert shard.compare_and_append(batch, model.upper, model.upper + 1).ok
+        model.updates.extend((row, model.upper, 1) for row in rows)
+        model.upper += 1
+
+    def hold(table: pa.Table) -> Held:
+        held = Held.of(shard, shard.state(), table)
+        assert held is not None
+        return held
+
+    append([0, 1])
+    held = hold(shard.snapshot())
+    append([2])
+    append([3, 4])
+    built = snapshot_after(shard, shard.state(), held)
+    assert built is not None and contents(built) == model.read(model.upper - 1)
+    held = hold(built)
+    append([4])  # the same row again: its diff becomes 2, which only consolidation says
+    assert snapshot_after(shard, shard.state(), held) is None
+    held = hold(shard.snapshot())
+    assert contents(shard.snapshot()) == model.read(model.upper - 1)
+    assert shard.compact().applied
+    assert snapshot_after(shard, shard.state(), held) is None  # its batches merged away
+    held = hold(shard.snapshot())
+    widened = pa.schema([*BASE, pa.field("f1", pa.string())])
+    assert shard.compare_and_evolve_schema(shard.state().schema_id, widened).ok
+    assert snapshot_after(shard, shard.state(), held) is None  # another schema
