@@ -14,7 +14,7 @@ and a shard of ``n`` rows lists at most ``(F - 1) * (floor(log_F(n / R)) + 1)`` 
 about ``log_F(n / R)`` times above level 0, and while in level 0 at most once every ``F - 1``
 appends.
 
-Merges run in the background (``orchestrator.sidecar.merger``); when they fall behind, writers
+Merges run in the background (``orchestrator.dataplane.merger``); when they fall behind, writers
 feel it before readers do (RocksDB's level-0 triggers): past ``SLOW_DOWN_BATCHES`` a commit
 first waits for the shard's merge, and at ``STOP_BATCHES`` (the hard cap) an append is refused
 with 503 ``compaction-behind`` until the merge catches up. A batch list longer than the slow-down

@@ -5,7 +5,7 @@ is resolved by it. An unkeyed append's id is a fresh uuid (32 hex digits). A *ke
 id is ``k`` + 16 hex digits of its key's hash + 16 of its body's: the same key with the same
 body is the same append, and the key's part (the id's *prefix*) finds it whatever body it came
 with. This module is the one home of that format: the sidecar makes ids here
-(:class:`orchestrator.sidecar.idempotency.WriteIdentity`), the ledger and the key log read
+(:class:`orchestrator.dataplane.idempotency.WriteIdentity`), the ledger and the key log read
 them here.
 """
 

@@ -25,7 +25,7 @@ from orchestrator.fleet.metrics import metrics_text
 from orchestrator.fleet.page import FLEET_PAGE
 from orchestrator.fleet.report import FleetReport
 from orchestrator.fleet.surveyor import Surveyor
-from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.machine.readiness import Readiness, ReadinessCheck
 from orchestrator.sidecar.showonly import ShowOnlyApi
 from orchestrator.status.web import PAGE_TYPE
 

@@ -27,13 +27,13 @@ Exit codes are those of docs/design-contract.md: 0 after SIGTERM/SIGINT, 2 bad c
 
 from __future__ import annotations
 
-from orchestrator.sidecar.config import (
+from orchestrator.machine.config import (
     SidecarConfig,
     default_process_id,
     resolve_blob_uri,
 )
+from orchestrator.machine.states import State
 from orchestrator.sidecar.process import Sidecar, run_sidecar
-from orchestrator.sidecar.states import State
 
 __all__ = [
     "Sidecar",

@@ -48,12 +48,13 @@ from catalog.errors import (
 )
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
 from catalog_client.requestids import REQUEST_ID_HEADER, usable_request_id
+from orchestrator.dataplane.idempotency import IDEMPOTENCY_HEADER
+from orchestrator.dataplane.writer import AppendRequest
 from orchestrator.http.authorization import OPEN, READ, WRITE, AccessPolicy
 from orchestrator.http.exchange import BODY_LIMIT_KEY, MAX_APPEND_ROWS
 from orchestrator.http.refusals import HttpError, json_response
-from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
-from orchestrator.sidecar.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from orchestrator.sidecar.readiness import Readiness
+from orchestrator.machine.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.machine.readiness import Readiness
 from orchestrator.sidecar.refusals import body_of, refusal_of
 from orchestrator.status.web import page_response
 from orchestrator.wire.ipc import READ_BATCH_ROWS, EncodedStreams, stream_chunks
@@ -70,21 +71,6 @@ RETRY_AFTER = 1
 
 #: Makes the answer of ``GET /``: a self-contained HTML page.
 Page = Callable[[], Response]
-
-
-@attrs.frozen
-class AppendRequest:
-    """One ``POST /append``: what the HTTP layer hands the data plane (one value, so the
-    API's implementations share its shape)."""
-
-    collection: str
-    body: bytes
-    #: The ``Idempotency-Key`` header, if sent.
-    idempotency_key: str | None = None
-    #: The body is an Arrow IPC stream (else JSON lines).
-    arrow: bool = False
-    #: The most rows one append may carry (``--http-max-append-rows``).
-    max_rows: int = MAX_APPEND_ROWS
 
 
 class SidecarApi(Protocol):

@@ -15,10 +15,10 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from catalog_client.media import ARROW_STREAM_TYPE, JSON_LINES_TYPE, JSON_TYPE
+from orchestrator.dataplane.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.http.authorization import OPEN
 from orchestrator.http.refusals import HTTP
 from orchestrator.sidecar.api import POST_TYPES, REPLAYED_HEADER, ROLES, ROUTES
-from orchestrator.sidecar.idempotency import IDEMPOTENCY_HEADER
 from orchestrator.sidecar.refusals import ERRORS
 
 __all__ = ["ENDPOINTS", "openapi_document"]

@@ -2,12 +2,12 @@
 
 A :class:`Sidecar` owns, each with its own state and a small public surface:
 
-* its :class:`~orchestrator.sidecar.connection.SidecarConnection` (ZooKeeper session, process
+* its :class:`~orchestrator.machine.connection.SidecarConnection` (ZooKeeper session, process
   node);
-* its :class:`~orchestrator.sidecar.progress.Progress` (state, phase, plan, error);
-* its :class:`~orchestrator.sidecar.machine.SidecarMachine` (check, election, migration,
+* its :class:`~orchestrator.machine.progress.Progress` (state, phase, plan, error);
+* its :class:`~orchestrator.machine.machine.SidecarMachine` (check, election, migration,
   maintenance, health);
-* its :class:`~orchestrator.sidecar.dataplane.SidecarDataPlane` (what HTTP requests ask);
+* its :class:`~orchestrator.dataplane.plane.SidecarDataPlane` (what HTTP requests ask);
 * its :class:`~orchestrator.http.server.HttpServer`.
 
 Only the main thread changes state: other threads put messages in the inbox.
@@ -41,18 +41,18 @@ from catalog.errors import (
 )
 from catalog.release import Release
 from orchestrator import election as election_mod
+from orchestrator.dataplane.plane import SidecarDataPlane
+from orchestrator.dataplane.serving import CUTOVER_HOLD_SECONDS
 from orchestrator.fencing import release_fence
+from orchestrator.machine.config import SidecarConfig, resolve_blob_uri
+from orchestrator.machine.connection import SidecarConnection
+from orchestrator.machine.machine import SidecarMachine
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.process_node import ProcessMode, ProcessNode
-from orchestrator.sidecar.config import SidecarConfig, resolve_blob_uri
-from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.dataplane import SidecarDataPlane
-from orchestrator.sidecar.machine import SidecarMachine
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.progress import Progress
 from orchestrator.sidecar.refusals import process_error
 from orchestrator.sidecar.server import configured_server
-from orchestrator.sidecar.serving import CUTOVER_HOLD_SECONDS
-from orchestrator.sidecar.states import Promote, State, Stop, Stopping, ZkState
 from orchestrator.zookeeper.clients import consensus_for
 
 log = structlog.get_logger(__name__)
@@ -290,7 +290,7 @@ class Sidecar:
     def _hand_over(self) -> None:
         """A leader fenced by a promotion answers reads until its successor serves
         (:meth:`SidecarDataPlane.hand_over`), at most
-        :data:`~orchestrator.sidecar.serving.CUTOVER_HOLD_SECONDS`, the time the successor
+        :data:`~orchestrator.dataplane.serving.CUTOVER_HOLD_SECONDS`, the time the successor
         holds requests for: a reader that follows the leader sees no gap. Watched, as
         ``promote --wait`` watches; a successor that fails or is fenced ends it too."""
         consensus = self.connection.consensus

@@ -3,11 +3,15 @@ when it is sent. The one table: the server names its refusals from it (:func:`re
 OpenAPI document enumerates it, the manual's table is written from it, and a test checks that
 every error the server can raise or make lands in it.
 
-The refusals only a sidecar makes are defined here, each with its code: a request's form
-(``too-many-rows``, the idempotency keys) and the states of a process that serves
-(``read-only``, ``writes-paused``, ``migrating``...). The HTTP layer's own (a malformed
-request, a credential) are in :mod:`orchestrator.http.refusals`. The durable model's errors, which
-the sidecar answers too, stay in :mod:`catalog.errors`.
+The refusals only a sidecar makes are defined beside their raisers, each with its code: a
+request's form (``too-many-rows`` in :mod:`orchestrator.wire.ipc`, the idempotency keys in
+:mod:`orchestrator.dataplane.idempotency`) and the states of a process that serves
+(``read-only``, ``no-shard`` in :mod:`~orchestrator.dataplane.serving`, ``migrating`` in
+:mod:`~orchestrator.dataplane.reader`, ``writes-paused`` in
+:mod:`~orchestrator.dataplane.writer`...).
+The HTTP layer's own (a malformed request, a credential) are in
+:mod:`orchestrator.http.refusals`. The durable model's errors, which the sidecar answers too,
+stay in :mod:`catalog.errors`. This module gives each its status and its meaning.
 
 A code is kebab-case. A domain error with a code of its own (``read-only``,
 ``idempotency-key-reused``) answers that code; any other answers its family's (``bad-input``,
@@ -33,110 +37,27 @@ from catalog.errors import (
     FencedError,
     MigrationRefusedError,
 )
+from orchestrator.dataplane.groupcommit import AppendOutcomeUnknownError
+from orchestrator.dataplane.idempotency import (
+    BadIdempotencyKeyError,
+    IdempotencyKeyInProgressError,
+    IdempotencyKeyReusedError,
+)
+from orchestrator.dataplane.merger import CompactionBehindError
+from orchestrator.dataplane.plane import BusyError
+from orchestrator.dataplane.reader import MigratingError, UnreadableTimeError
+from orchestrator.dataplane.serving import NoShardError, NotLeaderError, UnknownCollectionError
+from orchestrator.dataplane.writer import WritesPausedError
 from orchestrator.http.refusals import HTTP_REFUSALS, Refusal, own
 from orchestrator.wire.ipc import TooManyRowsError
 
 __all__ = [
     "ERRORS",
-    "AppendOutcomeUnknownError",
-    "BadIdempotencyKeyError",
-    "BusyError",
-    "CompactionBehindError",
-    "IdempotencyKeyInProgressError",
-    "IdempotencyKeyReusedError",
-    "MigratingError",
-    "NoShardError",
-    "NotLeaderError",
-    "UnknownCollectionError",
-    "UnreadableTimeError",
-    "WritesPausedError",
     "body_of",
     "process_error",
     "refusal_named",
     "refusal_of",
 ]
-
-# --- the refusals only a sidecar makes (the durable model's errors: catalog.errors) -------
-
-
-class UnknownCollectionError(BadInputError):
-    """The release has no builtin collection of that name."""
-
-    code = "unknown-collection"
-
-
-class UnreadableTimeError(BadInputError):
-    """A read at a time the collection cannot be read at: compacted away, or not written yet
-    (the answer depends on the shard's state, not on the request's form: HTTP 409)."""
-
-    code = "time-not-readable"
-
-
-class BadIdempotencyKeyError(BadInputError):
-    """An ``Idempotency-Key`` that is not 1 to 255 printable ASCII characters."""
-
-    code = "bad-idempotency-key"
-
-
-class IdempotencyKeyReusedError(BadInputError):
-    """An ``Idempotency-Key`` used before for another append (another body)."""
-
-    code = "idempotency-key-reused"
-
-
-class IdempotencyKeyInProgressError(CatalogError):
-    """Another request with the same ``Idempotency-Key`` is still being written."""
-
-    code = "idempotency-key-in-progress"
-
-
-class NotLeaderError(CatalogError):
-    """A write asked of a read-only process: it goes through the leader."""
-
-    code = "read-only"
-
-
-class WritesPausedError(CatalogError):
-    """The leader cannot write now (not serving, or its ZooKeeper session is suspended)."""
-
-    code = "writes-paused"
-
-
-class CompactionBehindError(CatalogError):
-    """An append to a shard whose merges fell behind: it lists the hard cap of batches
-    (``catalog.shard.merges.STOP_BATCHES``), so reads would slow down; nothing was written,
-    retry after ``Retry-After`` with the same key."""
-
-    code = "compaction-behind"
-
-
-class BusyError(CatalogError):
-    """The process did not handle a request in time (its main loop is busy migrating)."""
-
-    code = "busy"
-
-
-class MigratingError(CatalogError):
-    """A read the new leader cannot answer yet: its migration has not switched the catalog to
-    the shards its release reads (retry: the switch comes within the migration)."""
-
-    code = "migrating"
-
-
-class NoShardError(CatalogError):
-    """The collection has no shard yet (not bootstrapped, or new and not promoted)."""
-
-    code = "no-shard"
-
-
-class AppendOutcomeUnknownError(CatalogError):
-    """An append whose commit did not end within its deadline
-    (:data:`~orchestrator.sidecar.groupcommit.APPEND_DEADLINE_SECONDS`: a stalled blob store or
-    ZooKeeper): it may still land. Retry after ``Retry-After`` with the same
-    ``Idempotency-Key``: the retry gets the commit's answer, and never writes the rows twice."""
-
-    code = "outcome-unknown"
-
 
 S: Final = HTTPStatus
 #: The API's own codes, by status.

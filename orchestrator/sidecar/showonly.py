@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import attrs
 import pyarrow as pa
 
-from orchestrator.sidecar.api import AppendRequest
-from orchestrator.sidecar.readiness import Readiness
-from orchestrator.sidecar.refusals import NotLeaderError
+from orchestrator.dataplane.serving import NotLeaderError
+from orchestrator.dataplane.writer import AppendRequest
+from orchestrator.machine.readiness import Readiness
 
 __all__ = ["ShowOnlyApi", "Shows"]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from catalog.consensus import Consensus
-from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.machine.readiness import Readiness, ReadinessCheck
 from orchestrator.sidecar.showonly import ShowOnlyApi
 from orchestrator.status.web import history_document, status_document
 

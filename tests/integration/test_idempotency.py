@@ -19,7 +19,7 @@ from catalog.environment import read_catalog
 from catalog.errors import EXIT_OK
 from catalog.release import load_release
 from catalog.shard import Shard, WriteMark
-from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.dataplane.idempotency import WriteIdentity
 from orchestrator.testing.harness import metric_samples
 from support.sidecars import Launch, SidecarProcess, cli, json_lines, release_file
 from support.zookeeper import ZkEnv

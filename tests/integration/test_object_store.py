@@ -30,7 +30,7 @@ from catalog.errors import (
     CorruptBlobError,
 )
 from catalog.shard import Shard
-from orchestrator.sidecar.groupcommit import APPEND_DEADLINE_SECONDS
+from orchestrator.dataplane.groupcommit import APPEND_DEADLINE_SECONDS
 from orchestrator.testing.s3server import EmbeddedS3
 from support.objectstore import BUCKET, ObjectStore
 from support.sidecars import Launch, cli, json_lines, tree_digest

@@ -10,10 +10,10 @@ import structlog
 from catalog.consensus import Consensus, Create
 from catalog.environment import PROCESSES_KEY
 from catalog.errors import ConfigurationError
+from orchestrator.machine.connection import SidecarConnection
+from orchestrator.machine.metrics import SidecarMetrics
 from orchestrator.process_node import ProcessNode
 from orchestrator.sidecar import SidecarConfig
-from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.metrics import SidecarMetrics
 from support.zookeeper import ZkEnv
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ import attrs
 import pyarrow as pa
 
 from catalog.errors import FencedError
-from orchestrator.sidecar.api import AppendRequest
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.readiness import Readiness, ReadinessCheck
+from orchestrator.dataplane.writer import AppendRequest
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.readiness import Readiness, ReadinessCheck
 
 
 @attrs.define

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from catalog_client import SidecarClient, SidecarError, SidecarUnavailableError
-from orchestrator.sidecar.refusals import NotLeaderError, WritesPausedError
+from orchestrator.dataplane.serving import NotLeaderError
+from orchestrator.dataplane.writer import WritesPausedError
 from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 

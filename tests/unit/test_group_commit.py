@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 import pytest
 
-from orchestrator.sidecar.groupcommit import GroupCommit, Pending
-from orchestrator.sidecar.idempotency import WriteIdentity
+from orchestrator.dataplane.groupcommit import GroupCommit, Pending
+from orchestrator.dataplane.idempotency import WriteIdentity
 
 
 def pending(n: int, rows: int = 1) -> Pending:

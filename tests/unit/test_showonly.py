@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.dataplane.serving import NotLeaderError
+from orchestrator.dataplane.writer import AppendRequest
 from orchestrator.fleet.server import fleet_api
-from orchestrator.sidecar.api import AppendRequest
-from orchestrator.sidecar.refusals import NotLeaderError
 from orchestrator.sidecar.statusonly import status_only_api
 
 REFUSED: dict[str, Callable[[Any], Any]] = {

@@ -11,9 +11,9 @@ import pytest
 
 from catalog.errors import BadInputError
 from catalog_client import Answer, SidecarClient
+from orchestrator.dataplane.serving import NotLeaderError
 from orchestrator.http.server import parse_address
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.refusals import NotLeaderError
+from orchestrator.machine.metrics import SidecarMetrics
 from orchestrator.sidecar.server import api_server
 from support.api import ScriptedApi
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import structlog
 
 from catalog.errors import CorruptStateError
-from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.states import State
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import State
 
 log = structlog.get_logger(__name__)
 

@@ -16,6 +16,10 @@ from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostErr
 from catalog.pending import PendingUpgrade, read_pending, switched_at
 from catalog.shard.coverage import RollupCounts
 from orchestrator.clock import zookeeper_now
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.objectstore import BlobStoreHealth
+from orchestrator.machine.states import Stopping
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
@@ -27,10 +31,6 @@ from orchestrator.migrate import (
     finalize_pending,
     request_finalization,
 )
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.objectstore import BlobStoreHealth
-from orchestrator.sidecar.states import Stopping
 from orchestrator.status.coverage import read_coverage
 
 #: ``event(kind, fence=..., **fields)``: record an upgrade event.

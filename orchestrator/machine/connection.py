@@ -20,10 +20,10 @@ from catalog.environment import PROCESSES_KEY
 from catalog.errors import ConfigurationError, ConnectionLostError, VersionMismatchError
 from catalog.retry import Retry
 from orchestrator.clock import ClockOffset
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.states import Stopping
 from orchestrator.process_node import process_key
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.states import Stopping
 from orchestrator.zookeeper.clients import close, new_client
 
 

@@ -6,9 +6,9 @@ import attrs
 
 from catalog.errors import CorruptStateError
 from catalog.pipeline.pacing import StepProgress
+from orchestrator.machine.objectstore import BlobStoreHealth
+from orchestrator.machine.states import State
 from orchestrator.process_node import READY_STATES
-from orchestrator.sidecar.objectstore import BlobStoreHealth
-from orchestrator.sidecar.states import State
 from orchestrator.zookeeper.clients import why_unreachable
 
 

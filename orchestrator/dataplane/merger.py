@@ -31,8 +31,7 @@ from catalog.shard import (
 )
 from catalog.shard.merges import MERGE_AFTER_BATCHES, live_batches, merge_plan
 from orchestrator.election import Leadership
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.refusals import CompactionBehindError
+from orchestrator.machine.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +41,14 @@ SLOW_DOWN_WAIT_SECONDS: Final = 2.0
 MERGES_AT_ONCE: Final = 4
 #: Merges of one shard in a row before its thread looks whether one is still asked for.
 _ROUNDS: Final = 8
+
+
+class CompactionBehindError(CatalogError):
+    """An append to a shard whose merges fell behind: it lists the hard cap of batches
+    (``catalog.shard.merges.STOP_BATCHES``), so reads would slow down; nothing was written,
+    retry after ``Retry-After`` with the same key."""
+
+    code = "compaction-behind"
 
 
 @attrs.define

@@ -30,7 +30,7 @@ from typing import Any, Final
 from catalog.consensus import Consensus
 from catalog.errors import ConnectionLostError
 from orchestrator.events import read_events
-from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.machine.metrics import SidecarMetrics
 
 #: Seconds after the first append that the old leader's exit event is looked for.
 LOOK_SECONDS: Final = 30.0

@@ -33,6 +33,16 @@ from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
 from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.fencing import generation_fence, release_fence
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.connection import SidecarConnection
+from orchestrator.machine.cutover import Cutover
+from orchestrator.machine.health import Health
+from orchestrator.machine.journal import SidecarJournal
+from orchestrator.machine.maintenance import LeaderMaintenance
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.objectstore import SPACE_PROBE_KEY, BlobStoreHealth
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import Promote, State, Stopping
 from orchestrator.migrate import (
     CheckResult,
     LeaderResult,
@@ -42,16 +52,6 @@ from orchestrator.migrate import (
 )
 from orchestrator.pace import PaceWatch
 from orchestrator.process_node import WAITING_FOR_BOOTSTRAP
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.cutover import Cutover
-from orchestrator.sidecar.health import Health
-from orchestrator.sidecar.journal import SidecarJournal
-from orchestrator.sidecar.maintenance import LeaderMaintenance
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.objectstore import SPACE_PROBE_KEY, BlobStoreHealth
-from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.states import Promote, State, Stopping
 
 
 class SidecarMachine:

@@ -18,21 +18,40 @@ import structlog
 
 from catalog.blob.cache import BatchCache
 from catalog.environment import CatalogState, read_catalog
-from catalog.errors import BlobUnreachableError, CatalogError, FencedError, MigrationRefusedError
+from catalog.errors import (
+    BadInputError,
+    BlobUnreachableError,
+    CatalogError,
+    FencedError,
+    MigrationRefusedError,
+)
 from catalog.release import Builtin
 from catalog.schema import migrate_batch
 from catalog.shard import DIFF, TS, Shard, ShardState, find_schema_id, update_schema
 from catalog.shard.read import Held, snapshot_after
 from catalog.shard.readers import ReaderRegistry
+from orchestrator.dataplane.serving import NotLeaderError, Serving
 from orchestrator.election import Leadership
-from orchestrator.sidecar.refusals import MigratingError, NotLeaderError, UnreadableTimeError
-from orchestrator.sidecar.serving import Serving
 
 log = structlog.get_logger(__name__)
 
 #: The Arrow bytes of latest-time snapshots a process keeps, by shard state version (and the
 #: latest of each shard, to build the next on).
 SNAPSHOT_CACHE_BYTES: Final = 64 * 1024 * 1024
+
+
+class MigratingError(CatalogError):
+    """A read the new leader cannot answer yet: its migration has not switched the catalog to
+    the shards its release reads (retry: the switch comes within the migration)."""
+
+    code = "migrating"
+
+
+class UnreadableTimeError(BadInputError):
+    """A read at a time the collection cannot be read at: compacted away, or not written yet
+    (the answer depends on the shard's state, not on the request's form: HTTP 409)."""
+
+    code = "time-not-readable"
 
 
 class SidecarReader:

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from catalog.errors import BlobStoreFullError, BlobUnreachableError
-from orchestrator.sidecar.metrics import SidecarMetrics
+from orchestrator.machine.metrics import SidecarMetrics
 
 log = structlog.get_logger(__name__)
 

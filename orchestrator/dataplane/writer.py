@@ -2,10 +2,10 @@
 
 An append is checked alone (its collection, its key's first answer, its rows against the
 release's schema), then joins its collection's group commit
-(:mod:`orchestrator.sidecar.groupcommit`). One commit writes the group's rows as one batch
+(:mod:`orchestrator.dataplane.groupcommit`). One commit writes the group's rows as one batch
 under the leader's fence (:func:`catalog.shard.append_rows`), each attempt leaving out the
 members the state already holds, so every member is exactly once whatever an earlier attempt
-did. After each commit the writer's merger (:mod:`orchestrator.sidecar.merger`) decides what to
+did. After each commit the writer's merger (:mod:`orchestrator.dataplane.merger`) decides what to
 merge next; a merge commits in the writer's turn on the shard, so no commit of appends runs
 meanwhile. The state each commit leaves is where the next one starts.
 """
@@ -26,6 +26,7 @@ from catalog.environment import read_catalog
 from catalog.errors import (
     BlobStoreFullError,
     BlobUnreachableError,
+    CatalogError,
     ConnectionLostError,
     LeadershipExpiredError,
     MigrationRefusedError,
@@ -43,25 +44,46 @@ from catalog.shard import (
     read_states,
     written_as,
 )
-from orchestrator.election import Leadership, read_epoch
-from orchestrator.sidecar.api import AppendRequest
-from orchestrator.sidecar.groupcommit import GroupCommit, Pending
-from orchestrator.sidecar.idempotency import KeyedRequests, WriteIdentity
-from orchestrator.sidecar.merger import Merger
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.objectstore import BlobStoreHealth
-from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.refusals import (
+from orchestrator.dataplane.groupcommit import GroupCommit, Pending
+from orchestrator.dataplane.idempotency import (
     IdempotencyKeyReusedError,
-    NotLeaderError,
-    WritesPausedError,
+    KeyedRequests,
+    WriteIdentity,
 )
-from orchestrator.sidecar.serving import Serving
-from orchestrator.sidecar.states import State
+from orchestrator.dataplane.merger import Merger
+from orchestrator.dataplane.serving import NotLeaderError, Serving
+from orchestrator.election import Leadership, read_epoch
+from orchestrator.http.exchange import MAX_APPEND_ROWS
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.objectstore import BlobStoreHealth
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import State
 from orchestrator.wire.ipc import stream_to_table
 from orchestrator.wire.ndjson import rows_to_table
 
 log = structlog.get_logger(__name__)
+
+
+@attrs.frozen
+class AppendRequest:
+    """One ``POST /append``: what the HTTP layer hands the data plane (one value, so the
+    API's implementations share its shape)."""
+
+    collection: str
+    body: bytes
+    #: The ``Idempotency-Key`` header, if sent.
+    idempotency_key: str | None = None
+    #: The body is an Arrow IPC stream (else JSON lines).
+    arrow: bool = False
+    #: The most rows one append may carry (``--http-max-append-rows``).
+    max_rows: int = MAX_APPEND_ROWS
+
+
+
+class WritesPausedError(CatalogError):
+    """The leader cannot write now (not serving, or its ZooKeeper session is suspended)."""
+
+    code = "writes-paused"
 
 
 class SidecarWriter:
@@ -87,7 +109,7 @@ class SidecarWriter:
         self._turns_lock = threading.Lock()
         self._merger = Merger(metrics, self._merging, serving.shard, self._turn, self._merged)
         #: When this process last committed an append (wall clock; None: never), what its
-        #: exit event records for the next leader's cut-over (orchestrator.sidecar.cutover).
+        #: exit event records for the next leader's cut-over (orchestrator.machine.cutover).
         self.last_commit_at: float | None = None
 
     def append(self, request: AppendRequest) -> Mapping[str, Any]:
@@ -101,7 +123,7 @@ class SidecarWriter:
         (``replayed``) and writes nothing, for the key retention after the first
         (``--idempotency-retention``), looked up before the body is read; the same key with
         another body is refused (IdempotencyKeyReusedError). Concurrent requests with one key
-        take turns (:class:`~orchestrator.sidecar.idempotency.KeyedRequests`).
+        take turns (:class:`~orchestrator.dataplane.idempotency.KeyedRequests`).
         """
         collection, body, idempotency_key = (
             request.collection, request.body, request.idempotency_key

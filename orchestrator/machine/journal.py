@@ -20,9 +20,9 @@ from catalog.release import Release
 from orchestrator import election as election_mod
 from orchestrator.events import record_event
 from orchestrator.history import UpgradeRecord, amend_record, phases_of, record_upgrade
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.connection import SidecarConnection
 from orchestrator.migrate import LeaderResult
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.connection import SidecarConnection
 
 
 class SidecarJournal:

@@ -23,12 +23,8 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
+from catalog.errors import BadInputError, CatalogError
 from catalog.shard import WriteMark, writeid
-from orchestrator.sidecar.refusals import (
-    BadIdempotencyKeyError,
-    IdempotencyKeyInProgressError,
-    IdempotencyKeyReusedError,
-)
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -45,6 +41,24 @@ IN_PROGRESS_WAIT_SECONDS = 30.0
 
 #: The request header that names an append (one home: the HTTP layer reads it by this name).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+class IdempotencyKeyInProgressError(CatalogError):
+    """Another request with the same ``Idempotency-Key`` is still being written."""
+
+    code = "idempotency-key-in-progress"
+
+
+class IdempotencyKeyReusedError(BadInputError):
+    """An ``Idempotency-Key`` used before for another append (another body)."""
+
+    code = "idempotency-key-reused"
+
+
+class BadIdempotencyKeyError(BadInputError):
+    """An ``Idempotency-Key`` that is not 1 to 255 printable ASCII characters."""
+
+    code = "bad-idempotency-key"
 
 
 @attrs.frozen
@@ -88,7 +102,7 @@ class KeyTurn:
 
     def lasts_until(self, when_settled: Callable[[Callable[[], None]], None]) -> None:
         """Release the key through ``when_settled(release)`` (the append's
-        :meth:`~orchestrator.sidecar.groupcommit.Pending.when_settled`)."""
+        :meth:`~orchestrator.dataplane.groupcommit.Pending.when_settled`)."""
         self.until = when_settled
 
 

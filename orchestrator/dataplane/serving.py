@@ -12,21 +12,39 @@ from __future__ import annotations
 from typing import Any, Final
 
 from catalog.environment import CatalogState, read_catalog
+from catalog.errors import BadInputError, CatalogError
 from catalog.release import Builtin, Release
 from catalog.shard import Shard
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.connection import SidecarConnection
+from orchestrator.machine.machine import SidecarMachine
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import State
 from orchestrator.process_node import FINAL_STATES
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.machine import SidecarMachine
-from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.refusals import NoShardError, UnknownCollectionError
-from orchestrator.sidecar.states import State
 
 #: Seconds an append waits, during a cut-over to this process, for it to serve: what it
 #: answers then (its own commit) comes sooner than a refusal the client would retry after.
 CUTOVER_HOLD_SECONDS = 5.0
 #: States after which a cut-over is over, served or not.
 _CUT_OVER: Final = frozenset({State.SERVING, *FINAL_STATES})
+
+
+class NotLeaderError(CatalogError):
+    """A write asked of a read-only process: it goes through the leader."""
+
+    code = "read-only"
+
+
+class NoShardError(CatalogError):
+    """The collection has no shard yet (not bootstrapped, or new and not promoted)."""
+
+    code = "no-shard"
+
+
+class UnknownCollectionError(BadInputError):
+    """The release has no builtin collection of that name."""
+
+    code = "unknown-collection"
 
 
 class Serving:
@@ -46,7 +64,7 @@ class Serving:
         self.machine = machine
         self.progress = progress
         #: Set once this leader is fenced by a promotion: it reads through the catalog only
-        #: (orchestrator.sidecar.reader), never its replacement shards.
+        #: (orchestrator.dataplane.reader), never its replacement shards.
         self.handing_over = False
         self._leader_shards: tuple[object, dict[str, str]] = (None, {})
 

@@ -15,8 +15,8 @@ from typing import Any
 import structlog
 
 from catalog.pipeline.pacing import StepProgress
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.states import RESTING_PHASES, State
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.states import RESTING_PHASES, State
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,7 @@ An append waits for its commit at most :data:`APPEND_DEADLINE_SECONDS`: a commit
 stalled blob store or ZooKeeper goes on in the background, and the request answers 503
 ``outcome-unknown`` (:class:`AppendOutcomeUnknownError`). Its outcome is then what the commit
 does: a retry with the same ``Idempotency-Key`` waits for that commit (the key stays taken until
-it ends, orchestrator.sidecar.idempotency) and gets its answer, or writes it if it failed.
+it ends, orchestrator.dataplane.idempotency) and gets its answer, or writes it if it failed.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ import attrs
 import pyarrow as pa
 import structlog
 
-from catalog.errors import BadInputError
-from orchestrator.sidecar.idempotency import WriteIdentity
-from orchestrator.sidecar.refusals import AppendOutcomeUnknownError
+from catalog.errors import BadInputError, CatalogError
+from orchestrator.dataplane.idempotency import WriteIdentity
 
 __all__ = ["APPEND_DEADLINE_SECONDS", "GroupCommit", "Pending"]
 
@@ -45,6 +44,15 @@ log = structlog.get_logger(__name__)
 MAX_MEMBERS = 64
 #: Rows in one commit at most (a larger single append still goes alone).
 MAX_ROWS = 100_000
+
+
+class AppendOutcomeUnknownError(CatalogError):
+    """An append whose commit did not end within its deadline
+    (:data:`~orchestrator.dataplane.groupcommit.APPEND_DEADLINE_SECONDS`: a stalled blob store or
+    ZooKeeper): it may still land. Retry after ``Retry-After`` with the same
+    ``Idempotency-Key``: the retry gets the commit's answer, and never writes the rows twice."""
+
+    code = "outcome-unknown"
 
 
 @attrs.define(eq=False)

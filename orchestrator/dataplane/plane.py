@@ -2,8 +2,8 @@
 
 It only reads the machine's state and writes through kazoo (thread-safe); a promotion goes to
 the main thread through the inbox. Appends go to the process's writer
-(:mod:`orchestrator.sidecar.writer`), reads to its reader (:mod:`orchestrator.sidecar.reader`),
-both through what it serves (:mod:`orchestrator.sidecar.serving`). Refusals are domain errors
+(:mod:`orchestrator.dataplane.writer`), reads to its reader (:mod:`orchestrator.dataplane.reader`),
+both through what it serves (:mod:`orchestrator.dataplane.serving`). Refusals are domain errors
 (``catalog.errors``) that carry their data; :mod:`orchestrator.sidecar.api` alone turns them
 into HTTP statuses.
 """
@@ -17,24 +17,29 @@ from typing import Any
 
 import pyarrow as pa
 
+from catalog.errors import CatalogError
 from catalog.release import Release
 from catalog.schema import fingerprint, schema_json
+from orchestrator.dataplane.reader import SidecarReader
+from orchestrator.dataplane.serving import Serving
+from orchestrator.dataplane.writer import AppendRequest, SidecarWriter
+from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.connection import SidecarConnection
+from orchestrator.machine.machine import SidecarMachine
+from orchestrator.machine.metrics import SidecarMetrics
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.readiness import Readiness, SidecarConditions, sidecar_readiness
+from orchestrator.machine.states import Promote
 from orchestrator.migrate import request_finalization
-from orchestrator.sidecar.api import AppendRequest
-from orchestrator.sidecar.config import SidecarConfig
-from orchestrator.sidecar.connection import SidecarConnection
-from orchestrator.sidecar.machine import SidecarMachine
-from orchestrator.sidecar.metrics import SidecarMetrics
-from orchestrator.sidecar.progress import Progress
-from orchestrator.sidecar.reader import SidecarReader
-from orchestrator.sidecar.readiness import Readiness, SidecarConditions, sidecar_readiness
-from orchestrator.sidecar.refusals import BusyError
-from orchestrator.sidecar.serving import Serving
-from orchestrator.sidecar.states import Promote
-from orchestrator.sidecar.writer import SidecarWriter
 from orchestrator.status.web import history_document, status_document
 
 PROMOTE_TIMEOUT = 30.0
+
+
+class BusyError(CatalogError):
+    """The process did not handle a request in time (its main loop is busy migrating)."""
+
+    code = "busy"
 
 
 class SidecarDataPlane:
