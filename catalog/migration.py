@@ -277,14 +277,7 @@ class MigrationShard:
             mapping.update(found)
             if not missing:
                 return None
-            # A shard made in a lost attempt is reused, unless the leader collected it as an
-            # orphan meanwhile (sealed: see orchestrator.migrate.collect_orphan_shards).
-            reused = read_states(self.consensus, [created[g] for g in missing if g in created])
-            for gid in missing:
-                if gid in created:
-                    current = reused[created[gid]]
-                    if current is None or current.sealed or current.finalized:
-                        del created[gid]
+            self._forget_collected(created, missing)
             if create_shard is None:
                 self._create_shards(
                     {gid: wanted[gid] for gid in missing if gid not in created},
@@ -296,21 +289,10 @@ class MigrationShard:
                 if gid not in created:
                     created[gid] = creator(gid, wanted[gid])
             entries = [MigrationEntry(gid, version, generation, created[gid]) for gid in missing]
-            # The entries name these shards only if they are as this attempt last saw them: an
-            # orphan collection that sealed one in between makes the append fail (a guard moved,
-            # or the check below) and run again.
-            states = read_states(self.consensus, [created[g] for g in missing])
-            states_read.update({sid: st for sid, st in states.items() if st is not None})
-            collected = [
-                sid for sid, st in states.items() if st is None or st.sealed or st.finalized
-            ]
-            if collected:
-                raise VersionMismatchError(
-                    f"replacement shards {collected} were collected before their entries landed",
-                    key=self.shard.key,
-                )
+            states = self._uncollected([created[g] for g in missing])
+            states_read.update(states)
             mapping.update({gid: created[gid] for gid in missing})
-            guards = [check for st in states.values() if st for check in st.checks()]
+            guards = [check for st in states.values() for check in st.checks()]
             return Rows(_entry_table(entries), guards=guards)
 
         def retry() -> CasRetry:
@@ -334,6 +316,31 @@ class MigrationShard:
             orphans=len(orphans),
         )
         return mapping
+
+    def _forget_collected(self, created: dict[str, str], missing: list[str]) -> None:
+        """A shard made in a lost attempt is reused, unless the leader collected it as an
+        orphan meanwhile (sealed: see orchestrator.migrate.collect_orphan_shards): those are
+        dropped from ``created``."""
+        reused = read_states(self.consensus, [created[g] for g in missing if g in created])
+        for gid in missing:
+            if gid in created:
+                current = reused[created[gid]]
+                if current is None or current.sealed or current.finalized:
+                    del created[gid]
+
+    def _uncollected(self, shard_ids: list[str]) -> dict[str, ShardState]:
+        """The states of the shards new entries are to name. The entries name them only if
+        they are as this attempt last saw them: an orphan collection that sealed one in
+        between makes the append fail (a guard moved, or VersionMismatchError here) and run
+        again."""
+        states = read_states(self.consensus, shard_ids)
+        collected = [sid for sid, st in states.items() if st is None or st.sealed or st.finalized]
+        if collected:
+            raise VersionMismatchError(
+                f"replacement shards {collected} were collected before their entries landed",
+                key=self.shard.key,
+            )
+        return {sid: st for sid, st in states.items() if st is not None}
 
     def _reusable(
         self,

@@ -208,81 +208,31 @@ def copy_shard(
     if first is None:
         return 0
     goal = first.upper
-    rows = slice_rows(expected_rows(source, first.source, first.lower, goal))
     if pacer is not None and not first.by_diff:
         total = expected_rows(source, first.source, 0, goal)
         pacer.expect(total, done=expected_rows(source, first.source, 0, first.lower))
     if first.lower:
         log.info("copy_resumed", source=source.shard_id, target=target.shard_id, at=first.lower)
-    plan: CopyPlan | None = None
-
-    read: set[str] = set()  # the source batches this copy's slices read
-
-    def attempt() -> int | None:
-        nonlocal plan
-        plan = _plan_copy(source, target, goal)
-        if plan is None:
-            return None
-        if read and read <= {r.name for r in source.batches(plan.source)}:
-            # Every batch the earlier slices read is still there: compaction moved no row
-            # they copied, whatever ``since`` says.
-            plan = attrs.evolve(plan, unmoved=True)
-        if not plan.by_diff:
-            refs = source.batches(plan.source)
-            end = next_checkpoint(refs, plan.lower, goal, rows, slice_batches)
-            plan = attrs.evolve(plan, end=end)
-            read.update(r.name for r in refs if r.lower < end and r.upper > plan.lower)
-        out = produce(plan)
-        # The source's write ledger travels with its data: an append whose answer was lost
-        # before the switch is still recognised by its id on the replacement shard.
-        carry = Carry(plan.source.writes, source.keys)
-        if isinstance(out, pa.Table):
-            copied = out.num_rows
-            result = target.compare_and_append(
-                out, plan.lower, plan.upper, fence=fence, carry=carry
-            )
-        else:  # batches the executors wrote: their references, in one append
-            copied = sum(r.rows for r in out)
-            result = target.compare_and_append_batches(
-                out, plan.lower, plan.upper, fence=fence, carry=carry
-            )
-        log.info(
-            "rewrite_append",
-            engine=engine,
-            source=source.shard_id,
-            target=target.shard_id,
-            lower=plan.lower,
-            upper=plan.upper,
-            goal=goal,
-            rows=copied,
-            by_diff=plan.by_diff,
-            ok=result.ok,
-        )
-        if not result.ok:
-            raise _AppendRaced()
-        return copied
-
-    def replan(exc: Exception) -> bool:
-        """A lost append race, or compaction replacing the batches under the read: plan again
-        from the new state (never when the source did not move: that error is real)."""
-        if isinstance(exc, _AppendRaced):
-            return True
-        vanished = isinstance(exc, (SourceMoved, BlobMissingError))
-        if not vanished or plan is None or source.state().revision == plan.source.revision:
-            return False
-        log.info("rewrite_source_moved", source=source.shard_id, target=target.shard_id)
-        return True
-
+    copy = _ShardCopy(
+        source,
+        target,
+        fence,
+        produce,
+        engine,
+        goal=goal,
+        rows=slice_rows(expected_rows(source, first.source, first.lower, goal)),
+        slice_batches=slice_batches,
+    )
     retry = Retry(
         retryable=(_AppendRaced, SourceMoved, CorruptBlobError),
         max_attempts=_COPY_ATTEMPTS,
         deadline=None,
         base_delay=0.0,
-        should_retry=replan,
+        should_retry=copy.replan,
     )
     total = 0
     try:
-        while (copied := retry(attempt)) is not None:
+        while (copied := retry(copy.next_slice)) is not None:
             total += copied
     except _AppendRaced:
         raise ShardError(
@@ -292,3 +242,80 @@ def copy_shard(
             source=source.shard_id,
         ) from None
     return total
+
+
+@attrs.define
+class _ShardCopy:
+    """One copy's slices up to its goal (:func:`copy_shard`): what it read, its last plan."""
+
+    source: Shard
+    target: Shard
+    fence: Fence | None
+    produce: Callable[[CopyPlan], pa.Table | Sequence[BatchRef]]
+    engine: str
+    goal: int
+    #: The rows a slice holds at least (catalog.pipeline.checkpoints).
+    rows: int
+    slice_batches: int
+    plan: CopyPlan | None = None
+    #: The source batches this copy's slices read.
+    read: set[str] = attrs.field(factory=set)
+
+    def next_slice(self) -> int | None:
+        """Plan, produce and append the next slice: its rows, or None at the goal.
+        _AppendRaced when another copier moved the target first."""
+        plan = self.plan = _plan_copy(self.source, self.target, self.goal)
+        if plan is None:
+            return None
+        if self.read and self.read <= {r.name for r in self.source.batches(plan.source)}:
+            # Every batch the earlier slices read is still there: compaction moved no row
+            # they copied, whatever ``since`` says.
+            plan = self.plan = attrs.evolve(plan, unmoved=True)
+        if not plan.by_diff:
+            refs = self.source.batches(plan.source)
+            end = next_checkpoint(refs, plan.lower, self.goal, self.rows, self.slice_batches)
+            plan = self.plan = attrs.evolve(plan, end=end)
+            self.read.update(r.name for r in refs if r.lower < end and r.upper > plan.lower)
+        return self._append(plan, self.produce(plan))
+
+    def _append(self, plan: CopyPlan, out: pa.Table | Sequence[BatchRef]) -> int:
+        # The source's write ledger travels with its data: an append whose answer was lost
+        # before the switch is still recognised by its id on the replacement shard.
+        carry = Carry(plan.source.writes, self.source.keys)
+        if isinstance(out, pa.Table):
+            copied = out.num_rows
+            result = self.target.compare_and_append(
+                out, plan.lower, plan.upper, fence=self.fence, carry=carry
+            )
+        else:  # batches the executors wrote: their references, in one append
+            copied = sum(r.rows for r in out)
+            result = self.target.compare_and_append_batches(
+                out, plan.lower, plan.upper, fence=self.fence, carry=carry
+            )
+        log.info(
+            "rewrite_append",
+            engine=self.engine,
+            source=self.source.shard_id,
+            target=self.target.shard_id,
+            lower=plan.lower,
+            upper=plan.upper,
+            goal=self.goal,
+            rows=copied,
+            by_diff=plan.by_diff,
+            ok=result.ok,
+        )
+        if not result.ok:
+            raise _AppendRaced()
+        return copied
+
+    def replan(self, exc: Exception) -> bool:
+        """A lost append race, or compaction replacing the batches under the read: plan again
+        from the new state (never when the source did not move: that error is real)."""
+        if isinstance(exc, _AppendRaced):
+            return True
+        vanished = isinstance(exc, (SourceMoved, BlobMissingError))
+        plan = self.plan
+        if not vanished or plan is None or self.source.state().revision == plan.source.revision:
+            return False
+        log.info("rewrite_source_moved", source=self.source.shard_id, target=self.target.shard_id)
+        return True

@@ -297,11 +297,8 @@ def sidecar_command(
         idempotency_retention=idempotency_retention,
         process_id=process_id or default_process_id(),
         session_timeout=session_timeout,
-        # A leader's housekeeping: each sweep's interval derived from its grace.
-        orphan_grace=orphan_grace,
-        orphan_interval=min(60.0, max(1.0, orphan_grace / 10)),
+        orphan_grace=orphan_grace,  # each sweep's interval follows from its grace
         gc_grace=gc_grace,
-        gc_interval=min(300.0, max(1.0, gc_grace / 2)),
         compact_min_batches=compact_min_batches,
         finalize_after=finalize_after,
         discard_writes_to=discard_writes_to,

@@ -15,6 +15,7 @@ from orchestrator.cli.options import http_access_options
 from orchestrator.cli.root import handle_errors, main, zk_options
 
 if TYPE_CHECKING:
+    from catalog.consensus import Consensus
     from orchestrator.http.authorization import HttpAccess
 
 
@@ -192,72 +193,95 @@ def status_command(
         )  # fmt: skip
         _serve_status(serve, zk, env, access)
         return
+    if coverage and watch:
+        raise click.UsageError("--coverage reads every shard's batches: not with --watch")
+    from orchestrator.zookeeper.clients import open_consensus
+
+    with open_consensus(zk, env) as consensus:
+        if watch:
+            _watch_status(consensus, as_json=as_json, all_rows=all_rows, events=events)
+        else:
+            _print_status(
+                consensus, as_json=as_json, all_rows=all_rows, events=events, coverage=coverage
+            )
+
+
+def _print_status(
+    consensus: Consensus, *, as_json: bool, all_rows: bool, events: int, coverage: bool
+) -> None:
+    """``status`` once: the table or JSON, with coverage when asked; exit 1 when some state
+    could not be read (shown, never a quiet success)."""
+    from rich.console import Console
+
+    from orchestrator.render.status import render_table
+    from orchestrator.status import read_status
+
+    status = read_status(consensus, events=events)
+    report = None
+    if coverage:
+        from orchestrator.status.coverage import read_coverage
+
+        report = read_coverage(consensus)
+    if as_json:
+        document = status.to_json()
+        if report is not None:
+            document["coverage"] = report.to_json()
+        click.echo(json.dumps(document, indent=2))
+    else:
+        console = Console()
+        console.print(render_table(status, all_rows=all_rows))
+        if report is not None:
+            from orchestrator.render.coverage import render_coverage
+
+            console.print(render_coverage(report, all_rows=all_rows))
+    if status.errors:
+        sys.exit(EXIT_UNEXPECTED)
+
+
+def _watch_status(consensus: Consensus, *, as_json: bool, all_rows: bool, events: int) -> None:
+    """``status --watch``: JSON lines or a table whenever the status changes (a live table on
+    a terminal), until interrupted."""
     import threading
 
     from rich.console import Console
     from rich.live import Live
 
     from orchestrator.render.status import render_table
-    from orchestrator.status import UpgradeStatus, read_status, watch_status
-    from orchestrator.zookeeper.clients import open_consensus
+    from orchestrator.status import UpgradeStatus, watch_status
 
-    if coverage and watch:
-        raise click.UsageError("--coverage reads every shard's batches: not with --watch")
     console = Console()
-    with open_consensus(zk, env) as consensus:
-        if not watch:
-            status = read_status(consensus, events=events)
-            report = None
-            if coverage:
-                from orchestrator.status.coverage import read_coverage
+    stop = threading.Event()
+    last: list[dict[str, Any]] = []
 
-                report = read_coverage(consensus)
-            if as_json:
-                document = status.to_json()
-                if report is not None:
-                    document["coverage"] = report.to_json()
-                click.echo(json.dumps(document, indent=2))
-            else:
-                console.print(render_table(status, all_rows=all_rows))
-                if report is not None:
-                    from orchestrator.render.coverage import render_coverage
+    def print_json(status: UpgradeStatus) -> None:
+        document = status.to_json()
+        unchanged = {**document, "read_at": None}
+        if not last or last[0] != unchanged:
+            last[:] = [unchanged]
+            click.echo(json.dumps(document))
 
-                    console.print(render_coverage(report, all_rows=all_rows))
-            if status.errors:  # shown above; unreadable state is never a quiet success
-                sys.exit(EXIT_UNEXPECTED)
-            return
-        stop = threading.Event()
-        last: list[dict[str, Any]] = []
+    def print_table(status: UpgradeStatus) -> None:
+        # Not a terminal (a log, a pipe): a new table whenever the status changed.
+        unchanged = {**status.to_json(), "read_at": None}
+        if not last or last[0] != unchanged:
+            last[:] = [unchanged]
+            console.print(render_table(status, all_rows=all_rows))
 
-        def print_json(status: UpgradeStatus) -> None:
-            document = status.to_json()
-            unchanged = {**document, "read_at": None}
-            if not last or last[0] != unchanged:
-                last[:] = [unchanged]
-                click.echo(json.dumps(document))
-
-        def print_table(status: UpgradeStatus) -> None:
-            # Not a terminal (a log, a pipe): a new table whenever the status changed.
-            unchanged = {**status.to_json(), "read_at": None}
-            if not last or last[0] != unchanged:
-                last[:] = [unchanged]
-                console.print(render_table(status, all_rows=all_rows))
-
-        try:
-            if as_json:
-                watch_status(consensus, print_json, stop, events=events)
-            elif not console.is_terminal:
-                watch_status(consensus, print_table, stop, events=events)
-            else:
-                with Live(console=console, auto_refresh=False) as live:
-                    watch_status(
-                        consensus,
-                        lambda s: live.update(render_table(s, all_rows=all_rows), refresh=True),
-                        stop,
-                        events=events,
-                    )
-        except KeyboardInterrupt:
-            stop.set()
+    try:
+        if as_json:
+            watch_status(consensus, print_json, stop, events=events)
+        elif not console.is_terminal:
+            watch_status(consensus, print_table, stop, events=events)
+        else:
+            with Live(console=console, auto_refresh=False) as live:
+                watch_status(
+                    consensus,
+                    lambda s: live.update(render_table(s, all_rows=all_rows), refresh=True),
+                    stop,
+                    events=events,
+                )
+    except KeyboardInterrupt:
+        stop.set()
 
 
 @main.command("secure")

@@ -52,14 +52,24 @@ class SidecarConfig:
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     finalize_interval: float = 5.0
-    # A leader looks for orphan shards (created, never named) this often, collecting those
-    # older than orphan_grace seconds (orchestrator.migrate.collect_orphan_shards).
-    orphan_interval: float = 60.0
+    # A leader looks for orphan shards (created, never named) every orphan_interval seconds,
+    # collecting those older than orphan_grace (orchestrator.migrate.collect_orphan_shards);
+    # unless told, a tenth of the grace, from 1 s to a minute.
     orphan_grace: float = ORPHAN_GRACE_SECONDS
-    # A leader sweeps unreferenced blobs this often, deleting those unreferenced for gc_grace
-    # seconds of ZooKeeper time (orchestrator.migrate.collect_garbage).
-    gc_interval: float = GC_INTERVAL_SECONDS
+    orphan_interval: float = attrs.field(
+        default=attrs.Factory(
+            lambda self: min(60.0, max(1.0, self.orphan_grace / 10)), takes_self=True
+        )
+    )
+    # A leader sweeps unreferenced blobs every gc_interval seconds, deleting those unreferenced
+    # for gc_grace seconds of ZooKeeper time (orchestrator.migrate.collect_garbage); unless
+    # told, half the grace, from 1 s to GC_INTERVAL_SECONDS.
     gc_grace: float = GC_GRACE_SECONDS
+    gc_interval: float = attrs.field(
+        default=attrs.Factory(
+            lambda self: min(GC_INTERVAL_SECONDS, max(1.0, self.gc_grace / 2)), takes_self=True
+        )
+    )
     # In the same sweep, a leader compacts shards listing this many batches or holding batches
     # under an old schema (orchestrator.migrate.compaction); 0 turns it off.
     compact_min_batches: int = COMPACT_MIN_BATCHES

@@ -59,6 +59,27 @@ class SidecarJournal:
         except ConnectionLostError:
             self._log.warning("event_not_recorded", kind=kind)
 
+    def record_migrated(self, leadership: election_mod.Leadership, result: LeaderResult) -> None:
+        """The event of a migration that ended: ``bootstrap`` or ``migrated``, with its counts."""
+        if result.bootstrap:
+            counts: dict[str, Any] = {"collections": len(result.replaced)}
+        else:
+            counts = {
+                "evolved": len(result.evolved),
+                "replaced": len(result.replaced),
+                "queued_for_finalization": len(set(result.queued_for_finalization)),
+                "retracted_entries": result.retracted_entries,
+            }
+        self.event(
+            "bootstrap" if result.bootstrap else "migrated",
+            fence=leadership.fence,
+            version=result.version,
+            deploy_generation=result.deploy_generation,
+            epoch=leadership.epoch,
+            **counts,
+            seconds=round(result.seconds, 3),
+        )
+
     def record_upgrade(
         self,
         leadership: election_mod.Leadership,

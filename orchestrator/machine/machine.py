@@ -20,7 +20,6 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import read_catalog
 from catalog.errors import (
-    BlobStoreFullError,
     BlobUnreachableError,
     CatalogError,
     ConnectionLostError,
@@ -40,7 +39,7 @@ from orchestrator.machine.health import Health
 from orchestrator.machine.journal import SidecarJournal
 from orchestrator.machine.maintenance import LeaderMaintenance
 from orchestrator.machine.metrics import SidecarMetrics
-from orchestrator.machine.objectstore import SPACE_PROBE_KEY, BlobStoreHealth
+from orchestrator.machine.objectstore import BlobStoreHealth
 from orchestrator.machine.progress import Progress
 from orchestrator.machine.states import Promote, State, Stopping
 from orchestrator.migrate import (
@@ -83,7 +82,7 @@ class SidecarMachine:
         self.health = Health(progress)
         self.store = BlobStoreHealth(metrics)
         self.journal = SidecarJournal(config, release, connection, log)
-        self._maintenance = LeaderMaintenance(config, metrics, self.journal.event, self.store)
+        self._maintenance = LeaderMaintenance(config, metrics, self.journal, self.store, progress)
         self.cutover = Cutover(metrics, config.deploy_generation)
         self._retry = CasRetry(on_retry=metrics.count_cas_retry)
         self.ctx: MigrationContext | None = None
@@ -416,24 +415,7 @@ class SidecarMachine:
 
     def _complete_migration(self, leadership: election_mod.Leadership) -> None:
         result = self._migrate(leadership)
-        self.journal.event(
-            "bootstrap" if result.bootstrap else "migrated",
-            fence=leadership.fence,
-            version=result.version,
-            deploy_generation=result.deploy_generation,
-            epoch=leadership.epoch,
-            **(
-                {"collections": len(result.replaced)}
-                if result.bootstrap
-                else {
-                    "evolved": len(result.evolved),
-                    "replaced": len(result.replaced),
-                    "queued_for_finalization": len(set(result.queued_for_finalization)),
-                    "retracted_entries": result.retracted_entries,
-                }
-            ),
-            seconds=round(result.seconds, 3),
-        )
+        self.journal.record_migrated(leadership, result)
         assert self.check is not None
         entered = self._progress.end_migration()
         self.cutover.phases(entered)
@@ -474,28 +456,12 @@ class SidecarMachine:
             return
         if self._connection.writes_paused:
             return
-        was_down = self.store.unreachable is not None
-        self.ctx.blob.probe()  # one cheap request: readiness follows the store within a round
-        self.store.answered()
-        if self.store.full is not None:  # has room been made? A few bytes tell.
-            with contextlib.suppress(BlobStoreFullError):
-                self.ctx.blob.put_bytes(SPACE_PROBE_KEY, b"\0" * 4096)
-                self.ctx.blob.delete(SPACE_PROBE_KEY)
-                self.store.written()
-                was_down = True  # publish: the process node drops the full store
-        if was_down:
-            self._progress.publish()
+        self._maintenance.probe_store(self.ctx.blob)
         try:
-            upgrade = self._maintenance.finalize_upgrade(self.ctx, leadership.fence)
-            if upgrade is not None:
-                self.journal.record_finalized(upgrade, leadership.fence)
-                self._progress.on_phase(State.SERVING.value)
-            finalized = self._maintenance.run(self.ctx, leadership.fence, self.log)
+            self._maintenance.run(self.ctx, leadership.fence, self.log)
         except ConnectionLostError:
             return
         self.health.recover("finalize", leading=True)
-        if finalized:
-            self.journal.event("finalized", fence=leadership.fence, shards=finalized)
 
     # -- promotion --------------------------------------------------------------------------
 

@@ -5,21 +5,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
+from catalog.blob import BlobStore
 from catalog.consensus import Fence
 from catalog.environment import read_catalog
-from catalog.errors import BlobUnreachableError, CatalogError, ConnectionLostError, FencedError
+from catalog.errors import (
+    BlobStoreFullError,
+    BlobUnreachableError,
+    CatalogError,
+    ConnectionLostError,
+    FencedError,
+)
 from catalog.pending import PendingUpgrade, read_pending, switched_at
 from catalog.shard.coverage import RollupCounts
 from orchestrator.clock import zookeeper_now
 from orchestrator.machine.config import SidecarConfig
+from orchestrator.machine.journal import SidecarJournal
 from orchestrator.machine.metrics import SidecarMetrics
-from orchestrator.machine.objectstore import BlobStoreHealth
-from orchestrator.machine.states import Stopping
+from orchestrator.machine.objectstore import SPACE_PROBE_KEY, BlobStoreHealth
+from orchestrator.machine.progress import Progress
+from orchestrator.machine.states import State, Stopping
 from orchestrator.migrate import (
     MigrationContext,
     advance_frontiers,
@@ -32,9 +41,6 @@ from orchestrator.migrate import (
     request_finalization,
 )
 from orchestrator.status.coverage import read_coverage
-
-#: ``event(kind, fence=..., **fields)``: record an upgrade event.
-EventSink = Callable[..., None]
 
 
 class Backoff:
@@ -59,13 +65,15 @@ class LeaderMaintenance:
         self,
         config: SidecarConfig,
         metrics: SidecarMetrics,
-        event: EventSink,
+        journal: SidecarJournal,
         store: BlobStoreHealth,
+        progress: Progress,
     ) -> None:
         self._config = config
         self._metrics = metrics
-        self._event = event
+        self._journal = journal
         self._store = store
+        self._progress = progress
         # After an outage of the blob store, the next try comes sooner than the interval:
         # 1 s, 2 s, 4 s ... up to it.
         self._orphan_backoff = Backoff(config.orphan_interval)
@@ -76,9 +84,37 @@ class LeaderMaintenance:
         self._known_finalized: set[str] = set()
         self._rollup_counts: RollupCounts = {}  # coverage metrics: rollup summaries read once
 
-    def run(self, ctx: MigrationContext, fence: Fence, log: Any) -> list[str]:
-        """One round: orphans when due, a sweep started when due, pending finalizations; the
-        shards finalized. ConnectionLostError when ZooKeeper stops answering."""
+    def probe_store(self, blob: BlobStore) -> None:
+        """One cheap request to the blob store, so readiness follows it within a round; while
+        it is full, a few bytes tell whether room was made. BlobUnreachableError when it does
+        not answer (an outage: a state, :mod:`orchestrator.machine.objectstore`)."""
+        was_down = self._store.unreachable is not None
+        blob.probe()
+        self._store.answered()
+        if self._store.full is not None:
+            with contextlib.suppress(BlobStoreFullError):
+                blob.put_bytes(SPACE_PROBE_KEY, b"\0" * 4096)
+                blob.delete(SPACE_PROBE_KEY)
+                self._store.written()
+                was_down = True  # publish: the process node drops the full store
+        if was_down:
+            self._progress.publish()
+
+    def run(self, ctx: MigrationContext, fence: Fence, log: Any) -> None:
+        """One round: the pending upgrade's finalization when decided, orphans when due, a
+        sweep started when due, pending finalizations of shards, each recorded in the journal.
+        ConnectionLostError when ZooKeeper stops answering."""
+        upgrade = self.finalize_upgrade(ctx, fence)
+        if upgrade is not None:
+            self._journal.record_finalized(upgrade, fence)
+            self._progress.on_phase(State.SERVING.value)
+        finalized = self._finalize_shards(ctx, fence, log)
+        if finalized:
+            self._journal.event("finalized", fence=fence, shards=finalized)
+
+    def _finalize_shards(self, ctx: MigrationContext, fence: Fence, log: Any) -> list[str]:
+        """Orphans when due, a sweep started when due, pending finalizations; the shards
+        finalized."""
         config = self._config
         if time.monotonic() >= self._next_orphan_scan:
             self._next_orphan_scan = time.monotonic() + config.orphan_interval
@@ -94,7 +130,7 @@ class LeaderMaintenance:
                 raise
             self._orphan_backoff.reset()
             if orphans:
-                self._event("orphans_queued", fence=fence, shards=orphans)
+                self._journal.event("orphans_queued", fence=fence, shards=orphans)
         sweeping = self._sweeper is not None and self._sweeper.is_alive()
         if time.monotonic() >= self._next_gc and not sweeping:
             self._next_gc = time.monotonic() + config.gc_interval

@@ -72,27 +72,14 @@ def run_scenario(
         if scenario.workload is not None and error is None:
             run.workload = Workload(scenario.workload, run.leaders).start()
         for step in scenario.steps if error is None else ():
-            step_started = time.monotonic()
             if run.workload is not None:
                 timeline.append((run.workload.now(), f"step {step.number}: {step.describe()}"))
-            try:
-                detail = run.execute(step)
-                violations = run.check_invariants(step)
-                if violations:
-                    raise StepFailed(f"invariant violated: {describe(violations)}")
-            except (StepFailed, CatalogError, KazooException) as exc:
-                if isinstance(exc, StepFailed):
-                    message = str(exc)
-                else:
-                    message = exc.message if isinstance(exc, CatalogError) else repr(exc)
-                error = f"step {step.number} (line {step.line}) {step.action}: {message}"
-                result = _result(step, step_started, error=message)
-            else:
-                result = _result(step, step_started, detail=detail)
+            result = _run_step(run, step)
             results.append(result)
             if on_step is not None:
                 on_step(result)
             if not result.ok:
+                error = f"step {step.number} (line {step.line}) {step.action}: {result.error}"
                 break
         if error is None:
             unexpected = run.unexpected_exits()
@@ -130,6 +117,23 @@ def run_scenario(
         faults=sum(1 for r in results if r.action in FAULT_ACTIONS and r.ok),
         workload=workload_outcome,
     )
+
+
+def _run_step(run: ScenarioRun, step: Step) -> StepResult:
+    """One step, then the invariants it asks for: its result, failed when either fails."""
+    started = time.monotonic()
+    try:
+        detail = run.execute(step)
+        violations = run.check_invariants(step)
+        if violations:
+            raise StepFailed(f"invariant violated: {describe(violations)}")
+    except (StepFailed, CatalogError, KazooException) as exc:
+        if isinstance(exc, StepFailed):
+            message = str(exc)
+        else:
+            message = exc.message if isinstance(exc, CatalogError) else repr(exc)
+        return _result(step, started, error=message)
+    return _result(step, started, detail=detail)
 
 
 def _check_workload(
