@@ -11,8 +11,8 @@ the newest batch back, the newest run of batches of level ``L`` or below is merg
 least ``R * F^(L+1)`` rows, one level up, so at rest each level holds fewer than ``F`` batches
 and a shard of ``n`` rows lists at most ``(F - 1) * (floor(log_F(n / R)) + 1)`` batches
 (:func:`steady_bound`): logarithmic in its size, whatever the write rate. A row is rewritten
-about ``log_F(n / R)`` times above level 0, and while in level 0 at most once every ``F - 1``
-appends.
+about ``log_F(n / R)`` times above level 0 (at most three times: batches of ``MERGE_MAX_ROWS``
+rows settle), and while in level 0 at most once every ``F - 1`` appends.
 
 Merges run in the background (``orchestrator.dataplane.merger``); when they fall behind, writers
 feel it before readers do (RocksDB's level-0 triggers): past ``SLOW_DOWN_BATCHES`` a commit
@@ -49,15 +49,20 @@ MERGE_FANOUT: Final = 16
 #: batches, not one a level from its very first rows (a read opens each; rewriting a few
 #: hundred small rows is cheap).
 MERGE_FLOOR_ROWS: Final = 256
-#: Batches of this many rows or more are *settled*: the write path merges them no further and
-#: counts them in no threshold (a read of them costs their rows, not their number); the
+#: Batches of this many rows or more (``R * F^3``, a level-3 batch) are *settled*: the write
+#: path merges them no further and counts them in no threshold (a read of them costs their
+#: rows, not their number), and no merge outputs more (a merge concatenates its inputs in
+#: memory). Below, every level merges as it fills, so a bulk writer's 1,000-row bodies climb
+#: to million-row batches instead of piling up as thousands of small settled ones; the
 #: leader's sweep compacts a shard that lists many (``orchestrator.migrate.compaction``).
-MERGE_MAX_ROWS: Final = 8192
+MERGE_MAX_ROWS: Final = MERGE_FLOOR_ROWS * MERGE_FANOUT**3
 #: No merge is due before a shard lists this many live batches: below, a read opens a few
 #: more files, and a merge every few one-row appends would cost each append more.
 MERGE_AFTER_BATCHES: Final = 2 * MERGE_FANOUT
-#: Live batches of a shard past which a commit first waits for the shard's merge.
-SLOW_DOWN_BATCHES: Final = 40
+#: Live batches of a shard past which a commit first waits for the shard's merge: above the
+#: steady bound (45 for a shard of 65,536 rows or more), so only a lagging merge holds
+#: writers back.
+SLOW_DOWN_BATCHES: Final = 48
 #: Live batches at which an append is refused (503 ``compaction-behind``): the hard cap.
 STOP_BATCHES: Final = 64
 
