@@ -68,8 +68,9 @@ class SidecarReader:
         # and its body's znode versions, which any change of the state moves).
         self._snapshots = BatchCache(SNAPSHOT_CACHE_BYTES)
         # The latest snapshot of each shard this process made, to build the next on: what it
-        # was read from, and the number its rows are kept under among the snapshots above.
-        self._held: dict[str, tuple[frozenset[str], int, pa.Schema, int]] = {}
+        # was read from, and the key its rows are kept under among the snapshots above (the
+        # snapshot's own when the release reads the shard's schema as it is: kept once).
+        self._held: dict[str, tuple[frozenset[str], int, pa.Schema, str]] = {}
         self._numbers = itertools.count()
 
     def hand_over(self) -> bool:
@@ -182,30 +183,40 @@ class SidecarReader:
             key = f"{shard.shard_id}@{state.version}.{state.body_version}:{builtin.fingerprint}"
             table = self._snapshots.get(key, None)
             if table is None:
-                table = _as_release(self._latest(shard, state), builtin)
+                latest = self._latest(shard, state)
+                table = _as_release(latest, builtin)
                 self._snapshots.put(key, None, table)
+                self._hold(shard, state, latest, key if table is latest else None)
             return table
 
     def _latest(self, shard: Shard, state: ShardState) -> pa.Table:
         """The latest snapshot of ``state``: built on the one this process made before when
         only appends came since (:func:`catalog.shard.read.snapshot_after`: it reads and
-        consolidates the new batches alone), else whole. What it made is kept for the next."""
-        table = None
+        consolidates the new batches alone), else whole."""
         found = self._held.get(shard.shard_id)
-        if found is not None:  # its rows are kept under its own number: never another's
-            names, upper, schema, number = found
-            rows = self._snapshots.get(f"{shard.shard_id}#{number}", None)
-            if rows is not None:
-                table = snapshot_after(shard, state, Held(names, upper, schema, rows))
-        if table is None:
-            table = shard.snapshot(None, state=state)
-        held, number = Held.of(shard, state, table), next(self._numbers)
+        if found is not None:
+            names, upper, schema, key = found
+            kept = self._snapshots.get(key, None)
+            if kept is not None:
+                held = Held(names, upper, schema, kept.drop_columns([TS]))
+                table = snapshot_after(shard, state, held)
+                if table is not None:
+                    return table
+        return shard.snapshot(None, state=state)
+
+    def _hold(self, shard: Shard, state: ShardState, table: pa.Table, key: str | None) -> None:
+        """Keep ``table``, the latest snapshot of ``state``, for the next read to build on:
+        under ``key``, where the snapshot is kept already, else under a key of its own. The
+        key goes with what the rows were read from, so a race never pairs one snapshot's
+        rows with another's batch list."""
+        held = Held.of(shard, state, table)
         if held is None:
             self._held.pop(shard.shard_id, None)
-        else:
-            self._snapshots.put(f"{shard.shard_id}#{number}", None, held.rows)
-            self._held[shard.shard_id] = (held.names, held.upper, held.schema, number)
-        return table
+            return
+        if key is None:  # migrated for this release: the shard's own rows are kept apart
+            key = f"{shard.shard_id}#{next(self._numbers)}"
+            self._snapshots.put(key, None, table)
+        self._held[shard.shard_id] = (held.names, held.upper, held.schema, key)
 
     def _readers(self, shard: Shard) -> ReaderRegistry:
         """This process's reader registrations on ``shard``'s ZooKeeper connection."""

@@ -30,7 +30,6 @@ from catalog.pipeline.pacing import Pacer
 from catalog.release import Release
 from catalog.retry import CasRetry, Retry
 from orchestrator import election as election_mod
-from orchestrator.clock import MAX_CLOCK_OFFSET_SECONDS
 from orchestrator.fencing import generation_fence, release_fence
 from orchestrator.machine.config import SidecarConfig
 from orchestrator.machine.connection import SidecarConnection
@@ -41,6 +40,7 @@ from orchestrator.machine.maintenance import LeaderMaintenance
 from orchestrator.machine.metrics import SidecarMetrics
 from orchestrator.machine.objectstore import BlobStoreHealth
 from orchestrator.machine.progress import Progress
+from orchestrator.machine.standing import Standing
 from orchestrator.machine.states import Promote, State, Stopping
 from orchestrator.migrate import (
     CheckResult,
@@ -97,10 +97,8 @@ class SidecarMachine:
         #: when it names our generation and we do not serve yet).
         self.promotion: int | None = None
         self._ready_recorded = False
-        self._joined = False
+        self._standing: Standing | None = None
         self._auto_promoted = False
-        #: Whether the last evaluation declined to lead for the clock (orchestrator.clock).
-        self.clock_refused = False
         #: Something changed (a watch, a reconnect, a repaired node): evaluate again.
         self.pending = False
         #: Called each time a check leaves the process ready (the data plane warms its
@@ -138,7 +136,13 @@ class SidecarMachine:
             release=str(self._release.version),
             on_change=self._inbox,
         )
+        self._standing = Standing(self._election, self._connection.clock, self.log)
         self.pending = True
+
+    @property
+    def clock_refused(self) -> bool:
+        """Whether the last evaluation declined to lead for the clock (orchestrator.clock)."""
+        return self._standing is not None and self._standing.clock_refused
 
     def appending(self) -> election_mod.Leadership | None:
         """The leadership whose appends go on now (any thread): serving, or migrating past
@@ -312,13 +316,11 @@ class SidecarMachine:
         seen = (found[1] if found else None, self.epoch)
         if self._checked_at != seen or self.check is None:
             self._run_check(seen)
-        if self._refuses_for_clock():
+        assert self._standing is not None
+        if self._standing.refuses_for_clock():
             self.health.recover("evaluate", leading=False)
             return
-        if self._election.candidate is None and not self._joined:
-            # Join only once ready to lead; the election's watches drive re-evaluation from now.
-            self._election.start()
-            self._joined = True
+        self._standing.join()  # only once ready to lead
         if self._config.auto_promote and not self._auto_promoted:
             assert self.check is not None
             if not self.check.bootstrap:  # a bootstrapping takeover promotes itself
@@ -365,30 +367,6 @@ class SidecarMachine:
         if self._election is None or self._election.candidate is None:
             return False
         return self.to_lead()
-
-    def _refuses_for_clock(self) -> bool:
-        """Whether this process's clock is too far from ZooKeeper's to lead (orchestrator.clock).
-        Such a process leaves the election, so that it never stands first and blocks a sound
-        candidate, and joins again (at the back) once its clock agrees."""
-        assert self._election is not None
-        clock = self._connection.clock
-        if not clock.too_far:
-            if self.clock_refused:
-                self.log.info("clock_agrees", offset=clock.offset)
-            self.clock_refused = False
-            return False
-        if not self.clock_refused:
-            self.log.warning(
-                "clock_refuses_to_lead",
-                offset=clock.offset,
-                bound=MAX_CLOCK_OFFSET_SECONDS,
-                fix="synchronize the host's clock (NTP); it leads once the clock agrees",
-            )
-        self.clock_refused = True
-        if self._joined:
-            self._election.step_down()
-            self._joined = False
-        return True
 
     def _take_over(self) -> None:
         assert self._election is not None and self.ctx is not None and self.check is not None

@@ -141,6 +141,73 @@ def test_bootstrap_and_http_endpoints(launch: Launch, zk_env: ZkEnv) -> None:
     assert leader.wait_exit() == EXIT_OK
 
 
+def test_readers_racing_appends_and_each_other_each_read_one_whole_snapshot(
+    launch: Launch,
+) -> None:
+    """Four readers read one collection while a writer appends to it: they race each other
+    on the snapshot each read builds on (orchestrator.dataplane.reader keeps one per shard)
+    and the merges replace batches under them. Every answer holds each row acknowledged
+    before the read began, once, and no row whose append had not begun; a reader never sees
+    fewer rows than it saw before."""
+    leader = bootstrap(launch)
+    started = [0]  # appends begun: rows w0 .. w(n-1) may be in a read
+    acknowledged = [0]  # appends answered: rows w0 .. w(n-1) must be in a later read
+    stop = threading.Event()
+    problems: list[str] = []
+    reads = [0]
+
+    def row(n: int) -> bytes:
+        return lines([{"id": f"w{n}", "oid": n, "schema_id": "u3", "name": f"v{n}",
+                       "owner_id": "u1"}])  # fmt: skip
+
+    def write() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            started[0] = n + 1
+            answer = leader.sidecar.append(
+                TABLES, row(n), key=f"race-{n}", deadline=time.monotonic() + 20
+            )
+            if answer.status != 200:
+                problems.append(f"append {n}: {answer.status} {answer.body[:200]!r}")
+                return
+            acknowledged[0] = n + 1
+
+    def read() -> None:
+        seen = 0
+        while not stop.is_set():
+            must = acknowledged[0]
+            status, body = leader.http("GET", f"/read?collection={TABLES}")
+            if status != 200:
+                problems.append(f"read: {status} {body[:200]!r}")
+                return
+            ids = [r["id"] for r in json_lines(body)]
+            numbers = sorted(int(i[1:]) for i in ids)
+            if len(set(ids)) != len(ids):
+                problems.append(f"a read holds a row twice: {len(ids) - len(set(ids))} rows")
+            elif numbers[:must] != list(range(must)):
+                problems.append(f"a read misses rows acknowledged before it ({must})")
+            elif numbers and numbers[-1] >= started[0]:
+                problems.append(f"a read holds a row never appended: {numbers[-1]}")
+            elif len(numbers) < seen:
+                problems.append(f"a read went back from {seen} rows to {len(numbers)}")
+            seen = len(numbers)
+            reads[0] += 1
+            if problems:
+                return
+
+    threads = [threading.Thread(target=write), *(threading.Thread(target=read) for _ in range(4))]
+    for thread in threads:
+        thread.start()
+    time.sleep(8)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not problems, problems[:3]
+    # Enough appends for merges to run under the reads (they start past 32 batches).
+    assert acknowledged[0] > 2 * STOP_BATCHES and reads[0] > 100, (acknowledged, reads)
+
+
 # --- blue-green upgrade -------------------------------------------------------------------------
 
 
