@@ -172,6 +172,23 @@ def test_no_measured_figure_is_typed_into_prose() -> None:
 
 
 
+#: A path of this repository as a page names it: `orchestrator/wire/ipc.py`, `docs/...`.
+_SOURCE_PATH = re.compile(
+    r"`((?:orchestrator|catalog|client|benchmarks|tests|deploy|scenarios|docs)/[\w/.-]+)`"
+)
+
+
+def test_every_source_path_a_page_names_exists() -> None:
+    """A module moved leaves no page pointing at where it was."""
+    missing = [
+        f"{page.name}: {m.group(1)}"
+        for page in [*generated.pages(), ROOT / "README.md"]
+        for m in _SOURCE_PATH.finditer(page.read_text())
+        if not (ROOT / m.group(1)).exists()
+    ]
+    assert not missing, missing
+
+
 def test_every_results_file_names_what_ran() -> None:
     hook = _hook("benchmarks")
     table = hook.runs(hook.RESULTS)
