@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import attrs
 import pytest
 
 from orchestrator.http.exchange import ServerLimits
@@ -182,24 +183,33 @@ def test_a_connection_past_the_limit_gets_503() -> None:
         server.stop()
 
 
-def test_slow_clients_hold_sockets_not_threads(
-    served: tuple[ScriptedApi, HttpServer],
-) -> None:
+def test_slow_clients_hold_sockets_not_threads() -> None:
     """250 connections, half idle and half sending headers slowly: the thread count stays at the
-    pool's size and a probe still answers."""
-    _, server = served
-    before = threading.active_count()
-    slow = [connect(server) for _ in range(250)]
-    for sock in slow[::2]:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
-    time.sleep(0.1)
-    with connect(server) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        assert answer_of(read_all(sock))[0] == 200
-    assert server.connections >= 250
-    assert threading.active_count() <= before + FAST.workers
-    for sock in slow:
-        sock.close()
+    pool's size and a probe still answers. (Deadlines long enough that none of them is closed
+    while the loop accepts them all, however busy the machine.)"""
+    patient = attrs.evolve(FAST, idle_timeout=60.0, header_timeout=60.0)
+    server = api_server(ScriptedApi(), limits=patient).start()
+    try:
+        before = threading.active_count()
+        slow = [connect(server) for _ in range(250)]
+        for sock in slow[::2]:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        # A connect returns once the kernel queued the connection, before the loop accepts
+        # it: under load the loop takes a while to accept 250.
+        deadline = time.monotonic() + 30
+        while server.connections < 250 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.connections >= 250
+        with connect(server) as sock:  # all 250 held: a probe still answers
+            sock.sendall(
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )
+            assert answer_of(read_all(sock))[0] == 200
+        assert threading.active_count() <= before + patient.workers
+        for sock in slow:
+            sock.close()
+    finally:
+        server.stop()
 
 
 def test_an_arrow_read_is_streamed_chunked_and_the_connection_carries_on(
