@@ -7,7 +7,8 @@ Materialize persist's Spine: a batch's *level* is ``floor(log_F(rows / R))`` wit
 MERGE_FANOUT`` and ``R = MERGE_FLOOR_ROWS`` (every batch under ``R * F`` rows is level 0),
 raised to the level of any newer batch (so levels never rise toward the newest). Looking from
 the newest batch back, the newest run of batches of level ``L`` or below is merged once it holds
-``F`` batches of level ``L`` (the lowest such level first). Above level 0 the output holds at
+``F`` batches of level ``L`` (the lowest such level first), from the newest batch back until
+the output reaches ``MERGE_MAX_ROWS`` and settles. Above level 0 the output holds at
 least ``R * F^(L+1)`` rows, one level up, so at rest each level holds fewer than ``F`` batches
 and a shard of ``n`` rows lists at most ``(F - 1) * (floor(log_F(n / R)) + 1)`` batches
 (:func:`steady_bound`): logarithmic in its size, whatever the write rate. A row is rewritten
@@ -51,8 +52,9 @@ MERGE_FANOUT: Final = 16
 MERGE_FLOOR_ROWS: Final = 256
 #: Batches of this many rows or more (``R * F^3``, a level-3 batch) are *settled*: the write
 #: path merges them no further and counts them in no threshold (a read of them costs their
-#: rows, not their number), and no merge outputs more (a merge concatenates its inputs in
-#: memory). Below, every level merges as it fills, so a bulk writer's 1,000-row bodies climb
+#: rows, not their number). A merge stops taking batches once it holds this many rows, so its
+#: output settles and holds less than twice as many (it concatenates its inputs in memory).
+#: Below, every level merges as it fills, so a bulk writer's 1,000-row bodies climb
 #: to million-row batches instead of piling up as thousands of small settled ones; the
 #: leader's sweep compacts a shard that lists many (``orchestrator.migrate.compaction``).
 MERGE_MAX_ROWS: Final = MERGE_FLOOR_ROWS * MERGE_FANOUT**3
@@ -124,18 +126,24 @@ def merge_plan(
         while start > 0 and levels[start - 1] <= lowest:
             start -= 1
         if sum(1 for found in levels[start:] if found == lowest) >= fanout:
-            return _within_max(ordered[start:])
+            return _until_settled(ordered[start:])
     return ()
 
 
-def _within_max(run: Sequence[BatchRef]) -> tuple[BatchRef, ...]:
-    """The newest batches of ``run`` whose rows stay within ``MERGE_MAX_ROWS`` (two at least):
-    a merge's output settles at about that size, and no merge is larger."""
+def _until_settled(run: Sequence[BatchRef]) -> tuple[BatchRef, ...]:
+    """The newest batches of ``run`` until their rows reach ``MERGE_MAX_ROWS`` (all of it when
+    they do not, two at least): an output that large settles.
+
+    Stopping *below* the size would leave an output of nearly ``MERGE_MAX_ROWS`` rows unsettled
+    at the top level, where every later merge took it again with a few new batches: a million
+    rows rewritten for a few thousand appended. Stopping once the size is reached settles the
+    output instead (it holds less than ``2 * MERGE_MAX_ROWS`` rows, every input being
+    unsettled), and the level that was due lists fewer batches after it."""
     taken: list[BatchRef] = []
     rows = 0
     for batch in reversed(run):
-        if len(taken) >= 2 and rows + batch.rows > MERGE_MAX_ROWS:
-            break
         taken.append(batch)
         rows += batch.rows
+        if len(taken) >= 2 and rows >= MERGE_MAX_ROWS:
+            break
     return tuple(reversed(taken))

@@ -79,6 +79,26 @@ def test_one_row_appends_stay_logarithmic_and_rows_are_rewritten_log_times() -> 
     assert rewritten / 20_000 <= level(20_000) + 1 + in_level_0
 
 
+def test_a_bulk_writer_s_rows_are_rewritten_a_few_times_and_settle() -> None:
+    """1,000-row appends up to 9M rows: a row is rewritten at most once per level below the
+    settled one, and every merge outputs less than twice the settled size. (Merges that stopped
+    just below the settled size left million-row batches unsettled at the top level, where each
+    later merge took one again with a few new batches: past 7M rows, tens of rows rewritten for
+    every row appended.)"""
+    batches: list[BatchRef] = []
+    rewritten = largest = 0
+    for t in range(1, 9_001):
+        batches.append(batch(1_000, t))
+        while picked := merge_plan(batches):
+            names = {b.name for b in picked}
+            rows = sum(b.rows for b in picked)
+            rewritten, largest = rewritten + rows, max(largest, rows)
+            batches = [b for b in batches if b.name not in names] + [batch(rows, t)]
+    assert rewritten <= level(MERGE_MAX_ROWS) * 9_000_000, rewritten
+    assert MERGE_MAX_ROWS <= largest < 2 * MERGE_MAX_ROWS
+    assert live(batches) <= steady_bound(9_000_000)
+
+
 def test_a_merge_takes_the_newest_run_never_an_older_batch_past_a_newer() -> None:
     old = batch(MERGE_MAX_ROWS - 1, 1)
     small = [batch(1, t) for t in range(2, 2 + MERGE_AFTER_BATCHES)]
