@@ -14,8 +14,10 @@ a process of its own, reading the small, the large and the written collection in
 small and large reads keep their size, so their figures are a read of 1,000 and 100,000 rows in
 a process under that load; the written collection grows (each minute records its rows), so its
 read measures what its history costs: the batches piling up under it. Every ``--interval``
-seconds (a minute) it records the reads' p50 and p99, the batches each shard lists (its state in
-ZooKeeper), the merge lag (``/metrics``) and the appends per second.
+seconds (a minute) it records the reads' p50 and p99, the most batches each shard listed (its
+state in ZooKeeper): the live ones, which the merges bound and the cap counts, and all of them,
+settled ones included (one per million rows at most), the merge lag (``/metrics``) and the
+appends per second.
 Prints one JSON object and writes it to ``benchmarks/results/sustained.json``; the targets are in
 ``benchmarks/targets.py``.
 """
@@ -44,6 +46,7 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus, env_root
 from catalog.environment import read_catalog
 from catalog.shard import Shard
+from catalog.shard.merges import live_batches
 from catalog_client import SidecarClient
 from orchestrator.logs import configure_logging
 from orchestrator.testing.harness import SidecarProcess, metric_samples
@@ -297,6 +300,7 @@ def phase(
     load.start()
     minutes: list[dict[str, Any]] = []
     most = dict.fromkeys(shards, 0)
+    listed = dict.fromkeys(shards, 0)
     ended = time.monotonic() + args.minutes * 60
     try:
         while time.monotonic() < ended:
@@ -304,7 +308,9 @@ def phase(
             began = time.monotonic()
             while time.monotonic() < window_end:
                 for name, shard in shards.items():
-                    most[name] = max(most[name], shard.state().batch_count)
+                    state = shard.state()
+                    most[name] = max(most[name], live_batches(state))
+                    listed[name] = max(listed[name], state.batch_count)
                 time.sleep(min(1.0, max(0.0, window_end - time.monotonic())))
             appends, refused, reads = load.take()
             lag = metric_samples(sidecar.request("GET", "/metrics").body.decode())
@@ -316,6 +322,7 @@ def phase(
                     "bulk": load.bulk_rows,
                 },
                 "batches": {name: most[collection] for name, collection in LISTED.items()},
+                "listed": {name: listed[collection] for name, collection in LISTED.items()},
                 "merge_lag_s": max(
                     (v for k, v in lag.items() if k.startswith("catalog_upgrade_merge_lag")),
                     default=0.0,
@@ -324,7 +331,7 @@ def phase(
                 "refused": refused,
             })  # fmt: skip
             print(json.dumps({"writers": writers, **minutes[-1]}), flush=True)
-            most = dict.fromkeys(shards, 0)
+            most, listed = dict.fromkeys(shards, 0), dict.fromkeys(shards, 0)
     finally:
         load.join()
     return {"writers": writers, "minutes": minutes}

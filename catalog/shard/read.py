@@ -239,47 +239,52 @@ _MOST_CHUNKS = 16
 
 @attrs.frozen
 class Held:
-    """A latest-time snapshot kept to build the next one on (:func:`snapshot_after`): the
-    batches it read (by name), the upper of the state it read, its schema, and its rows,
-    consolidated, without ``_ts``."""
+    """A latest-time snapshot kept to build the next one on (:func:`snapshot_after`): the upper
+    of the state it read, its schema, and its rows, consolidated, without ``_ts``."""
 
-    names: frozenset[str]
     upper: int
     schema: pa.Schema
     rows: pa.Table
 
     @classmethod
-    def of(cls, shard: ShardAccess, state: ShardState, table: pa.Table) -> Held | None:
-        """What to keep of ``table``, the latest snapshot of ``state``; None when it does not
-        hold every row of the batches it read (``since`` is past its time: rows moved up to
-        ``since`` are above it)."""
+    def of(cls, state: ShardState, table: pa.Table) -> Held | None:
+        """What to keep of ``table``, the latest snapshot of ``state``; None when ``since`` is
+        past its time (a compaction may move its rows' times up among later ones)."""
         if state.upper == 0 or state.since > state.upper - 1:
             return None
-        names = frozenset(b.name for b in shard.batches(state))
         rows = table.drop_columns([TS])
-        return cls(names, state.upper, pa.schema(list(rows.schema)[:-1]), rows)
+        return cls(state.upper, pa.schema(list(rows.schema)[:-1]), rows)
 
 
 def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Table | None:
     """The latest snapshot of ``state`` built on ``held``, a latest snapshot of an earlier state
-    of the shard, reading only the batches added since; None when it cannot be, and the caller
-    takes the whole :func:`snapshot`.
+    of the shard, reading only the batches of rows written since; None when it cannot be, and
+    the caller takes the whole :func:`snapshot`.
 
-    It can be when ``state`` still lists every batch ``held`` read, in the same schema, and
-    only added batches wholly above ``held``'s upper (appends, no merge), and when no added row
-    equals a held one: checked on the columns that can be compared (not nested, no null on
-    either side), which two equal rows share. The held rows are consolidated and so are the
-    added ones, so their union is too, and it is the snapshot. A merge, a schema change, a
+    Every row written before ``held``'s upper has a time below it, and every row written since
+    has one at or above it: appends are at the upper, and a compaction only moves times up to
+    ``since``, which is still below ``held``'s upper (checked). A batch's bounds are its rows'
+    times, so each batch lies below ``held``'s upper (rows ``held`` holds, however merged or
+    compacted since) or at or above it (rows written since), unless a merge took rows from
+    both sides: then, as after a schema change or on a finalized shard, None. The batches
+    above are read and consolidated; when no added row equals a held one (checked on the
+    columns that can be compared: not nested, no null on either side, which two equal rows
+    share), their union with the held rows is consolidated too, and it is the snapshot. A
     retraction or a repeat of a held row takes the whole snapshot (None)."""
     reader = snapshot_reader(state, None)
     time = snapshot_time(state, None)
-    if time is None or not reader.equals(held.schema) or state.upper < held.upper:
+    if (
+        time is None
+        or state.finalized
+        or not reader.equals(held.schema)
+        or state.upper < held.upper
+        or state.since >= held.upper
+    ):
         return None
     refs = shard.batches(state)
-    names = {b.name for b in refs}
-    added = [b for b in refs if b.name not in held.names]
-    if not held.names <= names or any(b.lower < held.upper for b in added):
-        return None
+    added = [b for b in refs if b.lower >= held.upper]
+    if any(held.upper < b.upper and b.lower < held.upper for b in refs):
+        return None  # a merge of rows from both sides of held's upper
     if added:
         try:
             tables = load(shard, state, added, reader, times=False)

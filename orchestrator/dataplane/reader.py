@@ -67,10 +67,11 @@ class SidecarReader:
         # Snapshots at the latest time, by the state version they were read at (its head's
         # and its body's znode versions, which any change of the state moves).
         self._snapshots = BatchCache(SNAPSHOT_CACHE_BYTES)
-        # The latest snapshot of each shard this process made, to build the next on: what it
-        # was read from, and the key its rows are kept under among the snapshots above (the
-        # snapshot's own when the release reads the shard's schema as it is: kept once).
-        self._held: dict[str, tuple[frozenset[str], int, pa.Schema, str]] = {}
+        # The latest snapshot of each shard this process made, to build the next on: the upper
+        # of the state it was read at, its schema, and the key its rows are kept under among
+        # the snapshots above (the snapshot's own when the release reads the shard's schema
+        # as it is: kept once).
+        self._held: dict[str, tuple[int, pa.Schema, str]] = {}
         self._numbers = itertools.count()
 
     def hand_over(self) -> bool:
@@ -191,14 +192,14 @@ class SidecarReader:
 
     def _latest(self, shard: Shard, state: ShardState) -> pa.Table:
         """The latest snapshot of ``state``: built on the one this process made before when
-        only appends came since (:func:`catalog.shard.read.snapshot_after`: it reads and
-        consolidates the new batches alone), else whole."""
+        it can be (:func:`catalog.shard.read.snapshot_after`: it reads and consolidates the
+        batches written since alone, whatever merged the older ones), else whole."""
         found = self._held.get(shard.shard_id)
         if found is not None:
-            names, upper, schema, key = found
+            upper, schema, key = found
             kept = self._snapshots.get(key, None)
             if kept is not None:
-                held = Held(names, upper, schema, kept.drop_columns([TS]))
+                held = Held(upper, schema, kept.drop_columns([TS]))
                 table = snapshot_after(shard, state, held)
                 if table is not None:
                     return table
@@ -207,16 +208,16 @@ class SidecarReader:
     def _hold(self, shard: Shard, state: ShardState, table: pa.Table, key: str | None) -> None:
         """Keep ``table``, the latest snapshot of ``state``, for the next read to build on:
         under ``key``, where the snapshot is kept already, else under a key of its own. The
-        key goes with what the rows were read from, so a race never pairs one snapshot's
-        rows with another's batch list."""
-        held = Held.of(shard, state, table)
+        key goes with the upper the rows were read at, so a race never pairs one snapshot's
+        rows with another's upper."""
+        held = Held.of(state, table)
         if held is None:
             self._held.pop(shard.shard_id, None)
             return
         if key is None:  # migrated for this release: the shard's own rows are kept apart
             key = f"{shard.shard_id}#{next(self._numbers)}"
             self._snapshots.put(key, None, table)
-        self._held[shard.shard_id] = (held.names, held.upper, held.schema, key)
+        self._held[shard.shard_id] = (held.upper, held.schema, key)
 
     def _readers(self, shard: Shard) -> ReaderRegistry:
         """This process's reader registrations on ``shard``'s ZooKeeper connection."""

@@ -9,6 +9,7 @@ include a struct and a list, so nested consolidation is exercised too.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from catalog.blob import BlobStore
 from catalog.consensus import Consensus
 from catalog.environment import CONTAINER_KEYS
 from catalog.shard import Shard, new_shard_id
+from catalog.shard.compact import compact
+from catalog.shard.listing import BatchRef
 from catalog.shard.read import Held, snapshot_after
 from support.shards import contents, updates
 from support.zookeeper import ZkEnv
@@ -115,7 +118,7 @@ def check_built_on(shard: Shard, model: Model, held: Held | None) -> Held | None
         assert contents(built) == contents(whole), "built on the held snapshot"
         if model.since < model.upper:
             assert contents(built) == model.read(model.upper - 1)
-    return Held.of(shard, state, built if built is not None else whole)
+    return Held.of(state, built if built is not None else whole)
 
 
 def check_reads(shard: Shard, model: Model) -> dict[int, dict[Any, int]]:
@@ -141,7 +144,7 @@ def test_random_histories_read_like_the_model(
     held: Held | None = None
     steps = data.draw(
         st.lists(
-            st.sampled_from(["append", "append", "evolve", "since", "compact"]),
+            st.sampled_from(["append", "append", "evolve", "since", "compact", "merge"]),
             min_size=1,
             max_size=9,
         ),
@@ -178,6 +181,16 @@ def test_random_histories_read_like_the_model(
             since = data.draw(st.integers(model.since, model.upper), label="since")
             shard.advance_since(since)
             model.since = since
+        elif step == "merge":  # as the write path merges: a run of batches, times kept
+            before = check_reads(shard, model)
+
+            def run(batches: Sequence[BatchRef]) -> Sequence[BatchRef]:
+                ordered = sorted(batches, key=lambda b: b.upper)
+                first = data.draw(st.integers(0, len(ordered)), label="run from")
+                return ordered[first : data.draw(st.integers(first, len(ordered)), label="to")]
+
+            compact(shard, select=run, consolidate=False)
+            assert check_reads(shard, model) == before
         else:
             before = check_reads(shard, model)
             assert shard.compact().applied
@@ -263,8 +276,9 @@ def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
 def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_rows(
     env: tuple[Consensus, BlobStore],
 ) -> None:
-    """Appends of rows unlike the held ones: built from the new batches alone. A row equal to
-    a held one, a compaction or an evolution: None (the whole snapshot is read)."""
+    """Appends of rows unlike the held ones: built from the new batches alone, whatever merged
+    the held ones. A row equal to a held one, a merge of held and newer rows or an evolution:
+    None (the whole snapshot is read)."""
     consensus, blob = env
     shard = Shard(consensus, blob, new_shard_id())
     shard.create(BASE)
@@ -278,7 +292,7 @@ def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_r
         model.upper += 1
 
     def hold(table: pa.Table) -> Held:
-        held = Held.of(shard, shard.state(), table)
+        held = Held.of(shard.state(), table)
         assert held is not None
         return held
 
@@ -293,8 +307,12 @@ def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_r
     assert snapshot_after(shard, shard.state(), held) is None
     held = hold(shard.snapshot())
     assert contents(shard.snapshot()) == model.read(model.upper - 1)
-    assert shard.compact().applied
-    assert snapshot_after(shard, shard.state(), held) is None  # its batches merged away
+    assert shard.compact().applied  # its batches merged into one, below its upper
+    built = snapshot_after(shard, shard.state(), held)
+    assert built is not None and contents(built) == model.read(model.upper - 1)
+    append([5])
+    assert shard.compact().applied  # held rows and newer ones merged: from both sides
+    assert snapshot_after(shard, shard.state(), held) is None
     held = hold(shard.snapshot())
     widened = pa.schema([*BASE, pa.field("f1", pa.string())])
     assert shard.compare_and_evolve_schema(shard.state().schema_id, widened).ok
