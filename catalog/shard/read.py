@@ -258,19 +258,21 @@ class Held:
 
 def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Table | None:
     """The latest snapshot of ``state`` built on ``held``, a latest snapshot of an earlier state
-    of the shard, reading only the batches of rows written since; None when it cannot be, and
-    the caller takes the whole :func:`snapshot`.
+    of the shard, reading only the rows written since; None when it cannot be, and the caller
+    takes the whole :func:`snapshot`.
 
     Every row written before ``held``'s upper has a time below it, and every row written since
-    has one at or above it: appends are at the upper, and a compaction only moves times up to
-    ``since``, which is still below ``held``'s upper (checked). A batch's bounds are its rows'
-    times, so each batch lies below ``held``'s upper (rows ``held`` holds, however merged or
-    compacted since) or at or above it (rows written since), unless a merge took rows from
-    both sides: then, as after a schema change or on a finalized shard, None. The batches
-    above are read and consolidated; when no added row equals a held one (checked on the
-    columns that can be compared: not nested, no null on either side, which two equal rows
-    share), their union with the held rows is consolidated too, and it is the snapshot. A
-    retraction or a repeat of a held row takes the whole snapshot (None)."""
+    has one at or above it: appends are at the upper, a merge keeps its rows' times, and a
+    compaction only moves times up to ``since``, which is still below ``held``'s upper
+    (checked). So whatever merged them, the rows written since are the rows at or above that
+    upper, and consolidation never adds one of them to an older one (their times differ). A
+    batch's bounds are its rows' times: one wholly below is not read, one wholly above is read
+    whole, and one a merge made of rows from both sides is read and cut at the upper. The
+    rows written since are consolidated; when none equals a held one (checked on the columns
+    that can be compared: not nested, no null on either side, which two equal rows share),
+    their union with the held rows is consolidated too, and it is the snapshot. A schema
+    change, a finalized shard, a retraction or a repeat of a held row takes the whole snapshot
+    (None)."""
     reader = snapshot_reader(state, None)
     time = snapshot_time(state, None)
     if (
@@ -281,13 +283,10 @@ def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Tabl
         or state.since >= held.upper
     ):
         return None
-    refs = shard.batches(state)
-    added = [b for b in refs if b.lower >= held.upper]
-    if any(held.upper < b.upper and b.lower < held.upper for b in refs):
-        return None  # a merge of rows from both sides of held's upper
-    if added:
+    newer = [b for b in shard.batches(state) if b.upper > held.upper]
+    if newer:
         try:
-            tables = load(shard, state, added, reader, times=False)
+            tables = _written_since(shard, state, newer, reader, held.upper)
         except BlobMissingError:  # merged away meanwhile: the whole snapshot re-reads
             return None
         new = consolidate(pa.concat_tables(tables))
@@ -301,6 +300,25 @@ def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Tabl
     times = repeated(time, pa.uint64(), rows.num_rows)
     columns = [*rows.columns[:-1], times, rows.column(DIFF)]
     return pa.Table.from_arrays(columns, schema=update_schema(reader))
+
+
+def _written_since(
+    shard: ShardAccess,
+    state: ShardState,
+    refs: Sequence[BatchRef],
+    reader: pa.Schema,
+    upper: int,
+) -> list[pa.Table]:
+    """The rows of ``refs`` (batches ending above ``upper``) at times from ``upper`` on, without
+    ``_ts``: batches wholly above it read as they are, the others cut at it."""
+    above = [b for b in refs if b.lower >= upper]
+    across = [b for b in refs if b.lower < upper]
+    tables = load(shard, state, above, reader, times=False) if above else []
+    if across:
+        for table in load(shard, state, across, reader, times=True):
+            since = table.filter(pc.greater_equal(table.column(TS), pa.scalar(upper, pa.uint64())))
+            tables.append(since.drop_columns([TS]))
+    return tables
 
 
 def _may_meet(held: pa.Table, new: pa.Table) -> bool:

@@ -9,6 +9,7 @@ include a struct and a list, so nested consolidation is exercised too.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -196,13 +197,74 @@ def test_random_histories_read_like_the_model(
             assert shard.compact().applied
             assert shard.state().batch_count <= 1
             assert check_reads(shard, model) == before
-        held = check_built_on(shard, model, held)
+        built_on = check_built_on(shard, model, held)
+        if held is None or data.draw(st.booleans(), label="hold the new snapshot"):
+            held = built_on  # else the older one stays, for merges across its upper
     check_reads(shard, model)
     # What compactions and rollup merges left to the garbage collection goes, and nothing
     # referenced does: the reads stay the model's.
     shard.gc_orphans(grace_seconds=0)
     assert shard.gc_orphans(grace_seconds=0) == []
     check_reads(Shard(shard.consensus, shard.blob, shard.shard_id), model)
+
+
+@histories(25)
+@given(data=st.data())
+def test_a_snapshot_built_across_merges_is_the_whole_one(
+    env: tuple[Consensus, BlobStore], data: st.DataObject
+) -> None:
+    """Appends of new rows (now and then a retraction), merges of random runs as the write
+    path makes them, compactions and ``since`` moves, in any order: a latest snapshot built
+    on any snapshot taken before (snapshot_after), whenever it can be, is the whole one, also
+    when a merge took rows from both sides of that snapshot's upper."""
+    consensus, blob = env
+    shard = Shard(consensus, blob, new_shard_id(), rollup_threshold=3, max_rollups=2)
+    shard.create(BASE)
+    upper, since, ids = 0, 0, itertools.count()
+    written: list[int] = []
+    kept: list[Held] = []
+    steps = data.draw(
+        st.lists(st.sampled_from(["append"] * 3 + ["merge", "compact", "since"]), min_size=4,
+                 max_size=14),
+        label="steps",
+    )  # fmt: skip
+    for step in steps:
+        if step == "append":
+            width = data.draw(st.integers(1, 2), label="width")
+            new = [next(ids) for _ in range(data.draw(st.integers(1, 3), label="rows"))]
+            retract = bool(written) and data.draw(st.booleans(), label="retract")
+            gone = written[:1] if retract else []
+            rows = [{"id": i, "tag": "a", "st": None, "ls": [i]} for i in [*new, *gone]]
+            times = [data.draw(st.integers(upper, upper + width - 1)) for _ in rows]
+            diffs = [1] * len(new) + [-1] * len(gone)
+            batch = updates(BASE, rows, times, diffs)
+            assert shard.compare_and_append(batch, upper, upper + width).ok
+            written = [*written[len(gone) :], *new]
+            upper += width
+        elif step == "merge":
+
+            def run(batches: Sequence[BatchRef]) -> Sequence[BatchRef]:
+                ordered = sorted(batches, key=lambda b: b.upper)
+                first = data.draw(st.integers(0, len(ordered)), label="run from")
+                return ordered[first : data.draw(st.integers(first, len(ordered)), label="to")]
+
+            compact(shard, select=run, consolidate=data.draw(st.booleans(), label="consolidate"))
+        elif step == "compact":
+            shard.compact()
+        else:
+            since = data.draw(st.integers(since, upper), label="since")
+            shard.advance_since(since)
+        state = shard.state()
+        if state.upper == 0:
+            continue
+        whole = shard.snapshot(state=state)
+        for held in kept:
+            built = snapshot_after(shard, state, held)
+            if built is not None:
+                assert contents(built) == contents(whole), (held.upper, state.upper)
+        found = Held.of(state, whole)
+        if found is not None:
+            kept.append(found)
 
 
 class MergeCrash(Exception):
@@ -276,9 +338,9 @@ def test_commits_merges_and_crashed_merges_read_like_the_commits_in_order(
 def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_rows(
     env: tuple[Consensus, BlobStore],
 ) -> None:
-    """Appends of rows unlike the held ones: built from the new batches alone, whatever merged
-    the held ones. A row equal to a held one, a merge of held and newer rows or an evolution:
-    None (the whole snapshot is read)."""
+    """Appends of rows unlike the held ones: built from the rows written since alone, whatever
+    merged them with the held ones. A row equal to a held one, a ``since`` at the held time or
+    an evolution: None (the whole snapshot is read)."""
     consensus, blob = env
     shard = Shard(consensus, blob, new_shard_id())
     shard.create(BASE)
@@ -310,8 +372,15 @@ def test_a_latest_snapshot_is_built_on_the_one_before_only_over_appends_of_new_r
     assert shard.compact().applied  # its batches merged into one, below its upper
     built = snapshot_after(shard, shard.state(), held)
     assert built is not None and contents(built) == model.read(model.upper - 1)
+    held = hold(built)
     append([5])
-    assert shard.compact().applied  # held rows and newer ones merged: from both sides
+    assert shard.compact().applied  # held rows and a newer one in one batch: cut at the upper
+    built = snapshot_after(shard, shard.state(), held)
+    assert built is not None and contents(built) == model.read(model.upper - 1)
+    held = hold(built)
+    shard.advance_since(model.upper)  # past the held time: a held row's time may move up
+    append([6])
+    assert shard.compact().applied
     assert snapshot_after(shard, shard.state(), held) is None
     held = hold(shard.snapshot())
     widened = pa.schema([*BASE, pa.field("f1", pa.string())])
