@@ -121,6 +121,9 @@ class SidecarReader:
         the old leader's last appends), and a read served meanwhile would take the CPU the
         migration needs. Past the wait, a read of an old shard this release cannot make is
         refused for a retry (MigratingError, 503), by a read-only process as a write is.
+        A leader whose leadership ends under a read hands its reads over at once
+        (:meth:`hand_over`), this read first: it is answered through the catalog while the
+        catalog is at this release's version.
         What the refusal says depends on how the read found its shard, not on the state the
         process reached meanwhile: a read that began before the switch and was refused after
         it is still one to retry."""
@@ -130,6 +133,14 @@ class SidecarReader:
         serving = self._serving.machine.appending()  # the serving leader reads its own shards
         try:
             table = self._snapshot(collection, as_of, leadership=serving)
+        except FencedError:
+            if serving is None:
+                raise
+            # The leadership ended under the read (a promotion, most often): the process
+            # hands its reads over from now on, and this one is the first, rather than a
+            # refusal that sends the client to a successor still holding its requests.
+            self._serving.handing_over = True
+            return self._read_handing_over(collection, as_of)
         except MigrationRefusedError as exc:
             promoted = self._serving.promoted
             if not (promoted or self._serving.machine.leadership):  # read-only: the leader reads it

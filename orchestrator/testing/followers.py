@@ -73,6 +73,11 @@ class FollowingClients:
             total.update(client.detours)
         return total
 
+    def read_detours(self) -> Counter[str]:
+        """The reader's detours alone (a refusal the writers meet, as ``fenced``, may be one
+        a read should not)."""
+        return Counter(self._reader.detours)
+
     def _write(self, client: SidecarClient) -> None:
         while not self._stop.is_set():
             with self._lock:

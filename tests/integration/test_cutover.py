@@ -105,15 +105,26 @@ def test_a_fenced_leader_hands_its_reads_over_to_a_successor_of_its_release(
     launch: Launch, zk_env: ZkEnv
 ) -> None:
     """A redeploy of the same release at a new generation: the catalog stays at the old
-    leader's release, so, fenced, it always hands its reads over until the successor serves."""
+    leader's release, so, fenced, it always hands its reads over until the successor serves.
+    A reader following the leader is never refused as fenced: a read under way when the
+    leadership ends is the first the old leader hands over (it used to be refused, and the
+    client waited at the successor for its catalog switch)."""
     leader = launch(V1, 1, "g1", auto_promote=True)
     leader.wait_state("serving")
+    leader.sidecar.client().append(ROLES, roles(0, 1000))
     green = launch(V1, 2, "g2")
     green.wait_state("ready", timeout=60)
+    urls = [f"http://{p.sidecar.http}" for p in (leader, green)]
+    clients = FollowingClients(urls, TABLES, ROLES, row, writers=1).start()
+    time.sleep(0.5)
     done = cli("promote", "--deploy-generation", "2", "--wait", "60",
                "--zk", zk_env.hosts, "--env", zk_env.name)  # fmt: skip
     assert done.returncode == EXIT_OK, done.stderr
     assert leader.wait_exit() == EXIT_FENCED
+    time.sleep(0.3)
+    clients.stop()
+    assert clients.errors == [], clients.errors
+    assert "409 fenced" not in clients.read_detours(), clients.read_detours()
     (line,) = hand_over_lines(leader)
     assert (line["event"], line["successor"], line["outcome"]) == ("handed_over", 2, "serving")
 
