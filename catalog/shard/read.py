@@ -286,7 +286,7 @@ def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Tabl
     newer = [b for b in shard.batches(state) if b.upper > held.upper]
     if newer:
         try:
-            tables = _written_since(shard, state, newer, reader, held.upper)
+            tables = load(shard, state, newer, reader, after=held.upper, times=False)
         except BlobMissingError:  # merged away meanwhile: the whole snapshot re-reads
             return None
         new = consolidate(pa.concat_tables(tables))
@@ -300,25 +300,6 @@ def snapshot_after(shard: ShardAccess, state: ShardState, held: Held) -> pa.Tabl
     times = repeated(time, pa.uint64(), rows.num_rows)
     columns = [*rows.columns[:-1], times, rows.column(DIFF)]
     return pa.Table.from_arrays(columns, schema=update_schema(reader))
-
-
-def _written_since(
-    shard: ShardAccess,
-    state: ShardState,
-    refs: Sequence[BatchRef],
-    reader: pa.Schema,
-    upper: int,
-) -> list[pa.Table]:
-    """The rows of ``refs`` (batches ending above ``upper``) at times from ``upper`` on, without
-    ``_ts``: batches wholly above it read as they are, the others cut at it."""
-    above = [b for b in refs if b.lower >= upper]
-    across = [b for b in refs if b.lower < upper]
-    tables = load(shard, state, above, reader, times=False) if above else []
-    if across:
-        for table in load(shard, state, across, reader, times=True):
-            since = table.filter(pc.greater_equal(table.column(TS), pa.scalar(upper, pa.uint64())))
-            tables.append(since.drop_columns([TS]))
-    return tables
 
 
 def _may_meet(held: pa.Table, new: pa.Table) -> bool:
@@ -358,27 +339,36 @@ def load(
     target: pa.Schema,
     *,
     as_of: int | None = None,
+    after: int | None = None,
     times: bool = True,
     on_group: Callable[[int, int], None] | None = None,
 ) -> list[pa.Table]:
     """The batches ``refs``, read one schema id at a time and migrated to ``target``.
 
     Only the columns ``target`` keeps are read (a projection's dropped columns and deleted
-    fields never leave the file); without ``times`` the tables have no ``_ts`` column.
-    ``on_group(rows, bytes)`` is told of each schema id's batches once read (a long step's
-    progress: catalog.pipeline.pacing).
+    fields never leave the file); without ``times`` the tables have no ``_ts`` column. Rows
+    are cut to times at most ``as_of`` and at least ``after`` (None: no bound), reading
+    ``_ts`` only where a batch's bounds pass them. ``on_group(rows, bytes)`` is told of each
+    schema id's batches once read (a long step's progress: catalog.pipeline.pacing).
     """
     out: list[pa.Table] = []
     for (schema_id, _), group in sorted(by_writer(refs).items()):
         source = state.live(schema_id)
-        cut = as_of is not None and any(r.upper - 1 > as_of for r in group)
+        below = as_of is not None and any(r.upper - 1 > as_of for r in group)
+        above = after is not None and any(r.lower < after for r in group)
+        cut = below or above
         carried = (TS, DIFF) if times or cut else (DIFF,)
         kept = as_data_type(source)  # a renamed field by its id or declared former name
         used = {c.name for f in target if (c := partner_child(kept, f)) is not None}
         columns = [f.name for f in source if f.name in used]
         table = read_batches(shard.blob, shard.shard_id, group, source, [*columns, *carried])
         if cut:
-            table = table.filter(pc.less_equal(table.column(TS), pa.scalar(as_of, pa.uint64())))
+            ts = table.column(TS)
+            if below:
+                table = table.filter(pc.less_equal(ts, pa.scalar(as_of, pa.uint64())))
+                ts = table.column(TS)
+            if above:
+                table = table.filter(pc.greater_equal(ts, pa.scalar(after, pa.uint64())))
             if not times:
                 table, carried = table.drop_columns([TS]), (DIFF,)
         migrated = migrate_batch(table, source, target, passthrough=carried, projection=True)
