@@ -86,6 +86,14 @@ class WritesPausedError(CatalogError):
     code = "writes-paused"
 
 
+class CommitContendedError(CatalogError):
+    """Every attempt of a commit lost its compare-and-set to other writes of the shard (its
+    merges, the leader's sweep) until the commit's retries ran out: nothing of it was
+    written; retry with the same key."""
+
+    code = "commit-contended"
+
+
 class SidecarWriter:
     """Appends of one process: a group commit per collection, the write path's merges, and
     the state each shard's last commit left (the leader is its only writer)."""
@@ -406,8 +414,9 @@ def write_outcome(
     store: BlobStoreHealth, progress: Progress, wait: float, sent: Callable[[], bool]
 ) -> Iterator[None]:
     """Errors of a write attempt as the client must see them: a blob store outage is a
-    state (503), a lost session before anything was sent pauses writes (503), after a
-    send the outcome is unknown (the error as it is)."""
+    state (503), a commit that lost every race is refused for a retry (503), a lost session
+    before anything was sent pauses writes (503), after a send the outcome is unknown (the
+    error as it is)."""
     try:
         yield
     except BlobUnreachableError as exc:  # the batch never reached the store: not landed
@@ -416,6 +425,12 @@ def write_outcome(
     except BlobStoreFullError as exc:  # the store took nothing: not landed
         store.filled(exc)
         raise
+    except VersionMismatchError as exc:  # the last attempt's compare-and-set failed: not landed
+        raise CommitContendedError(
+            f"the commit lost its compare-and-set to other writes of the shard until its "
+            f"retries ran out ({exc.message}); nothing was written: retry with the same key",
+            retry_after=1,
+        ) from exc
     except ConnectionLostError as exc:
         if sent():
             raise  # an attempt may have landed: the outcome is unknown, not refused

@@ -47,7 +47,7 @@ from orchestrator.dataplane.merger import CompactionBehindError
 from orchestrator.dataplane.plane import BusyError
 from orchestrator.dataplane.reader import MigratingError, UnreadableTimeError
 from orchestrator.dataplane.serving import NoShardError, NotLeaderError, UnknownCollectionError
-from orchestrator.dataplane.writer import WritesPausedError
+from orchestrator.dataplane.writer import CommitContendedError, WritesPausedError
 from orchestrator.http.refusals import HTTP_REFUSALS, Refusal, own
 from orchestrator.wire.ipc import TooManyRowsError
 
@@ -94,6 +94,9 @@ _API: Final[tuple[Refusal, ...]] = (
     own(CompactionBehindError, S.SERVICE_UNAVAILABLE, "the shard's merges fell behind its "
          "appends (it lists the hard cap of batches): retry after `Retry-After` with the same "
          "key"),
+    own(CommitContendedError, S.SERVICE_UNAVAILABLE, "a commit that lost its compare-and-set "
+         "to the shard's other writes (merges, the sweep) until its retries ran out; nothing "
+         "written: retry after `Retry-After` with the same key"),
     own(AppendOutcomeUnknownError, S.SERVICE_UNAVAILABLE, "an append whose commit did not "
          "end within its deadline (a stalled store): it may still land; retry after "
          "`Retry-After` with the same key to learn its outcome"),

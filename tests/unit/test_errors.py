@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import typing
 from pathlib import Path
+
+import pytest
 
 from catalog.errors import (
     EXIT_UNEXPECTED,
@@ -17,8 +20,10 @@ from catalog.errors import (
     ShardGuardMovedError,
     ShardLeasedError,
     ShardNotFoundError,
+    VersionMismatchError,
 )
 from catalog.shard.state import shard_error
+from orchestrator.dataplane.writer import CommitContendedError, write_outcome
 from orchestrator.http.refusals import HttpError
 from orchestrator.sidecar.refusals import (
     ERRORS,
@@ -151,3 +156,18 @@ def test_a_process_error_is_named_in_the_vocabulary_with_its_exit_code() -> None
         "migration-refused", 4, "plan")
     assert process_error(RuntimeError("boom")) == {
         "error": "unexpected", "message": "boom", "exit_code": 1}
+
+
+def test_a_commit_that_lost_every_race_is_refused_for_a_retry_not_unexpected() -> None:
+    """A compare-and-set that lost its last race (a slow first attempt can use up the retry's
+    deadline) wrote nothing: 503 with the same key, never 500 ``unexpected``."""
+    unused = typing.cast(typing.Any, None)  # only the outage and session paths use these
+    with (
+        pytest.raises(CommitContendedError) as raised,
+        write_outcome(unused, unused, 1.0, lambda: True),
+    ):
+        raise VersionMismatchError("setdata of shards/s/batches lost a race", key="x")
+    refusal = refusal_of(raised.value)
+    assert (refusal.code, int(refusal.status)) == ("commit-contended", 503)
+    assert raised.value.details["retry_after"] == 1
+    assert "lost a race" in body_of(raised.value)["message"]
