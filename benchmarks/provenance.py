@@ -1,8 +1,8 @@
 """What ran a benchmark: the date, the commit and the machine, recorded beside its figures.
 
 Every script writes :func:`run` under ``"run"`` in its results (a labelled run keeps it in its
-own entry), and the benchmark page names each file's run by :func:`label`. A run
-recorded before scripts wrote theirs is named by the git commit that recorded it.
+own entry), and the benchmark page names each file's run by :func:`label`. The runs recorded
+before scripts wrote theirs hold the date and commit of the commit that added them.
 """
 
 from __future__ import annotations
@@ -77,21 +77,14 @@ def _write(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 
-def label(results: Any, path: Path | None = None, name: str | None = None) -> str:
-    """What ran ``results`` (the run ``name`` of ``path``, or the whole file): its recorded run,
-    or else the date and commit of the git commit that recorded it."""
+def label(results: Any) -> str:
+    """What ran ``results`` (a results file, or one run of a file of labelled runs): the date,
+    commit and machine :func:`record` wrote. Runs recorded before :func:`run` existed had
+    theirs added from the commit that recorded them, so the manual reads no git history."""
     recorded = results.get("run") if isinstance(results, dict) else None
     if isinstance(recorded, dict) and "commit" in recorded:
         return f"{recorded['date']}, {recorded['commit']}, {recorded['machine']}"
-    cores = results.get("cpu_count") if isinstance(results, dict) else None
-    machine_ = f", {cores} cores" if cores else ""
-    if path is not None:
-        # A labelled run: the commit that added its label; a whole file: its last commit.
-        pick = ["--reverse", f"-S{json.dumps(name)}: {{"] if name else ["-1"]
-        found = _git("log", *pick, "--format=%cs, %h (git)", "--", str(path)).split("\n")[0]
-        if found:
-            return found + machine_
-    return "not recorded" + machine_
+    return "not recorded"
 
 
 def _git(*args: str) -> str:

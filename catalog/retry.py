@@ -21,6 +21,10 @@ __all__ = ["CasRetry", "Retry"]
 
 log = structlog.get_logger(__name__)
 
+#: The jitter's own generator: a retry never moves the process's global ``random`` state, which
+#: a caller may have seeded (a simulation, or Hypothesis drawing an example in another thread).
+_jitter = random.Random()
+
 T = TypeVar("T")
 
 
@@ -63,7 +67,7 @@ class Retry:
                     raise
                 log.debug("retry", attempt=number, error=type(exc).__name__)
                 if delay > 0:
-                    self.sleep(delay * (0.5 + random.random()))
+                    self.sleep(delay * (0.5 + _jitter.random()))
                 delay = min(delay * 2, self.max_delay)
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -49,7 +49,7 @@ def runs(results: Path) -> str:
         data = json.loads(path.read_text())
         for name, run in _labelled(data).items():
             shown = f"`{name}`" if name else ""
-            lines.append(f"| `{path.name}` | {shown} | {provenance.label(run, path, name)} |")
+            lines.append(f"| `{path.name}` | {shown} | {provenance.label(run)} |")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ the same check). Unlike the build, this needs the product installed: it reads th
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -99,11 +100,18 @@ def pages() -> list[Path]:
     return [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
 
 
-def stale(generate: Generator | None = None) -> list[Path]:
-    """The pages whose generated text is not what the generators write now."""
+def stale(generate: Generator | None = None) -> dict[Path, str]:
+    """The pages whose generated text is not what the generators write now, each with the
+    lines that would change (a unified diff)."""
     generate = generate or Generator()
-    texts = {page: page.read_text() for page in pages()}
-    return [page for page, text in texts.items() if markers.rewritten(text, generate) != text]
+    found = {}
+    for page in pages():
+        text = page.read_text()
+        new = markers.rewritten(text, generate)
+        if new != text:
+            diff = difflib.unified_diff(text.splitlines(), new.splitlines(), lineterm="", n=0)
+            found[page] = "\n".join(diff)
+    return found
 
 
 def main(argv: list[str]) -> int:

@@ -30,7 +30,10 @@ def test_every_page_reads_complete_and_its_generated_text_is_current() -> None:
     generators write it now (``make docs-update`` rewrites a stale page)."""
     for path in generated.pages():
         assert not markers.unwritten(path.read_text()), path.name
-    assert generated.stale() == [], "run make docs-update"
+    stale = generated.stale()
+    assert not stale, "run make docs-update:\n" + "\n".join(
+        f"{path.name}:\n{diff}" for path, diff in stale.items()
+    )
 
 
 def test_every_block_marker_has_a_generator() -> None:
