@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import pyarrow as pa
 import structlog
@@ -59,6 +59,16 @@ class Paced(Protocol):
     def advance(self, rows: int, nbytes: int = 0) -> None: ...
 
 
+T = TypeVar("T")
+
+
+class Work(Protocol):
+    """Runs ``function`` (the first half of a compaction) and returns what it returned, where
+    the caller wants it run (e.g. a thread of lower priority)."""
+
+    def __call__(self, function: Callable[[], T]) -> T: ...
+
+
 def compact(
     shard: ShardAccess,
     *,
@@ -67,6 +77,7 @@ def compact(
     select: Callable[[Sequence[BatchRef]], Sequence[BatchRef]] | None = None,
     turn: Callable[[], AbstractContextManager[object]] | None = None,
     consolidate: bool = True,
+    work: Work | None = None,
 ) -> CompactionResult:
     """Merge every batch into one, in the latest schema, times below since advanced.
 
@@ -75,7 +86,9 @@ def compact(
     held around the commit only (the shard's writer's turn, so the commit never races its
     appends), which then starts from a state read inside it. Without ``consolidate`` the
     batches are only concatenated (times kept, nothing sorted: a merge of the write path,
-    whose reads consolidate anyway), at a fraction of the cost.
+    whose reads consolidate anyway), at a fraction of the cost. ``work``: runs the reading and
+    the writing of the output (everything before the commit) where the caller says, e.g. in a
+    thread of lower priority; by default in this one.
 
     The output is consolidated; it is sorted and marked ``ordered`` when every column is
     sortable. The blob is written, then the state CAS replaces exactly the input batches;
@@ -92,9 +105,39 @@ def compact(
             return CompactionResult(False, 0, None, state)
     if not inputs:
         return CompactionResult(True, 0, None, state)
-    target = state.live_schema
     if pacer is not None:
         pacer.expect(sum(b.rows for b in inputs))
+
+    def output() -> _Output:
+        return _written(shard, state, inputs, pacer=pacer, consolidate=consolidate)
+
+    rows, ordered, output_ref = output() if work is None else work(output)
+    outputs = [output_ref] if output_ref else []
+    if turn is None:
+        result = commit_compaction(shard, state, inputs, outputs, fence=fence)
+    else:
+        with turn():
+            result = commit_compaction(shard, shard.state(), inputs, outputs, fence=fence)
+    if result.applied:
+        shard.log.info("compacted", inputs=len(inputs), rows=rows, ordered=ordered)
+    return result
+
+
+#: What the first half of a compaction leaves: the output's rows, whether it is sorted, and
+#: the batch written (None: the inputs cancel out).
+_Output = tuple[int, bool, BatchRef | None]
+
+
+def _written(
+    shard: ShardAccess,
+    state: ShardState,
+    inputs: Sequence[BatchRef],
+    *,
+    pacer: Paced | None,
+    consolidate: bool,
+) -> _Output:
+    """Reads ``inputs``, merges them in the latest schema and writes the output's blob."""
+    target = state.live_schema
     tables = read.load(
         shard, state, inputs, target, on_group=None if pacer is None else pacer.advance
     )
@@ -121,15 +164,7 @@ def compact(
         # Consolidation flattens structs: values go back under null parents before Parquet.
         merged = fill_hidden_nulls(merged)
         shard.blob.put_batch(output.key(shard.shard_id), merged)
-    outputs = [output] if output else []
-    if turn is None:
-        result = commit_compaction(shard, state, inputs, outputs, fence=fence)
-    else:
-        with turn():
-            result = commit_compaction(shard, shard.state(), inputs, outputs, fence=fence)
-    if result.applied:
-        shard.log.info("compacted", inputs=len(inputs), rows=merged.num_rows, ordered=ordered)
-    return result
+    return merged.num_rows, ordered, output
 
 
 def commit_compaction(

@@ -23,6 +23,7 @@ from catalog.environment import SHARDS_KEY
 from catalog.errors import VersionMismatchError
 from catalog.retry import CasRetry
 from catalog.shard import append, compact, lifecycle, merges, read
+from catalog.shard.compact import Work
 from catalog.shard.keylog import KEY_RETENTION_SECONDS, KeyLog
 from catalog.shard.ledger import WRITE_MEMORY, Carry, WriteLedger, WriteMark
 from catalog.shard.ops import create_op, evolve_op
@@ -280,13 +281,14 @@ class Shard:
         *,
         fence: Fence | None = None,
         turn: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+        work: Work | None = None,
     ) -> CompactionResult:
         """Merge the batches the write path's policy picks
         (:func:`catalog.shard.merges.merge_plan`) into one, concatenated (reads consolidate),
-        its commit inside ``turn``; ``applied`` is False when none were due (or another
-        compaction replaced them first)."""
+        its reading and writing run by ``work``, its commit inside ``turn``; ``applied`` is
+        False when none were due (or another compaction replaced them first)."""
         return compact.compact(
-            self, fence=fence, select=merges.merge_plan, turn=turn, consolidate=False
+            self, fence=fence, select=merges.merge_plan, turn=turn, consolidate=False, work=work
         )
 
     def commit_compaction(

@@ -9,15 +9,22 @@ output is written before the compare-and-set that swaps it for its inputs, appen
 meanwhile are kept, and the inputs are left to the garbage collection, so a crash at any point
 leaves at most an unreferenced blob. A merge that loses a race to another compaction, or whose
 leadership ended, changes nothing; the leader's maintenance sweep still compacts what is left.
+
+A merge reads and writes in a thread of lower CPU priority (:data:`MERGE_NICENESS`, as RocksDB
+lowers its compaction threads), so on a busy machine reads and appends go first; its commit,
+inside the writer's turn, runs at normal priority (a thread cannot raise its priority back
+without privileges, so the commit stays in the shard's merge thread).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 import structlog
@@ -41,6 +48,34 @@ SLOW_DOWN_WAIT_SECONDS: Final = 2.0
 MERGES_AT_ONCE: Final = 4
 #: Merges of one shard in a row before its thread looks whether one is still asked for.
 _ROUNDS: Final = 8
+#: How much nicer than the sidecar's other threads a merge's reading and writing runs (Linux
+#: thread niceness; elsewhere at normal priority): a tenth of a normal thread's share of a
+#: busy core, so merges still keep up and back-pressure covers the rest.
+MERGE_NICENESS: Final = 10
+
+T = TypeVar("T")
+
+
+def at_lower_priority(function: Callable[[], T]) -> T:
+    """``function()`` run in a thread of its own at :data:`MERGE_NICENESS`; its result or
+    its error, as if called here."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        if sys.platform.startswith("linux"):  # a thread id names one thread on Linux only
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), MERGE_NICENESS)
+        try:
+            outcome.append(function())
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"{threading.current_thread().name}-work")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 class CompactionBehindError(CatalogError):
@@ -169,7 +204,9 @@ class Merger:
                 return
             leadership.check()
             started = time.monotonic()
-            result = shard.merge(fence=leadership.fence, turn=lambda: self._turn(shard_id))
+            result = shard.merge(
+                fence=leadership.fence, turn=lambda: self._turn(shard_id), work=at_lower_priority
+            )
             if not result.applied:
                 return
             self._on_merged(shard_id, result.state)
