@@ -234,6 +234,36 @@ def read_catalog(consensus: Consensus) -> tuple[CatalogState, int] | None:
     leader retires the schemas its switch no longer keeps) means re-read; missing under an
     unchanged catalog, it is corrupt state naming the key.
     """
+    found = _read_catalog(consensus)
+    return None if found is None else (found[0], found[1].version)
+
+
+class CatalogCache:
+    """:func:`read_catalog` for a process that reads the catalog at every read of a shard
+    (a cut-over's reads): the last catalog read is kept with its znode's stamp, and a read
+    that finds the znode unchanged takes it from memory. That is one stat of the znode
+    instead of its value (all the catalog's collections), their decoding and the kept
+    schemas' reads. What it answers is as new as the stat, which follows any ``sync`` made
+    before it."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[tuple[float, int], CatalogState] | None = None
+
+    def read(self, consensus: Consensus) -> tuple[CatalogState, int] | None:
+        stamp = consensus.stamp(CATALOG_KEY)
+        kept = self._kept
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1], stamp[1]
+        found = _read_catalog(consensus)
+        if found is None:
+            return None
+        state, versioned = found
+        self._kept = ((versioned.created, versioned.version), state)
+        return state, versioned.version
+
+
+def _read_catalog(consensus: Consensus) -> tuple[CatalogState, Versioned] | None:
+    """The catalog with its schemas resolved, and the znode value it was read from."""
     for _ in range(3):
         found = consensus.get(CATALOG_KEY)
         if found is None or not found.value:
@@ -241,7 +271,7 @@ def read_catalog(consensus: Consensus) -> tuple[CatalogState, int] | None:
         state = CatalogState.decode(found.value)
         resolved, missing = _resolved(consensus, state)
         if not missing:
-            return resolved, found.version
+            return resolved, found
         again = consensus.get(CATALOG_KEY)
         if again is not None and again.version == found.version:
             raise _missing_schemas(missing)

@@ -274,6 +274,14 @@ class Consensus:
         with translated(f"for {key}", key):
             return self.client.exists(self.path(key)) is not None
 
+    def stamp(self, key: str) -> tuple[float, int] | None:
+        """What tells one value of ``key`` from any other without reading it: its creation
+        time and version (a :class:`Versioned`'s ``created`` and ``version``); None when it
+        does not exist. A key deleted and created again has a new creation time."""
+        with translated(f"for {key}", key):
+            stat = self.client.exists(self.path(key))
+        return None if stat is None else (stat.ctime / 1000, stat.version)
+
     # -- writes -----------------------------------------------------------------------------
 
     def ensure(self, *keys: str) -> None:

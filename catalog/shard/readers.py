@@ -40,7 +40,8 @@ import attrs
 import structlog
 from kazoo.exceptions import NoNodeError
 
-from catalog.consensus import CONNECTION_ERRORS, Consensus, Create, decode_json, encode_json
+from catalog.consensus import CONNECTION_ERRORS, Consensus, decode_json, encode_json
+from catalog.consensus.errors import translated
 from catalog.errors import ConnectionLostError
 from catalog.shard.handle import Shard
 from catalog.shard.ops import finalized_error
@@ -134,14 +135,19 @@ class ReaderRegistry:
                 # It reads at the upper it finds, at or above what the node holds.
                 found.reads[number] = _Read(self._epoch, found.holds)
                 found.used = True
-        if found is None:
-            found = self._register(shard, session, number, schema_id)
+        sent = self._register(shard, schema_id) if found is None else None
         try:
-            # Pipelined: the state read answers after ZooKeeper's leader synced the server,
-            # so it sees every write acknowledged before the read began (one round trip).
-            synced = shard.consensus.client.sync_async(shard.consensus.path(shard.key))
-            state = shard.state()
-            synced.get(timeout=30)
+            try:
+                # Pipelined behind the registration (if any): the state read answers after
+                # ZooKeeper's leader synced the server, so it sees every write acknowledged
+                # before the read began (one round trip).
+                synced = shard.consensus.client.sync_async(shard.consensus.path(shard.key))
+                state = shard.state()
+                synced.get(timeout=30)
+            finally:
+                if sent is not None:  # kept even when the read failed: a heartbeat drops it
+                    found = self._registered(shard, session, number, schema_id, sent)
+            assert found is not None
             if state.finalized:
                 raise finalized_error(state)
             with self._lock:
@@ -152,26 +158,36 @@ class ReaderRegistry:
                 found.latest = max(found.latest, at)
             yield state
         finally:
-            with self._lock:
-                found.reads.pop(number, None)
+            if found is not None:
+                with self._lock:
+                    found.reads.pop(number, None)
 
-    def _register(
-        self, shard: Shard, session: int, number: int, schema_id: int | None
-    ) -> _Shard:
-        """Create this process's registration of ``shard`` (its first read): the one write."""
-        holds = max(shard.state().upper - 1, 0)
-        value = {"holder": self._holder, "created": time.time(), "holds": holds,
+    def _register(self, shard: Shard, schema_id: int | None) -> Any:
+        """Send this process's registration of ``shard`` (its first read): the one write.
+        It goes before the read's sync and state read, on the same session, so ZooKeeper
+        applies it first (one session's requests are answered in order) and the three take
+        one round trip. It holds ``since`` at 0 (it cannot know the time its read will read
+        at before that read) until the first heartbeat writes what its reads read at."""
+        value = {"holder": self._holder, "created": time.time(), "holds": 0,
                  "registration": True, "reads_after": None}  # fmt: skip
         if schema_id is not None:
             value["schema_id"] = schema_id
-        (path,) = shard.consensus.commit(
-            [Create(f"{shard.key}/{LEASE_PREFIX}", encode_json(value), ephemeral=True,
-                    sequence=True)]
-        )  # fmt: skip
-        key = shard.consensus.key_of(str(path))
+        path = shard.consensus.path(f"{shard.key}/{LEASE_PREFIX}")
+        with translated("registering a reader", shard.key):
+            return shard.consensus.client.create_async(
+                path, encode_json(value), ephemeral=True, sequence=True
+            )
+
+    def _registered(
+        self, shard: Shard, session: int, number: int, schema_id: int | None, sent: Any
+    ) -> _Shard:
+        """The registration :meth:`_register` sent, once made, with the read ``number``
+        holding it."""
+        with translated("registering a reader", shard.key):
+            key = shard.consensus.key_of(str(sent.get(timeout=30)))
         # Its reads have no heartbeat of this node to read after yet: reads_after 0 (the
         # collection waits) until a heartbeat finds them gone.
-        made = _Shard(key, session, holds, holds, schema_id)
+        made = _Shard(key, session, 0, 0, schema_id)
         with self._lock:
             raced = self._shards.get(shard.shard_id)
             keep = raced if raced is not None and raced.session == session else made

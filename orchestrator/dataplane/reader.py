@@ -17,7 +17,7 @@ import pyarrow as pa
 import structlog
 
 from catalog.blob.cache import BatchCache
-from catalog.environment import CatalogState, read_catalog
+from catalog.environment import CatalogState
 from catalog.errors import (
     BadInputError,
     BlobUnreachableError,
@@ -96,7 +96,7 @@ class SidecarReader:
         try:
             consensus = self._serving.connection.require()
             consensus.sync()
-            found = read_catalog(consensus)
+            found = self._serving.catalogs.read(consensus)
         except CatalogError as exc:
             raise self._handed_on(f"cannot read its catalog ({exc.message})") from exc
         version = None if found is None else found[0].version

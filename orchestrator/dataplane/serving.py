@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from catalog.environment import CatalogState, read_catalog
+from catalog.environment import CatalogCache, CatalogState
 from catalog.errors import BadInputError, CatalogError
 from catalog.release import Builtin, Release
 from catalog.shard import Shard
@@ -67,6 +67,9 @@ class Serving:
         #: (orchestrator.dataplane.reader), never its replacement shards.
         self.handing_over = False
         self._leader_shards: tuple[object, dict[str, str]] = (None, {})
+        #: The catalog as its reads last found it (they read it while this process does not
+        #: serve: following, migrating, handing over).
+        self.catalogs = CatalogCache()
 
     @property
     def process_id(self) -> str:
@@ -133,7 +136,7 @@ class Serving:
             if shard_id is not None:
                 return self.shard(shard_id)
         if catalog is None:
-            found = read_catalog(self.connection.require())
+            found = self.catalogs.read(self.connection.require())
             catalog = found[0] if found else None
         ref = catalog.collections.get(builtin.global_id) if catalog else None
         if ref is None:

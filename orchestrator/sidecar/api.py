@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import Any, Final, Protocol
@@ -190,18 +191,20 @@ class SidecarApp:
         # carries it, and the answer gives it back.
         request_id = usable_request_id(request.headers.get(REQUEST_ID_HEADER))
         with structlog.contextvars.bound_contextvars(request_id=request_id):
+            began = time.monotonic()
             response = self.respond(request)
+            seconds = round(time.monotonic() - began, 4)
             # Refusals at info, with their code (what an operator looks for by a client's id),
             # the rest at debug: thousands of appends a second would drown the log.
             if response.status_code >= 400:
                 log.info(
                     "http_answered", method=request.method, path=request.path,
-                    status=response.status_code, error=_error_code(response),
+                    status=response.status_code, error=_error_code(response), seconds=seconds,
                 )  # fmt: skip
             else:
                 log.debug(
                     "http_answered", method=request.method, path=request.path,
-                    status=response.status_code,
+                    status=response.status_code, seconds=seconds,
                 )  # fmt: skip
         response.headers[REQUEST_ID_HEADER] = request_id
         return response(environ, start_response)

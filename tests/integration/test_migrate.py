@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.consensus import Create, SetData
-from catalog.environment import FINALIZE_KEY, PROCESSES_KEY, read_catalog
+from catalog.environment import FINALIZE_KEY, PROCESSES_KEY, CatalogCache, read_catalog
 from catalog.errors import FencedError, MigrationRefusedError, PlanError
 from catalog.migration import MigrationShard
 from catalog.release import Release, load_release_dir
@@ -94,6 +94,26 @@ def test_bootstrap_creates_every_shard_and_the_catalog(
     assert len(catalog.shard_ids()) == len(release.builtins)
     for ref in catalog.collections.values():
         assert ctx.shard(ref.shard_id).state().schema_id == 0
+
+
+def test_a_cached_catalog_is_the_catalog_read_anew_until_it_changes(
+    env: Env, releases: dict[str, Release]
+) -> None:
+    """The reads' catalog cache answers what read_catalog answers: from memory while the
+    znode is unchanged, read anew once a switch wrote it."""
+    old_ctx = bootstrap(env, releases["0.10.0"])
+    cache = CatalogCache()
+    first = cache.read(old_ctx.consensus)
+    assert first is not None and first == read_catalog(old_ctx.consensus)
+    again = cache.read(old_ctx.consensus)
+    assert again is not None and again[0] is first[0]
+    ctx = env.ctx(releases["0.11.0"], 2)
+    check_read_only(ctx)
+    migrate_as_leader(ctx, env.lead(ctx))
+    switched = cache.read(old_ctx.consensus)
+    assert switched is not None and switched == read_catalog(ctx.consensus)
+    assert (switched[0].version, switched[1]) != (first[0].version, first[1])
+    assert switched[0].version == "0.11.0"
 
 
 def test_read_only_check_writes_nothing_outside_its_own_keys(
