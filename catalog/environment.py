@@ -28,6 +28,7 @@ Values are compact JSON; at 1,000 collections the catalog value is about 150 KB.
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -248,18 +249,31 @@ class CatalogCache:
 
     def __init__(self) -> None:
         self._kept: tuple[tuple[float, int], CatalogState] | None = None
+        #: One read of the value at a time: reads that found the same new stamp (every read
+        #: of a cut-over's first moments) wait for one read of it, not one each.
+        self._reading = threading.Lock()
 
     def read(self, consensus: Consensus) -> tuple[CatalogState, int] | None:
         stamp = consensus.stamp(CATALOG_KEY)
-        kept = self._kept
-        if stamp is not None and kept is not None and kept[0] == stamp:
-            return kept[1], stamp[1]
-        found = _read_catalog(consensus)
-        if found is None:
+        if stamp is None:
             return None
-        state, versioned = found
-        self._kept = ((versioned.created, versioned.version), state)
-        return state, versioned.version
+        found = self._kept_at(stamp)
+        if found is not None:
+            return found
+        with self._reading:
+            found = self._kept_at(stamp)
+            if found is not None:
+                return found
+            read = _read_catalog(consensus)
+            if read is None:
+                return None
+            state, versioned = read
+            self._kept = ((versioned.created, versioned.version), state)
+            return state, versioned.version
+
+    def _kept_at(self, stamp: tuple[float, int]) -> tuple[CatalogState, int] | None:
+        kept = self._kept
+        return (kept[1], stamp[1]) if kept is not None and kept[0] == stamp else None
 
 
 def _read_catalog(consensus: Consensus) -> tuple[CatalogState, Versioned] | None:
