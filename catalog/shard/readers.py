@@ -144,9 +144,12 @@ class ReaderRegistry:
                 synced = shard.consensus.client.sync_async(shard.consensus.path(shard.key))
                 state = shard.state()
                 synced.get(timeout=30)
-            finally:
-                if sent is not None:  # kept even when the read failed: a heartbeat drops it
-                    found = self._registered(shard, session, number, schema_id, sent)
+            except BaseException:
+                if sent is not None:  # the read's error stands; a heartbeat drops the node
+                    self._abandon(shard, session, number, schema_id, sent)
+                raise
+            if sent is not None:
+                found = self._registered(shard, session, number, schema_id, sent)
             assert found is not None
             if state.finalized:
                 raise finalized_error(state)
@@ -177,6 +180,17 @@ class ReaderRegistry:
             return shard.consensus.client.create_async(
                 path, encode_json(value), ephemeral=True, sequence=True
             )
+
+    def _abandon(
+        self, shard: Shard, session: int, number: int, schema_id: int | None, sent: Any
+    ) -> None:
+        """The registration of a read that failed: kept without its read when it was made (so
+        a heartbeat finds it unused and deletes it); nothing when its create failed too (a
+        shard that does not exist, a lost connection)."""
+        with contextlib.suppress(Exception):
+            made = self._registered(shard, session, number, schema_id, sent)
+            with self._lock:
+                made.reads.pop(number, None)
 
     def _registered(
         self, shard: Shard, session: int, number: int, schema_id: int | None, sent: Any

@@ -15,6 +15,7 @@ from kazoo.client import KazooClient
 
 from catalog.blob import BlobStore
 from catalog.environment import read_catalog
+from catalog.errors import ShardError
 from catalog.release import Builtin, Mechanism, Migration, Release
 from catalog.shard import DIFF, TS, Shard
 from catalog.shard.readers import ReaderRegistry
@@ -283,6 +284,27 @@ def ctx_with_new_copy(env: Env, release: Release, generation: int, leader: Any) 
 def fresh_entry(ctx: Any, generation: int) -> str:
     (entry,) = [e for e in ctx.migration_shard().entries() if e.deploy_generation == generation]
     return entry.shard_id
+
+
+def test_a_first_read_of_a_shard_that_does_not_exist_says_so_and_registers_nothing(
+    env: Env,
+) -> None:
+    """A first read sends its registration ahead of its state read: when the shard does not
+    exist, the read's own error stands (the registration's create fails too), and the
+    process's next first read of a real shard registers as usual."""
+    ctx = bootstrap(env, RELEASE)
+    found = read_catalog(ctx.consensus)
+    assert found is not None
+    readers = ReaderRegistry(ctx.consensus, "reader-1")
+    with pytest.raises(ShardError, match="does not exist"):
+        with readers.reading(ctx.shard("no-such-shard"), None):
+            raise AssertionError("a missing shard was read")
+    shard = ctx.shard(found[0].collections["s1"].shard_id)
+    append(shard, 0)
+    with readers.reading(shard, None) as state:
+        assert state.batch_count == 1
+    (registration,) = shard.leases()
+    assert registration.rsplit("/", 1)[1].startswith("l-")
 
 
 def test_a_read_under_a_registration_keeps_its_blobs_and_since_and_writes_nothing(
