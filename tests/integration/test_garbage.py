@@ -296,9 +296,9 @@ def test_a_first_read_of_a_shard_that_does_not_exist_says_so_and_registers_nothi
     found = read_catalog(ctx.consensus)
     assert found is not None
     readers = ReaderRegistry(ctx.consensus, "reader-1")
-    with pytest.raises(ShardError, match="does not exist"):
-        with readers.reading(ctx.shard("no-such-shard"), None):
-            raise AssertionError("a missing shard was read")
+    missing = ctx.shard("no-such-shard")
+    with pytest.raises(ShardError, match="does not exist"), readers.reading(missing, None):
+        raise AssertionError("a missing shard was read")
     shard = ctx.shard(found[0].collections["s1"].shard_id)
     append(shard, 0)
     with readers.reading(shard, None) as state:
