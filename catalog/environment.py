@@ -244,8 +244,8 @@ class CatalogCache:
     (a cut-over's reads): the last catalog read is kept with its znode's stamp, and a read
     that finds the znode unchanged takes it from memory. That is one stat of the znode
     instead of its value (all the catalog's collections), their decoding and the kept
-    schemas' reads. What it answers is as new as the stat, which follows any ``sync`` made
-    before it."""
+    schemas' reads. A sync goes ahead of the stat, in its round trip: what it answers holds
+    every write committed before the read began (a read of the catalog is linearizable)."""
 
     def __init__(self) -> None:
         self._kept: tuple[tuple[float, int], CatalogState] | None = None
@@ -254,7 +254,7 @@ class CatalogCache:
         self._reading = threading.Lock()
 
     def read(self, consensus: Consensus) -> tuple[CatalogState, int] | None:
-        stamp = consensus.stamp(CATALOG_KEY)
+        stamp = consensus.stamp(CATALOG_KEY, synced=True)
         if stamp is None:
             return None
         found = self._kept_at(stamp)

