@@ -244,8 +244,9 @@ class CatalogCache:
     (a cut-over's reads): the last catalog read is kept with its znode's stamp, and a read
     that finds the znode unchanged takes it from memory. That is one stat of the znode
     instead of its value (all the catalog's collections), their decoding and the kept
-    schemas' reads. A sync goes ahead of the stat, in its round trip: what it answers holds
-    every write committed before the read began (a read of the catalog is linearizable)."""
+    schemas' reads. With ``synced`` a sync goes ahead of the stat, in its round trip: what
+    it answers holds every write committed before the read began (a linearizable read of
+    the catalog); without, what the session has seen (a leader's own switch included)."""
 
     def __init__(self) -> None:
         self._kept: tuple[tuple[float, int], CatalogState] | None = None
@@ -253,8 +254,8 @@ class CatalogCache:
         #: of a cut-over's first moments) wait for one read of it, not one each.
         self._reading = threading.Lock()
 
-    def read(self, consensus: Consensus) -> tuple[CatalogState, int] | None:
-        stamp = consensus.stamp(CATALOG_KEY, synced=True)
+    def read(self, consensus: Consensus, *, synced: bool = True) -> tuple[CatalogState, int] | None:
+        stamp = consensus.stamp(CATALOG_KEY, synced=synced)
         if stamp is None:
             return None
         found = self._kept_at(stamp)

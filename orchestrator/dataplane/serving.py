@@ -136,7 +136,12 @@ class Serving:
             if shard_id is not None:
                 return self.shard(shard_id)
         if catalog is None:
-            found = self.catalogs.read(self.connection.require())
+            # A leader's own session has seen the epoch that fenced every earlier leader's
+            # appends, and its own switch: its catalog needs no sync (as its shards need no
+            # catalog once it serves). Any other process syncs first.
+            found = self.catalogs.read(
+                self.connection.require(), synced=machine.leadership is None
+            )
             catalog = found[0] if found else None
         ref = catalog.collections.get(builtin.global_id) if catalog else None
         if ref is None:
