@@ -70,7 +70,10 @@ def at_lower_priority(function: Callable[[], T]) -> T:
         except BaseException as exc:  # handed to the caller's thread, raised there
             failure.append(exc)
 
-    thread = threading.Thread(target=run, name=f"{threading.current_thread().name}-work")
+    # A daemon, as the merge thread that waits for it: a merge never holds the process's exit.
+    thread = threading.Thread(
+        target=run, name=f"{threading.current_thread().name}-work", daemon=True
+    )
     thread.start()
     thread.join()
     if failure:
